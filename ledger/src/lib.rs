@@ -1,0 +1,637 @@
+//! Durable ledger of airlock's runs, effects, reads and decisions on sled, with their state machines.
+//!
+//! The ledger is the only writer of its trees; callers use this typed, synchronous API
+//! (wrap calls in `spawn_blocking` from async code). Records are serde JSON. Every
+//! operation that a client or the commit authority acts on (staging, decisions,
+//! `releasing`, release outcomes) is flushed to disk before it returns.
+
+mod error;
+mod model;
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::{de::DeserializeOwned, Serialize};
+
+pub use error::{LedgerError, Refused};
+pub use model::{
+    now_ms, DecisionRecord, Digest, Effect, EffectId, EffectState, Header, HeaderText, NewEffect,
+    Read, ReleaseRecord, Run, RunId, RunState,
+};
+
+/// Result of ledger operations.
+pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// A reviewer's verdict on an effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Release it at commit.
+    Approve,
+    /// Never send it.
+    Reject,
+}
+
+/// The durable store. Cheap to share behind an `Arc`.
+pub struct Ledger {
+    db: sled::Db,
+    runs: sled::Tree,
+    effects: sled::Tree,
+    /// `run_id \0 seq(be u64)` -> effect id
+    run_effects: sled::Tree,
+    /// `run_id \0 seq(be u64)` -> Read
+    reads: sled::Tree,
+    /// digest -> bytes
+    bodies: sled::Tree,
+    /// `effects/run_id` and `reads/run_id` -> last sequence number (be u64)
+    counters: sled::Tree,
+    /// Serialises read-modify-write of run and effect records.
+    write: Mutex<()>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger").finish_non_exhaustive()
+    }
+}
+
+fn index_key(run: &RunId, seq: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(run.0.len() + 9);
+    key.extend_from_slice(run.0.as_bytes());
+    key.push(0);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn run_prefix(run: &RunId) -> Vec<u8> {
+    let mut key = run.0.as_bytes().to_vec();
+    key.push(0);
+    key
+}
+
+fn decode<T: DeserializeOwned>(key: &[u8], bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|source| LedgerError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source,
+    })
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serialising these plain structs (strings, numbers, vectors) cannot fail.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn random_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 24];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Compares two secrets in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Ledger {
+    /// Opens (or creates) the ledger in directory `path`.
+    ///
+    /// Errors: [`LedgerError::Storage`] when sled cannot open it (for example another
+    /// process holds it).
+    pub fn open(path: &Path) -> Result<Self> {
+        let db = sled::Config::new()
+            .path(path)
+            .flush_every_ms(Some(200))
+            .open()?;
+        Ok(Self {
+            runs: db.open_tree("runs")?,
+            effects: db.open_tree("effects")?,
+            run_effects: db.open_tree("run_effects")?,
+            reads: db.open_tree("reads")?,
+            bodies: db.open_tree("bodies")?,
+            counters: db.open_tree("counters")?,
+            db,
+            write: Mutex::new(()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // The guard protects no data of its own, so a poisoned lock is still usable.
+        self.write.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Flushes every write so far to disk.
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn next_seq(&self, counter: &str, run: &RunId) -> Result<u64> {
+        let key = format!("{counter}/{run}");
+        let next = self.counters.update_and_fetch(key.as_bytes(), |old| {
+            let current = old
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_be_bytes)
+                .unwrap_or(0);
+            Some((current + 1).to_be_bytes().to_vec())
+        })?;
+        Ok(next
+            .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+            .map(u64::from_be_bytes)
+            .unwrap_or(1))
+    }
+
+    // ----- runs -------------------------------------------------------------------------
+
+    /// Creates an open run with a fresh random token (48 hex characters), flushed.
+    pub fn create_run(&self, profile: Option<String>) -> Result<Run> {
+        let run = Run {
+            id: RunId::generate(),
+            token: random_token(),
+            state: RunState::Open,
+            profile,
+            created_at_ms: now_ms(),
+            decisions: Vec::new(),
+        };
+        self.runs.insert(run.id.0.as_bytes(), encode(&run))?;
+        self.flush()?;
+        Ok(run)
+    }
+
+    /// The run with this id, if any.
+    pub fn run(&self, id: &RunId) -> Result<Option<Run>> {
+        match self.runs.get(id.0.as_bytes())? {
+            Some(bytes) => Ok(Some(decode(id.0.as_bytes(), &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn must_run(&self, id: &RunId) -> Result<Run> {
+        self.run(id)?.ok_or_else(|| LedgerError::NotFound {
+            kind: "run",
+            id: id.0.clone(),
+        })
+    }
+
+    /// Every run, oldest first.
+    pub fn runs(&self) -> Result<Vec<Run>> {
+        self.runs
+            .iter()
+            .map(|item| {
+                let (key, value) = item?;
+                decode(&key, &value)
+            })
+            .collect()
+    }
+
+    /// The run whose id and token match, compared in constant time; `None` otherwise.
+    pub fn authenticate(&self, run_id: &str, token: &str) -> Result<Option<Run>> {
+        let Some(id) = RunId::parse(run_id) else {
+            return Ok(None);
+        };
+        Ok(self
+            .run(&id)?
+            .filter(|run| constant_time_eq(run.token.as_bytes(), token.as_bytes())))
+    }
+
+    fn put_run(&self, run: &Run) -> Result<()> {
+        self.runs.insert(run.id.0.as_bytes(), encode(run))?;
+        Ok(())
+    }
+
+    /// Seals an open run (no new effects); a sealed run stays sealed. Flushed.
+    ///
+    /// Errors: [`Refused::RunTransition`] when the run is committing, committed or aborted.
+    pub fn seal(&self, id: &RunId, by: &str) -> Result<Run> {
+        let _guard = self.lock();
+        let mut run = self.must_run(id)?;
+        match run.state {
+            RunState::Sealed => return Ok(run),
+            RunState::Open => {}
+            state => {
+                return Err(Refused::RunTransition {
+                    run: id.clone(),
+                    state,
+                    action: "sealed",
+                }
+                .into())
+            }
+        }
+        run.state = RunState::Sealed;
+        run.decisions.push(DecisionRecord {
+            kind: "seal".into(),
+            by: by.into(),
+            at_ms: now_ms(),
+        });
+        self.put_run(&run)?;
+        self.flush()?;
+        Ok(run)
+    }
+
+    /// Writes the commit decision: seals the run if open, approves undecided effects when
+    /// `approve_pending`, and moves the run to `committing`. Flushed before it returns.
+    ///
+    /// Returns `(run, true)` when the decision was written now or earlier and release must
+    /// (still) proceed, `(run, false)` when the run already finished committing (a second
+    /// commit is a no-op).
+    ///
+    /// Errors: [`Refused::Undecided`] when effects are `staged` and `approve_pending` is
+    /// false; [`Refused::RunTransition`] for an aborted run.
+    pub fn begin_commit(&self, id: &RunId, approve_pending: bool, by: &str) -> Result<(Run, bool)> {
+        let _guard = self.lock();
+        let mut run = self.must_run(id)?;
+        match run.state {
+            RunState::Committed | RunState::PartiallyCommitted => return Ok((run, false)),
+            RunState::Committing => return Ok((run, true)),
+            RunState::Aborted => {
+                return Err(Refused::RunTransition {
+                    run: id.clone(),
+                    state: run.state,
+                    action: "committed",
+                }
+                .into())
+            }
+            RunState::Open | RunState::Sealed => {}
+        }
+        let effects = self.effects_unlocked(id)?;
+        let undecided: Vec<&Effect> = effects
+            .iter()
+            .filter(|e| e.state == EffectState::Staged)
+            .collect();
+        if !undecided.is_empty() && !approve_pending {
+            return Err(Refused::Undecided {
+                run: id.clone(),
+                effects: undecided.iter().map(|e| e.id.clone()).collect(),
+            }
+            .into());
+        }
+        let at_ms = now_ms();
+        for effect in undecided {
+            let mut effect = effect.clone();
+            effect.state = EffectState::Approved;
+            effect.decisions.push(DecisionRecord {
+                kind: "approve".into(),
+                by: format!("{by} (approve_pending)"),
+                at_ms,
+            });
+            self.put_effect(&effect)?;
+        }
+        if run.state == RunState::Open {
+            run.decisions.push(DecisionRecord {
+                kind: "seal".into(),
+                by: by.into(),
+                at_ms,
+            });
+        }
+        run.state = RunState::Committing;
+        run.decisions.push(DecisionRecord {
+            kind: "commit".into(),
+            by: by.into(),
+            at_ms,
+        });
+        self.put_run(&run)?;
+        self.flush()?;
+        Ok((run, true))
+    }
+
+    /// Ends a commit: `committed` when every approved effect was released,
+    /// `partially_committed` when any failed, was skipped, or is unknown. Flushed.
+    pub fn finish_commit(&self, id: &RunId) -> Result<Run> {
+        let _guard = self.lock();
+        let mut run = self.must_run(id)?;
+        if run.state != RunState::Committing {
+            return Ok(run);
+        }
+        let effects = self.effects_unlocked(id)?;
+        let partial = effects.iter().any(|e| {
+            matches!(
+                e.state,
+                EffectState::Failed
+                    | EffectState::Unknown
+                    | EffectState::Skipped
+                    | EffectState::Approved
+                    | EffectState::Releasing
+            )
+        });
+        run.state = if partial {
+            RunState::PartiallyCommitted
+        } else {
+            RunState::Committed
+        };
+        self.put_run(&run)?;
+        self.flush()?;
+        Ok(run)
+    }
+
+    /// Aborts an open or sealed run: every `staged` or `approved` effect becomes `discarded`;
+    /// nothing is sent. Aborting an aborted run is a no-op. Flushed.
+    ///
+    /// Errors: [`Refused::RunTransition`] when a commit decision was already written.
+    pub fn abort(&self, id: &RunId, by: &str) -> Result<Run> {
+        let _guard = self.lock();
+        let mut run = self.must_run(id)?;
+        match run.state {
+            RunState::Aborted => return Ok(run),
+            RunState::Open | RunState::Sealed => {}
+            state => {
+                return Err(Refused::RunTransition {
+                    run: id.clone(),
+                    state,
+                    action: "aborted",
+                }
+                .into())
+            }
+        }
+        let at_ms = now_ms();
+        for mut effect in self.effects_unlocked(id)? {
+            if effect.state.can_become(EffectState::Discarded) {
+                effect.state = EffectState::Discarded;
+                effect.state_reason = Some("run aborted".into());
+                self.put_effect(&effect)?;
+            }
+        }
+        run.state = RunState::Aborted;
+        run.decisions.push(DecisionRecord {
+            kind: "abort".into(),
+            by: by.into(),
+            at_ms,
+        });
+        self.put_run(&run)?;
+        self.flush()?;
+        Ok(run)
+    }
+
+    // ----- effects ----------------------------------------------------------------------
+
+    /// Stages an effect: stores its body by digest and the record, then flushes to disk.
+    /// Only after this returns may the client be answered.
+    ///
+    /// Errors: [`Refused::RunNotOpen`] when the run is sealed, committing, finished or
+    /// aborted; [`LedgerError::NotFound`] for an unknown run.
+    pub fn stage(&self, new: NewEffect<'_>) -> Result<Effect> {
+        let digest = Digest::of(new.body);
+        let effect = {
+            let _guard = self.lock();
+            let run = self.must_run(new.run_id)?;
+            if run.state != RunState::Open {
+                return Err(Refused::RunNotOpen {
+                    run: run.id,
+                    state: run.state,
+                }
+                .into());
+            }
+            let seq = self.next_seq("effects", new.run_id)?;
+            let effect = Effect {
+                id: EffectId::generate(),
+                run_id: new.run_id.clone(),
+                seq,
+                method: new.method.to_owned(),
+                url: new.url.to_owned(),
+                headers: new.headers,
+                body_digest: digest.clone(),
+                body_len: new.body.len() as u64,
+                rule: new.rule.map(str::to_owned),
+                policy_revision: new.policy_revision.to_owned(),
+                created_at_ms: now_ms(),
+                state: EffectState::Staged,
+                state_reason: None,
+                decisions: Vec::new(),
+                release: None,
+            };
+            if !self.bodies.contains_key(digest.0.as_bytes())? {
+                self.bodies.insert(digest.0.as_bytes(), new.body)?;
+            }
+            self.put_effect(&effect)?;
+            self.run_effects
+                .insert(index_key(new.run_id, seq), effect.id.0.as_bytes())?;
+            effect
+        };
+        // Outside the lock so that concurrent stagers share one flush.
+        self.flush()?;
+        Ok(effect)
+    }
+
+    fn put_effect(&self, effect: &Effect) -> Result<()> {
+        self.effects
+            .insert(effect.id.0.as_bytes(), encode(effect))?;
+        Ok(())
+    }
+
+    /// The effect with this id, if any.
+    pub fn effect(&self, id: &EffectId) -> Result<Option<Effect>> {
+        match self.effects.get(id.0.as_bytes())? {
+            Some(bytes) => Ok(Some(decode(id.0.as_bytes(), &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn must_effect(&self, id: &EffectId) -> Result<Effect> {
+        self.effect(id)?.ok_or_else(|| LedgerError::NotFound {
+            kind: "effect",
+            id: id.0.clone(),
+        })
+    }
+
+    /// A run's effects in staging order.
+    ///
+    /// Errors: [`LedgerError::NotFound`] for an unknown run.
+    pub fn effects(&self, run: &RunId) -> Result<Vec<Effect>> {
+        self.must_run(run)?;
+        self.effects_unlocked(run)
+    }
+
+    fn effects_unlocked(&self, run: &RunId) -> Result<Vec<Effect>> {
+        let mut out = Vec::new();
+        for item in self.run_effects.scan_prefix(run_prefix(run)) {
+            let (_, id) = item?;
+            let id = EffectId(String::from_utf8_lossy(&id).into_owned());
+            if let Some(effect) = self.effect(&id)? {
+                out.push(effect);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A stored body by digest.
+    pub fn body(&self, digest: &Digest) -> Result<Option<Vec<u8>>> {
+        Ok(self.bodies.get(digest.0.as_bytes())?.map(|b| b.to_vec()))
+    }
+
+    /// Records a reviewer's verdict. Allowed while the effect is pending (`staged`,
+    /// `approved`, `rejected`) and its run is open or sealed. Flushed.
+    ///
+    /// Errors: [`Refused::EffectTransition`] or [`Refused::RunTransition`].
+    pub fn decide_effect(&self, id: &EffectId, verdict: Verdict, by: &str) -> Result<Effect> {
+        let _guard = self.lock();
+        let mut effect = self.must_effect(id)?;
+        let run = self.must_run(&effect.run_id)?;
+        let to = match verdict {
+            Verdict::Approve => EffectState::Approved,
+            Verdict::Reject => EffectState::Rejected,
+        };
+        if !matches!(run.state, RunState::Open | RunState::Sealed) {
+            return Err(Refused::RunTransition {
+                run: run.id,
+                state: run.state,
+                action: if verdict == Verdict::Approve {
+                    "changed by approving an effect"
+                } else {
+                    "changed by rejecting an effect"
+                },
+            }
+            .into());
+        }
+        if !effect.state.can_become(to) {
+            return Err(Refused::EffectTransition {
+                effect: effect.id,
+                from: effect.state,
+                to,
+            }
+            .into());
+        }
+        effect.state = to;
+        effect.decisions.push(DecisionRecord {
+            kind: if verdict == Verdict::Approve {
+                "approve"
+            } else {
+                "reject"
+            }
+            .into(),
+            by: by.into(),
+            at_ms: now_ms(),
+        });
+        self.put_effect(&effect)?;
+        self.flush()?;
+        Ok(effect)
+    }
+
+    /// Marks an approved effect `releasing`, durably, just before it is sent.
+    ///
+    /// Errors: [`Refused::EffectTransition`] unless the effect is `approved`.
+    pub fn mark_releasing(&self, id: &EffectId) -> Result<Effect> {
+        let _guard = self.lock();
+        let mut effect = self.must_effect(id)?;
+        if !effect.state.can_become(EffectState::Releasing) {
+            return Err(Refused::EffectTransition {
+                effect: effect.id,
+                from: effect.state,
+                to: EffectState::Releasing,
+            }
+            .into());
+        }
+        effect.state = EffectState::Releasing;
+        effect.release = Some(ReleaseRecord {
+            started_at_ms: now_ms(),
+            finished_at_ms: None,
+            status: None,
+            headers: Vec::new(),
+            body_digest: None,
+            body_len: 0,
+            error: None,
+        });
+        self.put_effect(&effect)?;
+        self.flush()?;
+        Ok(effect)
+    }
+
+    /// Records the outcome of a release: `released` when `error` is `None`, else `failed`.
+    /// `body` is the captured response body (stored by digest). Flushed.
+    pub fn record_release(
+        &self,
+        id: &EffectId,
+        status: Option<u16>,
+        headers: Vec<Header>,
+        body: &[u8],
+        body_len: u64,
+        error: Option<String>,
+    ) -> Result<Effect> {
+        let _guard = self.lock();
+        let mut effect = self.must_effect(id)?;
+        let to = if error.is_none() {
+            EffectState::Released
+        } else {
+            EffectState::Failed
+        };
+        if !effect.state.can_become(to) {
+            return Err(Refused::EffectTransition {
+                effect: effect.id,
+                from: effect.state,
+                to,
+            }
+            .into());
+        }
+        let digest = Digest::of(body);
+        if !self.bodies.contains_key(digest.0.as_bytes())? {
+            self.bodies.insert(digest.0.as_bytes(), body)?;
+        }
+        let release = effect.release.get_or_insert(ReleaseRecord {
+            started_at_ms: now_ms(),
+            finished_at_ms: None,
+            status: None,
+            headers: Vec::new(),
+            body_digest: None,
+            body_len: 0,
+            error: None,
+        });
+        release.finished_at_ms = Some(now_ms());
+        release.status = status;
+        release.headers = headers;
+        release.body_digest = Some(digest);
+        release.body_len = body_len;
+        release.error = error.clone();
+        effect.state = to;
+        effect.state_reason = error;
+        self.put_effect(&effect)?;
+        self.flush()?;
+        Ok(effect)
+    }
+
+    /// Recovery after a restart: every effect left `releasing` becomes `unknown` (it may or
+    /// may not have reached its origin; it is never re-sent silently). Returns them. Flushed.
+    pub fn recover(&self) -> Result<Vec<Effect>> {
+        let _guard = self.lock();
+        let mut changed = Vec::new();
+        for item in self.effects.iter() {
+            let (key, value) = item?;
+            let mut effect: Effect = decode(&key, &value)?;
+            if effect.state == EffectState::Releasing {
+                effect.state = EffectState::Unknown;
+                effect.state_reason = Some(
+                    "airlock stopped while releasing this effect; it may or may not have reached the origin"
+                        .into(),
+                );
+                self.put_effect(&effect)?;
+                changed.push(effect);
+            }
+        }
+        self.flush()?;
+        Ok(changed)
+    }
+
+    // ----- reads ------------------------------------------------------------------------
+
+    /// Journals a read. Not flushed on its own (reads are lineage, not promises to a client);
+    /// sled flushes within 200 ms, and every staging flush carries it too.
+    pub fn journal_read(&self, mut read: Read) -> Result<Read> {
+        read.seq = self.next_seq("reads", &read.run_id)?;
+        self.reads
+            .insert(index_key(&read.run_id, read.seq), encode(&read))?;
+        Ok(read)
+    }
+
+    /// A run's reads in order.
+    pub fn reads(&self, run: &RunId) -> Result<Vec<Read>> {
+        self.reads
+            .scan_prefix(run_prefix(run))
+            .map(|item| {
+                let (key, value) = item?;
+                decode(&key, &value)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

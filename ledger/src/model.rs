@@ -1,0 +1,390 @@
+//! The records the ledger keeps: runs, effects, reads and decisions, and their state machines.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Identifier of a run: `run_` followed by a ULID (26 Crockford base32 characters).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RunId(pub String);
+
+/// Identifier of an effect: `eff_` followed by a ULID.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EffectId(pub String);
+
+macro_rules! id_impl {
+    ($ty:ident, $prefix:literal) => {
+        impl $ty {
+            /// The prefix every identifier of this kind starts with.
+            pub const PREFIX: &'static str = $prefix;
+
+            /// A new identifier, unique and sortable by creation time.
+            pub fn generate() -> Self {
+                Self(format!("{}{}", $prefix, ulid::Ulid::new()))
+            }
+
+            /// Parses an identifier, checking its prefix and ULID part; `None` when malformed.
+            pub fn parse(text: &str) -> Option<Self> {
+                let rest = text.strip_prefix($prefix)?;
+                rest.parse::<ulid::Ulid>().ok()?;
+                Some(Self(text.to_owned()))
+            }
+
+            /// The identifier as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+id_impl!(RunId, "run_");
+id_impl!(EffectId, "eff_");
+
+/// Content digest of a body: `sha256:` followed by 64 lowercase hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Digest(pub String);
+
+impl Digest {
+    /// The SHA-256 digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        use sha2::Digest as _;
+        Self::from_sha256(sha2::Sha256::digest(bytes).as_slice())
+    }
+
+    /// Wraps a finished 32-byte SHA-256 output.
+    pub fn from_sha256(hash: &[u8]) -> Self {
+        let mut text = String::with_capacity(7 + hash.len() * 2);
+        text.push_str("sha256:");
+        for byte in hash {
+            text.push_str(&format!("{byte:02x}"));
+        }
+        Self(text)
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A header as the client sent it. Values that are not UTF-8 are kept as bytes so that
+/// release sends exactly what was staged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// Lowercase header name.
+    pub name: String,
+    /// The value, byte for byte.
+    pub value: HeaderText,
+}
+
+/// A header value: text when it is UTF-8, bytes otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HeaderText {
+    /// A UTF-8 value.
+    Text(String),
+    /// Any other value, as bytes.
+    Bytes(Vec<u8>),
+}
+
+impl HeaderText {
+    /// Wraps raw value bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self::Text(text.to_owned()),
+            Err(_) => Self::Bytes(bytes.to_vec()),
+        }
+    }
+
+    /// The value's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Text(text) => text.as_bytes(),
+            Self::Bytes(bytes) => bytes,
+        }
+    }
+}
+
+/// States of a run (DESIGN.md): `open -> sealed -> committing -> committed | partially_committed`,
+/// or `open | sealed -> aborted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Accepting requests.
+    Open,
+    /// No longer accepting effects; waiting for the commit decision.
+    Sealed,
+    /// A commit decision is written; approved effects are being released.
+    Committing,
+    /// Every approved effect was released.
+    Committed,
+    /// The commit finished, but some approved effect failed or its outcome is unknown.
+    PartiallyCommitted,
+    /// The run was aborted; its pending effects were discarded.
+    Aborted,
+}
+
+impl RunState {
+    /// The state's name as in the API (`open`, `sealed`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Sealed => "sealed",
+            Self::Committing => "committing",
+            Self::Committed => "committed",
+            Self::PartiallyCommitted => "partially_committed",
+            Self::Aborted => "aborted",
+        }
+    }
+
+    /// True for the states a run never leaves.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            Self::Committed | Self::PartiallyCommitted | Self::Aborted
+        )
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// States of an effect (DESIGN.md): `staged -> approved | rejected`; at commit
+/// `approved -> releasing -> released | failed`; `skipped`, `discarded`, and `unknown`
+/// (the process died while releasing; never silently re-sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EffectState {
+    /// Recorded, waiting for a reviewer.
+    Staged,
+    /// Approved for release at commit.
+    Approved,
+    /// Rejected; never sent.
+    Rejected,
+    /// Marked durably just before it is sent.
+    Releasing,
+    /// Sent, and the origin answered.
+    Released,
+    /// Sending failed, or the origin answered with an error status.
+    Failed,
+    /// Not sent because an effect it depends on was rejected or failed.
+    Skipped,
+    /// Not sent because the run was aborted.
+    Discarded,
+    /// The process stopped while it was being released: it may or may not have reached the origin.
+    Unknown,
+}
+
+impl EffectState {
+    /// The state's name as in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Staged => "staged",
+            Self::Approved => "approved",
+            Self::Rejected => "rejected",
+            Self::Releasing => "releasing",
+            Self::Released => "released",
+            Self::Failed => "failed",
+            Self::Skipped => "skipped",
+            Self::Discarded => "discarded",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// True while a reviewer may still change the effect's verdict.
+    pub fn is_pending(self) -> bool {
+        matches!(self, Self::Staged | Self::Approved | Self::Rejected)
+    }
+
+    /// Whether the state machine allows `self -> to`.
+    pub fn can_become(self, to: EffectState) -> bool {
+        use EffectState::*;
+        matches!(
+            (self, to),
+            (Staged | Approved | Rejected, Approved | Rejected)
+                | (Staged | Approved, Discarded)
+                | (Approved, Releasing | Skipped)
+                | (Releasing, Released | Failed | Unknown)
+        )
+    }
+}
+
+impl fmt::Display for EffectState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A durable decision of the commit authority or a reviewer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// `commit`, `abort`, `seal`, `approve` or `reject`.
+    pub kind: String,
+    /// Who decided (`admin`, a reviewer name, `recovery`).
+    pub by: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+/// A run: one agent execution, one transaction.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// The run's identifier.
+    pub id: RunId,
+    /// The secret the sandbox presents as the password of `Proxy-Authorization: Basic`.
+    pub token: String,
+    /// The run's state.
+    pub state: RunState,
+    /// Policy profile the run was created with.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Creation time, ms since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Decisions written for the run, oldest first.
+    #[serde(default)]
+    pub decisions: Vec<DecisionRecord>,
+}
+
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Run")
+            .field("id", &self.id)
+            .field("token", &"[redacted]")
+            .field("state", &self.state)
+            .field("profile", &self.profile)
+            .field("created_at_ms", &self.created_at_ms)
+            .finish()
+    }
+}
+
+/// What the origin answered when an effect was released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseRecord {
+    /// When the release started, ms since the Unix epoch.
+    pub started_at_ms: u64,
+    /// When the origin's answer was recorded (absent while releasing).
+    #[serde(default)]
+    pub finished_at_ms: Option<u64>,
+    /// The origin's status code, when it answered.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// The origin's response headers.
+    #[serde(default)]
+    pub headers: Vec<Header>,
+    /// Digest of the stored response body (bodies are kept up to the release capture limit).
+    #[serde(default)]
+    pub body_digest: Option<Digest>,
+    /// Bytes of response body received.
+    #[serde(default)]
+    pub body_len: u64,
+    /// Why the release failed, when it did.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// A staged side effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Effect {
+    /// The effect's identifier.
+    pub id: EffectId,
+    /// The run it belongs to.
+    pub run_id: RunId,
+    /// Staging order within the run, from 1.
+    pub seq: u64,
+    /// Request method.
+    pub method: String,
+    /// Absolute request URL (`https://host:port/path?query`).
+    pub url: String,
+    /// End-to-end request headers as the client sent them (hop-by-hop and proxy headers removed).
+    pub headers: Vec<Header>,
+    /// Digest of the request body (stored once by digest).
+    pub body_digest: Digest,
+    /// Request body length in bytes.
+    pub body_len: u64,
+    /// Id of the policy rule that staged it (`None` for the policy default).
+    pub rule: Option<String>,
+    /// Revision of the policy that decided it.
+    pub policy_revision: String,
+    /// Staging time, ms since the Unix epoch.
+    pub created_at_ms: u64,
+    /// The effect's state.
+    pub state: EffectState,
+    /// Why it is in its state, when that needs saying (`skipped`, `failed`, `unknown`).
+    #[serde(default)]
+    pub state_reason: Option<String>,
+    /// Decisions written for the effect, oldest first.
+    #[serde(default)]
+    pub decisions: Vec<DecisionRecord>,
+    /// The release attempt, once one started.
+    #[serde(default)]
+    pub release: Option<ReleaseRecord>,
+}
+
+/// What the proxy hands the ledger to stage.
+#[derive(Debug, Clone)]
+pub struct NewEffect<'a> {
+    /// The run the request came from.
+    pub run_id: &'a RunId,
+    /// Request method.
+    pub method: &'a str,
+    /// Absolute request URL.
+    pub url: &'a str,
+    /// End-to-end headers.
+    pub headers: Vec<Header>,
+    /// The whole (decoded from transfer framing) request body.
+    pub body: &'a [u8],
+    /// The rule that staged it.
+    pub rule: Option<&'a str>,
+    /// The policy revision that decided it.
+    pub policy_revision: &'a str,
+}
+
+/// A request the policy let pass, journaled for lineage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Read {
+    /// The run the request came from.
+    pub run_id: RunId,
+    /// Order among the run's reads, from 1.
+    pub seq: u64,
+    /// Request method.
+    pub method: String,
+    /// Absolute request URL.
+    pub url: String,
+    /// Origin status code (absent when the origin never answered).
+    pub status: Option<u16>,
+    /// Request body bytes sent upstream.
+    pub request_bytes: u64,
+    /// Response body bytes relayed to the client.
+    pub response_bytes: u64,
+    /// Digest of the response body, when it was relayed to its end.
+    pub response_digest: Option<Digest>,
+    /// The rule that let it pass.
+    pub rule: Option<String>,
+    /// When it started, ms since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Why it did not complete, when it did not.
+    #[serde(default)]
+    pub error: Option<String>,
+}

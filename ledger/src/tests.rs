@@ -1,0 +1,187 @@
+//! Unit tests of the ledger's state machines and durability.
+
+use super::*;
+
+fn ledger() -> (tempfile::TempDir, Ledger) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(dir.path()).expect("open");
+    (dir, ledger)
+}
+
+fn stage(ledger: &Ledger, run: &RunId, body: &[u8]) -> Result<Effect> {
+    ledger.stage(NewEffect {
+        run_id: run,
+        method: "POST",
+        url: "https://example.com:443/hook",
+        headers: vec![Header {
+            name: "content-type".into(),
+            value: HeaderText::Text("application/json".into()),
+        }],
+        body,
+        rule: Some("hooks"),
+        policy_revision: "abc",
+    })
+}
+
+#[test]
+fn staging_assigns_sequence_and_stores_body_once() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    let a = stage(&ledger, &run.id, b"same").expect("a");
+    let b = stage(&ledger, &run.id, b"same").expect("b");
+    assert_eq!((a.seq, b.seq), (1, 2));
+    assert_eq!(a.body_digest, b.body_digest);
+    assert_eq!(
+        ledger.body(&a.body_digest).expect("body").as_deref(),
+        Some(&b"same"[..])
+    );
+    let listed = ledger.effects(&run.id).expect("effects");
+    assert_eq!(listed.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
+}
+
+#[test]
+fn sealed_run_refuses_new_effects() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    ledger.seal(&run.id, "t").expect("seal");
+    let err = stage(&ledger, &run.id, b"x").expect_err("refused");
+    assert!(
+        matches!(err, LedgerError::Refused(Refused::RunNotOpen { .. })),
+        "{err}"
+    );
+}
+
+#[test]
+fn commit_refuses_undecided_unless_approve_pending() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    let e = stage(&ledger, &run.id, b"x").expect("stage");
+    let err = ledger
+        .begin_commit(&run.id, false, "t")
+        .expect_err("undecided");
+    assert!(
+        matches!(err, LedgerError::Refused(Refused::Undecided { ref effects, .. }) if effects == std::slice::from_ref(&e.id))
+    );
+    let (run2, go) = ledger.begin_commit(&run.id, true, "t").expect("commit");
+    assert!(go);
+    assert_eq!(run2.state, RunState::Committing);
+    assert_eq!(
+        ledger.effect(&e.id).expect("get").expect("some").state,
+        EffectState::Approved
+    );
+}
+
+#[test]
+fn release_lifecycle_and_second_commit_is_noop() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    let e = stage(&ledger, &run.id, b"x").expect("stage");
+    let r = stage(&ledger, &run.id, b"y").expect("stage");
+    ledger
+        .decide_effect(&e.id, Verdict::Approve, "rev")
+        .expect("approve");
+    ledger
+        .decide_effect(&r.id, Verdict::Reject, "rev")
+        .expect("reject");
+    ledger.begin_commit(&run.id, false, "t").expect("commit");
+    ledger.mark_releasing(&e.id).expect("releasing");
+    assert!(
+        ledger.mark_releasing(&r.id).is_err(),
+        "rejected is never released"
+    );
+    ledger
+        .record_release(&e.id, Some(200), vec![], b"ok", 2, None)
+        .expect("record");
+    let done = ledger.finish_commit(&run.id).expect("finish");
+    assert_eq!(done.state, RunState::Committed);
+    let (again, go) = ledger.begin_commit(&run.id, false, "t").expect("again");
+    assert!(!go);
+    assert_eq!(again.state, RunState::Committed);
+    assert!(ledger
+        .decide_effect(&r.id, Verdict::Approve, "rev")
+        .is_err());
+}
+
+#[test]
+fn abort_discards_pending_and_refuses_after_commit() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    let e = stage(&ledger, &run.id, b"x").expect("stage");
+    ledger.abort(&run.id, "t").expect("abort");
+    assert_eq!(
+        ledger.effect(&e.id).expect("get").expect("some").state,
+        EffectState::Discarded
+    );
+    assert!(ledger.begin_commit(&run.id, true, "t").is_err());
+}
+
+#[test]
+fn recovery_marks_releasing_unknown_across_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let id;
+    {
+        let ledger = Ledger::open(dir.path()).expect("open");
+        let run = ledger.create_run(None).expect("run");
+        let e = stage(&ledger, &run.id, b"x").expect("stage");
+        ledger.begin_commit(&run.id, true, "t").expect("commit");
+        ledger.mark_releasing(&e.id).expect("releasing");
+        id = e.id;
+    }
+    let ledger = Ledger::open(dir.path()).expect("reopen");
+    let changed = ledger.recover().expect("recover");
+    assert_eq!(changed.len(), 1);
+    assert_eq!(
+        ledger.effect(&id).expect("get").expect("some").state,
+        EffectState::Unknown
+    );
+    assert!(
+        ledger.mark_releasing(&id).is_err(),
+        "unknown is never re-sent"
+    );
+}
+
+#[test]
+fn authenticate_checks_token() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    assert!(ledger
+        .authenticate(&run.id.0, &run.token)
+        .expect("auth")
+        .is_some());
+    assert!(ledger
+        .authenticate(&run.id.0, "wrong")
+        .expect("auth")
+        .is_none());
+    assert!(ledger
+        .authenticate("run_nonsense", &run.token)
+        .expect("auth")
+        .is_none());
+}
+
+#[test]
+fn reads_are_journaled_in_order() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    for _ in 0..3 {
+        ledger
+            .journal_read(Read {
+                run_id: run.id.clone(),
+                seq: 0,
+                method: "GET".into(),
+                url: "https://example.com:443/".into(),
+                status: Some(200),
+                request_bytes: 0,
+                response_bytes: 2,
+                response_digest: Some(Digest::of(b"ok")),
+                rule: None,
+                created_at_ms: now_ms(),
+                error: None,
+            })
+            .expect("read");
+    }
+    let reads = ledger.reads(&run.id).expect("reads");
+    assert_eq!(
+        reads.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+}

@@ -1,0 +1,462 @@
+//! Pure policy for airlock: rules in, one Decision out.
+//!
+//! A policy is TOML text (see `POLICY.md`) compiled by [`Policy::from_toml_str`]
+//! or [`Policy::load`] into typed matchers. [`Policy::decide`] answers one
+//! HTTP request, [`Policy::decide_connect`] answers a CONNECT before the
+//! tunnel opens, and [`Policy::allows_private`] tells the dialer whether a
+//! resolved private address was opted in. Evaluation is top-down, first match
+//! wins, then the default (`deny` unless the file says otherwise).
+//!
+//! The crate does no I/O beyond reading the policy file in [`Policy::load`].
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::Path;
+
+use ipnet::IpNet;
+use sha2::{Digest, Sha256};
+
+mod decision;
+mod error;
+mod matcher;
+mod wire;
+
+pub use decision::{reason_code, Action, ConnectDecision, Decision};
+pub use error::PolicyError;
+
+use error::FieldProblem;
+use matcher::{CanonicalPath, Host, HostPattern, MethodMatcher, PathPattern, PortMatcher};
+use wire::{PolicyFile, WireAction, WireRule, WireScheme};
+
+/// Number of hex characters of the sha256 kept as the policy revision.
+const REVISION_HEX_LEN: usize = 12;
+
+/// The URL scheme a request was made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// Plain HTTP (absolute-form request to the proxy).
+    Http,
+    /// HTTPS (an inner request of an intercepted CONNECT).
+    Https,
+}
+
+impl Scheme {
+    /// `"http"` or `"https"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+
+    /// 80 for http, 443 for https: the ports a rule without `port` matches.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What policy needs to know about one HTTP request.
+///
+/// Values may arrive as the client spelled them: the host in any case, with a
+/// trailing dot or as a bracketed IPv6 literal; the path still percent-encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestFacts<'a> {
+    /// The scheme of the request.
+    pub scheme: Scheme,
+    /// The destination host (the one authority; see `POLICY.md` invariant 2).
+    pub host: &'a str,
+    /// The destination port.
+    pub port: u16,
+    /// The request method, e.g. `"GET"`.
+    pub method: &'a str,
+    /// The request path without the query, as sent (percent-encoded).
+    pub path: &'a str,
+    /// True when the request framing carries a body (a GET with a body is a write).
+    pub has_body: bool,
+}
+
+/// One compiled `[[rule]]`.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    id: String,
+    host: HostPattern,
+    port: PortMatcher,
+    scheme: Option<Scheme>,
+    method: Option<MethodMatcher>,
+    path: Option<PathPattern>,
+    action: Action,
+    reason: Option<String>,
+    allow_private: Vec<IpNet>,
+}
+
+impl Rule {
+    /// The rule's stable id, as used in logs, 403 bodies and the ledger.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// What the rule does when it matches.
+    pub fn action(&self) -> Action {
+        self.action
+    }
+
+    /// The rule's `reason`, if it has one.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// The CIDRs this rule opts in for its destinations.
+    pub fn allow_private(&self) -> &[IpNet] {
+        &self.allow_private
+    }
+
+    fn matches(&self, request: &RequestFacts<'_>, host: &Host, path: &CanonicalPath) -> bool {
+        self.scheme.is_none_or(|scheme| scheme == request.scheme)
+            && self.host.matches(host)
+            && self.port.matches(request.scheme, request.port)
+            && self
+                .method
+                .as_ref()
+                .is_none_or(|method| method.matches(request.method, request.has_body))
+            && self
+                .path
+                .as_ref()
+                .is_none_or(|pattern| pattern.matches(path))
+    }
+
+    /// Whether a CONNECT to `host:port` could reach this rule. CONNECT counts
+    /// as https, except that a `scheme = "http"` rule without `port` means 80.
+    fn matches_connect(&self, host: &Host, port: u16) -> bool {
+        let connect_scheme = self.scheme.unwrap_or(Scheme::Https);
+        self.host.matches(host) && self.port.matches(connect_scheme, port)
+    }
+
+    /// Whether any request to `host:port`, of any scheme the rule allows, could match.
+    fn matches_destination(&self, host: &Host, port: u16) -> bool {
+        let port_matches = match self.scheme {
+            Some(scheme) => self.port.matches(scheme, port),
+            None => self.port.matches(Scheme::Https, port) || self.port.matches(Scheme::Http, port),
+        };
+        port_matches && self.host.matches(host)
+    }
+
+    /// True when only host and port decide the rule (no method or path condition).
+    fn is_host_level(&self) -> bool {
+        self.method.is_none() && self.path.is_none()
+    }
+}
+
+/// A compiled policy: rules in order, the default action, top-level
+/// `allow_private` networks and the revision of the text it came from.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    rules: Vec<Rule>,
+    default: Action,
+    allow_private: Vec<IpNet>,
+    revision: String,
+}
+
+impl Policy {
+    /// Parses and compiles policy text; `origin` names the source in errors (a path or "<inline>").
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Policy, PolicyError> {
+        let file: PolicyFile = toml::from_str(text).map_err(|error| PolicyError::Parse {
+            origin: origin.to_owned(),
+            message: error.to_string().trim_end().to_owned(),
+        })?;
+        let mut policy = compile(file, origin)?;
+        policy.revision = revision_of(text);
+        Ok(policy)
+    }
+
+    /// Reads and compiles the policy file at `path`; errors name the path.
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            origin: origin.clone(),
+            source,
+        })?;
+        Policy::from_toml_str(&text, &origin)
+    }
+
+    /// short hex revision: first 12 hex chars of sha256 of the policy text
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    /// The action taken when no rule matches.
+    pub fn default_action(&self) -> Action {
+        self.default
+    }
+
+    /// Top-level `allow_private` networks.
+    pub fn allow_private(&self) -> &[IpNet] {
+        &self.allow_private
+    }
+
+    /// Decides one HTTP request (plain http absolute-form or an inner request of an intercepted CONNECT).
+    ///
+    /// A non-canonical path is denied before any rule is consulted; then rules
+    /// are tried top-down and the first match wins; then the default applies.
+    pub fn decide(&self, request: &RequestFacts<'_>) -> Decision {
+        let path = match CanonicalPath::parse(request.path) {
+            Ok(path) => path,
+            Err(problem) => return Decision::non_canonical_path(problem.describe()),
+        };
+        let host = Host::parse(request.host);
+        if let Some(host) = &host {
+            if let Some(rule) = self
+                .rules
+                .iter()
+                .find(|rule| rule.matches(request, host, &path))
+            {
+                return Decision::from_rule(rule.action, &rule.id, rule.reason.as_deref());
+            }
+        }
+        let what = format!(
+            "{} {}://{}:{}{}",
+            request.method.to_ascii_uppercase(),
+            request.scheme,
+            display_host(host.as_ref()),
+            request.port,
+            request.path,
+        );
+        Decision::from_default(self.default, &what)
+    }
+
+    /// Decides a CONNECT host:port before the tunnel is answered.
+    ///
+    /// Rules are walked top-down considering host and port only: a pass or
+    /// stage rule means some inner request may be allowed (intercept); a deny
+    /// rule with no method or path condition denies every inner request
+    /// (deny now, `rule_deny`); a conditional deny rule is skipped. When no
+    /// rule decides, a `deny` default denies (`default_deny`) and any other
+    /// default intercepts.
+    pub fn decide_connect(&self, host: &str, port: u16) -> ConnectDecision {
+        let parsed = Host::parse(host);
+        if let Some(parsed) = &parsed {
+            for rule in self
+                .rules
+                .iter()
+                .filter(|rule| rule.matches_connect(parsed, port))
+            {
+                match rule.action {
+                    Action::Pass | Action::Stage => return ConnectDecision::Intercept,
+                    Action::Deny if rule.is_host_level() => {
+                        return ConnectDecision::Deny(Decision::from_rule(
+                            Action::Deny,
+                            &rule.id,
+                            rule.reason.as_deref(),
+                        ))
+                    }
+                    Action::Deny => {}
+                }
+            }
+        }
+        match self.default {
+            Action::Deny => ConnectDecision::Deny(Decision::from_default(
+                Action::Deny,
+                &format!("CONNECT {}:{port}", display_host(parsed.as_ref())),
+            )),
+            Action::Pass | Action::Stage => ConnectDecision::Intercept,
+        }
+    }
+
+    /// True when some allow_private CIDR (top level, or of any rule that matches host:port) contains ip.
+    ///
+    /// A rule without `port` counts for its scheme's default port (both 80
+    /// and 443 when it has no `scheme`).
+    pub fn allows_private(&self, host: &str, port: u16, ip: IpAddr) -> bool {
+        if self.allow_private.iter().any(|net| net.contains(&ip)) {
+            return true;
+        }
+        let Some(host) = Host::parse(host) else {
+            return false;
+        };
+        self.rules.iter().any(|rule| {
+            rule.allow_private.iter().any(|net| net.contains(&ip))
+                && rule.matches_destination(&host, port)
+        })
+    }
+
+    /// The compiled rules, in evaluation order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+}
+
+fn display_host(host: Option<&Host>) -> String {
+    host.map_or_else(|| "<invalid host>".to_owned(), Host::to_string)
+}
+
+fn revision_of(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    let mut hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    hex.truncate(REVISION_HEX_LEN);
+    hex
+}
+
+/// Checks the whole file and builds the policy (revision filled in by the caller).
+fn compile(file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
+    let field_error = |problem: FieldProblem| PolicyError::Field {
+        origin: origin.to_owned(),
+        field: problem.field,
+        problem: problem.problem,
+    };
+    match file.version {
+        Some(1) => {}
+        Some(other) => {
+            return Err(field_error(FieldProblem::new(
+                "version",
+                format!("unsupported version {other}; this airlock reads version 1"),
+            )))
+        }
+        None => {
+            return Err(field_error(FieldProblem::new(
+                "version",
+                "required; write `version = 1` at the top of the file",
+            )))
+        }
+    }
+    let default = match file.default {
+        None | Some(WireAction::Deny) => Action::Deny,
+        Some(WireAction::Pass) => Action::Pass,
+        Some(WireAction::Stage) => Action::Stage,
+        Some(WireAction::Tunnel) => {
+            return Err(field_error(FieldProblem::new(
+                "default",
+                "\"tunnel\" cannot be the default; use \"deny\", \"stage\" or \"pass\"",
+            )))
+        }
+    };
+    let allow_private = parse_nets(&file.allow_private).map_err(field_error)?;
+
+    let mut rules: Vec<Rule> = Vec::with_capacity(file.rules.len());
+    for (position, wire) in file.rules.into_iter().enumerate() {
+        let index = position + 1;
+        let raw_id = wire.id.clone();
+        let rule = compile_rule(wire, &rules).map_err(|problem| PolicyError::Rule {
+            origin: origin.to_owned(),
+            index,
+            id: raw_id.filter(|id| valid_id(id)),
+            field: problem.field,
+            problem: problem.problem,
+        })?;
+        rules.push(rule);
+    }
+    Ok(Policy {
+        rules,
+        default,
+        allow_private,
+        revision: String::new(),
+    })
+}
+
+fn compile_rule(wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProblem> {
+    let id = wire.id.ok_or_else(|| FieldProblem::new("id", "required"))?;
+    if !valid_id(&id) {
+        return Err(FieldProblem::new(
+            "id",
+            format!(
+                "\"{id}\" is not a valid id: use lower-case letters, digits, '.', '_' and '-', starting with a letter or digit"
+            ),
+        ));
+    }
+    if let Some(first) = earlier.iter().position(|rule| rule.id == id) {
+        return Err(FieldProblem::new(
+            "id",
+            format!("duplicate id; first used by rule #{}", first + 1),
+        ));
+    }
+    let action = match wire.action {
+        None => {
+            return Err(FieldProblem::new(
+                "action",
+                "required: \"pass\", \"stage\" or \"deny\"",
+            ))
+        }
+        Some(WireAction::Pass) => Action::Pass,
+        Some(WireAction::Stage) => Action::Stage,
+        Some(WireAction::Deny) => Action::Deny,
+        Some(WireAction::Tunnel) => {
+            return Err(FieldProblem::new(
+                "action",
+                "\"tunnel\" is not supported yet; use \"pass\", \"stage\" or \"deny\"",
+            ))
+        }
+    };
+    let host = wire
+        .host
+        .ok_or_else(|| FieldProblem::new("host", "required"))
+        .and_then(|host| HostPattern::parse(&host).map_err(|p| FieldProblem::new("host", p)))?;
+    let port = PortMatcher::parse(wire.port.map(wire::WirePorts::into_vec))
+        .map_err(|p| FieldProblem::new("port", p))?;
+    let scheme = wire.scheme.map(|scheme| match scheme {
+        WireScheme::Http => Scheme::Http,
+        WireScheme::Https => Scheme::Https,
+    });
+    let method = wire
+        .method
+        .map(|method| MethodMatcher::parse(method.into_vec()))
+        .transpose()
+        .map_err(|p| FieldProblem::new("method", p))?;
+    let path = wire
+        .path
+        .map(|path| PathPattern::parse(&path))
+        .transpose()
+        .map_err(|p| FieldProblem::new("path", p))?;
+    let allow_private = match wire.allow_private {
+        None => Vec::new(),
+        Some(_) if action == Action::Deny => {
+            return Err(FieldProblem::new(
+                "allow_private",
+                "has no effect on a deny rule; put it on the pass or stage rule that needs it",
+            ))
+        }
+        Some(nets) => parse_nets(&nets)?,
+    };
+    Ok(Rule {
+        id,
+        host,
+        port,
+        scheme,
+        method,
+        path,
+        action,
+        reason: wire.reason,
+        allow_private,
+    })
+}
+
+/// `[a-z0-9][a-z0-9._-]*`
+fn valid_id(id: &str) -> bool {
+    let mut bytes = id.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+}
+
+/// CIDRs, or bare addresses meaning a single host.
+fn parse_nets(raw: &[String]) -> Result<Vec<IpNet>, FieldProblem> {
+    raw.iter()
+        .map(|text| {
+            text.parse::<IpNet>()
+                .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    FieldProblem::new(
+                        "allow_private",
+                        format!("\"{text}\" is not a CIDR (like \"10.0.0.0/8\") or IP address"),
+                    )
+                })
+        })
+        .collect()
+}

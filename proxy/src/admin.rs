@@ -1,0 +1,496 @@
+//! The admin listener: JSON API under `/v1` for runs, effects, decisions and commit, behind
+//! a bearer token. The proxy never forwards to it (see `dial`). Reference: docs/admin-api.md.
+
+use std::sync::Arc;
+
+use airlock_ledger::{Effect, EffectId, LedgerError, Refused, Run, RunId, Verdict};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::env::{proxy_env, proxy_url, shell_exports};
+use crate::headers::is_credential;
+use crate::server::Shared;
+
+/// An admin API error: status, stable code, message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    details: Option<Value>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+impl From<LedgerError> for ApiError {
+    fn from(error: LedgerError) -> Self {
+        match error {
+            LedgerError::NotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "not_found", error.to_string())
+            }
+            LedgerError::Refused(refused) => {
+                let details = match &refused {
+                    Refused::Undecided { effects, .. } => Some(json!({ "undecided": effects })),
+                    _ => None,
+                };
+                Self {
+                    status: StatusCode::CONFLICT,
+                    code: refused.code(),
+                    message: refused.to_string(),
+                    details,
+                }
+            }
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "ledger_error",
+                crate::handle::error_chain(&other).unwrap_or_default(),
+            ),
+        }
+    }
+}
+
+impl From<crate::release::CommitError> for ApiError {
+    fn from(error: crate::release::CommitError) -> Self {
+        match error {
+            crate::release::CommitError::Ledger(error) => error.into(),
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "task_failed",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.message, "code": self.code });
+        if let Some(details) = self.details {
+            body["details"] = details;
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "task_failed",
+                e.to_string(),
+            )
+        })?
+        .map_err(ApiError::from)
+}
+
+/// The admin router over `shared`.
+pub fn router(shared: Arc<Shared>) -> Router {
+    let api = Router::new()
+        .route("/v1/runs", post(create_run).get(list_runs))
+        .route("/v1/runs/{id}", get(show_run))
+        .route("/v1/runs/{id}/effects", get(run_effects))
+        .route("/v1/runs/{id}/reads", get(run_reads))
+        .route("/v1/runs/{id}/env", get(run_env))
+        .route("/v1/runs/{id}/seal", post(seal_run))
+        .route("/v1/runs/{id}/commit", post(commit_run))
+        .route("/v1/runs/{id}/abort", post(abort_run))
+        .route("/v1/effects/{id}", get(show_effect))
+        .route("/v1/effects/{id}/approve", post(approve_effect))
+        .route("/v1/effects/{id}/reject", post(reject_effect))
+        .route("/v1/ca", get(ca_pem))
+        .route_layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            require_token,
+        ))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such admin endpoint; see docs/admin-api.md",
+            )
+        });
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { Json(json!({ "status": "ok" })) }),
+        )
+        .merge(api)
+        .with_state(shared)
+}
+
+async fn require_token(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let ok = presented.is_some_and(|token| {
+        let (a, b) = (token.as_bytes(), shared.admin_token.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    });
+    if ok {
+        next.run(request).await
+    } else {
+        let mut response = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send Authorization: Bearer TOKEN (the token is in DATA/admin.token)",
+        )
+        .into_response();
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"airlock-admin\""),
+        );
+        response
+    }
+}
+
+fn parse_run(id: &str) -> ApiResult<RunId> {
+    RunId::parse(id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_run_id",
+            format!("{id:?} is not a run id (run_<ulid>)"),
+        )
+    })
+}
+
+fn parse_effect(id: &str) -> ApiResult<EffectId> {
+    EffectId::parse(id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_effect_id",
+            format!("{id:?} is not an effect id (eff_<ulid>)"),
+        )
+    })
+}
+
+fn not_found(kind: &str, id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no {kind} with id {id}"),
+    )
+}
+
+fn run_json(shared: &Shared, run: &Run, effects: &[Effect]) -> Value {
+    let mut counts = serde_json::Map::new();
+    for effect in effects {
+        let entry = counts.entry(effect.state.as_str()).or_insert(json!(0));
+        *entry = json!(entry.as_u64().unwrap_or(0) + 1);
+    }
+    json!({
+        "id": run.id,
+        "state": run.state,
+        "profile": run.profile,
+        "created_at_ms": run.created_at_ms,
+        "effects": counts,
+        "decisions": run.decisions,
+        "proxy": crate::env::reachable(shared.proxy_addr).to_string(),
+    })
+}
+
+fn effect_summary(effect: &Effect) -> Value {
+    json!({
+        "id": effect.id,
+        "run": effect.run_id,
+        "seq": effect.seq,
+        "method": effect.method,
+        "url": effect.url,
+        "rule": effect.rule,
+        "state": effect.state,
+        "state_reason": effect.state_reason,
+        "body_len": effect.body_len,
+        "created_at_ms": effect.created_at_ms,
+        "release_status": effect.release.as_ref().and_then(|r| r.status),
+    })
+}
+
+/// Renders a body for reviewers: UTF-8 text as `text`, anything else as `base64`.
+fn body_json(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => json!({ "text": text }),
+        Err(_) => json!({ "base64": base64::engine::general_purpose::STANDARD.encode(bytes) }),
+    }
+}
+
+fn headers_json(headers: &[airlock_ledger::Header]) -> Value {
+    Value::Array(
+        headers
+            .iter()
+            .map(|h| {
+                let value = if is_credential(&h.name) {
+                    "[redacted]".to_owned()
+                } else {
+                    String::from_utf8_lossy(h.value.as_bytes()).into_owned()
+                };
+                json!({ "name": h.name, "value": value })
+            })
+            .collect(),
+    )
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRun {
+    #[serde(default)]
+    profile: Option<String>,
+}
+
+async fn create_run(
+    State(shared): State<Arc<Shared>>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let request: CreateRun = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateRun::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_json",
+                format!("the body is not a valid run request: {e}"),
+            )
+        })?
+    };
+    let ledger = shared.ledger.clone();
+    let run = blocking(move || ledger.create_run(request.profile)).await?;
+    let ca = shared.data_dir.join(crate::ca::CA_CERT_FILE);
+    let env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    let mut body = run_json(&shared, &run, &[]);
+    body["token"] = json!(run.token);
+    body["proxy_url"] = json!(proxy_url(shared.proxy_addr, run.id.as_str(), &run.token));
+    body["ca_file"] = json!(ca.display().to_string());
+    body["env"] = json!(env);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+async fn list_runs(State(shared): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
+    let ledger = shared.ledger.clone();
+    let runs = blocking(move || {
+        let mut out = Vec::new();
+        for run in ledger.runs()? {
+            let effects = ledger.effects(&run.id)?;
+            out.push((run, effects));
+        }
+        Ok(out)
+    })
+    .await?;
+    let mut list: Vec<Value> = runs
+        .iter()
+        .map(|(run, effects)| run_json(&shared, run, effects))
+        .collect();
+    list.reverse();
+    Ok(Json(json!({ "runs": list })))
+}
+
+async fn load_run(shared: &Arc<Shared>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {
+    let run_id = parse_run(id)?;
+    let ledger = shared.ledger.clone();
+    let found = blocking(move || match ledger.run(&run_id)? {
+        Some(run) => {
+            let effects = ledger.effects(&run.id)?;
+            Ok(Some((run, effects)))
+        }
+        None => Ok(None),
+    })
+    .await?;
+    found.ok_or_else(|| not_found("run", id))
+}
+
+async fn show_run(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, effects) = load_run(&shared, &id).await?;
+    Ok(Json(run_json(&shared, &run, &effects)))
+}
+
+async fn run_effects(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, effects) = load_run(&shared, &id).await?;
+    Ok(Json(json!({
+        "run": run.id,
+        "effects": effects.iter().map(effect_summary).collect::<Vec<_>>(),
+    })))
+}
+
+async fn run_reads(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, _) = load_run(&shared, &id).await?;
+    let ledger = shared.ledger.clone();
+    let run_id = run.id.clone();
+    let reads = blocking(move || ledger.reads(&run_id)).await?;
+    Ok(Json(json!({ "run": run.id, "reads": reads })))
+}
+
+async fn run_env(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, _) = load_run(&shared, &id).await?;
+    let ca = shared.data_dir.join(crate::ca::CA_CERT_FILE);
+    let env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    Ok(Json(
+        json!({ "run": run.id, "env": env, "shell": shell_exports(&env) }),
+    ))
+}
+
+async fn seal_run(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let run_id = parse_run(&id)?;
+    let ledger = shared.ledger.clone();
+    let (run, effects) = blocking(move || {
+        let run = ledger.seal(&run_id, "admin")?;
+        let effects = ledger.effects(&run.id)?;
+        Ok((run, effects))
+    })
+    .await?;
+    Ok(Json(run_json(&shared, &run, &effects)))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitRequest {
+    #[serde(default)]
+    approve_pending: bool,
+}
+
+async fn commit_run(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(query): Query<CommitRequest>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let run_id = parse_run(&id)?;
+    let request: CommitRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        CommitRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_json",
+                format!("the body is not a valid commit request: {e}"),
+            )
+        })?
+    };
+    let approve_pending = query.approve_pending || request.approve_pending;
+    let report = crate::release::commit(&shared, &run_id, approve_pending, "admin").await?;
+    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+}
+
+async fn abort_run(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let run_id = parse_run(&id)?;
+    let ledger = shared.ledger.clone();
+    let (run, effects) = blocking(move || {
+        let run = ledger.abort(&run_id, "admin")?;
+        let effects = ledger.effects(&run.id)?;
+        Ok((run, effects))
+    })
+    .await?;
+    let mut body = run_json(&shared, &run, &effects);
+    body["effects_detail"] = json!(effects.iter().map(effect_summary).collect::<Vec<_>>());
+    Ok(Json(body))
+}
+
+async fn show_effect(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let effect_id = parse_effect(&id)?;
+    let ledger = shared.ledger.clone();
+    let found = blocking(move || match ledger.effect(&effect_id)? {
+        Some(effect) => {
+            let body = ledger.body(&effect.body_digest)?.unwrap_or_default();
+            let release_body = match effect.release.as_ref().and_then(|r| r.body_digest.clone()) {
+                Some(digest) => ledger.body(&digest)?,
+                None => None,
+            };
+            Ok(Some((effect, body, release_body)))
+        }
+        None => Ok(None),
+    })
+    .await?;
+    let (effect, body, release_body) = found.ok_or_else(|| not_found("effect", &id))?;
+    let mut out = effect_summary(&effect);
+    out["headers"] = headers_json(&effect.headers);
+    out["body"] = body_json(&body);
+    out["body_digest"] = json!(effect.body_digest);
+    out["policy_revision"] = json!(effect.policy_revision);
+    out["decisions"] = json!(effect.decisions);
+    if let Some(release) = &effect.release {
+        out["release"] = json!({
+            "started_at_ms": release.started_at_ms,
+            "finished_at_ms": release.finished_at_ms,
+            "status": release.status,
+            "headers": headers_json(&release.headers),
+            "body": release_body.as_deref().map(body_json),
+            "body_len": release.body_len,
+            "error": release.error,
+        });
+    }
+    Ok(Json(out))
+}
+
+async fn decide(shared: Arc<Shared>, id: String, verdict: Verdict) -> ApiResult<Json<Value>> {
+    let effect_id = parse_effect(&id)?;
+    let ledger = shared.ledger.clone();
+    let effect = blocking(move || ledger.decide_effect(&effect_id, verdict, "admin")).await?;
+    Ok(Json(effect_summary(&effect)))
+}
+
+async fn approve_effect(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    decide(shared, id, Verdict::Approve).await
+}
+
+async fn reject_effect(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    decide(shared, id, Verdict::Reject).await
+}
+
+async fn ca_pem(State(shared): State<Arc<Shared>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/x-pem-file")],
+        shared.ca.cert_pem().to_owned(),
+    )
+        .into_response()
+}

@@ -1,0 +1,591 @@
+//! The `airlock` command line: `serve`, the admin commands (over the admin API), `demo`.
+//! Data goes to stdout, logs to stderr; errors are one line plus a `hint:` line.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context as _};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+use crate::client::{AdminClient, ClientError};
+use crate::config::{
+    ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, ENV_ADMIN, ENV_DATA, ENV_LOG, ENV_TOKEN,
+};
+
+/// airlock: an effect-staging egress proxy for AI-agent sandboxes.
+#[derive(Debug, Parser)]
+#[command(name = "airlock", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the admin API is and how to authenticate to it.
+#[derive(Debug, clap::Args)]
+struct AdminArgs {
+    /// Admin API base URL [default: the running server's, from DATA/addresses.json]
+    #[arg(long = "admin", env = ENV_ADMIN, value_name = "URL")]
+    admin: Option<String>,
+    /// Admin bearer token [default: DATA/admin.token]
+    #[arg(long, env = ENV_TOKEN, hide_env_values = true)]
+    token: Option<String>,
+    /// Data directory of the server
+    #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
+    data: PathBuf,
+    /// Print JSON instead of tables
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the proxy and admin listeners
+    Serve(ServeArgs),
+    /// Create, list or show runs
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// List a run's effects
+    Effects {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Show one effect: request, headers (credentials redacted), body, release
+    Show {
+        /// The effect
+        effect: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Approve effects for release at commit
+    Approve {
+        /// The effects
+        #[arg(required = true)]
+        effects: Vec<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Reject effects: they are never sent
+    Reject {
+        /// The effects
+        #[arg(required = true)]
+        effects: Vec<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Seal a run: it stages no more effects
+    Seal {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Commit a run: release its approved effects, in staging order
+    Commit {
+        /// The run
+        run: String,
+        /// Approve every undecided effect first
+        #[arg(long)]
+        approve_pending: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Abort a run: discard its pending effects; nothing is sent
+    Abort {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Print shell exports that route a sandbox through a run
+    Env {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// The CA certificate clients must trust
+    Ca {
+        #[command(subcommand)]
+        command: CaCommand,
+    },
+    /// Run the end-to-end demo on loopback with embedded defaults
+    Demo,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// Create a run and print its id, token and proxy URL
+    Create {
+        /// Policy profile of the run
+        #[arg(long)]
+        profile: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// List runs, newest first
+    List {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Show one run
+    Show {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CaCommand {
+    /// Print the CA certificate (PEM)
+    Export {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Data directory: CA, admin token, ledger (created on first start)
+    #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
+    data: PathBuf,
+    /// Policy file (TOML; see docs/policy.md)
+    #[arg(long, value_name = "FILE")]
+    policy: PathBuf,
+    /// Proxy listener address
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Admin listener address
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    admin: SocketAddr,
+    /// Extra CA certificates (PEM) trusted for origins, beside the webpki roots
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
+    /// Largest request body that can be staged, in bytes
+    #[arg(long, default_value_t = crate::config::DEFAULT_STAGE_BODY_LIMIT)]
+    stage_body_limit: u64,
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(matches!(cli.command, Command::Serve(_)));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", one_line(&error));
+            if let Some(hint) = hint(&error) {
+                eprintln!("hint: {hint}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(serving: bool) {
+    let default = if serving { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env(ENV_LOG)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn one_line(error: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
+}
+
+fn hint(error: &anyhow::Error) -> Option<String> {
+    for cause in error.chain() {
+        if let Some(client) = cause.downcast_ref::<ClientError>() {
+            return Some(match client {
+                ClientError::Connect { .. } => {
+                    "start `airlock serve`, or point --admin/AIRLOCK_ADMIN at its admin listener"
+                        .into()
+                }
+                ClientError::Api { status: 401, .. } => {
+                    "pass the token in DATA/admin.token with --token or AIRLOCK_TOKEN".into()
+                }
+                ClientError::Api { code, .. } if code == "undecided_effects" => {
+                    "approve or reject each effect first, or commit with --approve-pending".into()
+                }
+                _ => return None,
+            });
+        }
+        if cause
+            .downcast_ref::<airlock_policy::PolicyError>()
+            .is_some()
+        {
+            return Some("fix the policy file; `docs/policy.md` lists every key".into());
+        }
+        if cause.downcast_ref::<crate::StartError>().is_some() {
+            return Some("check the paths and addresses given to `airlock serve`".into());
+        }
+    }
+    None
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Demo => crate::demo::run().await,
+        Command::Runs { command } => match command {
+            RunsCommand::Create { profile, admin } => {
+                let client = connect(&admin)?;
+                let body = serde_json::json!({ "profile": profile });
+                let run = client.post("/v1/runs", Some(body)).await?;
+                if admin.json {
+                    return print_json(&run);
+                }
+                println!("run        {}", run["id"].as_str().unwrap_or(""));
+                println!("token      {}", run["token"].as_str().unwrap_or(""));
+                println!("proxy_url  {}", run["proxy_url"].as_str().unwrap_or(""));
+                println!("ca_file    {}", run["ca_file"].as_str().unwrap_or(""));
+                println!(
+                    "\nroute a sandbox through it: eval \"$(airlock env {})\"",
+                    run["id"].as_str().unwrap_or("")
+                );
+                Ok(())
+            }
+            RunsCommand::List { admin } => {
+                let client = connect(&admin)?;
+                let runs = client.get("/v1/runs").await?;
+                if admin.json {
+                    return print_json(&runs);
+                }
+                println!("{:<32} {:<20} {:<8} EFFECTS", "RUN", "STATE", "PROFILE");
+                for run in runs["runs"].as_array().into_iter().flatten() {
+                    println!(
+                        "{:<32} {:<20} {:<8} {}",
+                        run["id"].as_str().unwrap_or(""),
+                        run["state"].as_str().unwrap_or(""),
+                        run["profile"].as_str().unwrap_or("-"),
+                        counts(&run["effects"])
+                    );
+                }
+                Ok(())
+            }
+            RunsCommand::Show { run, admin } => {
+                let client = connect(&admin)?;
+                let run = client.get(&format!("/v1/runs/{run}")).await?;
+                if admin.json {
+                    return print_json(&run);
+                }
+                println!("run      {}", run["id"].as_str().unwrap_or(""));
+                println!("state    {}", run["state"].as_str().unwrap_or(""));
+                println!("effects  {}", counts(&run["effects"]));
+                for decision in run["decisions"].as_array().into_iter().flatten() {
+                    println!(
+                        "decision {} by {}",
+                        decision["kind"].as_str().unwrap_or(""),
+                        decision["by"].as_str().unwrap_or("")
+                    );
+                }
+                Ok(())
+            }
+        },
+        Command::Effects { run, admin } => {
+            let client = connect(&admin)?;
+            let effects = client.get(&format!("/v1/runs/{run}/effects")).await?;
+            if admin.json {
+                return print_json(&effects);
+            }
+            print_effects(
+                effects["effects"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]),
+            );
+            Ok(())
+        }
+        Command::Show { effect, admin } => {
+            let client = connect(&admin)?;
+            let effect = client.get(&format!("/v1/effects/{effect}")).await?;
+            if admin.json {
+                return print_json(&effect);
+            }
+            print!("{}", render_effect(&effect));
+            Ok(())
+        }
+        Command::Approve { effects, admin } => decide_all(&admin, &effects, "approve").await,
+        Command::Reject { effects, admin } => decide_all(&admin, &effects, "reject").await,
+        Command::Seal { run, admin } => {
+            let client = connect(&admin)?;
+            let run = client.post(&format!("/v1/runs/{run}/seal"), None).await?;
+            if admin.json {
+                return print_json(&run);
+            }
+            println!(
+                "{} {}",
+                run["id"].as_str().unwrap_or(""),
+                run["state"].as_str().unwrap_or("")
+            );
+            Ok(())
+        }
+        Command::Commit {
+            run,
+            approve_pending,
+            admin,
+        } => {
+            let client = connect(&admin)?;
+            let body = serde_json::json!({ "approve_pending": approve_pending });
+            let report = client
+                .post(&format!("/v1/runs/{run}/commit"), Some(body))
+                .await?;
+            if admin.json {
+                return print_json(&report);
+            }
+            println!(
+                "run {} {}",
+                report["run"].as_str().unwrap_or(""),
+                report["state"].as_str().unwrap_or("")
+            );
+            print_effects(
+                report["effects"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]),
+            );
+            Ok(())
+        }
+        Command::Abort { run, admin } => {
+            let client = connect(&admin)?;
+            let run = client.post(&format!("/v1/runs/{run}/abort"), None).await?;
+            if admin.json {
+                return print_json(&run);
+            }
+            println!(
+                "run {} {}; effects: {}",
+                run["id"].as_str().unwrap_or(""),
+                run["state"].as_str().unwrap_or(""),
+                counts(&run["effects"])
+            );
+            Ok(())
+        }
+        Command::Env { run, admin } => {
+            let client = connect(&admin)?;
+            let env = client.get(&format!("/v1/runs/{run}/env")).await?;
+            if admin.json {
+                return print_json(&env["env"]);
+            }
+            print!("{}", env["shell"].as_str().unwrap_or(""));
+            Ok(())
+        }
+        Command::Ca {
+            command: CaCommand::Export { admin },
+        } => {
+            let file = admin.data.join(crate::ca::CA_CERT_FILE);
+            if admin.admin.is_none() && file.exists() {
+                print!(
+                    "{}",
+                    std::fs::read_to_string(&file)
+                        .with_context(|| format!("cannot read {}", file.display()))?
+                );
+                return Ok(());
+            }
+            let client = connect(&admin)?;
+            print!("{}", client.get_text("/v1/ca").await?);
+            Ok(())
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = ServeConfig::new(args.data, args.policy);
+    config.listen = args.listen;
+    config.admin = args.admin;
+    config.upstream_ca = args.upstream_ca;
+    config.stage_body_limit = args.stage_body_limit;
+    let server = crate::Server::build(config).await?;
+    tokio::select! {
+        () = server.run() => Ok(()),
+        result = tokio::signal::ctrl_c() => {
+            result.context("cannot listen for Ctrl-C")?;
+            tracing::info!("stopping");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves the admin URL and token: flags and environment first, then the data directory.
+fn connect(args: &AdminArgs) -> anyhow::Result<AdminClient> {
+    let base = match &args.admin {
+        Some(url) => url.clone(),
+        None => admin_url_from(&args.data).unwrap_or_else(|| "http://127.0.0.1:8081".to_owned()),
+    };
+    let token = match &args.token {
+        Some(token) => token.clone(),
+        None => {
+            let path = args.data.join(ADMIN_TOKEN_FILE);
+            std::fs::read_to_string(&path)
+                .map(|t| t.trim().to_owned())
+                .map_err(|e| anyhow!("no admin token: --token and {ENV_TOKEN} are unset and {} cannot be read ({e})", path.display()))?
+        }
+    };
+    Ok(AdminClient::new(&base, &token))
+}
+
+fn admin_url_from(data: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(data.join(ADDRESSES_FILE)).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    value["admin"].as_str().map(str::to_owned)
+}
+
+async fn decide_all(admin: &AdminArgs, effects: &[String], verb: &str) -> anyhow::Result<()> {
+    let client = connect(admin)?;
+    for effect in effects {
+        let result = client
+            .post(&format!("/v1/effects/{effect}/{verb}"), None)
+            .await?;
+        if admin.json {
+            print_json(&result)?;
+        } else {
+            println!(
+                "{} {}",
+                result["id"].as_str().unwrap_or(""),
+                result["state"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Ok(())
+}
+
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// `released=1 staged=2`, or `-` when empty.
+pub fn counts(value: &Value) -> String {
+    let Some(map) = value.as_object().filter(|m| !m.is_empty()) else {
+        return "-".into();
+    };
+    map.iter()
+        .map(|(k, v)| format!("{k}={}", v.as_u64().unwrap_or(0)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Prints effects as a table: seq, id, state, method, URL, status.
+pub fn print_effects(effects: &[Value]) {
+    print!("{}", effects_table(effects));
+}
+
+/// Renders effects as a table: seq, id, state, method, URL, status.
+pub fn effects_table(effects: &[Value]) -> String {
+    let mut out = format!(
+        "{:>3}  {:<30} {:<10} {:<6} {:<48} ORIGIN\n",
+        "SEQ", "EFFECT", "STATE", "METHOD", "URL"
+    );
+    for effect in effects {
+        let status = effect
+            .get("release_status")
+            .or_else(|| effect.get("status"))
+            .and_then(Value::as_u64)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "-".into());
+        out.push_str(&format!(
+            "{:>3}  {:<30} {:<10} {:<6} {:<48} {}\n",
+            effect["seq"].as_u64().unwrap_or(0),
+            effect["id"].as_str().unwrap_or(""),
+            effect["state"].as_str().unwrap_or(""),
+            effect["method"].as_str().unwrap_or(""),
+            effect["url"].as_str().unwrap_or(""),
+            status
+        ));
+    }
+    out
+}
+
+/// Renders one effect (from `GET /v1/effects/{id}`) for a reviewer.
+pub fn render_effect(effect: &Value) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "effect   {}\n",
+        effect["id"].as_str().unwrap_or("")
+    ));
+    out.push_str(&format!(
+        "run      {} (#{})\n",
+        effect["run"].as_str().unwrap_or(""),
+        effect["seq"]
+    ));
+    out.push_str(&format!(
+        "state    {}\n",
+        effect["state"].as_str().unwrap_or("")
+    ));
+    if let Some(reason) = effect["state_reason"].as_str() {
+        out.push_str(&format!("reason   {reason}\n"));
+    }
+    out.push_str(&format!(
+        "rule     {}\n",
+        effect["rule"].as_str().unwrap_or("<default>")
+    ));
+    out.push_str(&format!(
+        "request  {} {}\n",
+        effect["method"].as_str().unwrap_or(""),
+        effect["url"].as_str().unwrap_or("")
+    ));
+    for header in effect["headers"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {}: {}\n",
+            header["name"].as_str().unwrap_or(""),
+            header["value"].as_str().unwrap_or("")
+        ));
+    }
+    out.push_str(&format!("body     {} bytes\n", effect["body_len"]));
+    match (
+        effect["body"]["text"].as_str(),
+        effect["body"]["base64"].as_str(),
+    ) {
+        (Some(text), _) => {
+            for line in text.lines().take(40) {
+                out.push_str(&format!("  | {line}\n"));
+            }
+        }
+        (None, Some(b64)) => out.push_str(&format!(
+            "  (binary, base64) {}\n",
+            &b64[..b64.len().min(120)]
+        )),
+        _ => {}
+    }
+    if let Some(release) = effect.get("release").filter(|r| !r.is_null()) {
+        out.push_str(&format!(
+            "release  status {}{}\n",
+            release["status"]
+                .as_u64()
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            release["error"]
+                .as_str()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}

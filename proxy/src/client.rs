@@ -1,0 +1,151 @@
+//! A small client of the admin API, used by the CLI and the demo.
+
+use bytes::Bytes;
+use http::{header, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// Errors talking to the admin API.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The admin listener could not be reached.
+    #[error("cannot reach the admin API at {url}: {reason}")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The API answered with an error.
+    #[error("{message} ({code}, HTTP {status})")]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// Stable error code.
+        code: String,
+        /// The API's message.
+        message: String,
+        /// Extra details, if any.
+        details: Option<Value>,
+    },
+    /// The answer was not the JSON expected.
+    #[error("the admin API at {url} answered with something that is not JSON")]
+    Decode {
+        /// The URL.
+        url: String,
+    },
+}
+
+/// A client of one admin listener.
+#[derive(Clone)]
+pub struct AdminClient {
+    base: String,
+    token: String,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl AdminClient {
+    /// A client of the admin API at `base` (`http://127.0.0.1:8081`) with bearer `token`.
+    pub fn new(base: &str, token: &str) -> Self {
+        Self {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(StatusCode, Bytes), ClientError> {
+        let url = format!("{}{path}", self.base);
+        let payload = body.map(|b| b.to_string()).unwrap_or_default();
+        let request = Request::builder()
+            .method(method)
+            .uri(&url)
+            .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(payload)))
+            .map_err(|e| ClientError::Connect {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| ClientError::Connect {
+                url: url.clone(),
+                reason: crate::handle::error_chain(&e).unwrap_or_default(),
+            })?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Connect {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?
+            .to_bytes();
+        Ok((status, bytes))
+    }
+
+    async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let (status, bytes) = self.send(method, path, body).await?;
+        let value: Value =
+            serde_json::from_slice(&bytes).map_err(|_| ClientError::Decode { url })?;
+        if status.is_success() {
+            Ok(value)
+        } else {
+            Err(ClientError::Api {
+                status: status.as_u16(),
+                code: value["code"].as_str().unwrap_or("error").to_owned(),
+                message: value["error"]
+                    .as_str()
+                    .unwrap_or("request failed")
+                    .to_owned(),
+                details: value.get("details").cloned(),
+            })
+        }
+    }
+
+    /// `GET path`, JSON.
+    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+        self.json(Method::GET, path, None).await
+    }
+
+    /// `POST path` with an optional JSON body.
+    pub async fn post(&self, path: &str, body: Option<Value>) -> Result<Value, ClientError> {
+        self.json(Method::POST, path, body).await
+    }
+
+    /// `GET path`, as text.
+    pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        let (status, bytes) = self.send(Method::GET, path, None).await?;
+        if !status.is_success() {
+            return Err(ClientError::Api {
+                status: status.as_u16(),
+                code: "error".into(),
+                message: String::from_utf8_lossy(&bytes).into_owned(),
+                details: None,
+            });
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}

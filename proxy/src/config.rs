@@ -1,0 +1,62 @@
+//! Configuration of `airlock serve`, and the one place that names environment variables.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Environment variable: the admin API's base URL for CLI commands (`http://127.0.0.1:8081`).
+pub const ENV_ADMIN: &str = "AIRLOCK_ADMIN";
+/// Environment variable: the admin bearer token for CLI commands.
+pub const ENV_TOKEN: &str = "AIRLOCK_TOKEN";
+/// Environment variable: the data directory (default `./airlock-data`).
+pub const ENV_DATA: &str = "AIRLOCK_DATA";
+/// Environment variable: log filter in `tracing-subscriber` EnvFilter syntax (default `info`).
+pub const ENV_LOG: &str = "AIRLOCK_LOG";
+
+/// File in the data directory holding the admin bearer token (mode 0600).
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+/// File in the data directory where a running server writes the addresses it listens on.
+pub const ADDRESSES_FILE: &str = "addresses.json";
+/// Directory in the data directory holding the sled ledger.
+pub const LEDGER_DIR: &str = "ledger";
+
+/// Default staging body limit: 10 MiB.
+pub const DEFAULT_STAGE_BODY_LIMIT: u64 = 10 * 1024 * 1024;
+
+/// Everything `airlock serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Data directory: CA, admin token, ledger.
+    pub data_dir: PathBuf,
+    /// The policy file.
+    pub policy_path: PathBuf,
+    /// Proxy listener address (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Admin listener address (port 0 picks a free port).
+    pub admin: SocketAddr,
+    /// Extra CA certificates (PEM) trusted for origins, beside the webpki roots.
+    pub upstream_ca: Option<PathBuf>,
+    /// Largest request body that can be staged, in bytes.
+    pub stage_body_limit: u64,
+    /// Timeout for connecting to an origin.
+    pub connect_timeout: Duration,
+    /// Timeout for one release request (whole exchange).
+    pub release_timeout: Duration,
+}
+
+impl ServeConfig {
+    /// A configuration with the documented defaults: proxy on 127.0.0.1:8080, admin on
+    /// 127.0.0.1:8081, 10 MiB staging limit, 10 s connect timeout, 60 s release timeout.
+    pub fn new(data_dir: PathBuf, policy_path: PathBuf) -> Self {
+        Self {
+            data_dir,
+            policy_path,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            upstream_ca: None,
+            stage_body_limit: DEFAULT_STAGE_BODY_LIMIT,
+            connect_timeout: Duration::from_secs(10),
+            release_timeout: Duration::from_secs(60),
+        }
+    }
+}

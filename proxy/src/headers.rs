@@ -1,0 +1,70 @@
+//! Header handling shared by forwarding, staging and release: hop-by-hop removal
+//! (RFC 9110 §7.6.1) and conversions to the ledger's records.
+
+use airlock_ledger::{Header, HeaderText};
+use http::{header, HeaderMap, HeaderName};
+
+/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1), plus the
+/// proxy's own credentials and `Proxy-Connection` (a legacy client header).
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+];
+
+/// Removes hop-by-hop headers, including every header named in `Connection`.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// Removes `airlock-*` headers an origin sent, so it cannot forge airlock's verdicts
+/// (CASES.md C19).
+pub fn strip_reserved(headers: &mut HeaderMap) {
+    let reserved: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("airlock-"))
+        .cloned()
+        .collect();
+    for name in reserved {
+        headers.remove(name);
+    }
+}
+
+/// The headers as ledger records, in order.
+pub fn to_records(headers: &HeaderMap) -> Vec<Header> {
+    headers
+        .iter()
+        .map(|(name, value)| Header {
+            name: name.as_str().to_owned(),
+            value: HeaderText::from_bytes(value.as_bytes()),
+        })
+        .collect()
+}
+
+/// Header names whose values are credentials, shown as `[redacted]` to reviewers.
+pub fn is_credential(name: &str) -> bool {
+    matches!(
+        name,
+        "authorization" | "proxy-authorization" | "cookie" | "set-cookie" | "x-api-key" | "api-key"
+    ) || name.contains("token")
+        || name.contains("secret")
+        || name.ends_with("-key")
+}

@@ -1,0 +1,26 @@
+//! airlock: an effect-staging egress proxy for AI-agent sandboxes — reads pass, side
+//! effects are staged in a durable ledger and released only when a run is committed.
+//!
+//! `main.rs` is a thin CLI over this library; tests and the demo run [`Server`] in-process
+//! or as the `airlock` binary.
+
+pub mod admin;
+pub mod body;
+pub mod ca;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod demo;
+pub mod dial;
+pub mod env;
+pub mod handle;
+pub mod headers;
+pub mod listener;
+pub mod origin;
+pub mod release;
+pub mod respond;
+pub mod server;
+pub mod upstream;
+
+pub use config::ServeConfig;
+pub use server::{Server, StartError};

@@ -1,0 +1,276 @@
+//! The proxy listener, the sandbox's door: run identity from `Proxy-Authorization`,
+//! absolute-form `http://` requests, and `CONNECT` tunnels intercepted with a minted leaf.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use airlock_ledger::RunId;
+use airlock_policy::{ConnectDecision, Scheme};
+use base64::Engine as _;
+use http::{header, Method, Request, Response};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::body::ProxyBody;
+use crate::handle::{handle, Target};
+use crate::respond::ProxyError;
+use crate::server::Shared;
+
+/// How long a client may take to send a request head.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs the accept loop until the task is dropped.
+pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                warn!(error = %error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let span = info_span!("connection", client.addr = %peer);
+        tokio::spawn(serve_connection(shared, stream).instrument(span));
+    }
+}
+
+/// The run a client connection is bound to, once it authenticated.
+type Binding = Arc<Mutex<Option<RunId>>>;
+
+fn http1_builder() -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .keep_alive(true);
+    builder
+}
+
+async fn serve_connection(shared: Arc<Shared>, stream: TcpStream) {
+    let binding: Binding = Arc::new(Mutex::new(None));
+    let service = service_fn(move |req| {
+        let shared = shared.clone();
+        let binding = binding.clone();
+        async move { Ok::<_, std::convert::Infallible>(dispatch(shared, binding, req).await) }
+    });
+    if let Err(error) = http1_builder()
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await
+    {
+        debug!(error = %error, "client connection ended with an error");
+    }
+}
+
+/// Authenticates the request's run and binds it to the connection (CASES.md C15).
+async fn authenticate(
+    shared: &Arc<Shared>,
+    binding: &Binding,
+    req: &Request<Incoming>,
+) -> Result<RunId, ProxyError> {
+    let bound = binding.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let Some(value) = req.headers().get(header::PROXY_AUTHORIZATION) else {
+        return bound.ok_or_else(|| ProxyError::ProxyAuth {
+            reason: "no Proxy-Authorization header: airlock needs the run's credentials".into(),
+        });
+    };
+    let credentials = value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            let (scheme, rest) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("basic").then_some(rest.trim())
+        })
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .and_then(|raw| String::from_utf8(raw).ok())
+        .and_then(|text| {
+            let (user, pass) = text.split_once(':')?;
+            Some((user.to_owned(), pass.to_owned()))
+        })
+        .ok_or_else(|| ProxyError::ProxyAuth {
+            reason: "Proxy-Authorization is not Basic base64(run_id:token)".into(),
+        })?;
+    let ledger = shared.ledger.clone();
+    let run =
+        tokio::task::spawn_blocking(move || ledger.authenticate(&credentials.0, &credentials.1))
+            .await
+            .map_err(|e| ProxyError::Internal {
+                reason: format!("authentication task failed: {e}"),
+            })?
+            .map_err(|e| ProxyError::Internal {
+                reason: format!("the ledger could not be read: {e}"),
+            })?
+            .ok_or_else(|| ProxyError::ProxyAuth {
+                reason: "the credentials name no run, or the token is wrong".into(),
+            })?;
+    let mut slot = binding.lock().unwrap_or_else(|e| e.into_inner());
+    match slot.as_ref() {
+        Some(existing) if *existing != run.id => Err(ProxyError::ProxyAuth {
+            reason: format!(
+                "this connection is bound to run {existing}; open a new connection for another run"
+            ),
+        }),
+        _ => {
+            *slot = Some(run.id.clone());
+            Ok(run.id)
+        }
+    }
+}
+
+async fn dispatch(
+    shared: Arc<Shared>,
+    binding: Binding,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let run = match authenticate(&shared, &binding, &req).await {
+        Ok(run) => run,
+        Err(error) => return error.into_response(),
+    };
+    if req.method() == Method::CONNECT {
+        return connect(shared, run, req).await;
+    }
+    let uri = req.uri();
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(authority)) => {
+            match Target::parse(Scheme::Http, authority.as_str(), 80) {
+                Some(target) => handle(shared, run, target, req).await,
+                None => bad_target(authority.as_str()),
+            }
+        }
+        (Some(other), Some(_)) => ProxyError::BadRequest {
+            code: "unsupported_scheme",
+            reason: format!(
+                "absolute-form {other}:// requests are not proxied; use CONNECT for https"
+            ),
+        }
+        .into_response(),
+        _ => ProxyError::BadRequest {
+            code: "not_a_proxy_request",
+            reason: "this is airlock's proxy listener: send absolute-form http:// requests or CONNECT; the admin API listens elsewhere".into(),
+        }
+        .into_response(),
+    }
+}
+
+fn bad_target(authority: &str) -> Response<ProxyBody> {
+    ProxyError::BadRequest {
+        code: "bad_connect_target",
+        reason: format!("{authority:?} is not a valid host:port"),
+    }
+    .into_response()
+}
+
+/// CONNECT: decide at the tunnel's level first, then answer 200 and intercept TLS.
+async fn connect(shared: Arc<Shared>, run: RunId, req: Request<Incoming>) -> Response<ProxyBody> {
+    let Some(authority) = req.uri().authority().map(|a| a.as_str().to_owned()) else {
+        return bad_target(&req.uri().to_string());
+    };
+    // RFC 9110 §9.3.6: the CONNECT target is host:port, both required.
+    let Some(target) = Target::parse(Scheme::Https, &authority, 0).filter(|t| t.port != 0) else {
+        return bad_target(&authority);
+    };
+    if let ConnectDecision::Deny(decision) = shared.policy.decide_connect(&target.host, target.port)
+    {
+        info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
+              policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "CONNECT denied");
+        return ProxyError::Denied {
+            rule: decision.rule,
+            reason: decision.reason,
+            reason_code: decision.reason_code.to_owned(),
+            policy_revision: shared.policy.revision().to_owned(),
+        }
+        .into_response();
+    }
+    let config = match shared.ca.server_config(&target.host) {
+        Ok(config) => config,
+        Err(error) => {
+            return ProxyError::Internal {
+                reason: error.to_string(),
+            }
+            .into_response()
+        }
+    };
+    let span =
+        info_span!("tunnel", run.id = %run, origin.host = %target.host, origin.port = target.port);
+    tokio::spawn(
+        async move {
+            let upgraded = match hyper::upgrade::on(req).await {
+                Ok(upgraded) => upgraded,
+                Err(error) => {
+                    debug!(error = %error, "CONNECT upgrade failed");
+                    return;
+                }
+            };
+            intercept(shared, run, target, config, upgraded).await;
+        }
+        .instrument(span),
+    );
+    Response::new(Empty::new().map_err(|never| match never {}).boxed())
+}
+
+async fn intercept(
+    shared: Arc<Shared>,
+    run: RunId,
+    target: Target,
+    config: Arc<rustls::ServerConfig>,
+    upgraded: hyper::upgrade::Upgraded,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let tls = match tokio::time::timeout(
+        HEADER_READ_TIMEOUT,
+        acceptor.accept(TokioIo::new(upgraded)),
+    )
+    .await
+    {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => {
+            info!(error = %error, "TLS handshake with the client failed (does it trust airlock's CA?)");
+            return;
+        }
+        Err(_) => {
+            info!("TLS handshake with the client timed out");
+            return;
+        }
+    };
+    // Invariant 2: the SNI, when sent, must name the CONNECT host.
+    let sni_mismatch = tls
+        .get_ref()
+        .1
+        .server_name()
+        .map(|sni| sni.trim_end_matches('.').to_ascii_lowercase())
+        .filter(|sni| *sni != target.host);
+    let service = service_fn(move |req| {
+        let shared = shared.clone();
+        let run = run.clone();
+        let target = target.clone();
+        let sni_mismatch = sni_mismatch.clone();
+        async move {
+            if let Some(sni) = sni_mismatch {
+                return Ok::<_, std::convert::Infallible>(
+                    ProxyError::AuthorityMismatch {
+                        reason: format!(
+                            "TLS SNI {sni:?} does not name the CONNECT host {}",
+                            target.host
+                        ),
+                    }
+                    .into_response(),
+                );
+            }
+            Ok(handle(shared, run, target, req).await)
+        }
+    });
+    if let Err(error) = http1_builder()
+        .serve_connection(TokioIo::new(tls), service)
+        .with_upgrades()
+        .await
+    {
+        debug!(error = %error, "intercepted connection ended with an error");
+    }
+}

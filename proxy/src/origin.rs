@@ -1,0 +1,254 @@
+//! Small loopback origins for the demo and the tests: an HTTPS (or plain HTTP) server on
+//! 127.0.0.1 with a throwaway CA, recording every request it receives.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// A request as the origin received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Method.
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Headers, lowercase names, in order.
+    pub headers: Vec<(String, String)>,
+    /// The whole body.
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    /// The first value of header `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What the origin answers.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// Status code.
+    pub status: u16,
+    /// Extra headers.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+    /// Wait this long (after recording the request) before answering.
+    pub delay: Option<Duration>,
+}
+
+impl Reply {
+    /// A reply with `status` and a JSON `body`.
+    pub fn json(status: u16, body: &serde_json::Value) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.to_string().into_bytes(),
+            delay: None,
+        }
+    }
+
+    /// A reply with `status` and a text body.
+    pub fn text(status: u16, body: &str) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type".into(), "text/plain".into())],
+            body: body.as_bytes().to_vec(),
+            delay: None,
+        }
+    }
+}
+
+/// How the origin answers each request.
+pub type Handler = Arc<dyn Fn(&Received) -> Reply + Send + Sync>;
+
+/// A throwaway CA for origins; its PEM is what `airlock serve --upstream-ca` trusts.
+pub struct OriginCa {
+    cert_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl OriginCa {
+    /// A new CA (ECDSA P-256), valid for a day.
+    pub fn new() -> Result<Self, rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::default();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "airlock test origin CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key)?;
+        Ok(Self {
+            cert_pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// The CA certificate, PEM.
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// A TLS server config for `127.0.0.1` and `localhost` (IP and DNS SANs), ALPN http/1.1.
+    pub fn server_config(
+        &self,
+    ) -> Result<rustls::ServerConfig, Box<dyn std::error::Error + Send + Sync>> {
+        let key = KeyPair::generate()?;
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        params.use_authority_key_identifier_extension = true;
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.signed_by(&key, &self.issuer)?;
+        let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+/// A running origin on 127.0.0.1; stops when dropped.
+pub struct Origin {
+    addr: SocketAddr,
+    received: Arc<Mutex<Vec<Received>>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Origin {
+    /// Starts an HTTPS origin with a certificate from `ca` (or plain HTTP when `ca` is
+    /// `None`), answering with `handler`.
+    pub async fn start(ca: Option<&OriginCa>, handler: Handler) -> std::io::Result<Self> {
+        let tls = match ca {
+            Some(ca) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
+                ca.server_config().map_err(std::io::Error::other)?,
+            ))),
+            None => None,
+        };
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let log = received.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let _ = stream.set_nodelay(true);
+                let handler = handler.clone();
+                let log = log.clone();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| answer(req, handler.clone(), log.clone()));
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(stream).await {
+                                let _ = builder
+                                    .serve_connection(TokioIo::new(stream), service)
+                                    .await;
+                            }
+                        }
+                        None => {
+                            let _ = builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            received,
+            task,
+        })
+    }
+
+    /// The origin's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        self.received
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    handler: Handler,
+    log: Arc<Mutex<Vec<Received>>>,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await?.to_bytes().to_vec();
+    let received = Received {
+        method: parts.method.to_string(),
+        path: parts
+            .uri
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body,
+    };
+    let reply = handler(&received);
+    log.lock().unwrap_or_else(|e| e.into_inner()).push(received);
+    if let Some(delay) = reply.delay {
+        tokio::time::sleep(delay).await;
+    }
+    let mut response = Response::new(Full::new(Bytes::from(reply.body)));
+    *response.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in reply.headers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(&value),
+        ) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    Ok(response)
+}

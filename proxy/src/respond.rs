@@ -1,0 +1,201 @@
+//! Every answer airlock itself gives a client of the proxy listener: one error type that
+//! knows its status and stable code, turned into a response in one place.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+
+use crate::body::ProxyBody;
+
+/// Header carrying the stable code of an error answered by airlock.
+pub const ERROR_HEADER: &str = "airlock-error";
+/// Header naming the effect a synthetic response stands for.
+pub const EFFECT_HEADER: &str = "airlock-effect";
+
+/// Why airlock answers a proxied request itself instead of the origin.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// No or wrong run credentials (RFC 9110 §11.7.1).
+    #[error("proxy authentication required")]
+    ProxyAuth {
+        /// What was wrong with the credentials.
+        reason: String,
+    },
+    /// The policy denies the request.
+    #[error("denied by policy")]
+    Denied {
+        /// The winning rule, `None` for the default.
+        rule: Option<String>,
+        /// The rule's reason.
+        reason: String,
+        /// A stable code (`rule_deny`, `default_deny`, `non_canonical_path`, …).
+        reason_code: String,
+        /// The policy revision that decided.
+        policy_revision: String,
+    },
+    /// The request cannot be understood.
+    #[error("bad request")]
+    BadRequest {
+        /// A stable code.
+        code: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The CONNECT target, TLS SNI, `Host` and absolute-form URI do not name the same host
+    /// (POLICY.md invariant 2).
+    #[error("misdirected request")]
+    AuthorityMismatch {
+        /// What disagreed.
+        reason: String,
+    },
+    /// A staged body passed the staging limit; nothing was stored.
+    #[error("request body too large to stage")]
+    BodyTooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The run does not accept effects any more.
+    #[error("run does not accept effects")]
+    RunNotOpen {
+        /// The ledger's explanation.
+        reason: String,
+    },
+    /// The destination is refused before dialing (airlock's own listeners, private addresses).
+    #[error("destination refused")]
+    DestinationRefused {
+        /// A stable code.
+        code: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The origin could not be reached or failed mid-request.
+    #[error("origin unreachable")]
+    Upstream {
+        /// What failed.
+        reason: String,
+    },
+    /// The ledger failed; the request was not staged.
+    #[error("internal error")]
+    Internal {
+        /// What failed (no secret values).
+        reason: String,
+    },
+}
+
+impl ProxyError {
+    /// Status code for this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::ProxyAuth { .. } => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            Self::Denied { .. } | Self::DestinationRefused { .. } => StatusCode::FORBIDDEN,
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::AuthorityMismatch { .. } => StatusCode::MISDIRECTED_REQUEST,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RunNotOpen { .. } => StatusCode::CONFLICT,
+            Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
+            Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Stable machine-readable code, also sent in the `airlock-error` header.
+    pub fn code(&self) -> &str {
+        match self {
+            Self::ProxyAuth { .. } => "proxy_auth_required",
+            Self::Denied { reason_code, .. } => reason_code,
+            Self::BadRequest { code, .. } | Self::DestinationRefused { code, .. } => code,
+            Self::AuthorityMismatch { .. } => "authority_mismatch",
+            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::RunNotOpen { .. } => "run_not_open",
+            Self::Upstream { .. } => "upstream_unreachable",
+            Self::Internal { .. } => "internal_error",
+        }
+    }
+
+    /// The JSON body: `{error, reason_code, reason, rule?, policy_revision?, limit?, hint}`.
+    pub fn body(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({
+            "error": self.to_string(),
+            "reason_code": self.code(),
+        });
+        let (reason, hint) = match self {
+            Self::ProxyAuth { reason } => (
+                reason.clone(),
+                "send Proxy-Authorization: Basic base64(run_id:token); `airlock env RUN` prints a proxy URL that carries them",
+            ),
+            Self::Denied {
+                rule,
+                reason,
+                policy_revision,
+                ..
+            } => {
+                body["rule"] = serde_json::json!(rule);
+                body["policy_revision"] = serde_json::json!(policy_revision);
+                (
+                    reason.clone(),
+                    "if this request is needed, ask the operator to add a policy rule that passes or stages it",
+                )
+            }
+            Self::BadRequest { reason, .. } => (reason.clone(), "fix the request and send it again"),
+            Self::AuthorityMismatch { reason } => (
+                reason.clone(),
+                "send requests only for the host named in CONNECT; open a new tunnel for another host",
+            ),
+            Self::BodyTooLarge { limit } => {
+                body["limit"] = serde_json::json!(limit);
+                (
+                    format!("the request body is over the staging limit of {limit} bytes; nothing was staged"),
+                    "send a smaller body, or ask the operator to raise --stage-body-limit",
+                )
+            }
+            Self::RunNotOpen { reason } => (
+                reason.clone(),
+                "the run is sealed or finished; start a new run to stage more effects",
+            ),
+            Self::DestinationRefused { reason, .. } => (
+                reason.clone(),
+                "name the address range in a rule's allow_private if this destination is intended",
+            ),
+            Self::Upstream { reason } => (reason.clone(), "check that the origin is up and reachable"),
+            Self::Internal { reason } => (reason.clone(), "see airlock's log; retry later"),
+        };
+        body["reason"] = serde_json::json!(reason);
+        body["hint"] = serde_json::json!(hint);
+        body
+    }
+
+    /// The response airlock sends for this error.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let mut response = json_response(self.status(), &self.body());
+        if let Ok(value) = HeaderValue::from_str(self.code()) {
+            response.headers_mut().insert(ERROR_HEADER, value);
+        }
+        if matches!(self, Self::ProxyAuth { .. }) {
+            response.headers_mut().insert(
+                header::PROXY_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"airlock\""),
+            );
+        }
+        response
+    }
+}
+
+/// A JSON response with Content-Type and Content-Length set.
+pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
+    let mut bytes = serde_json::to_vec_pretty(body).unwrap_or_default();
+    bytes.push(b'\n');
+    let length = bytes.len();
+    let mut response = Response::new(
+        Full::new(Bytes::from(bytes))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    response
+}

@@ -1,0 +1,269 @@
+//! Building and running `airlock serve`: data directory, CA, ledger, policy, recovery, and
+//! the two listeners.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use airlock_ledger::{Ledger, RunState};
+use airlock_policy::Policy;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::ca::{write_private_file, CertificateAuthority};
+use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, LEDGER_DIR};
+use crate::dial::Dialer;
+use crate::upstream::{client, client_tls, UpstreamClient};
+
+/// Errors starting the server; each names the file or address at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data directory cannot be created or written.
+    #[error("cannot use data directory {path}")]
+    DataDir {
+        /// The directory or file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The policy file is invalid.
+    #[error(transparent)]
+    Policy(#[from] airlock_policy::PolicyError),
+    /// The CA cannot be created or loaded.
+    #[error(transparent)]
+    Ca(#[from] crate::ca::CaError),
+    /// The ledger cannot be opened (another airlock may hold it).
+    #[error("cannot open the ledger in {path} (is another airlock using this data directory?)")]
+    Ledger {
+        /// The ledger directory.
+        path: String,
+        /// The cause.
+        #[source]
+        source: airlock_ledger::LedgerError,
+    },
+    /// A listener cannot bind.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The upstream TLS configuration is invalid.
+    #[error(transparent)]
+    Upstream(#[from] crate::upstream::UpstreamError),
+}
+
+/// Limits applied to proxied requests.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest stageable body, in bytes.
+    pub stage_body_bytes: u64,
+    /// Timeout of one release request.
+    pub release_timeout: std::time::Duration,
+}
+
+/// State shared by the listeners, the admin API and the commit authority.
+pub struct Shared {
+    /// The durable ledger.
+    pub ledger: Arc<Ledger>,
+    /// The policy in force.
+    pub policy: Arc<Policy>,
+    /// The CA and leaf cache.
+    pub ca: Arc<CertificateAuthority>,
+    /// The pooled upstream client.
+    pub upstream: UpstreamClient,
+    /// Limits.
+    pub limits: Limits,
+    /// The admin bearer token.
+    pub admin_token: String,
+    /// Where the proxy listener listens.
+    pub proxy_addr: SocketAddr,
+    /// Where the admin listener listens.
+    pub admin_addr: SocketAddr,
+    /// The data directory (absolute).
+    pub data_dir: std::path::PathBuf,
+    /// Serialises commits so that one run is never released by two tasks.
+    pub commit_lock: tokio::sync::Mutex<()>,
+}
+
+/// A built server, listening, not yet serving.
+pub struct Server {
+    shared: Arc<Shared>,
+    proxy: TcpListener,
+    admin: TcpListener,
+}
+
+fn data_err(path: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
+    move |source| StartError::DataDir {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Reads the admin token from `dir`, creating a random one (mode 0600) on first start.
+pub fn load_or_create_admin_token(dir: &Path) -> Result<String, StartError> {
+    let path = dir.join(ADMIN_TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_owned()),
+        _ => {
+            use rand::RngCore;
+            let mut bytes = [0u8; 32];
+            rand::thread_rng().fill_bytes(&mut bytes);
+            let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            write_private_file(&path, format!("{token}\n").as_bytes()).map_err(data_err(&path))?;
+            Ok(token)
+        }
+    }
+}
+
+impl Server {
+    /// Prepares the data directory, loads the policy and CA, opens the ledger, recovers
+    /// interrupted releases (`releasing` -> `unknown`) and binds both listeners.
+    pub async fn build(config: ServeConfig) -> Result<Self, StartError> {
+        std::fs::create_dir_all(&config.data_dir).map_err(data_err(&config.data_dir))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(data_err(&config.data_dir))?;
+        }
+        let data_dir =
+            std::fs::canonicalize(&config.data_dir).map_err(data_err(&config.data_dir))?;
+        let policy = Arc::new(Policy::load(&config.policy_path)?);
+        let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
+        let admin_token = load_or_create_admin_token(&data_dir)?;
+        let ledger_path = data_dir.join(LEDGER_DIR);
+        let ledger = Arc::new(
+            Ledger::open(&ledger_path).map_err(|source| StartError::Ledger {
+                path: ledger_path.display().to_string(),
+                source,
+            })?,
+        );
+        let recovered = ledger.recover().map_err(|source| StartError::Ledger {
+            path: ledger_path.display().to_string(),
+            source,
+        })?;
+        for effect in &recovered {
+            warn!(effect.id = %effect.id, run.id = %effect.run_id, url = %effect.url,
+                  "effect was being released when airlock stopped; marked unknown, not re-sent");
+        }
+        let proxy = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let admin = TcpListener::bind(config.admin)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.admin,
+                source,
+            })?;
+        let proxy_addr = proxy.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let admin_addr = admin.local_addr().map_err(|source| StartError::Bind {
+            addr: config.admin,
+            source,
+        })?;
+        let tls = client_tls(config.upstream_ca.as_deref())?;
+        let dialer = Dialer::new(
+            policy.clone(),
+            vec![proxy_addr, admin_addr],
+            config.connect_timeout,
+        );
+        let shared = Arc::new(Shared {
+            ledger,
+            policy,
+            ca,
+            upstream: client(dialer, tls),
+            limits: Limits {
+                stage_body_bytes: config.stage_body_limit,
+                release_timeout: config.release_timeout,
+            },
+            admin_token,
+            proxy_addr,
+            admin_addr,
+            data_dir,
+            commit_lock: tokio::sync::Mutex::new(()),
+        });
+        Ok(Self {
+            shared,
+            proxy,
+            admin,
+        })
+    }
+
+    /// The proxy listener's address.
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.shared.proxy_addr
+    }
+
+    /// The admin listener's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.shared.admin_addr
+    }
+
+    /// The admin bearer token.
+    pub fn admin_token(&self) -> &str {
+        &self.shared.admin_token
+    }
+
+    /// The CA certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        self.shared.ca.cert_pem()
+    }
+
+    /// Serves both listeners until the future is dropped. First writes `addresses.json`
+    /// in the data directory, and finishes any commit whose decision was written before a
+    /// restart.
+    pub async fn run(self) {
+        let shared = self.shared;
+        let addresses = serde_json::json!({
+            "proxy": shared.proxy_addr.to_string(),
+            "admin": format!("http://{}", shared.admin_addr),
+            "pid": std::process::id(),
+        });
+        let path = shared.data_dir.join(ADDRESSES_FILE);
+        if let Err(error) = std::fs::write(&path, format!("{addresses}\n")) {
+            warn!(error = %error, path = %path.display(), "cannot write the addresses file");
+        }
+        info!(proxy = %shared.proxy_addr, admin = %shared.admin_addr,
+              policy.revision = shared.policy.revision(), data = %shared.data_dir.display(),
+              "airlock listening");
+        resume_commits(&shared);
+        let admin = crate::admin::router(shared.clone());
+        let proxy = crate::listener::serve(shared.clone(), self.proxy);
+        let admin_server = async move {
+            if let Err(error) = axum::serve(self.admin, admin).await {
+                warn!(error = %error, "admin listener stopped");
+            }
+        };
+        tokio::join!(proxy, admin_server);
+    }
+}
+
+/// Finishes commits that were decided before a restart (DESIGN.md: decisions already
+/// written are finished). Effects that were mid-release are already `unknown`.
+fn resume_commits(shared: &Arc<Shared>) {
+    let runs = match shared.ledger.runs() {
+        Ok(runs) => runs,
+        Err(error) => {
+            warn!(error = %error, "cannot list runs to resume commits");
+            return;
+        }
+    };
+    for run in runs.into_iter().filter(|r| r.state == RunState::Committing) {
+        let shared = shared.clone();
+        info!(run.id = %run.id, "resuming a commit decided before the restart");
+        tokio::spawn(async move {
+            if let Err(error) = crate::release::commit(&shared, &run.id, false, "recovery").await {
+                warn!(run.id = %run.id, error = %error, "resuming the commit failed");
+            }
+        });
+    }
+}
