@@ -1,1 +1,448 @@
-//! stub
+//! Support for airlock's end-to-end tests: spawn the real `airlock` binary on loopback,
+//! start loopback origins, and run real clients (curl, python, openssl) configured only by
+//! a run's environment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub use airlock::client::{AdminClient, ClientError};
+pub use airlock::origin::{Handler, Origin, OriginCa, Received, Reply};
+use anyhow::{bail, Context as _};
+use serde_json::Value;
+
+/// The `airlock` binary under test: `$AIRLOCK_BIN`, or `target/<profile>/airlock` beside
+/// this test executable (built by `cargo test --workspace`, which builds the `airlock`
+/// package's binary for its own integration tests).
+pub fn airlock_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("AIRLOCK_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the test executable has a path");
+    // target/<profile>/deps/it-<hash> -> target/<profile>/airlock
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executables live in target/<profile>/deps");
+    let bin = profile_dir.join("airlock");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test --workspace` (it builds the airlock binary) or set AIRLOCK_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A throwaway directory, an origin CA, and a policy file: what one test's airlock needs.
+pub struct Fixture {
+    /// Holds every file of the test; removed on drop.
+    pub dir: tempfile::TempDir,
+    /// The CA origins use; airlock trusts it through `--upstream-ca`.
+    pub origin_ca: OriginCa,
+}
+
+impl Fixture {
+    /// A fresh directory and origin CA.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let origin_ca = OriginCa::new().expect("origin CA");
+        std::fs::write(dir.path().join("origin-ca.pem"), origin_ca.cert_pem())
+            .expect("write origin CA");
+        Self { dir, origin_ca }
+    }
+
+    /// The data directory airlock uses.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Writes `policy` and starts airlock with it (extra `args` appended to `serve`).
+    pub fn start(&self, policy: &str, args: &[&str]) -> Airlock {
+        let policy_path = self.dir.path().join("policy.toml");
+        std::fs::write(&policy_path, policy).expect("write policy");
+        Airlock::spawn(
+            &self.data_dir(),
+            &policy_path,
+            &self.dir.path().join("origin-ca.pem"),
+            args,
+        )
+        .expect("airlock starts")
+    }
+}
+
+impl Default for Fixture {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A policy that passes reads and stages POST/PUT/PATCH/DELETE on 127.0.0.1 (any port),
+/// with loopback allowed.
+pub fn loopback_policy(port: u16) -> String {
+    format!(
+        r#"version = 1
+default = "deny"
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "forbidden"
+host = "127.0.0.1"
+port = {port}
+path = "/forbidden/**"
+action = "deny"
+reason = "nothing under /forbidden leaves"
+
+[[rule]]
+id = "reads"
+host = "127.0.0.1"
+port = {port}
+method = "read"
+action = "pass"
+
+[[rule]]
+id = "writes"
+host = "127.0.0.1"
+port = {port}
+method = "write"
+action = "stage"
+"#
+    )
+}
+
+/// A running `airlock serve` process.
+pub struct Airlock {
+    child: Option<Child>,
+    data: PathBuf,
+    policy: PathBuf,
+    upstream_ca: PathBuf,
+    args: Vec<String>,
+    /// The proxy listener, `127.0.0.1:PORT`.
+    pub proxy: String,
+    /// The admin client.
+    pub admin: AdminClient,
+    /// The admin base URL.
+    pub admin_url: String,
+}
+
+impl Drop for Airlock {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Airlock {
+    /// Starts `airlock serve` on ephemeral loopback ports and waits until it listens.
+    pub fn spawn(
+        data: &Path,
+        policy: &Path,
+        upstream_ca: &Path,
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut airlock = Self {
+            child: None,
+            data: data.to_owned(),
+            policy: policy.to_owned(),
+            upstream_ca: upstream_ca.to_owned(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            proxy: String::new(),
+            admin: AdminClient::new("http://127.0.0.1:1", ""),
+            admin_url: String::new(),
+        };
+        airlock.boot()?;
+        Ok(airlock)
+    }
+
+    fn boot(&mut self) -> anyhow::Result<()> {
+        let addresses = self.data.join("addresses.json");
+        let _ = std::fs::remove_file(&addresses);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data.with_extension("log"))?;
+        let child = Command::new(airlock_bin())
+            .arg("serve")
+            .arg("--data")
+            .arg(&self.data)
+            .arg("--policy")
+            .arg(&self.policy)
+            .args(if self.args.iter().any(|a| a == "--listen") {
+                &[][..]
+            } else {
+                &["--listen", "127.0.0.1:0"][..]
+            })
+            .args(if self.args.iter().any(|a| a == "--admin") {
+                &[][..]
+            } else {
+                &["--admin", "127.0.0.1:0"][..]
+            })
+            .arg("--upstream-ca")
+            .arg(&self.upstream_ca)
+            .args(&self.args)
+            .env("AIRLOCK_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("spawn airlock")?;
+        let pid = child.id();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&addresses) {
+                if let Ok(value) = serde_json::from_str::<Value>(&text) {
+                    if value["pid"].as_u64() == Some(u64::from(pid)) {
+                        self.proxy = value["proxy"].as_str().unwrap_or_default().to_owned();
+                        self.admin_url = value["admin"].as_str().unwrap_or_default().to_owned();
+                        let token = std::fs::read_to_string(self.data.join("admin.token"))?;
+                        self.admin = AdminClient::new(&self.admin_url, token.trim());
+                        return Ok(());
+                    }
+                }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!(
+                    "airlock exited with {status} before listening; log: {}",
+                    self.log()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("airlock did not start within 20 s; log: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// airlock's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data.with_extension("log")).unwrap_or_default()
+    }
+
+    /// Kills the process with SIGKILL (no chance to clean up) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILLs the process and starts it again on the same data directory.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.boot()
+    }
+
+    /// The CA file clients must trust.
+    pub fn ca_file(&self) -> PathBuf {
+        self.data.join("ca.pem")
+    }
+
+    /// Creates a run; returns `(id, env)`.
+    pub async fn create_run(&self) -> (String, BTreeMap<String, String>) {
+        let run = self.admin.post("/v1/runs", None).await.expect("create run");
+        let env = run["env"]
+            .as_object()
+            .expect("env block")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+            .collect();
+        (run["id"].as_str().expect("run id").to_owned(), env)
+    }
+
+    /// The token of a run (from its proxy URL).
+    pub async fn run_token(&self, run: &str) -> String {
+        let env = self
+            .admin
+            .get(&format!("/v1/runs/{run}/env"))
+            .await
+            .expect("env");
+        let url = env["env"]["HTTPS_PROXY"]
+            .as_str()
+            .expect("proxy url")
+            .to_owned();
+        url.trim_start_matches("http://")
+            .split('@')
+            .next()
+            .and_then(|creds| creds.split(':').nth(1))
+            .expect("token in proxy url")
+            .to_owned()
+    }
+
+    /// A run's effects (summaries), in staging order.
+    pub async fn effects(&self, run: &str) -> Vec<Value> {
+        let list = self
+            .admin
+            .get(&format!("/v1/runs/{run}/effects"))
+            .await
+            .expect("effects");
+        list["effects"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// `POST path` on the admin API, returning the JSON or the error.
+    pub async fn post(&self, path: &str, body: Option<Value>) -> Result<Value, ClientError> {
+        self.admin.post(path, body).await
+    }
+}
+
+/// Runs a program with exactly `env` added to a minimal environment (PATH, HOME), so the
+/// client is configured only by the run's environment.
+pub fn run_client(program: &str, args: &[&str], env: &BTreeMap<String, String>) -> Output {
+    let mut command = Command::new(program);
+    command.args(args).env_clear();
+    for key in ["PATH", "HOME", "LANG"] {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
+        }
+    }
+    command.envs(env);
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+}
+
+/// Runs curl with the run's environment on a blocking thread (so loopback origins in the
+/// test's runtime keep serving).
+pub async fn curl(env: &BTreeMap<String, String>, args: &[&str]) -> CurlResult {
+    let env = env.clone();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        curl_blocking(&env, &args)
+    })
+    .await
+    .expect("curl task")
+}
+
+/// Runs a client program on a blocking thread; see [`run_client`].
+pub async fn run_client_async(
+    program: &str,
+    args: &[&str],
+    env: &BTreeMap<String, String>,
+) -> Output {
+    let env = env.clone();
+    let program = program.to_owned();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_client(&program, &args, &env)
+    })
+    .await
+    .expect("client task")
+}
+
+/// Runs curl with the run's environment; returns its status code, body and headers from
+/// `-w`/`-D` output.
+pub fn curl_blocking(env: &BTreeMap<String, String>, args: &[&str]) -> CurlResult {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let headers = dir.path().join("headers");
+    let body = dir.path().join("body");
+    let mut all = vec![
+        "-sS",
+        "--max-time",
+        "30",
+        "-D",
+        headers.to_str().expect("utf-8 path"),
+        "-o",
+        body.to_str().expect("utf-8 path"),
+        "-w",
+        "%{http_code}",
+    ];
+    all.extend_from_slice(args);
+    let out = run_client("curl", &all, env);
+    let status: u16 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    CurlResult {
+        status,
+        body: std::fs::read(&body).unwrap_or_default(),
+        headers: std::fs::read_to_string(&headers).unwrap_or_default(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        success: out.status.success(),
+    }
+}
+
+/// What curl saw.
+#[derive(Debug)]
+pub struct CurlResult {
+    /// The final status code (0 when there was none).
+    pub status: u16,
+    /// The final response body.
+    pub body: Vec<u8>,
+    /// Every response head curl received (CONNECT's included), raw.
+    pub headers: String,
+    /// curl's stderr.
+    pub stderr: String,
+    /// curl exited 0.
+    pub success: bool,
+}
+
+impl CurlResult {
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// The value of `name` in the last response head (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<String> {
+        let last = self
+            .headers
+            .split("\r\n\r\n")
+            .filter(|h| !h.trim().is_empty())
+            .last()?;
+        last.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    }
+}
+
+/// Polls `check` every 20 ms until it is true or `timeout` passes.
+pub async fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}
+
+/// Calls `probe` every 20 ms until it yields a value or `timeout` passes.
+pub async fn poll_until<T, F, Fut>(timeout: Duration, mut probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe().await {
+            return Some(value);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An origin that answers every request with `200 {"ok":true}` and records it.
+pub async fn ok_origin(ca: &OriginCa) -> Origin {
+    Origin::start(
+        Some(ca),
+        std::sync::Arc::new(|_req: &Received| Reply::json(200, &serde_json::json!({"ok": true}))),
+    )
+    .await
+    .expect("origin starts")
+}

@@ -45,3 +45,4 @@ pub(crate) fn summary(decision: &Decision) -> Summary<'_> {
         decision.reason_code,
     )
 }
+mod examples;

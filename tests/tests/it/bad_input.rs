@@ -1,0 +1,150 @@
+//! Bad input gets a clear error and loses nothing already staged.
+
+use airlock_tests::{airlock_bin, curl, loopback_policy, ok_origin, Fixture};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn raw(proxy: &str, request: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(proxy)
+        .await
+        .expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        stream.read_to_end(&mut out),
+    )
+    .await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_clear_errors_and_staged_effects_survive() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (run, env) = airlock.create_run().await;
+    let url = format!("https://127.0.0.1:{}/hook", origin.addr().port());
+    assert_eq!(
+        curl(&env, &["-X", "POST", "--data", "keep me", &url])
+            .await
+            .status,
+        202
+    );
+    let token = airlock.run_token(&run).await;
+    let auth = base64_basic(&run, &token);
+
+    // A CONNECT target without a port, and one that is not an authority.
+    for target in ["127.0.0.1", "exa mple.com:443", ":443"] {
+        let answer = raw(
+            &airlock.proxy,
+            &format!("CONNECT {target} HTTP/1.1\r\nHost: x\r\nProxy-Authorization: {auth}\r\n\r\n"),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{target}: {answer}");
+    }
+    // An origin-form request is not a proxy request.
+    let answer = raw(&airlock.proxy, &format!("GET /v1/runs HTTP/1.1\r\nHost: x\r\nProxy-Authorization: {auth}\r\nConnection: close\r\n\r\n")).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("not_a_proxy_request"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{answer}"
+    );
+    // Garbage instead of HTTP.
+    let answer = raw(&airlock.proxy, "\x16\x03\x01garbage\r\n\r\n").await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
+        "{answer}"
+    );
+    // A Host header that names another host than the CONNECT target.
+    let out = curl(
+        &env,
+        &[
+            "-H",
+            "host: other.example",
+            &format!("https://127.0.0.1:{}/", origin.addr().port()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status, 421);
+    assert_eq!(out.json()["reason_code"], "authority_mismatch");
+
+    // Unknown ids on the admin API.
+    let err = airlock
+        .admin
+        .get("/v1/runs/run_01ARZ3NDEKTSV4RRFFQ69G5FAV")
+        .await
+        .expect_err("404");
+    assert!(
+        matches!(err, airlock_tests::ClientError::Api { status: 404, .. }),
+        "{err}"
+    );
+    let err = airlock
+        .admin
+        .get("/v1/effects/nonsense")
+        .await
+        .expect_err("400");
+    assert!(
+        matches!(err, airlock_tests::ClientError::Api { status: 400, .. }),
+        "{err}"
+    );
+    let err = airlock
+        .post("/v1/runs", Some(serde_json::json!({"bogus": 1})))
+        .await
+        .expect_err("400");
+    assert!(
+        matches!(err, airlock_tests::ClientError::Api { status: 400, .. }),
+        "{err}"
+    );
+
+    // Nothing staged was lost.
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1);
+    assert_eq!(effects[0]["state"], "staged");
+    assert!(origin.received().is_empty());
+}
+
+fn base64_basic(run: &str, token: &str) -> String {
+    use base64::Engine as _;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"))
+    )
+}
+
+#[test]
+fn invalid_policy_is_a_one_line_error_naming_file_rule_and_field() {
+    let fx = Fixture::new();
+    let policy = fx.dir.path().join("bad.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[[rule]]\nid = \"too-wide\"\nhost = \"*\"\naction = \"pass\"\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(airlock_bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--data",
+        ])
+        .arg(fx.data_dir())
+        .arg("--policy")
+        .arg(&policy)
+        .output()
+        .expect("run airlock");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let first = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(first.contains("bad.toml"), "{first}");
+    assert!(first.contains("too-wide"), "{first}");
+    assert!(first.contains("host"), "{first}");
+    assert!(stderr.lines().any(|l| l.starts_with("hint:")), "{stderr}");
+}

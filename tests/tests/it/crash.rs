@@ -1,0 +1,129 @@
+//! Crash safety: SIGKILL at the risky moments, restart, check the ledger and the origin.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_tests::{
+    curl, eventually, loopback_policy, ok_origin, poll_until, Fixture, Origin, Received, Reply,
+};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_202_keeps_the_effect_and_commit_releases_it_once() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let mut airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (run, env) = airlock.create_run().await;
+    let url = format!("https://127.0.0.1:{}/hook", origin.addr().port());
+    let out = curl(&env, &["-X", "POST", "--data", "survives", &url]).await;
+    assert_eq!(out.status, 202);
+    let effect = out.header("airlock-effect").expect("effect id");
+
+    // The 202 was only sent after the flush: killing now loses nothing.
+    airlock.restart().expect("restart");
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1);
+    assert_eq!(effects[0]["id"], effect.as_str());
+    assert_eq!(effects[0]["state"], "staged");
+
+    let report = airlock
+        .post(
+            &format!("/v1/runs/{run}/commit"),
+            Some(json!({"approve_pending": true})),
+        )
+        .await
+        .expect("commit");
+    assert_eq!(report["state"], "committed");
+    let received = origin.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].body, b"survives");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_commit_never_sends_twice_and_marks_the_interrupted_effect_unknown() {
+    let fx = Fixture::new();
+    // The origin holds the second effect's response for a long time, so airlock is
+    // killed while that effect is `releasing`.
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|req: &Received| {
+            let mut reply = Reply::text(200, "ok");
+            if req.path == "/second" {
+                reply.delay = Some(Duration::from_secs(60));
+            }
+            reply
+        }),
+    )
+    .await
+    .expect("origin");
+    let mut airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (run, env) = airlock.create_run().await;
+    let base = format!("https://127.0.0.1:{}", origin.addr().port());
+    for path in ["/first", "/second", "/third"] {
+        let out = curl(
+            &env,
+            &["-X", "POST", "--data", path, &format!("{base}{path}")],
+        )
+        .await;
+        assert_eq!(out.status, 202);
+    }
+    let admin = airlock.admin.clone();
+    let commit_path = format!("/v1/runs/{run}/commit");
+    let committing = tokio::spawn(async move {
+        admin
+            .post(&commit_path, Some(json!({"approve_pending": true})))
+            .await
+    });
+
+    let reached = eventually(Duration::from_secs(10), || {
+        origin.received().iter().any(|r| r.path == "/second")
+    })
+    .await;
+    assert!(reached, "the second effect reached the origin");
+    airlock.kill();
+    let _ = committing.await;
+
+    airlock.restart().expect("restart");
+    // On restart the written commit decision is finished: /third is released, /second
+    // is unknown and never re-sent.
+    let effects = poll_until(Duration::from_secs(10), || async {
+        let effects = airlock.effects(&run).await;
+        effects
+            .iter()
+            .all(|e| e["state"] != "approved")
+            .then_some(effects)
+    })
+    .await
+    .expect("recovery finished the commit");
+    let states: Vec<_> = effects.iter().map(|e| e["state"].clone()).collect();
+    assert_eq!(
+        states,
+        vec![json!("released"), json!("unknown"), json!("released")]
+    );
+    assert!(effects[1]["state_reason"]
+        .as_str()
+        .unwrap_or("")
+        .contains("may or may not"));
+
+    let run_state = airlock
+        .admin
+        .get(&format!("/v1/runs/{run}"))
+        .await
+        .expect("run");
+    assert_eq!(run_state["state"], "partially_committed");
+
+    // A further commit is a no-op: nothing is sent again.
+    let report = airlock
+        .post(&format!("/v1/runs/{run}/commit"), None)
+        .await
+        .expect("commit again");
+    assert_eq!(report["state"], "partially_committed");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut paths: Vec<String> = origin.received().iter().map(|r| r.path.clone()).collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        vec!["/first", "/second", "/third"],
+        "each effect reached the origin exactly once"
+    );
+}

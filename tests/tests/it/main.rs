@@ -1,0 +1,8 @@
+//! End-to-end tests of airlock: the real binary, real clients, loopback origins.
+
+mod auth;
+mod bad_input;
+mod crash;
+mod pass;
+mod stage;
+mod tls;

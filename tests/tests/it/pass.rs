@@ -1,0 +1,137 @@
+//! Pass: reads reach the origin byte for byte and are journaled as reads.
+
+use std::sync::Arc;
+
+use airlock_tests::{curl, loopback_policy, Fixture, Origin, Received, Reply};
+use sha2::Digest as _;
+
+fn payload() -> Vec<u8> {
+    // 300 KiB of every byte value, so any re-encoding or truncation shows.
+    (0..300 * 1024).map(|i| (i * 7 % 256) as u8).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passed_get_returns_the_origin_body_byte_for_byte_and_is_journaled() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|req: &Received| {
+            let mut reply = Reply::text(200, "");
+            reply.body = payload();
+            reply.headers = vec![
+                ("content-type".into(), "application/octet-stream".into()),
+                ("x-origin".into(), "yes".into()),
+                ("airlock-effect".into(), "eff_forged".into()),
+            ];
+            if req.path == "/missing" {
+                reply.status = 404;
+            }
+            reply
+        }),
+    )
+    .await
+    .expect("origin");
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (run, env) = airlock.create_run().await;
+    let url = format!("https://127.0.0.1:{}/data.bin?v=2", origin.addr().port());
+
+    let out = curl(&env, &["-H", "x-client: 1", &url]).await;
+    assert!(out.success, "{}", out.stderr);
+    assert_eq!(out.status, 200);
+    assert_eq!(out.body, payload(), "body byte for byte");
+    assert_eq!(out.header("x-origin").as_deref(), Some("yes"));
+    assert_eq!(
+        out.header("airlock-effect"),
+        None,
+        "origins cannot forge airlock headers"
+    );
+
+    let received = origin.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].path, "/data.bin?v=2");
+    assert_eq!(received[0].header("x-client"), Some("1"));
+    assert_eq!(received[0].header("proxy-authorization"), None);
+
+    // The origin's own status passes through too.
+    let out = curl(
+        &env,
+        &[&format!(
+            "https://127.0.0.1:{}/missing",
+            origin.addr().port()
+        )],
+    )
+    .await;
+    assert_eq!(out.status, 404);
+
+    let reads = airlock_tests::poll_until(std::time::Duration::from_secs(5), || async {
+        let list = airlock
+            .admin
+            .get(&format!("/v1/runs/{run}/reads"))
+            .await
+            .expect("reads");
+        let reads = list["reads"].as_array().cloned().unwrap_or_default();
+        (reads.len() == 2).then_some(reads)
+    })
+    .await
+    .expect("two reads journaled");
+    let first = &reads[0];
+    assert_eq!(first["method"], "GET");
+    assert_eq!(first["url"], url.as_str());
+    assert_eq!(first["status"], 200);
+    assert_eq!(first["response_bytes"], payload().len());
+    let digest = format!("sha256:{}", hex(&sha2::Sha256::digest(payload())));
+    assert_eq!(first["response_digest"], digest.as_str());
+    assert_eq!(first["rule"], "reads");
+    assert_eq!(reads[1]["status"], 404);
+    assert!(
+        airlock.effects(&run).await.is_empty(),
+        "reads are not effects"
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_absolute_form_follows_the_same_path() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        None,
+        Arc::new(|_: &Received| Reply::text(200, "plain hello")),
+    )
+    .await
+    .expect("origin");
+    let policy =
+        loopback_policy(origin.addr().port()).replace("[[rule]]", "[[rule]]\nscheme = \"http\"");
+    let airlock = fx.start(&policy, &[]);
+    let (run, env) = airlock.create_run().await;
+    let url = format!("http://127.0.0.1:{}/hello", origin.addr().port());
+    let out = curl(&env, &[&url]).await;
+    assert_eq!(
+        out.status,
+        200,
+        "{} {}",
+        out.stderr,
+        String::from_utf8_lossy(&out.body)
+    );
+    assert_eq!(out.body, b"plain hello");
+    let out = curl(&env, &["-X", "POST", "--data", "x", &url]).await;
+    assert_eq!(out.status, 202);
+    assert_eq!(airlock.effects(&run).await.len(), 1);
+    let out = curl(
+        &env,
+        &[&format!(
+            "http://127.0.0.1:{}/forbidden/x",
+            origin.addr().port()
+        )],
+    )
+    .await;
+    assert_eq!(out.status, 403);
+    assert_eq!(out.json()["rule"], "forbidden");
+    assert_eq!(
+        origin.received().len(),
+        1,
+        "only the GET reached the origin"
+    );
+}
