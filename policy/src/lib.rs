@@ -166,7 +166,7 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Parses and compiles policy text; `origin` names the source in errors (a path or "<inline>").
+    /// Parses and compiles policy text; `origin` names the source in errors (a path or `"<inline>"`).
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Policy, PolicyError> {
         let file: PolicyFile = toml::from_str(text).map_err(|error| PolicyError::Parse {
             origin: origin.to_owned(),
