@@ -6,6 +6,7 @@
 //! `releasing`, release outcomes) is flushed to disk before it returns.
 
 mod error;
+mod lineage;
 mod model;
 
 use std::path::Path;
@@ -14,13 +15,35 @@ use std::sync::Mutex;
 use serde::{de::DeserializeOwned, Serialize};
 
 pub use error::{LedgerError, Refused};
+pub use lineage::{
+    fingerprint, placeholder_edges, read_content as lineage_read_content, readiness, Edge,
+    EdgeKind, EdgeSource, EffectLineage, Notable, ReadContent, Readiness,
+};
 pub use model::{
-    now_ms, DecisionRecord, Digest, Effect, EffectId, EffectState, Header, HeaderText, NewEffect,
-    Read, ReleaseRecord, Run, RunId, RunState,
+    now_ms, DecisionRecord, Dependency, Digest, Effect, EffectId, EffectState, Header, HeaderText,
+    IssuedPlaceholder, NewEffect, Placeholder, PlaceholderSpec, Read, ReleaseRecord, Run, RunId,
+    RunState, ValueKind,
 };
 
 /// Result of ledger operations.
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// What the origin answered a release, for [`Ledger::record_release`].
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseOutcome<'a> {
+    /// The origin's status, when it answered.
+    pub status: Option<u16>,
+    /// The origin's response headers.
+    pub headers: Vec<Header>,
+    /// The captured response body.
+    pub body: &'a [u8],
+    /// Bytes of response body received in all.
+    pub body_len: u64,
+    /// Why the release failed, when it did.
+    pub error: Option<String>,
+    /// Placeholders of the effect with the real value found for each (or none).
+    pub resolved: Vec<(String, Option<String>)>,
+}
 
 /// A reviewer's verdict on an effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +67,14 @@ pub struct Ledger {
     bodies: sled::Tree,
     /// `effects/run_id` and `reads/run_id` -> last sequence number (be u64)
     counters: sled::Tree,
+    /// `run_id \0 value` -> IssuedPlaceholder
+    placeholders: sled::Tree,
+    /// `run_id \0 read seq` -> read content meta (notable values); hashes in `read_hashes`
+    read_content: sled::Tree,
+    /// `run_id \0 read seq` -> winnowed fingerprints, little-endian u64s, sorted
+    read_hashes: sled::Tree,
+    /// effect id -> EffectLineage
+    effect_lineage: sled::Tree,
     /// Serialises read-modify-write of run and effect records.
     write: Mutex<()>,
 }
@@ -112,6 +143,10 @@ impl Ledger {
             reads: db.open_tree("reads")?,
             bodies: db.open_tree("bodies")?,
             counters: db.open_tree("counters")?,
+            placeholders: db.open_tree("placeholders")?,
+            read_content: db.open_tree("read_content")?,
+            read_hashes: db.open_tree("read_hashes")?,
+            effect_lineage: db.open_tree("effect_lineage")?,
             db,
             write: Mutex::new(()),
         })
@@ -383,6 +418,7 @@ impl Ledger {
                 .into());
             }
             let seq = self.next_seq("effects", new.run_id)?;
+            let placeholders = self.allocate_placeholders(new.run_id, &new.placeholders)?;
             let effect = Effect {
                 id: EffectId::generate(),
                 run_id: new.run_id.clone(),
@@ -399,7 +435,19 @@ impl Ledger {
                 state_reason: None,
                 decisions: Vec::new(),
                 release: None,
+                placeholders,
+                depends_on: new.depends_on,
             };
+            for placeholder in &effect.placeholders {
+                let issued = IssuedPlaceholder {
+                    value: placeholder.value.clone(),
+                    kind: placeholder.kind,
+                    effect: effect.id.clone(),
+                };
+                let mut key = run_prefix(new.run_id);
+                key.extend_from_slice(placeholder.value.as_bytes());
+                self.placeholders.insert(key, encode(&issued))?;
+            }
             if !self.bodies.contains_key(digest.0.as_bytes())? {
                 self.bodies.insert(digest.0.as_bytes(), new.body)?;
             }
@@ -536,17 +584,18 @@ impl Ledger {
         Ok(effect)
     }
 
-    /// Records the outcome of a release: `released` when `error` is `None`, else `failed`.
-    /// `body` is the captured response body (stored by digest). Flushed.
-    pub fn record_release(
-        &self,
-        id: &EffectId,
-        status: Option<u16>,
-        headers: Vec<Header>,
-        body: &[u8],
-        body_len: u64,
-        error: Option<String>,
-    ) -> Result<Effect> {
+    /// Records the outcome of a release: `released` when `outcome.error` is `None`, else
+    /// `failed`. The captured response body is stored by digest; resolved placeholders get
+    /// their real values. Flushed.
+    pub fn record_release(&self, id: &EffectId, outcome: ReleaseOutcome<'_>) -> Result<Effect> {
+        let ReleaseOutcome {
+            status,
+            headers,
+            body,
+            body_len,
+            error,
+            resolved,
+        } = outcome;
         let _guard = self.lock();
         let mut effect = self.must_effect(id)?;
         let to = if error.is_none() {
@@ -583,6 +632,33 @@ impl Ledger {
         release.error = error.clone();
         effect.state = to;
         effect.state_reason = error;
+        for (value, real) in resolved {
+            if let Some(placeholder) = effect.placeholders.iter_mut().find(|p| p.value == value) {
+                placeholder.real = real;
+            }
+        }
+        self.put_effect(&effect)?;
+        self.flush()?;
+        Ok(effect)
+    }
+
+    /// Ends an approved effect without sending it: `skipped` (a dependency was not
+    /// released) or `failed` (it could not be prepared, e.g. a placeholder has no real
+    /// value). Flushed.
+    pub fn settle_unsent(&self, id: &EffectId, to: EffectState, reason: &str) -> Result<Effect> {
+        let _guard = self.lock();
+        let mut effect = self.must_effect(id)?;
+        if !matches!(to, EffectState::Skipped | EffectState::Failed) || !effect.state.can_become(to)
+        {
+            return Err(Refused::EffectTransition {
+                effect: effect.id,
+                from: effect.state,
+                to,
+            }
+            .into());
+        }
+        effect.state = to;
+        effect.state_reason = Some(reason.to_owned());
         self.put_effect(&effect)?;
         self.flush()?;
         Ok(effect)

@@ -225,7 +225,7 @@ impl EffectState {
             (self, to),
             (Staged | Approved | Rejected, Approved | Rejected)
                 | (Staged | Approved, Discarded)
-                | (Approved, Releasing | Skipped)
+                | (Approved, Releasing | Skipped | Failed)
                 | (Releasing, Released | Failed | Unknown)
         )
     }
@@ -340,6 +340,67 @@ pub struct Effect {
     /// The release attempt, once one started.
     #[serde(default)]
     pub release: Option<ReleaseRecord>,
+    /// Placeholders this effect's synthetic response handed out.
+    #[serde(default)]
+    pub placeholders: Vec<Placeholder>,
+    /// Earlier effects whose placeholders this request carries (effect -> effect lineage).
+    #[serde(default)]
+    pub depends_on: Vec<Dependency>,
+}
+
+/// The type a placeholder imitates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueKind {
+    /// A JSON number.
+    Number,
+    /// An opaque string.
+    String,
+}
+
+/// A placeholder a staged effect's synthetic response carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placeholder {
+    /// The stand-in value as the client saw it (digits for a number).
+    pub value: String,
+    /// Its type.
+    pub kind: ValueKind,
+    /// JSON pointer (RFC 6901) of the real value in the origin's response.
+    pub pointer: String,
+    /// The real value, once the effect was released and the origin answered.
+    #[serde(default)]
+    pub real: Option<String>,
+}
+
+/// A later request's dependency on an earlier effect through one placeholder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dependency {
+    /// The effect that issued the placeholder.
+    pub effect: EffectId,
+    /// The placeholder value found in the request.
+    pub value: String,
+    /// Where it was found: `url`, `header:NAME` or `body`.
+    pub found_in: String,
+}
+
+/// What a stage rule's synthetic response needs allocated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceholderSpec {
+    /// JSON pointer of the real value.
+    pub pointer: String,
+    /// Its type.
+    pub kind: ValueKind,
+}
+
+/// A placeholder issued in a run, for finding it in later requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedPlaceholder {
+    /// The stand-in value.
+    pub value: String,
+    /// Its type.
+    pub kind: ValueKind,
+    /// The effect that issued it.
+    pub effect: EffectId,
 }
 
 /// What the proxy hands the ledger to stage.
@@ -359,6 +420,10 @@ pub struct NewEffect<'a> {
     pub rule: Option<&'a str>,
     /// The policy revision that decided it.
     pub policy_revision: &'a str,
+    /// Placeholders to allocate for the synthetic response.
+    pub placeholders: Vec<PlaceholderSpec>,
+    /// Placeholders of earlier effects the request carries.
+    pub depends_on: Vec<Dependency>,
 }
 
 /// A request the policy let pass, journaled for lineage.

@@ -20,6 +20,8 @@ fn stage(ledger: &Ledger, run: &RunId, body: &[u8]) -> Result<Effect> {
         body,
         rule: Some("hooks"),
         policy_revision: "abc",
+        placeholders: Vec::new(),
+        depends_on: Vec::new(),
     })
 }
 
@@ -90,7 +92,15 @@ fn release_lifecycle_and_second_commit_is_noop() {
         "rejected is never released"
     );
     ledger
-        .record_release(&e.id, Some(200), vec![], b"ok", 2, None)
+        .record_release(
+            &e.id,
+            ReleaseOutcome {
+                status: Some(200),
+                body: b"ok",
+                body_len: 2,
+                ..ReleaseOutcome::default()
+            },
+        )
         .expect("record");
     let done = ledger.finish_commit(&run.id).expect("finish");
     assert_eq!(done.state, RunState::Committed);
@@ -127,7 +137,16 @@ fn recovery_marks_releasing_unknown_across_reopen() {
         ledger.mark_releasing(&e.id).expect("releasing");
         id = e.id;
     }
-    let ledger = Ledger::open(dir.path()).expect("reopen");
+    // sled's flusher thread may hold the directory lock for a moment after the drop.
+    let mut reopened = Ledger::open(dir.path());
+    for _ in 0..100 {
+        if reopened.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        reopened = Ledger::open(dir.path());
+    }
+    let ledger = reopened.expect("reopen");
     let changed = ledger.recover().expect("recover");
     assert_eq!(changed.len(), 1);
     assert_eq!(

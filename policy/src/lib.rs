@@ -19,10 +19,12 @@ use sha2::{Digest, Sha256};
 mod decision;
 mod error;
 mod matcher;
+mod respond;
 mod wire;
 
 pub use decision::{reason_code, Action, ConnectDecision, Decision};
 pub use error::PolicyError;
+pub use respond::{Part, PlaceholderKind, Respond};
 
 use error::FieldProblem;
 use matcher::{CanonicalPath, Host, HostPattern, MethodMatcher, PathPattern, PortMatcher};
@@ -96,9 +98,15 @@ pub struct Rule {
     action: Action,
     reason: Option<String>,
     allow_private: Vec<IpNet>,
+    respond: Option<Respond>,
 }
 
 impl Rule {
+    /// The synthetic response of a stage rule, when it declares one.
+    pub fn respond(&self) -> Option<&Respond> {
+        self.respond.as_ref()
+    }
+
     /// The rule's stable id, as used in logs, 403 bodies and the ledger.
     pub fn id(&self) -> &str {
         &self.id
@@ -291,6 +299,11 @@ impl Policy {
     pub fn rules(&self) -> &[Rule] {
         &self.rules
     }
+
+    /// The rule with this id.
+    pub fn rule(&self, id: &str) -> Option<&Rule> {
+        self.rules.iter().find(|rule| rule.id == id)
+    }
 }
 
 fn display_host(host: Option<&Host>) -> String {
@@ -423,7 +436,18 @@ fn compile_rule(wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProblem> 
         }
         Some(nets) => parse_nets(&nets)?,
     };
+    let respond = match wire.respond {
+        None => None,
+        Some(_) if action != Action::Stage => {
+            return Err(FieldProblem::new(
+                "respond",
+                "only a stage rule answers with a synthetic response",
+            ))
+        }
+        Some(respond) => Some(compile_respond(respond)?),
+    };
     Ok(Rule {
+        respond,
         id,
         host,
         port,
@@ -433,6 +457,60 @@ fn compile_rule(wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProblem> 
         action,
         reason: wire.reason,
         allow_private,
+    })
+}
+
+fn compile_respond(wire: wire::WireRespond) -> Result<Respond, FieldProblem> {
+    let status = match wire.status {
+        None => 202,
+        Some(status @ 200..=299) => status as u16,
+        Some(other) => {
+            return Err(FieldProblem::new(
+                "respond",
+                format!(
+                    "status {other} is not a 2xx status; a staged effect is answered as accepted"
+                ),
+            ))
+        }
+    };
+    let mut headers = std::collections::BTreeMap::new();
+    for (name, value) in wire.headers {
+        let lower = name.to_ascii_lowercase();
+        if lower.is_empty()
+            || !lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+        {
+            return Err(FieldProblem::new(
+                "respond",
+                format!("\"{name}\" is not a header name"),
+            ));
+        }
+        if lower.starts_with("airlock-")
+            || matches!(
+                lower.as_str(),
+                "content-length" | "transfer-encoding" | "connection"
+            )
+        {
+            return Err(FieldProblem::new(
+                "respond",
+                format!("header \"{name}\" is set by airlock itself"),
+            ));
+        }
+        headers.insert(lower, value);
+    }
+    let body = wire
+        .body
+        .map(|text| respond::parse_template(&text))
+        .transpose()
+        .map_err(|problem| FieldProblem::new("respond", format!("body: {problem}")))?;
+    Ok(Respond {
+        status,
+        content_type: wire
+            .content_type
+            .unwrap_or_else(|| "application/json".to_owned()),
+        headers,
+        body,
     })
 }
 

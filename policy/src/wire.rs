@@ -31,6 +31,18 @@ pub(crate) struct WireRule {
     pub(crate) action: Option<WireAction>,
     pub(crate) reason: Option<String>,
     pub(crate) allow_private: Option<Vec<String>>,
+    pub(crate) respond: Option<WireRespond>,
+}
+
+/// `[rule.respond]`: the synthetic response of a stage rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WireRespond {
+    pub(crate) status: Option<i64>,
+    pub(crate) content_type: Option<String>,
+    #[serde(default)]
+    pub(crate) headers: std::collections::BTreeMap<String, String>,
+    pub(crate) body: Option<String>,
 }
 
 /// `port = 443` or `port = [443, 8443]`.

@@ -112,6 +112,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/runs/{id}/effects", get(run_effects))
         .route("/v1/runs/{id}/reads", get(run_reads))
         .route("/v1/runs/{id}/env", get(run_env))
+        .route("/v1/runs/{id}/lineage", get(run_lineage))
         .route("/v1/runs/{id}/seal", post(seal_run))
         .route("/v1/runs/{id}/commit", post(commit_run))
         .route("/v1/runs/{id}/abort", post(abort_run))
@@ -446,7 +447,40 @@ async fn show_effect(
     })
     .await?;
     let (effect, body, release_body) = found.ok_or_else(|| not_found("effect", &id))?;
+    let ledger = shared.ledger.clone();
+    let run_id = effect.run_id.clone();
+    let effect_id = effect.id.clone();
+    let (analysis, reads, siblings) = blocking(move || {
+        Ok((
+            ledger.effect_lineage(&effect_id)?,
+            ledger.reads(&run_id)?,
+            ledger.effects(&run_id)?,
+        ))
+    })
+    .await?;
+    let mut sources: Vec<Value> = airlock_ledger::placeholder_edges(&effect)
+        .iter()
+        .map(|e| edge_json(e, &reads))
+        .collect();
+    if let Some(analysis) = &analysis {
+        sources.extend(analysis.edges.iter().map(|e| edge_json(e, &reads)));
+    }
+    let dependents: Vec<Value> = siblings
+        .iter()
+        .filter(|s| s.depends_on.iter().any(|d| d.effect == effect.id))
+        .map(|s| json!({ "id": s.id, "seq": s.seq, "method": s.method, "url": s.url, "state": s.state }))
+        .collect();
     let mut out = effect_summary(&effect);
+    out["placeholders"] = json!(effect.placeholders);
+    out["depends_on"] = json!(effect.depends_on);
+    out["lineage"] = json!({
+        "analyzed": analysis.is_some(),
+        "fingerprints": analysis.as_ref().map(|a| a.fingerprints),
+        "truncated": analysis.as_ref().map(|a| a.truncated),
+        "skipped": analysis.as_ref().and_then(|a| a.skipped.clone()),
+        "sources": sources,
+        "dependents": dependents,
+    });
     out["headers"] = headers_json(&effect.headers);
     out["body"] = body_json(&body);
     out["body_digest"] = json!(effect.body_digest);
@@ -464,6 +498,67 @@ async fn show_effect(
         });
     }
     Ok(Json(out))
+}
+
+/// A lineage edge for the API: `from` is `read:SEQ` or an effect id; reads carry their
+/// method and URL so a reviewer can read the edge on its own.
+fn edge_json(edge: &airlock_ledger::Edge, reads: &[airlock_ledger::Read]) -> Value {
+    let (from, source) = match &edge.from {
+        airlock_ledger::EdgeSource::Read { seq } => {
+            let read = reads.iter().find(|r| r.seq == *seq);
+            (
+                format!("read:{seq}"),
+                json!({ "kind": "read", "seq": seq, "method": read.map(|r| r.method.clone()), "url": read.map(|r| r.url.clone()) }),
+            )
+        }
+        airlock_ledger::EdgeSource::Effect { id } => {
+            (id.to_string(), json!({ "kind": "effect", "id": id }))
+        }
+    };
+    json!({
+        "from": from,
+        "source": source,
+        "to": edge.to,
+        "kind": edge.kind,
+        "overlap_bytes": edge.overlap_bytes,
+        "overlap_permille": edge.overlap_permille,
+        "excerpt": edge.excerpt,
+        "detail": edge.detail,
+    })
+}
+
+async fn run_lineage(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, effects) = load_run(&shared, &id).await?;
+    let ledger = shared.ledger.clone();
+    let run_id = run.id.clone();
+    let ids: Vec<airlock_ledger::EffectId> = effects.iter().map(|e| e.id.clone()).collect();
+    let (reads, edges, analyzed) = blocking(move || {
+        let mut analyzed = Vec::new();
+        for id in &ids {
+            analyzed.push(ledger.effect_lineage(id)?.is_some());
+        }
+        Ok((ledger.reads(&run_id)?, ledger.edges(&run_id)?, analyzed))
+    })
+    .await?;
+    let mut nodes: Vec<Value> = reads
+        .iter()
+        .map(|r| {
+            json!({ "id": format!("read:{}", r.seq), "kind": "read", "seq": r.seq, "method": r.method,
+                    "url": r.url, "status": r.status, "response_bytes": r.response_bytes })
+        })
+        .collect();
+    nodes.extend(effects.iter().zip(&analyzed).map(|(e, analyzed)| {
+        json!({ "id": e.id, "kind": "effect", "seq": e.seq, "method": e.method, "url": e.url,
+                "state": e.state, "analyzed": analyzed })
+    }));
+    Ok(Json(json!({
+        "run": run.id,
+        "nodes": nodes,
+        "edges": edges.iter().map(|e| edge_json(e, &reads)).collect::<Vec<_>>(),
+    })))
 }
 
 async fn decide(shared: Arc<Shared>, id: String, verdict: Verdict) -> ApiResult<Json<Value>> {

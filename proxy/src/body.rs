@@ -23,6 +23,10 @@ pub struct Metered {
     pub sha256: Option<[u8; 32]>,
     /// Why the body stopped early, when it did.
     pub error: Option<String>,
+    /// The first bytes of the body, up to the capture limit (shared, not copied).
+    pub captured: Vec<Bytes>,
+    /// The body was longer than the capture limit.
+    pub capture_truncated: bool,
 }
 
 /// A body that relays frames unchanged (streaming, no buffering), counting and hashing the
@@ -31,6 +35,9 @@ pub struct MeteredBody<B: Body> {
     inner: B,
     bytes: u64,
     hasher: Option<sha2::Sha256>,
+    captured: Vec<Bytes>,
+    capture_room: usize,
+    capture_truncated: bool,
     on_done: Option<Box<dyn FnOnce(Metered) + Send + Sync>>,
 }
 
@@ -41,8 +48,18 @@ impl<B: Body> MeteredBody<B> {
             inner,
             bytes: 0,
             hasher: hash.then(sha2::Sha256::new),
+            captured: Vec::new(),
+            capture_room: 0,
+            capture_truncated: false,
             on_done: Some(on_done),
         }
+    }
+
+    /// Also keeps the first `limit` bytes of the body for analysis (frames are
+    /// reference-counted, so this shares them rather than copying).
+    pub fn capture(mut self, limit: usize) -> Self {
+        self.capture_room = limit;
+        self
     }
 
     fn finish(&mut self, error: Option<String>) {
@@ -55,6 +72,8 @@ impl<B: Body> MeteredBody<B> {
                 bytes: self.bytes,
                 sha256,
                 error,
+                captured: std::mem::take(&mut self.captured),
+                capture_truncated: self.capture_truncated,
             });
         }
     }
@@ -93,6 +112,14 @@ where
                     this.bytes += data.len() as u64;
                     if let Some(hasher) = this.hasher.as_mut() {
                         hasher.update(data);
+                    }
+                    if this.capture_room > 0 {
+                        let take = data.len().min(this.capture_room);
+                        this.captured.push(data.slice(..take));
+                        this.capture_room -= take;
+                        this.capture_truncated |= take < data.len();
+                    } else if !data.is_empty() && !this.captured.is_empty() {
+                        this.capture_truncated = true;
                     }
                 }
                 if this.inner.is_end_stream() {

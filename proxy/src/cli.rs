@@ -575,6 +575,68 @@ pub fn render_effect(effect: &Value) -> String {
         )),
         _ => {}
     }
+    let lineage = &effect["lineage"];
+    let sources = lineage["sources"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let dependents = lineage["dependents"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    if !lineage.is_null() {
+        out.push_str(&format!(
+            "lineage  {}\n",
+            if lineage["analyzed"].as_bool() == Some(true) {
+                format!(
+                    "{} source(s), {} dependent(s)",
+                    sources.len(),
+                    dependents.len()
+                )
+            } else {
+                "content analysis pending".to_owned()
+            }
+        ));
+    }
+    for edge in sources {
+        let source = &edge["source"];
+        let from = match source["kind"].as_str() {
+            Some("read") => format!(
+                "read #{} ({} {})",
+                source["seq"],
+                source["method"].as_str().unwrap_or("?"),
+                source["url"].as_str().unwrap_or("?")
+            ),
+            _ => format!("effect {}", source["id"].as_str().unwrap_or("?")),
+        };
+        let size = match edge["kind"].as_str() {
+            Some("content") => format!(
+                ": {} bytes, {:.1}% of this body",
+                edge["overlap_bytes"],
+                edge["overlap_permille"].as_f64().unwrap_or(0.0) / 10.0
+            ),
+            _ => String::new(),
+        };
+        let what = match edge["kind"].as_str() {
+            Some("content") => "content from",
+            Some("credential") => "a credential-looking value from",
+            Some("header") => "a response header value from",
+            Some("placeholder") => "a placeholder of",
+            _ => "data from",
+        };
+        out.push_str(&format!("  <- carries {what} {from}{size}\n"));
+        if let Some(excerpt) = edge["excerpt"].as_str() {
+            out.push_str(&format!("       \"{excerpt}\"\n"));
+        }
+    }
+    for dependent in dependents {
+        out.push_str(&format!(
+            "  -> needed by {} {} {}\n",
+            dependent["id"].as_str().unwrap_or("?"),
+            dependent["method"].as_str().unwrap_or(""),
+            dependent["url"].as_str().unwrap_or("")
+        ));
+    }
     if let Some(release) = effect.get("release").filter(|r| !r.is_null()) {
         out.push_str(&format!(
             "release  status {}{}\n",

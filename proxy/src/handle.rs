@@ -4,18 +4,21 @@
 
 use std::sync::Arc;
 
-use airlock_ledger::{Digest, NewEffect, Read, RunId};
+use airlock_ledger::{Dependency, IssuedPlaceholder, RunId};
 use airlock_policy::{Action, RequestFacts, Scheme};
-use http::{header, HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{header, Request, Response};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tracing::{info, warn};
 
-use crate::body::{BoxError, MeteredBody, ProxyBody};
-use crate::dial::{find_dial_error, DialError};
-use crate::headers::{strip_hop_by_hop, strip_reserved, to_records};
-use crate::respond::{json_response, ProxyError, EFFECT_HEADER};
+use crate::body::{BoxError, ProxyBody};
+use crate::forward::forward;
+use crate::lineage::find_placeholders;
+use crate::respond::ProxyError;
 use crate::server::Shared;
+use crate::stage::stage;
 
 /// The destination of a request: the one authority that CONNECT, SNI, `Host` and the
 /// absolute-form URI must all name (POLICY.md invariant 2).
@@ -79,9 +82,9 @@ fn default_port(scheme: Scheme) -> u16 {
     }
 }
 
-/// Checks that the request's `Host` header names `target` (invariant 2).
-fn check_host_header(req: &Request<Incoming>, target: &Target) -> Result<(), ProxyError> {
-    if let Some(authority) = req.uri().authority() {
+/// Checks that the request's URI authority and `Host` header name `target` (invariant 2).
+fn check_authority(parts: &Parts, target: &Target) -> Result<(), ProxyError> {
+    if let Some(authority) = parts.uri.authority() {
         let named = Target::parse(
             target.scheme,
             authority.as_str(),
@@ -96,7 +99,7 @@ fn check_host_header(req: &Request<Incoming>, target: &Target) -> Result<(), Pro
             });
         }
     }
-    let Some(value) = req.headers().get(header::HOST) else {
+    let Some(value) = parts.headers.get(header::HOST) else {
         return Ok(());
     };
     let parsed = value
@@ -116,15 +119,23 @@ fn check_host_header(req: &Request<Incoming>, target: &Target) -> Result<(), Pro
 }
 
 /// Whether the request carries a body, from its framing (invariant 4), not its method.
-fn has_body(req: &Request<Incoming>) -> bool {
-    if req.headers().contains_key(header::TRANSFER_ENCODING) {
+pub fn has_body(parts: &Parts) -> bool {
+    if parts.headers.contains_key(header::TRANSFER_ENCODING) {
         return true;
     }
-    req.headers()
+    parts
+        .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .is_some_and(|n| n > 0)
+}
+
+/// A buffered body as a [`ProxyBody`].
+pub fn full_body(bytes: Bytes) -> ProxyBody {
+    Full::new(bytes)
+        .map_err(|never| -> BoxError { match never {} })
+        .boxed()
 }
 
 /// Handles one request of `run` for `target`.
@@ -134,45 +145,15 @@ pub async fn handle(
     target: Target,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
-    let method = req.method().clone();
-    let path_and_query = req
-        .uri()
+    let (parts, body) = req.into_parts();
+    let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
+    let path_and_query = parts
+        .uri
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/".to_owned());
     let url = target.url(&path_and_query);
-    let result = async {
-        check_host_header(&req, &target)?;
-        let facts = RequestFacts {
-            scheme: target.scheme,
-            host: &target.host,
-            port: target.port,
-            method: method.as_str(),
-            path: req.uri().path(),
-            has_body: has_body(&req),
-        };
-        let decision = shared.policy.decide(&facts);
-        info!(
-            run.id = %run,
-            http.method = %method,
-            url = %url,
-            policy.action = ?decision.action,
-            policy.rule = decision.rule.as_deref().unwrap_or("<default>"),
-            policy.reason_code = decision.reason_code,
-            "request decided"
-        );
-        match decision.action {
-            Action::Deny => Err(ProxyError::Denied {
-                rule: decision.rule,
-                reason: decision.reason,
-                reason_code: decision.reason_code.to_owned(),
-                policy_revision: shared.policy.revision().to_owned(),
-            }),
-            Action::Stage => stage(&shared, &run, &url, decision.rule.as_deref(), req).await,
-            Action::Pass => forward(&shared, &run, &url, decision.rule, req).await,
-        }
-    }
-    .await;
+    let result = decide_and_act(&shared, &run, &target, &url, parts, body).await;
     result.unwrap_or_else(|error| {
         if error.status().is_server_error() {
             warn!(run.id = %run, url = %url, error = %error, reason = %error.body()["reason"], "request failed");
@@ -181,194 +162,178 @@ pub async fn handle(
     })
 }
 
-/// Reads the body (bounded), records the effect durably, then answers `202 Accepted`.
-async fn stage(
+async fn decide_and_act(
     shared: &Arc<Shared>,
     run: &RunId,
+    target: &Target,
     url: &str,
-    rule: Option<&str>,
-    req: Request<Incoming>,
+    parts: Parts,
+    body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    check_authority(&parts, target)?;
+    let facts = RequestFacts {
+        scheme: target.scheme,
+        host: &target.host,
+        port: target.port,
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        has_body: has_body(&parts),
+    };
+    let decision = shared.policy.decide(&facts);
+    info!(
+        run.id = %run,
+        http.method = %parts.method,
+        url = %url,
+        policy.action = ?decision.action,
+        policy.rule = decision.rule.as_deref().unwrap_or("<default>"),
+        policy.reason_code = decision.reason_code,
+        "request decided"
+    );
+    match decision.action {
+        Action::Deny => Err(ProxyError::Denied {
+            rule: decision.rule,
+            reason: decision.reason,
+            reason_code: decision.reason_code.to_owned(),
+            policy_revision: shared.policy.revision().to_owned(),
+        }),
+        Action::Stage => {
+            let issued = issued_placeholders(shared, run).await?;
+            let body = read_bounded(shared, &parts, body).await?;
+            let depends_on = find_dependencies(&issued, &parts, Some(&body));
+            stage(
+                shared,
+                run,
+                url,
+                decision.rule.as_deref(),
+                parts,
+                body,
+                depends_on,
+            )
+            .await
+        }
+        Action::Pass => {
+            // A placeholder must never reach a real origin: a request that carries one
+            // depends on a staged effect, so it is staged too (DESIGN.md lineage).
+            let issued = issued_placeholders(shared, run).await?;
+            if issued.is_empty() {
+                return forward(shared, run, url, decision.rule, parts, body).await;
+            }
+            let mut depends_on = find_dependencies(&issued, &parts, None);
+            if depends_on.is_empty() && !has_body(&parts) {
+                return forward(shared, run, url, decision.rule, parts, body).await;
+            }
+            let body = read_bounded(shared, &parts, body).await?;
+            depends_on = find_dependencies(&issued, &parts, Some(&body));
+            if depends_on.is_empty() {
+                return forward(shared, run, url, decision.rule, parts, full_body(body)).await;
+            }
+            info!(run.id = %run, url = %url, "the request carries a placeholder of a staged effect: staged instead of passed");
+            stage(
+                shared,
+                run,
+                url,
+                decision.rule.as_deref(),
+                parts,
+                body,
+                depends_on,
+            )
+            .await
+        }
+    }
+}
+
+/// Reads a request body up to the staging limit: 413 before reading when the declared
+/// length is over it (no 100 Continue is sent), 413 once the limit is passed otherwise.
+///
+fn read_bounded(
+    shared: &Arc<Shared>,
+    parts: &Parts,
+    body: ProxyBody,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, ProxyError>> + Send>> {
     let limit = shared.limits.stage_body_bytes;
-    let declared = req
-        .headers()
+    let declared = parts
+        .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        // Refused before reading: no 100 Continue is sent, nothing is stored.
-        return Err(ProxyError::BodyTooLarge { limit });
-    }
-    let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, limit as usize).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) => {
-            if error
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                return Err(ProxyError::BodyTooLarge { limit });
-            }
-            return Err(ProxyError::BadRequest {
+    Box::pin(async move {
+        if declared.is_some_and(|n| n > limit) {
+            return Err(ProxyError::BodyTooLarge { limit });
+        }
+        let mut body = body;
+        let mut collected: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|error| ProxyError::BadRequest {
                 code: "body_read_failed",
                 reason: format!("the request body could not be read: {error}"),
-            });
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if (collected.len() + data.len()) as u64 > limit {
+                    return Err(ProxyError::BodyTooLarge { limit });
+                }
+                collected.extend_from_slice(&data);
+            }
         }
-    };
-    let mut headers = parts.headers;
-    strip_hop_by_hop(&mut headers);
-    headers.remove(header::CONTENT_LENGTH);
-    let records = to_records(&headers);
-    let ledger = shared.ledger.clone();
-    let run_id = run.clone();
-    let method = parts.method.to_string();
-    let url_owned = url.to_owned();
-    let rule_owned = rule.map(str::to_owned);
-    let revision = shared.policy.revision().to_owned();
-    let staged = tokio::task::spawn_blocking(move || {
-        ledger.stage(NewEffect {
-            run_id: &run_id,
-            method: &method,
-            url: &url_owned,
-            headers: records,
-            body: &body,
-            rule: rule_owned.as_deref(),
-            policy_revision: &revision,
-        })
+        Ok(Bytes::from(collected))
     })
-    .await
-    .map_err(|e| ProxyError::Internal {
-        reason: format!("staging task failed: {e}"),
-    })?;
-    let effect = match staged {
-        Ok(effect) => effect,
-        Err(airlock_ledger::LedgerError::Refused(refused)) => {
-            return Err(ProxyError::RunNotOpen {
-                reason: refused.to_string(),
-            })
-        }
-        Err(error) => {
-            return Err(ProxyError::Internal {
-                reason: format!("the ledger could not stage the effect: {error}"),
-            })
-        }
-    };
-    info!(run.id = %run, effect.id = %effect.id, effect.seq = effect.seq, url = %url, "effect staged");
-    let mut response = json_response(
-        StatusCode::ACCEPTED,
-        &serde_json::json!({
-            "effect": effect.id,
-            "status": effect.state,
-            "run": effect.run_id,
-            "seq": effect.seq,
-            "message": "airlock staged this request; it is sent to the origin only if a reviewer approves it and the run is committed",
-        }),
-    );
-    if let Ok(value) = HeaderValue::from_str(effect.id.as_str()) {
-        response.headers_mut().insert(EFFECT_HEADER, value);
-    }
-    Ok(response)
 }
 
-/// Forwards a passed request upstream, streaming both bodies, and journals it as a read
-/// when the response body ends.
-async fn forward(
+/// The placeholders issued so far in `run`.
+async fn issued_placeholders(
     shared: &Arc<Shared>,
     run: &RunId,
-    url: &str,
-    rule: Option<String>,
-    req: Request<Incoming>,
-) -> Result<Response<ProxyBody>, ProxyError> {
-    let (mut parts, body) = req.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    parts.uri = url.parse().map_err(|_| ProxyError::BadRequest {
-        code: "bad_uri",
-        reason: format!("{url} is not a valid URI"),
-    })?;
-    parts.version = http::Version::HTTP_11;
-    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let sent_in_body = sent.clone();
-    let request_body = MeteredBody::new(
-        body,
-        false,
-        Box::new(move |metered| {
-            sent_in_body.store(metered.bytes, std::sync::atomic::Ordering::Relaxed);
-        }),
-    )
-    .map_err(|e| Box::new(e) as BoxError)
-    .boxed();
-    let upstream = Request::from_parts(parts.clone(), request_body);
-    let started = airlock_ledger::now_ms();
-    let journal = {
-        let ledger = shared.ledger.clone();
-        let run = run.clone();
-        let method = parts.method.to_string();
-        let url = url.to_owned();
-        move |status: Option<u16>,
-              response_bytes: u64,
-              sha: Option<[u8; 32]>,
-              error: Option<String>| {
-            let read = Read {
-                run_id: run,
-                seq: 0,
-                method,
-                url,
-                status,
-                request_bytes: sent.load(std::sync::atomic::Ordering::Relaxed),
-                response_bytes,
-                response_digest: sha.map(|h| Digest::from_sha256(&h)),
-                rule,
-                created_at_ms: started,
-                error,
-            };
-            if let Err(error) = ledger.journal_read(read) {
-                warn!(error = %error, "could not journal a read");
+) -> Result<Vec<IssuedPlaceholder>, ProxyError> {
+    let ledger = shared.ledger.clone();
+    let run = run.clone();
+    tokio::task::spawn_blocking(move || ledger.placeholders(&run))
+        .await
+        .map_err(|e| ProxyError::Internal {
+            reason: format!("ledger task failed: {e}"),
+        })?
+        .map_err(|e| ProxyError::Internal {
+            reason: format!("the ledger could not be read: {e}"),
+        })
+}
+
+/// The earlier effects whose placeholders the request carries, in its URL, header values
+/// or (when given) body.
+fn find_dependencies(
+    issued: &[IssuedPlaceholder],
+    parts: &Parts,
+    body: Option<&Bytes>,
+) -> Vec<Dependency> {
+    if issued.is_empty() {
+        return Vec::new();
+    }
+    let mut out: Vec<Dependency> = Vec::new();
+    let mut add = |found: Vec<&IssuedPlaceholder>, place: String| {
+        for placeholder in found {
+            if !out.iter().any(|d| d.value == placeholder.value) {
+                out.push(Dependency {
+                    effect: placeholder.effect.clone(),
+                    value: placeholder.value.clone(),
+                    found_in: place.clone(),
+                });
             }
         }
     };
-    let response = match shared.upstream.request(upstream).await {
-        Ok(response) => response,
-        Err(error) => {
-            let reason = error.to_string();
-            let proxy_error = match find_dial_error(&error) {
-                Some(dial @ DialError::OwnListener { .. }) => ProxyError::DestinationRefused {
-                    code: "airlock_listener",
-                    reason: dial.to_string(),
-                },
-                Some(dial @ DialError::Private { .. }) => ProxyError::DestinationRefused {
-                    code: "private_address",
-                    reason: dial.to_string(),
-                },
-                Some(dial) => ProxyError::Upstream {
-                    reason: dial.to_string(),
-                },
-                None => ProxyError::Upstream {
-                    reason: error_chain(&error).unwrap_or(reason),
-                },
-            };
-            journal(
-                None,
-                0,
-                None,
-                Some(proxy_error.body()["reason"].to_string()),
-            );
-            return Err(proxy_error);
-        }
-    };
-    let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    strip_reserved(&mut parts.headers);
-    let status = parts.status.as_u16();
-    let body = MeteredBody::new(
-        body,
-        true,
-        Box::new(move |metered| {
-            journal(Some(status), metered.bytes, metered.sha256, metered.error)
-        }),
-    )
-    .map_err(|e| Box::new(e) as BoxError)
-    .boxed();
-    Ok(Response::from_parts(parts, body))
+    add(
+        find_placeholders(issued, &parts.uri.to_string()),
+        "url".into(),
+    );
+    for (name, value) in &parts.headers {
+        add(
+            find_placeholders(issued, &String::from_utf8_lossy(value.as_bytes())),
+            format!("header:{name}"),
+        );
+    }
+    if let Some(body) = body {
+        add(
+            find_placeholders(issued, &String::from_utf8_lossy(body)),
+            "body".into(),
+        );
+    }
+    out
 }
 
 /// The messages of an error and its sources, joined with `: `.

@@ -13,13 +13,16 @@ pub mod config;
 pub mod demo;
 pub mod dial;
 pub mod env;
+pub mod forward;
 pub mod handle;
 pub mod headers;
+pub mod lineage;
 pub mod listener;
 pub mod origin;
 pub mod release;
 pub mod respond;
 pub mod server;
+pub mod stage;
 pub mod upstream;
 
 pub use config::ServeConfig;

@@ -1,23 +1,35 @@
 //! The commit authority: writes the commit decision, then releases a run's approved effects
-//! in staging order, each marked `releasing` durably before it is sent, at most once.
+//! in dependency order, each marked `releasing` durably before it is sent, at most once.
+//!
+//! Order: an effect waits for every effect whose placeholder it carries (lineage), and for
+//! every earlier effect to the same origin (each origin sees its effects in staging
+//! order). Effects to different origins with no dependency between them are released
+//! concurrently, at most [`MAX_CONCURRENT_RELEASES`] at a time. Before an effect is sent,
+//! each placeholder it carries is replaced with the real value read from its parent's
+//! response.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use airlock_ledger::{Effect, EffectState, LedgerError, RunId, RunState};
+use airlock_ledger::{
+    readiness, Effect, EffectId, EffectState, LedgerError, Readiness, ReleaseOutcome, RunId,
+    RunState,
+};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request};
-use http_body_util::{BodyExt, Full};
 use serde::Serialize;
+use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use crate::body::BoxError;
-use crate::handle::error_chain;
+use crate::handle::{error_chain, full_body};
 use crate::headers::{strip_hop_by_hop, strip_reserved, to_records};
+use crate::lineage::substitute;
 use crate::server::Shared;
 
 /// How much of an origin's response to a release is stored in the ledger.
 const RELEASE_CAPTURE_BYTES: usize = 1024 * 1024;
+/// Most effects in flight at once during a commit.
+pub const MAX_CONCURRENT_RELEASES: usize = 8;
 
 /// One effect's line in a commit report.
 #[derive(Debug, Clone, Serialize)]
@@ -28,7 +40,7 @@ pub struct EffectOutcome {
     pub seq: u64,
     /// Request method.
     pub method: String,
-    /// Request URL.
+    /// Request URL as staged (placeholders included).
     pub url: String,
     /// Final state.
     pub state: EffectState,
@@ -96,9 +108,23 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| CommitError::Task(e.to_string()))??)
 }
 
+/// The origin of a URL (`scheme://authority`), for per-origin ordering.
+fn origin_of(url: &str) -> String {
+    url.parse::<http::Uri>()
+        .ok()
+        .map(|uri| {
+            format!(
+                "{}://{}",
+                uri.scheme_str().unwrap_or(""),
+                uri.authority().map(|a| a.as_str()).unwrap_or("")
+            )
+        })
+        .unwrap_or_default()
+}
+
 /// Commits `run`: seals it, refuses while effects are undecided unless `approve_pending`,
-/// writes the decision, releases approved effects in staging order and reports. A second
-/// commit of a finished run does nothing and reports the same outcome.
+/// writes the decision, releases approved effects (see the module docs for the order) and
+/// reports. A second commit of a finished run does nothing and reports the same outcome.
 ///
 /// Errors: the ledger's refusals ([`airlock_ledger::Refused`]) and storage faults.
 pub async fn commit(
@@ -113,15 +139,7 @@ pub async fn commit(
     let (_, release) =
         blocking(move || ledger.begin_commit(&run_id, approve_pending, &by_owned)).await?;
     if release {
-        let ledger = shared.ledger.clone();
-        let run_id = run.clone();
-        let effects = blocking(move || ledger.effects(&run_id)).await?;
-        for effect in effects
-            .into_iter()
-            .filter(|e| e.state == EffectState::Approved)
-        {
-            release_one(shared, effect).await?;
-        }
+        release_all(shared, run).await?;
         let ledger = shared.ledger.clone();
         let run_id = run.clone();
         blocking(move || ledger.finish_commit(&run_id)).await?;
@@ -140,53 +158,250 @@ pub async fn commit(
     Ok(CommitReport::new(run.clone(), state, &effects))
 }
 
-/// Releases one approved effect: `releasing` (flushed), send, record the outcome (flushed).
-async fn release_one(shared: &Arc<Shared>, effect: Effect) -> Result<(), CommitError> {
-    let ledger = shared.ledger.clone();
-    let id = effect.id.clone();
-    blocking(move || ledger.mark_releasing(&id)).await?;
+/// Releases every approved effect of `run`, respecting dependencies and per-origin order.
+async fn release_all(shared: &Arc<Shared>, run: &RunId) -> Result<(), CommitError> {
+    let mut in_flight: HashSet<EffectId> = HashSet::new();
+    let mut tasks: JoinSet<Result<(), CommitError>> = JoinSet::new();
+    loop {
+        let ledger = shared.ledger.clone();
+        let run_id = run.clone();
+        let effects = blocking(move || ledger.effects(&run_id)).await?;
+        let states: HashMap<EffectId, EffectState> =
+            effects.iter().map(|e| (e.id.clone(), e.state)).collect();
+        let mut busy_origins: HashSet<String> = HashSet::new();
+        let mut changed = false;
+        for effect in &effects {
+            if effect.state != EffectState::Approved || in_flight.contains(&effect.id) {
+                if in_flight.contains(&effect.id) {
+                    busy_origins.insert(origin_of(&effect.url));
+                }
+                continue;
+            }
+            let origin = origin_of(&effect.url);
+            match readiness(effect, &states) {
+                Readiness::Skip(reason) => {
+                    let ledger = shared.ledger.clone();
+                    let id = effect.id.clone();
+                    info!(effect.id = %id, reason = %reason, "effect skipped");
+                    blocking(move || ledger.settle_unsent(&id, EffectState::Skipped, &reason))
+                        .await?;
+                    changed = true;
+                }
+                Readiness::Ready
+                    if !busy_origins.contains(&origin)
+                        && in_flight.len() < MAX_CONCURRENT_RELEASES =>
+                {
+                    busy_origins.insert(origin);
+                    in_flight.insert(effect.id.clone());
+                    let shared = shared.clone();
+                    let effect = effect.clone();
+                    let parents: Vec<Effect> = effects
+                        .iter()
+                        .filter(|e| effect.depends_on.iter().any(|d| d.effect == e.id))
+                        .cloned()
+                        .collect();
+                    tasks.spawn(async move { release_one(&shared, effect, &parents).await });
+                }
+                Readiness::Ready | Readiness::Wait => {
+                    // Each origin sees its effects in staging order.
+                    busy_origins.insert(origin);
+                }
+            }
+        }
+        if changed {
+            continue;
+        }
+        match tasks.join_next().await {
+            Some(done) => {
+                done.map_err(|e| CommitError::Task(e.to_string()))??;
+                // Which effect finished is read back from the ledger on the next pass.
+                let ledger = shared.ledger.clone();
+                let ids: Vec<EffectId> = in_flight.iter().cloned().collect();
+                let settled = blocking(move || {
+                    let mut settled = Vec::new();
+                    for id in ids {
+                        if ledger.effect(&id)?.is_some_and(|e| {
+                            e.state != EffectState::Approved && e.state != EffectState::Releasing
+                        }) {
+                            settled.push(id);
+                        }
+                    }
+                    Ok(settled)
+                })
+                .await?;
+                for id in settled {
+                    in_flight.remove(&id);
+                }
+            }
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Replaces every placeholder `effect` carries with the real value from its parent.
+/// Errors with a reason when a parent's response gave no real value.
+fn substituted(
+    effect: &Effect,
+    parents: &[Effect],
+    body: Vec<u8>,
+) -> Result<Prepared, String> {
+    let mut url = effect.url.clone();
+    let mut headers: Vec<(String, Vec<u8>)> = effect
+        .headers
+        .iter()
+        .map(|h| (h.name.clone(), h.value.as_bytes().to_vec()))
+        .collect();
+    let mut body = body;
+    for dependency in &effect.depends_on {
+        let parent = parents.iter().find(|p| p.id == dependency.effect);
+        let placeholder = parent.and_then(|p| {
+            p.placeholders
+                .iter()
+                .find(|ph| ph.value == dependency.value)
+        });
+        let Some(placeholder) = placeholder else {
+            return Err(format!(
+                "placeholder {} of {} is not in the ledger",
+                dependency.value, dependency.effect
+            ));
+        };
+        let Some(real) = placeholder.real.as_deref() else {
+            return Err(format!(
+                "placeholder {} of {} has no real value: the origin's response to {} has nothing at {}",
+                dependency.value, dependency.effect, dependency.effect, placeholder.pointer
+            ));
+        };
+        url = substitute(&url, &dependency.value, placeholder.kind, real);
+        for (_, value) in headers.iter_mut() {
+            if let Ok(text) = std::str::from_utf8(value) {
+                *value = substitute(text, &dependency.value, placeholder.kind, real).into_bytes();
+            }
+        }
+        if let Ok(text) = std::str::from_utf8(&body) {
+            body = substitute(text, &dependency.value, placeholder.kind, real).into_bytes();
+        }
+    }
+    Ok((url, headers, body))
+}
+
+/// The real values of an effect's placeholders in the origin's JSON response.
+fn resolve(effect: &Effect, response: &[u8]) -> Vec<(String, Option<String>)> {
+    let json: Option<serde_json::Value> = serde_json::from_slice(response).ok();
+    effect
+        .placeholders
+        .iter()
+        .map(|placeholder| {
+            let real = json
+                .as_ref()
+                .and_then(|j| j.pointer(&placeholder.pointer))
+                .and_then(|v| match v {
+                    serde_json::Value::String(s) => Some(s.clone()),
+                    serde_json::Value::Number(n) => Some(n.to_string()),
+                    serde_json::Value::Null
+                    | serde_json::Value::Array(_)
+                    | serde_json::Value::Object(_) => None,
+                    other => Some(other.to_string()),
+                });
+            (placeholder.value.clone(), real)
+        })
+        .collect()
+}
+
+/// Releases one approved effect: substitute placeholders, `releasing` (flushed), send,
+/// record the outcome and the real values of its own placeholders (flushed).
+async fn release_one(
+    shared: &Arc<Shared>,
+    effect: Effect,
+    parents: &[Effect],
+) -> Result<(), CommitError> {
     let ledger = shared.ledger.clone();
     let digest = effect.body_digest.clone();
     let body = blocking(move || ledger.body(&digest)).await?;
-    let outcome = match body {
-        None => Err(format!(
+    let Some(body) = body else {
+        let ledger = shared.ledger.clone();
+        let id = effect.id.clone();
+        let reason = format!(
             "the staged body {} is missing from the ledger",
             effect.body_digest
-        )),
-        Some(body) => send(shared, &effect, body).await,
+        );
+        blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await?;
+        return Ok(());
+    };
+    let prepared = match substituted(&effect, parents, body) {
+        Ok(prepared) => prepared,
+        Err(reason) => {
+            warn!(effect.id = %effect.id, reason = %reason, "effect not sent");
+            let ledger = shared.ledger.clone();
+            let id = effect.id.clone();
+            blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await?;
+            return Ok(());
+        }
     };
     let ledger = shared.ledger.clone();
     let id = effect.id.clone();
-    let recorded = match outcome {
+    blocking(move || ledger.mark_releasing(&id)).await?;
+    let outcome = send(shared, &effect.method, prepared).await;
+    let ledger = shared.ledger.clone();
+    let id = effect.id.clone();
+    match outcome {
         Ok((status, headers, captured, total)) => {
             let error = (status >= 400).then(|| format!("the origin answered {status}"));
+            let resolved = if error.is_none() {
+                resolve(&effect, &captured)
+            } else {
+                Vec::new()
+            };
             info!(effect.id = %effect.id, url = %effect.url, origin.status = status, "effect released");
             blocking(move || {
-                ledger.record_release(&id, Some(status), headers, &captured, total, error)
+                ledger.record_release(
+                    &id,
+                    ReleaseOutcome {
+                        status: Some(status),
+                        headers,
+                        body: &captured,
+                        body_len: total,
+                        error,
+                        resolved,
+                    },
+                )
             })
-            .await?
+            .await?;
         }
         Err(reason) => {
             warn!(effect.id = %effect.id, url = %effect.url, reason = %reason, "release failed");
-            blocking(move || ledger.record_release(&id, None, Vec::new(), &[], 0, Some(reason)))
-                .await?
+            blocking(move || {
+                ledger.record_release(
+                    &id,
+                    ReleaseOutcome {
+                        error: Some(reason),
+                        ..ReleaseOutcome::default()
+                    },
+                )
+            })
+            .await?;
         }
-    };
-    let _ = recorded;
+    }
     Ok(())
 }
 
 type Sent = (u16, Vec<airlock_ledger::Header>, Vec<u8>, u64);
 
-async fn send(shared: &Arc<Shared>, effect: &Effect, body: Vec<u8>) -> Result<Sent, String> {
-    let method = Method::from_bytes(effect.method.as_bytes()).map_err(|e| e.to_string())?;
-    let mut request = Request::builder().method(method).uri(effect.url.as_str());
+/// A release request ready to send: URL, headers, body (placeholders substituted).
+type Prepared = (String, Vec<(String, Vec<u8>)>, Vec<u8>);
+
+async fn send(
+    shared: &Arc<Shared>,
+    method: &str,
+    (url, header_list, body): Prepared,
+) -> Result<Sent, String> {
+    let method = Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
+    let mut request = Request::builder().method(method).uri(url.as_str());
     {
         let headers = request.headers_mut().ok_or("invalid release request")?;
-        for header in &effect.headers {
+        for (name, value) in &header_list {
             let (Ok(name), Ok(value)) = (
-                HeaderName::from_bytes(header.name.as_bytes()),
-                HeaderValue::from_bytes(header.value.as_bytes()),
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(value),
             ) else {
                 continue;
             };
@@ -197,11 +412,7 @@ async fn send(shared: &Arc<Shared>, effect: &Effect, body: Vec<u8>) -> Result<Se
         headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     }
     let request = request
-        .body(
-            Full::new(Bytes::from(body))
-                .map_err(|never| -> BoxError { match never {} })
-                .boxed(),
-        )
+        .body(full_body(Bytes::from(body)))
         .map_err(|e| e.to_string())?;
     let exchange = async {
         let response = shared
@@ -213,7 +424,7 @@ async fn send(shared: &Arc<Shared>, effect: &Effect, body: Vec<u8>) -> Result<Se
         strip_reserved(&mut parts.headers);
         let mut captured = Vec::new();
         let mut total = 0u64;
-        while let Some(frame) = body.frame().await {
+        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
             let frame = frame.map_err(|e| format!("reading the origin's response failed: {e}"))?;
             if let Some(data) = frame.data_ref() {
                 total += data.len() as u64;

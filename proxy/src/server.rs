@@ -87,6 +87,8 @@ pub struct Shared {
     pub data_dir: std::path::PathBuf,
     /// Serialises commits so that one run is never released by two tasks.
     pub commit_lock: tokio::sync::Mutex<()>,
+    /// The lineage worker.
+    pub lineage: crate::lineage::LineageWorker,
 }
 
 /// A built server, listening, not yet serving.
@@ -177,7 +179,7 @@ impl Server {
             config.connect_timeout,
         );
         let shared = Arc::new(Shared {
-            ledger,
+            ledger: ledger.clone(),
             policy,
             ca,
             upstream: client(dialer, tls),
@@ -190,6 +192,7 @@ impl Server {
             admin_addr,
             data_dir,
             commit_lock: tokio::sync::Mutex::new(()),
+            lineage: crate::lineage::LineageWorker::start(ledger.clone()),
         });
         Ok(Self {
             shared,

@@ -4,6 +4,7 @@ mod auth;
 mod bad_input;
 mod cli;
 mod crash;
+mod lineage;
 mod pass;
 mod stage;
 mod tls;

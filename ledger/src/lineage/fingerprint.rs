@@ -1,0 +1,519 @@
+//! Content fingerprints that survive reformatting: bodies are decoded (gzip under an
+//! expansion cap, percent-encoding, base64 runs), JSON is re-serialised canonically, text
+//! is cut into lower-cased alphanumeric tokens, and k-token shingles are hashed and
+//! winnowed (Schleimer, Wilkerson, Aiken, "Winnowing: local algorithms for document
+//! fingerprinting", SIGMOD 2003). Any passage of at least `K + W - 1` tokens shared by two
+//! bodies yields at least one shared fingerprint, whatever whitespace, key order or
+//! encoding either used.
+//!
+//! Everything here is bounded: input bytes, decoded bytes, tokens, and wall time. When a
+//! bound is hit the analysis says so (`truncated`, `skipped`) instead of failing.
+
+use std::io::Read as _;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+
+/// Tokens per shingle.
+pub const K: usize = 4;
+/// Winnowing window, in shingles.
+pub const W: usize = 4;
+/// Most body bytes analysed.
+pub const MAX_INPUT_BYTES: usize = 4 * 1024 * 1024;
+/// Most bytes a gzip body may expand to.
+pub const MAX_DECODED_BYTES: usize = 8 * 1024 * 1024;
+/// Most tokens per view.
+pub const MAX_TOKENS: usize = 1_000_000;
+/// Time budget per body.
+pub const TIME_BUDGET: Duration = Duration::from_millis(500);
+
+/// A normalised text of a body that fingerprints are taken over.
+#[derive(Debug, Clone)]
+pub struct View {
+    /// What this view is: `text`, `json`, `json-values`, `percent-decoded`, `base64`, `gzip+…`.
+    pub name: String,
+    /// The normalised text.
+    pub text: String,
+    /// `(start, end)` byte offsets in `text` of each token.
+    pub tokens: Vec<(usize, usize)>,
+    /// Hash of each shingle starting at token `i` (`tokens.len() + 1 - K` of them).
+    pub shingles: Vec<u64>,
+}
+
+/// The result of analysing one body.
+#[derive(Debug, Clone, Default)]
+pub struct Analysis {
+    /// The views taken.
+    pub views: Vec<View>,
+    /// Input or output bounds cut the analysis short.
+    pub truncated: bool,
+    /// Why part of the analysis was skipped (time budget, undecodable gzip …).
+    pub skipped: Option<String>,
+}
+
+impl Analysis {
+    /// The winnowed fingerprints of every view, sorted and deduplicated.
+    pub fn winnowed(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for view in &self.views {
+            winnow(&view.shingles, &mut out);
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Bytes of normalised text over every view.
+    pub fn text_bytes(&self) -> usize {
+        self.views.first().map(|v| v.text.len()).unwrap_or(0)
+    }
+}
+
+/// The overlap between an analysed body and a set of fingerprints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overlap {
+    /// Bytes of this body's (best) view inside passages shared with the other body.
+    pub bytes: u64,
+    /// `bytes` per mille of that view's length.
+    pub permille: u32,
+    /// The longest shared passage, shortened to 160 characters.
+    pub excerpt: String,
+    /// The view it was found in.
+    pub view: String,
+}
+
+/// Finds passages of `analysis` whose shingles are in `fingerprints` (sorted). Hits no
+/// more than `W` shingles apart are joined into one passage.
+pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
+    let mut best: Option<Overlap> = None;
+    for view in &analysis.views {
+        let hits: Vec<usize> = view
+            .shingles
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| fingerprints.binary_search(h).is_ok())
+            .map(|(i, _)| i)
+            .collect();
+        if hits.is_empty() {
+            continue;
+        }
+        // Join hits into passages of tokens [first, last + K).
+        let mut passages: Vec<(usize, usize)> = Vec::new();
+        for &hit in &hits {
+            match passages.last_mut() {
+                Some((_, end)) if hit <= *end + W => *end = hit,
+                _ => passages.push((hit, hit)),
+            }
+        }
+        let span = |&(first, last): &(usize, usize)| {
+            let start = view.tokens[first].0;
+            let end = view.tokens[(last + K - 1).min(view.tokens.len() - 1)].1;
+            (start, end)
+        };
+        let bytes: usize = passages.iter().map(|p| span(p).1 - span(p).0).sum();
+        let longest = passages
+            .iter()
+            .map(span)
+            .max_by_key(|(s, e)| e - s)
+            .unwrap_or((0, 0));
+        let excerpt = shorten(&view.text[longest.0..longest.1], 160);
+        let permille = if view.text.is_empty() {
+            0
+        } else {
+            ((bytes as u128 * 1000) / view.text.len() as u128).min(1000) as u32
+        };
+        let candidate = Overlap {
+            bytes: bytes as u64,
+            permille,
+            excerpt,
+            view: view.name.clone(),
+        };
+        if best.as_ref().is_none_or(|b| candidate.bytes > b.bytes) {
+            best = Some(candidate);
+        }
+    }
+    best
+}
+
+fn shorten(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(max_chars).collect();
+    format!("{head}…")
+}
+
+/// Adds the winnowed minima of `shingles` to `out` (rightmost minimum per window).
+fn winnow(shingles: &[u64], out: &mut Vec<u64>) {
+    if shingles.is_empty() {
+        return;
+    }
+    if shingles.len() <= W {
+        if let Some(min) = shingles.iter().min() {
+            out.push(*min);
+        }
+        return;
+    }
+    let mut last: Option<usize> = None;
+    for start in 0..=shingles.len() - W {
+        let window = &shingles[start..start + W];
+        let (offset, _) = window
+            .iter()
+            .enumerate()
+            .rev()
+            .min_by_key(|(_, h)| **h)
+            .unwrap_or((0, &0));
+        let index = start + offset;
+        if last != Some(index) {
+            out.push(shingles[index]);
+            last = Some(index);
+        }
+    }
+}
+
+/// Analyses a body. `content_encoding` is the `Content-Encoding` header, if any.
+pub fn analyze(body: &[u8], content_encoding: Option<&str>) -> Analysis {
+    let started = Instant::now();
+    let mut analysis = Analysis::default();
+    let mut input = body;
+    if input.len() > MAX_INPUT_BYTES {
+        input = &input[..MAX_INPUT_BYTES];
+        analysis.truncated = true;
+    }
+    let gzip = content_encoding.is_some_and(|e| e.trim().eq_ignore_ascii_case("gzip"))
+        || input.starts_with(&[0x1f, 0x8b]);
+    let decoded;
+    let mut prefix = "";
+    if gzip {
+        match gunzip(input) {
+            Ok((bytes, cut)) => {
+                decoded = bytes;
+                input = &decoded;
+                analysis.truncated |= cut;
+                prefix = "gzip+";
+            }
+            Err(reason) => {
+                analysis.skipped = Some(format!(
+                    "gzip body did not decode ({reason}); analysed as raw bytes"
+                ))
+            }
+        }
+    }
+    add_views(&mut analysis, input, prefix, started, 0);
+    if started.elapsed() > TIME_BUDGET {
+        analysis
+            .skipped
+            .get_or_insert_with(|| format!("time budget of {TIME_BUDGET:?} ran out"));
+    }
+    analysis
+}
+
+fn gunzip(input: &[u8]) -> Result<(Vec<u8>, bool), String> {
+    let mut decoder = flate2::read::MultiGzDecoder::new(input).take(MAX_DECODED_BYTES as u64 + 1);
+    let mut out = Vec::new();
+    decoder.read_to_end(&mut out).map_err(|e| e.to_string())?;
+    let cut = out.len() > MAX_DECODED_BYTES;
+    out.truncate(MAX_DECODED_BYTES);
+    Ok((out, cut))
+}
+
+fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, started: Instant, depth: u8) {
+    let text = String::from_utf8_lossy(bytes);
+    if let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) {
+        let mut canonical = String::new();
+        canonical_json(&json, &mut canonical);
+        push_view(analysis, format!("{prefix}json"), canonical, started);
+        let mut values = String::new();
+        json_values(&json, &mut values);
+        push_view(analysis, format!("{prefix}json-values"), values, started);
+    } else {
+        push_view(
+            analysis,
+            format!("{prefix}text"),
+            text.clone().into_owned(),
+            started,
+        );
+        if text.contains('%') || text.contains('+') {
+            let decoded = percent_decode(&text);
+            if decoded != text {
+                if let Ok(json) = serde_json::from_str::<serde_json::Value>(&decoded) {
+                    let mut canonical = String::new();
+                    canonical_json(&json, &mut canonical);
+                    push_view(
+                        analysis,
+                        format!("{prefix}percent-decoded+json"),
+                        canonical,
+                        started,
+                    );
+                } else {
+                    push_view(
+                        analysis,
+                        format!("{prefix}percent-decoded"),
+                        decoded,
+                        started,
+                    );
+                }
+            }
+        }
+    }
+    if depth == 0 {
+        for run in base64_runs(&text) {
+            if started.elapsed() > TIME_BUDGET {
+                return;
+            }
+            if let Some(decoded) = decode_base64(run) {
+                add_views(
+                    analysis,
+                    &decoded,
+                    &format!("{prefix}base64+"),
+                    started,
+                    depth + 1,
+                );
+            }
+        }
+    }
+}
+
+fn push_view(analysis: &mut Analysis, name: String, text: String, started: Instant) {
+    if started.elapsed() > TIME_BUDGET {
+        analysis
+            .skipped
+            .get_or_insert_with(|| format!("time budget of {TIME_BUDGET:?} ran out"));
+        return;
+    }
+    let mut tokens = tokenize(&text);
+    if tokens.len() > MAX_TOKENS {
+        tokens.truncate(MAX_TOKENS);
+        analysis.truncated = true;
+    }
+    let hashes: Vec<u64> = tokens
+        .iter()
+        .map(|&(s, e)| token_hash(&text[s..e]))
+        .collect();
+    let shingles = if hashes.len() < K {
+        Vec::new()
+    } else {
+        hashes.windows(K).map(shingle_hash).collect()
+    };
+    analysis.views.push(View {
+        name,
+        text,
+        tokens,
+        shingles,
+    });
+}
+
+/// Token boundaries: maximal runs of alphanumeric characters.
+fn tokenize(text: &str) -> Vec<(usize, usize)> {
+    let mut tokens = Vec::new();
+    let mut start = None;
+    for (i, c) in text.char_indices() {
+        if c.is_alphanumeric() {
+            start.get_or_insert(i);
+        } else if let Some(s) = start.take() {
+            tokens.push((s, i));
+        }
+    }
+    if let Some(s) = start {
+        tokens.push((s, text.len()));
+    }
+    tokens
+}
+
+/// FNV-1a over the lower-cased token.
+fn token_hash(token: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for c in token.chars().flat_map(char::to_lowercase) {
+        let mut buf = [0u8; 4];
+        for byte in c.encode_utf8(&mut buf).bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+fn shingle_hash(tokens: &[u64]) -> u64 {
+    tokens.iter().fold(0x9e37_79b9_7f4a_7c15u64, |acc, &t| {
+        (acc.rotate_left(23) ^ t).wrapping_mul(0xff51_afd7_ed55_8ccd)
+    })
+}
+
+/// JSON with object keys sorted and no insignificant whitespace.
+fn canonical_json(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String((*key).clone()).to_string());
+                out.push(':');
+                canonical_json(&map[key.as_str()], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// The leaf values of a JSON document, in canonical order, one per line.
+fn json_values(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            for key in keys {
+                json_values(&map[key.as_str()], out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| json_values(item, out)),
+        Value::String(text) => {
+            out.push_str(text);
+            out.push('\n');
+        }
+        Value::Number(n) => {
+            out.push_str(&n.to_string());
+            out.push('\n');
+        }
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+/// Decodes `%XX` and `+` (application/x-www-form-urlencoded).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            other => {
+                out.push(other);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Runs of at least 24 base64 characters (standard or URL-safe alphabet).
+fn base64_runs(text: &str) -> Vec<&str> {
+    let mut runs = Vec::new();
+    let mut start = None;
+    let is_b64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_');
+    for (i, c) in text.char_indices() {
+        if is_b64(c) {
+            start.get_or_insert(i);
+        } else if let Some(s) = start.take() {
+            if i - s >= 24 {
+                runs.push(&text[s..i]);
+            }
+        }
+    }
+    if let Some(s) = start {
+        if text.len() - s >= 24 {
+            runs.push(&text[s..]);
+        }
+    }
+    runs.truncate(64);
+    runs
+}
+
+/// Decodes a base64 run when the result is mostly printable text.
+fn decode_base64(run: &str) -> Option<Vec<u8>> {
+    let trimmed = run.trim_end_matches('=');
+    let engines = [
+        &base64::engine::general_purpose::STANDARD_NO_PAD,
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ];
+    for engine in engines {
+        if let Ok(bytes) = engine.decode(trimmed) {
+            let text = String::from_utf8_lossy(&bytes);
+            let printable = text
+                .chars()
+                .filter(|c| !c.is_control() || c.is_whitespace())
+                .count();
+            if !bytes.is_empty()
+                && printable * 10 >= text.chars().count() * 9
+                && !text.contains('\u{fffd}')
+            {
+                return Some(bytes);
+            }
+        }
+    }
+    None
+}
+
+/// Values that look like credentials: known token prefixes, JWTs, or long mixed
+/// letter-and-digit strings. At most 64.
+pub fn credential_like(text: &str) -> Vec<String> {
+    const PREFIXES: [&str; 12] = [
+        "ghp_",
+        "gho_",
+        "ghs_",
+        "ghu_",
+        "github_pat_",
+        "glpat-",
+        "xoxb-",
+        "xoxp-",
+        "xapp-",
+        "sk-",
+        "sk_live_",
+        "AKIA",
+    ];
+    let mut out: Vec<String> = Vec::new();
+    for token in text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        let token = token.trim_matches('.');
+        if token.len() < 20 || token.len() > 4096 {
+            continue;
+        }
+        let prefixed = PREFIXES.iter().any(|p| token.starts_with(p));
+        let jwt = token.starts_with("eyJ") && token.matches('.').count() == 2;
+        let digits = token.bytes().filter(u8::is_ascii_digit).count();
+        let letters = token.bytes().filter(u8::is_ascii_alphabetic).count();
+        let mixed = token.len() >= 32 && digits >= 6 && letters >= 6 && !token.contains('.');
+        if (prefixed || jwt || mixed) && !out.iter().any(|o| o == token) {
+            out.push(token.to_owned());
+            if out.len() >= 64 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,156 @@
+//! Pass: forward a request upstream, streaming both bodies, and journal it as a read.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use airlock_ledger::{Digest, Read, RunId};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{header, Request, Response};
+use http_body_util::BodyExt;
+use tracing::warn;
+
+use crate::body::{BoxError, MeteredBody, ProxyBody};
+use crate::dial::{find_dial_error, DialError};
+use crate::handle::error_chain;
+use crate::headers::{strip_hop_by_hop, strip_reserved};
+use crate::lineage::{Job, READ_CAPTURE_BYTES};
+use crate::respond::ProxyError;
+use crate::server::Shared;
+
+/// What a finished response leaves for lineage analysis: captured body, its
+/// `Content-Encoding`, and the response headers.
+type Content = (Vec<Bytes>, Option<String>, Vec<(String, String)>);
+
+/// Forwards a passed request upstream, streaming both bodies, and journals it as a read
+/// when the response body ends (then hands the captured body to the lineage worker).
+pub async fn forward(
+    shared: &Arc<Shared>,
+    run: &RunId,
+    url: &str,
+    rule: Option<String>,
+    mut parts: Parts,
+    body: ProxyBody,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    strip_hop_by_hop(&mut parts.headers);
+    parts.uri = url.parse().map_err(|_| ProxyError::BadRequest {
+        code: "bad_uri",
+        reason: format!("{url} is not a valid URI"),
+    })?;
+    parts.version = http::Version::HTTP_11;
+    let sent = Arc::new(AtomicU64::new(0));
+    let sent_in_body = sent.clone();
+    let request_body = MeteredBody::new(
+        body,
+        false,
+        Box::new(move |metered| sent_in_body.store(metered.bytes, Ordering::Relaxed)),
+    )
+    .boxed();
+    let method = parts.method.to_string();
+    let upstream = Request::from_parts(parts, request_body);
+    let started = airlock_ledger::now_ms();
+    let journal = {
+        let ledger = shared.ledger.clone();
+        let lineage = shared.lineage.clone();
+        let run = run.clone();
+        let url = url.to_owned();
+        move |status: Option<u16>,
+              response_bytes: u64,
+              sha: Option<[u8; 32]>,
+              error: Option<String>,
+              content: Option<Content>| {
+            let read = Read {
+                run_id: run,
+                seq: 0,
+                method,
+                url,
+                status,
+                request_bytes: sent.load(Ordering::Relaxed),
+                response_bytes,
+                response_digest: sha.map(|h| Digest::from_sha256(&h)),
+                rule,
+                created_at_ms: started,
+                error,
+            };
+            match ledger.journal_read(read) {
+                Ok(read) => {
+                    if let Some((body, content_encoding, headers)) = content {
+                        lineage.submit(Job::Read {
+                            run: read.run_id,
+                            seq: read.seq,
+                            body,
+                            content_encoding,
+                            headers,
+                        });
+                    }
+                }
+                Err(error) => warn!(error = %error, "could not journal a read"),
+            }
+        }
+    };
+    let response = match shared.upstream.request(upstream).await {
+        Ok(response) => response,
+        Err(error) => {
+            let proxy_error = match find_dial_error(&error) {
+                Some(dial @ DialError::OwnListener { .. }) => ProxyError::DestinationRefused {
+                    code: "airlock_listener",
+                    reason: dial.to_string(),
+                },
+                Some(dial @ DialError::Private { .. }) => ProxyError::DestinationRefused {
+                    code: "private_address",
+                    reason: dial.to_string(),
+                },
+                Some(dial) => ProxyError::Upstream {
+                    reason: dial.to_string(),
+                },
+                None => ProxyError::Upstream {
+                    reason: error_chain(&error).unwrap_or_else(|| error.to_string()),
+                },
+            };
+            journal(
+                None,
+                0,
+                None,
+                Some(proxy_error.body()["reason"].to_string()),
+                None,
+            );
+            return Err(proxy_error);
+        }
+    };
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    strip_reserved(&mut parts.headers);
+    let status = parts.status.as_u16();
+    let content_encoding = parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let headers: Vec<(String, String)> = parts
+        .headers
+        .iter()
+        .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
+    let body = MeteredBody::new(
+        body,
+        true,
+        Box::new(move |metered| {
+            let content = if metered.error.is_none() {
+                Some((metered.captured, content_encoding, headers))
+            } else {
+                None
+            };
+            journal(
+                Some(status),
+                metered.bytes,
+                metered.sha256,
+                metered.error,
+                content,
+            )
+        }),
+    )
+    .capture(READ_CAPTURE_BYTES)
+    .map_err(|e| Box::new(e) as BoxError)
+    .boxed();
+    Ok(Response::from_parts(parts, body))
+}

@@ -1,0 +1,274 @@
+//! The lineage worker: analyses read responses and staged effect bodies off the request
+//! path (fingerprints never block or fail a request) and records read -> effect edges.
+//! Placeholder detection, which release depends on, happens at staging in `handle`.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use airlock_ledger::fingerprint::{analyze, credential_like, overlap};
+use airlock_ledger::{
+    now_ms, Edge, EdgeKind, EdgeSource, EffectId, EffectLineage, IssuedPlaceholder, Ledger,
+    Notable, RunId, ValueKind,
+};
+use bytes::Bytes;
+use tracing::{debug, warn};
+
+/// How much of a read's response body is kept for analysis.
+pub const READ_CAPTURE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Shared passages shorter than this (bytes of normalised text) make no edge.
+const MIN_OVERLAP_BYTES: u64 = 24;
+
+/// Response headers whose values are routine and never lineage.
+const ROUTINE_HEADERS: [&str; 22] = [
+    "date",
+    "content-type",
+    "content-length",
+    "server",
+    "connection",
+    "cache-control",
+    "vary",
+    "expires",
+    "last-modified",
+    "accept-ranges",
+    "keep-alive",
+    "transfer-encoding",
+    "content-encoding",
+    "age",
+    "via",
+    "strict-transport-security",
+    "alt-svc",
+    "pragma",
+    "content-language",
+    "access-control-allow-origin",
+    "access-control-allow-headers",
+    "access-control-allow-methods",
+];
+
+/// Work for the lineage worker.
+pub enum Job {
+    /// A read's response finished relaying.
+    Read {
+        /// The run.
+        run: RunId,
+        /// The read's sequence number.
+        seq: u64,
+        /// The first bytes of the response body.
+        body: Vec<Bytes>,
+        /// The response's `Content-Encoding`.
+        content_encoding: Option<String>,
+        /// Response headers (lowercase names).
+        headers: Vec<(String, String)>,
+    },
+    /// An effect was staged.
+    Effect {
+        /// The effect.
+        effect: EffectId,
+    },
+    /// Test hook: answers once every job before it is done.
+    Barrier(mpsc::Sender<()>),
+}
+
+/// Handle to the worker thread; jobs run in submission order.
+#[derive(Clone)]
+pub struct LineageWorker {
+    tx: mpsc::Sender<Job>,
+}
+
+impl LineageWorker {
+    /// Starts the worker thread over `ledger`.
+    pub fn start(ledger: Arc<Ledger>) -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new().name("airlock-lineage".into()).spawn(move || {
+            for job in rx {
+                if let Err(error) = run_job(&ledger, job) {
+                    warn!(error = %error, "lineage analysis failed; the request itself was not affected");
+                }
+            }
+        });
+        if let Err(error) = spawned {
+            warn!(error = %error, "cannot start the lineage worker; lineage will be missing");
+        }
+        Self { tx }
+    }
+
+    /// Queues a job; never blocks.
+    pub fn submit(&self, job: Job) {
+        if self.tx.send(job).is_err() {
+            debug!("lineage worker is gone; job dropped");
+        }
+    }
+}
+
+fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError> {
+    match job {
+        Job::Barrier(done) => {
+            let _ = done.send(());
+            Ok(())
+        }
+        Job::Read {
+            run,
+            seq,
+            body,
+            content_encoding,
+            headers,
+        } => {
+            let bytes: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+            let analysis = analyze(&bytes, content_encoding.as_deref());
+            let fingerprints = analysis.winnowed();
+            let mut notable: Vec<Notable> = Vec::new();
+            for view in &analysis.views {
+                for value in credential_like(&view.text) {
+                    if !notable.iter().any(|n| n.value == value) {
+                        notable.push(Notable {
+                            kind: EdgeKind::Credential,
+                            name: None,
+                            value,
+                        });
+                    }
+                }
+            }
+            for (name, value) in headers {
+                if value.len() >= 12 && !ROUTINE_HEADERS.contains(&name.as_str()) {
+                    notable.push(Notable {
+                        kind: EdgeKind::Header,
+                        name: Some(name),
+                        value,
+                    });
+                }
+            }
+            notable.truncate(128);
+            let content =
+                airlock_ledger::lineage_read_content(seq, notable, fingerprints.len(), &analysis);
+            ledger.store_read_content(&run, &content, &fingerprints)
+        }
+        Job::Effect { effect } => {
+            let Some(record) = ledger.effect(&effect)? else {
+                return Ok(());
+            };
+            let body = ledger.body(&record.body_digest)?.unwrap_or_default();
+            let encoding = record
+                .headers
+                .iter()
+                .find(|h| h.name == "content-encoding")
+                .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned());
+            let analysis = analyze(&body, encoding.as_deref());
+            let mut haystack = record.url.clone();
+            for header in &record.headers {
+                haystack.push('\n');
+                haystack.push_str(&String::from_utf8_lossy(header.value.as_bytes()));
+            }
+            for view in &analysis.views {
+                haystack.push('\n');
+                haystack.push_str(&view.text);
+            }
+            haystack.push('\n');
+            haystack.push_str(&String::from_utf8_lossy(&body));
+            let mut edges = Vec::new();
+            for (content, fingerprints) in ledger.read_contents(&record.run_id)? {
+                if let Some(found) =
+                    overlap(&analysis, &fingerprints).filter(|o| o.bytes >= MIN_OVERLAP_BYTES)
+                {
+                    edges.push(Edge {
+                        from: EdgeSource::Read { seq: content.seq },
+                        to: effect.clone(),
+                        kind: EdgeKind::Content,
+                        overlap_bytes: found.bytes,
+                        overlap_permille: found.permille,
+                        excerpt: Some(found.excerpt),
+                        detail: Some(format!("shared passages found in the {} view", found.view)),
+                    });
+                }
+                for notable in content.notable {
+                    if haystack.contains(&notable.value) {
+                        let (excerpt, detail) = match notable.kind {
+                            EdgeKind::Credential => (
+                                mask(&notable.value),
+                                "carries a credential-looking value that arrived in this read"
+                                    .to_owned(),
+                            ),
+                            _ => (
+                                notable.value.chars().take(80).collect(),
+                                format!(
+                                    "carries the value of response header {}",
+                                    notable.name.as_deref().unwrap_or("?")
+                                ),
+                            ),
+                        };
+                        edges.push(Edge {
+                            from: EdgeSource::Read { seq: content.seq },
+                            to: effect.clone(),
+                            kind: notable.kind,
+                            overlap_bytes: notable.value.len() as u64,
+                            overlap_permille: 0,
+                            excerpt: Some(excerpt),
+                            detail: Some(detail),
+                        });
+                    }
+                }
+            }
+            let lineage = EffectLineage {
+                analyzed_at_ms: now_ms(),
+                fingerprints: analysis.winnowed().len(),
+                truncated: analysis.truncated,
+                skipped: analysis.skipped.clone(),
+                edges,
+            };
+            ledger.store_effect_lineage(&effect, &lineage)
+        }
+    }
+}
+
+/// A secret's shape without its value: first four characters and the length.
+fn mask(value: &str) -> String {
+    let head: String = value.chars().take(4).collect();
+    format!("{head}… ({} characters)", value.chars().count())
+}
+
+/// Placeholders of `issued` that occur in `text`: numbers only at digit boundaries.
+pub fn find_placeholders<'a>(
+    issued: &'a [IssuedPlaceholder],
+    text: &str,
+) -> Vec<&'a IssuedPlaceholder> {
+    issued
+        .iter()
+        .filter(|placeholder| occurs(&placeholder.value, placeholder.kind, text))
+        .collect()
+}
+
+fn occurs(value: &str, kind: ValueKind, text: &str) -> bool {
+    match kind {
+        ValueKind::String => text.contains(value),
+        ValueKind::Number => text.match_indices(value).any(|(start, _)| {
+            let before = text[..start].chars().next_back();
+            let after = text[start + value.len()..].chars().next();
+            !before.is_some_and(|c| c.is_ascii_digit())
+                && !after.is_some_and(|c| c.is_ascii_digit())
+        }),
+    }
+}
+
+/// Replaces every occurrence of `value` (at digit boundaries for numbers) with `real`.
+pub fn substitute(text: &str, value: &str, kind: ValueKind, real: &str) -> String {
+    match kind {
+        ValueKind::String => text.replace(value, real),
+        ValueKind::Number => {
+            let mut out = String::with_capacity(text.len());
+            let mut last = 0;
+            for (start, _) in text.match_indices(value) {
+                let before = text[..start].chars().next_back();
+                let after = text[start + value.len()..].chars().next();
+                if before.is_some_and(|c| c.is_ascii_digit())
+                    || after.is_some_and(|c| c.is_ascii_digit())
+                {
+                    continue;
+                }
+                out.push_str(&text[last..start]);
+                out.push_str(real);
+                last = start + value.len();
+            }
+            out.push_str(&text[last..]);
+            out
+        }
+    }
+}
