@@ -26,10 +26,11 @@ macro_rules! id_impl {
             }
 
             /// Parses an identifier, checking its prefix and ULID part; `None` when malformed.
+            /// ULIDs are case-insensitive (Crockford base32); the stored form is upper case.
             pub fn parse(text: &str) -> Option<Self> {
                 let rest = text.strip_prefix($prefix)?;
-                rest.parse::<ulid::Ulid>().ok()?;
-                Some(Self(text.to_owned()))
+                let ulid = rest.to_ascii_uppercase().parse::<ulid::Ulid>().ok()?;
+                Some(Self(format!("{}{}", $prefix, ulid)))
             }
 
             /// The identifier as text.

@@ -285,6 +285,8 @@ pub(crate) enum NonCanonical {
     DotSegment,
     EmptySegment,
     BadPercentEncoding,
+    DoubleEncoding,
+    ControlByte,
 }
 
 impl NonCanonical {
@@ -296,6 +298,10 @@ impl NonCanonical {
             NonCanonical::DotSegment => "path contains a \".\" or \"..\" segment, raw or encoded",
             NonCanonical::EmptySegment => "path contains an empty segment (\"//\")",
             NonCanonical::BadPercentEncoding => "path contains invalid percent-encoding",
+            NonCanonical::DoubleEncoding => {
+                "path is percent-encoded twice (%25 followed by hex digits); origins may decode it again"
+            }
+            NonCanonical::ControlByte => "path contains a control byte (such as %00), raw or encoded",
         }
     }
 }
@@ -326,6 +332,15 @@ impl CanonicalPath {
             }
             if segment == b"." || segment == b".." {
                 return Err(NonCanonical::DotSegment);
+            }
+            if segment.iter().any(|b| b.is_ascii_control()) {
+                return Err(NonCanonical::ControlByte);
+            }
+            if segment
+                .windows(3)
+                .any(|w| w[0] == b'%' && hex_value(w[1]).is_some() && hex_value(w[2]).is_some())
+            {
+                return Err(NonCanonical::DoubleEncoding);
             }
             if segment.is_empty() && index != last {
                 return Err(NonCanonical::EmptySegment);

@@ -407,7 +407,18 @@ async fn commit_run(
         })?
     };
     let approve_pending = query.approve_pending || request.approve_pending;
-    let report = crate::release::commit(&shared, &run_id, approve_pending, "admin").await?;
+    // Once decided, a commit finishes whatever happens to this HTTP exchange: it runs in
+    // its own task, which a client that hangs up cannot cancel.
+    let task = tokio::spawn(async move {
+        crate::release::commit(&shared, &run_id, approve_pending, "admin").await
+    });
+    let report = task.await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "task_failed",
+            e.to_string(),
+        )
+    })??;
     Ok(Json(serde_json::to_value(report).unwrap_or_default()))
 }
 
@@ -417,8 +428,10 @@ async fn abort_run(
 ) -> ApiResult<Json<Value>> {
     let run_id = parse_run(&id)?;
     let ledger = shared.ledger.clone();
+    let closing = shared.clone();
     let (run, effects) = blocking(move || {
         let run = ledger.abort(&run_id, "admin")?;
+        closing.close_run(&run.id);
         let effects = ledger.effects(&run.id)?;
         Ok((run, effects))
     })

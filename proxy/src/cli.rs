@@ -14,6 +14,25 @@ use crate::config::{
     ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, ENV_ADMIN, ENV_DATA, ENV_LOG, ENV_TOKEN,
 };
 
+/// Writes to stdout; a closed pipe (`airlock … | head`) ends the program quietly instead
+/// of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        if let Err(error) = write!(stdout, $($arg)*).and_then(|()| stdout.flush()) {
+            if error.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
+macro_rules! outln {
+    () => { out!("\n") };
+    ($($arg:tt)*) => {{ out!($($arg)*); out!("\n"); }};
+}
+
 /// airlock: an effect-staging egress proxy for AI-agent sandboxes.
 #[derive(Debug, Parser)]
 #[command(name = "airlock", version, about, long_about = None)]
@@ -224,6 +243,9 @@ fn one_line(error: &anyhow::Error) -> String {
 
 fn hint(error: &anyhow::Error) -> Option<String> {
     for cause in error.chain() {
+        if cause.downcast_ref::<PartialCommit>().is_some() {
+            return Some("`airlock show EFFECT` tells why; a failed or unknown effect is never re-sent by airlock".into());
+        }
         if let Some(client) = cause.downcast_ref::<ClientError>() {
             return Some(match client {
                 ClientError::Connect { .. } => {
@@ -264,11 +286,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 if admin.json {
                     return print_json(&run);
                 }
-                println!("run        {}", run["id"].as_str().unwrap_or(""));
-                println!("token      {}", run["token"].as_str().unwrap_or(""));
-                println!("proxy_url  {}", run["proxy_url"].as_str().unwrap_or(""));
-                println!("ca_file    {}", run["ca_file"].as_str().unwrap_or(""));
-                println!(
+                outln!("run        {}", run["id"].as_str().unwrap_or(""));
+                outln!("token      {}", run["token"].as_str().unwrap_or(""));
+                outln!("proxy_url  {}", run["proxy_url"].as_str().unwrap_or(""));
+                outln!("ca_file    {}", run["ca_file"].as_str().unwrap_or(""));
+                outln!(
                     "\nroute a sandbox through it: eval \"$(airlock env {})\"",
                     run["id"].as_str().unwrap_or("")
                 );
@@ -280,9 +302,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 if admin.json {
                     return print_json(&runs);
                 }
-                println!("{:<32} {:<20} {:<8} EFFECTS", "RUN", "STATE", "PROFILE");
+                outln!("{:<32} {:<20} {:<8} EFFECTS", "RUN", "STATE", "PROFILE");
                 for run in runs["runs"].as_array().into_iter().flatten() {
-                    println!(
+                    outln!(
                         "{:<32} {:<20} {:<8} {}",
                         run["id"].as_str().unwrap_or(""),
                         run["state"].as_str().unwrap_or(""),
@@ -298,11 +320,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 if admin.json {
                     return print_json(&run);
                 }
-                println!("run      {}", run["id"].as_str().unwrap_or(""));
-                println!("state    {}", run["state"].as_str().unwrap_or(""));
-                println!("effects  {}", counts(&run["effects"]));
+                outln!("run      {}", run["id"].as_str().unwrap_or(""));
+                outln!("state    {}", run["state"].as_str().unwrap_or(""));
+                outln!("effects  {}", counts(&run["effects"]));
                 for decision in run["decisions"].as_array().into_iter().flatten() {
-                    println!(
+                    outln!(
                         "decision {} by {}",
                         decision["kind"].as_str().unwrap_or(""),
                         decision["by"].as_str().unwrap_or("")
@@ -331,7 +353,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if admin.json {
                 return print_json(&effect);
             }
-            print!("{}", render_effect(&effect));
+            out!("{}", render_effect(&effect));
             Ok(())
         }
         Command::Approve { effects, admin } => decide_all(&admin, &effects, "approve").await,
@@ -342,7 +364,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if admin.json {
                 return print_json(&run);
             }
-            println!(
+            outln!(
                 "{} {}",
                 run["id"].as_str().unwrap_or(""),
                 run["state"].as_str().unwrap_or("")
@@ -360,19 +382,42 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .post(&format!("/v1/runs/{run}/commit"), Some(body))
                 .await?;
             if admin.json {
-                return print_json(&report);
+                print_json(&report)?;
+            } else {
+                outln!(
+                    "run {} {}",
+                    report["run"].as_str().unwrap_or(""),
+                    report["state"].as_str().unwrap_or("")
+                );
+                print_effects(
+                    report["effects"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or(&[]),
+                );
             }
-            println!(
-                "run {} {}",
-                report["run"].as_str().unwrap_or(""),
-                report["state"].as_str().unwrap_or("")
-            );
-            print_effects(
-                report["effects"]
+            if report["state"] == "partially_committed" {
+                let not_released: Vec<String> = report["effects"]
                     .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or(&[]),
-            );
+                    .into_iter()
+                    .flatten()
+                    .filter(|e| {
+                        matches!(e["state"].as_str(), Some("failed" | "unknown" | "skipped"))
+                    })
+                    .map(|e| {
+                        format!(
+                            "{} {}",
+                            e["id"].as_str().unwrap_or(""),
+                            e["state"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                return Err(PartialCommit {
+                    count: not_released.len(),
+                    list: not_released.join(", "),
+                }
+                .into());
+            }
             Ok(())
         }
         Command::Abort { run, admin } => {
@@ -381,7 +426,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if admin.json {
                 return print_json(&run);
             }
-            println!(
+            outln!(
                 "run {} {}; effects: {}",
                 run["id"].as_str().unwrap_or(""),
                 run["state"].as_str().unwrap_or(""),
@@ -395,7 +440,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if admin.json {
                 return print_json(&env["env"]);
             }
-            print!("{}", env["shell"].as_str().unwrap_or(""));
+            out!("{}", env["shell"].as_str().unwrap_or(""));
             Ok(())
         }
         Command::Ca {
@@ -403,7 +448,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let file = admin.data.join(crate::ca::CA_CERT_FILE);
             if admin.admin.is_none() && file.exists() {
-                print!(
+                out!(
                     "{}",
                     std::fs::read_to_string(&file)
                         .with_context(|| format!("cannot read {}", file.display()))?
@@ -411,7 +456,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 return Ok(());
             }
             let client = connect(&admin)?;
-            print!("{}", client.get_text("/v1/ca").await?);
+            out!("{}", client.get_text("/v1/ca").await?);
             Ok(())
         }
     }
@@ -446,7 +491,14 @@ fn connect(args: &AdminArgs) -> anyhow::Result<AdminClient> {
             let path = args.data.join(ADMIN_TOKEN_FILE);
             std::fs::read_to_string(&path)
                 .map(|t| t.trim().to_owned())
-                .map_err(|e| anyhow!("no admin token: --token and {ENV_TOKEN} are unset and {} cannot be read ({e})", path.display()))?
+                .map_err(|e| {
+                    let shown = std::path::absolute(&path).unwrap_or(path.clone());
+                    anyhow!(
+                        "no admin token: --token and {ENV_TOKEN} are unset and {} cannot be read ({e}); \
+                         point --data (or {ENV_DATA}) at the server's data directory",
+                        shown.display()
+                    )
+                })?
         }
     };
     Ok(AdminClient::new(&base, &token))
@@ -458,27 +510,61 @@ fn admin_url_from(data: &Path) -> Option<String> {
     value["admin"].as_str().map(str::to_owned)
 }
 
+/// A commit that ended `partially_committed`: the CLI exits non-zero so scripts notice.
+#[derive(Debug, thiserror::Error)]
+#[error("the commit finished, but {count} approved effect(s) were not released: {list}")]
+struct PartialCommit {
+    count: usize,
+    list: String,
+}
+
+/// Decides every effect named, each on its own: one that fails does not stop the others.
+/// Fails when any failed, naming them.
 async fn decide_all(admin: &AdminArgs, effects: &[String], verb: &str) -> anyhow::Result<()> {
     let client = connect(admin)?;
+    let mut results = Vec::new();
+    let mut failed = Vec::new();
     for effect in effects {
-        let result = client
+        match client
             .post(&format!("/v1/effects/{effect}/{verb}"), None)
-            .await?;
-        if admin.json {
-            print_json(&result)?;
-        } else {
-            println!(
-                "{} {}",
-                result["id"].as_str().unwrap_or(""),
-                result["state"].as_str().unwrap_or("")
-            );
+            .await
+        {
+            Ok(result) => {
+                if !admin.json {
+                    outln!(
+                        "{} {}",
+                        result["id"].as_str().unwrap_or(""),
+                        result["state"].as_str().unwrap_or("")
+                    );
+                }
+                results.push(result);
+            }
+            Err(ClientError::Connect { url, reason }) => {
+                return Err(ClientError::Connect { url, reason }.into())
+            }
+            Err(error) => {
+                eprintln!("{effect}: {error}");
+                failed.push(effect.clone());
+            }
         }
     }
-    Ok(())
+    if admin.json {
+        print_json(&Value::Array(results))?;
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!(
+            "{} of {} effect(s) could not be {verb}d: {}",
+            failed.len(),
+            effects.len(),
+            failed.join(", ")
+        ))
+    }
 }
 
 fn print_json(value: &Value) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
@@ -495,13 +581,13 @@ pub fn counts(value: &Value) -> String {
 
 /// Prints effects as a table: seq, id, state, method, URL, status.
 pub fn print_effects(effects: &[Value]) {
-    print!("{}", effects_table(effects));
+    out!("{}", effects_table(effects));
 }
 
 /// Renders effects as a table: seq, id, state, method, URL, status.
 pub fn effects_table(effects: &[Value]) -> String {
     let mut out = format!(
-        "{:>3}  {:<30} {:<10} {:<6} {:<48} ORIGIN\n",
+        "{:>3}  {:<30} {:<10} {:<6} {:<48} ORIGIN STATUS\n",
         "SEQ", "EFFECT", "STATE", "METHOD", "URL"
     );
     for effect in effects {
@@ -520,6 +606,13 @@ pub fn effects_table(effects: &[Value]) -> String {
             effect["url"].as_str().unwrap_or(""),
             status
         ));
+        if let Some(reason) = effect
+            .get("reason")
+            .or_else(|| effect.get("state_reason"))
+            .and_then(Value::as_str)
+        {
+            out.push_str(&format!("     {:<30} why: {reason}\n", ""));
+        }
     }
     out
 }
@@ -565,8 +658,25 @@ pub fn render_effect(effect: &Value) -> String {
         effect["body"]["base64"].as_str(),
     ) {
         (Some(text), _) => {
-            for line in text.lines().take(40) {
-                out.push_str(&format!("  | {line}\n"));
+            let pretty = serde_json::from_str::<Value>(text)
+                .ok()
+                .and_then(|json| serde_json::to_string_pretty(&json).ok())
+                .unwrap_or_else(|| text.to_owned());
+            let lines: Vec<&str> = pretty.lines().collect();
+            for line in lines.iter().take(24) {
+                let shown: String = line.chars().take(118).collect();
+                let cut = if line.chars().count() > 118 {
+                    "…"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("  | {shown}{cut}\n"));
+            }
+            if lines.len() > 24 {
+                out.push_str(&format!(
+                    "  | … {} more lines (--json shows all)\n",
+                    lines.len() - 24
+                ));
             }
         }
         (None, Some(b64)) => out.push_str(&format!(

@@ -1,30 +1,30 @@
 //! `airlock demo`: the main job end to end on loopback with embedded defaults — a local
-//! HTTPS origin, airlock, a run, a curl "agent" that reads and POSTs a webhook, review,
-//! commit, and what the origin received.
+//! HTTPS origin, airlock, a run, a curl "agent" that reads customer rows, posts webhooks
+//! and opens an item with a comment; a reviewer who reads the lineage, rejects the webhook
+//! that leaks the rows and commits the rest; and what the origin received.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::client::AdminClient;
 use crate::origin::{Origin, OriginCa, Reply};
 
 fn policy(port: u16) -> String {
     format!(
-        r#"# The demo's policy: reads from the warehouse pass, webhook POSTs are staged,
+        r#"# The demo's policy: reads pass, webhook POSTs and item writes are staged,
 # everything else is denied.
 version = 1
 default = "deny"
 allow_private = ["127.0.0.0/8"]   # the demo's origin is on loopback
 
 [[rule]]
-id = "warehouse-read"
+id = "reads"
 host = "127.0.0.1"
 port = {port}
 method = "read"
-path = "/contacts"
 action = "pass"
 
 [[rule]]
@@ -34,7 +34,47 @@ port = {port}
 method = ["POST"]
 path = "/hooks/**"
 action = "stage"
+
+# Creating an item answers like the real API: 201 with an id only the origin can assign,
+# so airlock hands out a placeholder id and substitutes the real one at release.
+[[rule]]
+id = "create-item"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/items"
+action = "stage"
+[rule.respond]
+status = 201
+body = '{{"id": "{{{{placeholder:number:/id}}}}", "state": "open"}}'
+
+[[rule]]
+id = "item-writes"
+host = "127.0.0.1"
+port = {port}
+method = "write"
+path = "/items/**"
+action = "stage"
 "#
+    )
+}
+
+fn customers() -> Value {
+    let first = [
+        "Ada", "Grace", "Alan", "Edsger", "Barbara", "Ken", "Margaret", "Dennis",
+    ];
+    let plans = ["free", "pro", "enterprise"];
+    Value::Array(
+        (0..40)
+            .map(|i| {
+                json!({
+                    "id": i + 1,
+                    "name": format!("{} Example{}", first[i % first.len()], i * 7 % 31),
+                    "email": format!("customer{}@clients{}.example", i + 1, i % 4),
+                    "plan": plans[i % plans.len()],
+                })
+            })
+            .collect(),
     )
 }
 
@@ -64,24 +104,20 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
     let origin = Origin::start(
         Some(&origin_ca),
         Arc::new(|req| match (req.method.as_str(), req.path.as_str()) {
-            ("GET", "/contacts") => Reply::json(
-                200,
-                &json!([{"name": "Ada Lovelace", "email": "ada@example.com"},
-                        {"name": "Alan Turing", "email": "alan@example.com"}]),
-            ),
-            ("POST", path) if path.starts_with("/hooks/") => {
-                Reply::json(200, &json!({"ok": true, "received": path}))
+            ("GET", "/customers") => Reply::json(200, &customers()),
+            ("POST", "/items") => Reply::json(201, &json!({"id": 1042, "state": "open"})),
+            ("POST", path) if path.starts_with("/items/") => {
+                Reply::json(201, &json!({"id": 7, "ok": true}))
             }
+            ("POST", path) if path.starts_with("/hooks/") => Reply::json(200, &json!({"ok": true})),
             _ => Reply::text(404, "not found\n"),
         }),
     )
     .await?;
     let port = origin.addr().port();
     let base = format!("https://127.0.0.1:{port}");
-    println!("airlock demo: an agent reads data and posts a webhook; airlock stages the post until a reviewer commits it.");
-    say(&format!(
-        "an HTTPS origin runs on {base} (GET /contacts, POST /hooks/...)"
-    ));
+    println!("airlock demo: an agent works through airlock; its reads pass, its side effects wait for a reviewer.");
+    say(&format!("an HTTPS origin runs on {base}: GET /customers, POST /hooks/..., POST /items, POST /items/ID/comments"));
 
     let policy_file = dir.join("policy.toml");
     std::fs::write(&policy_file, policy(port))?;
@@ -95,7 +131,7 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
         server.admin_token(),
     );
     say(&format!(
-        "airlock listens: proxy {}, admin http://{}; policy: reads of /contacts pass, POST /hooks/** is staged, all else denied",
+        "airlock listens: proxy {}, admin http://{}\n   policy: reads pass; POST /hooks/** and item writes are staged; everything else is denied",
         server.proxy_addr(),
         server.admin_addr()
     ));
@@ -113,59 +149,138 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
         })
         .unwrap_or_default();
 
-    say("the agent (curl) reads the contacts: GET /contacts  -> passes to the origin");
-    let out = curl(&env, &["-sS", &format!("{base}/contacts")]).await?;
-    print!("{}", indent(&out));
-    say("the agent (curl) posts a webhook: POST /hooks/deploy  -> staged, answered at once");
-    let out = curl(
+    say("the agent reads the customer list: GET /customers  -> passes to the origin");
+    let (status, body) = curl(&env, &[&format!("{base}/customers")]).await?;
+    let rows: Vec<Value> = serde_json::from_str(&body).unwrap_or_default();
+    println!("   HTTP {status}: {} customer rows", rows.len());
+
+    say("the agent posts a status webhook: POST /hooks/status  -> staged, answered at once with 202");
+    let (status, body) = curl(
         &env,
         &[
-            "-sS",
-            "-i",
             "-X",
             "POST",
             "-H",
             "content-type: application/json",
             "--data",
-            r#"{"text":"deploy finished","contacts":2}"#,
-            &format!("{base}/hooks/deploy"),
+            r#"{"text":"nightly sync finished"}"#,
+            &format!("{base}/hooks/status"),
         ],
     )
     .await?;
-    print!("{}", indent(&out));
-    say("the agent tries something no rule allows: DELETE /contacts  -> denied");
-    let out = curl(&env, &["-sS", "-X", "DELETE", &format!("{base}/contacts")]).await?;
-    print!("{}", indent(&out));
+    println!("   HTTP {status}");
+    print!("{}", indent(&body));
+
+    say("the agent also posts the customers to an outside webhook (reformatted, every other row)  -> staged");
+    let export: Vec<Value> = rows
+        .iter()
+        .step_by(2)
+        .map(|r| json!({"customer": r["name"], "contact": r["email"]}))
+        .collect();
+    let export = serde_json::to_string(&json!({"records": export}))?;
+    let (status, _) = curl(
+        &env,
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/json",
+            "--data",
+            &export,
+            &format!("{base}/hooks/export"),
+        ],
+    )
+    .await?;
+    println!("   HTTP {status}");
+
+    say("the agent opens an item: POST /items  -> staged; the answer carries a placeholder id, typed like the real one");
+    let (status, body) = curl(
+        &env,
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/json",
+            "--data",
+            r#"{"title":"sync report"}"#,
+            &format!("{base}/items"),
+        ],
+    )
+    .await?;
+    println!("   HTTP {status}: {}", body.trim());
+    let item: Value = serde_json::from_str(&body).unwrap_or_default();
+    let placeholder = item["id"].as_u64().unwrap_or_default();
+    say(&format!("and comments on it: POST /items/{placeholder}/comments  -> staged, and depends on the item"));
+    let (status, _) = curl(
+        &env,
+        &[
+            "-X",
+            "POST",
+            "--data",
+            r#"{"text":"all rows synced"}"#,
+            &format!("{base}/items/{placeholder}/comments"),
+        ],
+    )
+    .await?;
+    println!("   HTTP {status}");
+
+    say("the agent tries something no rule allows: DELETE /customers  -> denied");
+    let (status, body) = curl(&env, &["-X", "DELETE", &format!("{base}/customers")]).await?;
+    let denial: Value = serde_json::from_str(&body).unwrap_or_default();
+    println!(
+        "   HTTP {status}: {}",
+        denial["reason"].as_str().unwrap_or("")
+    );
 
     let posts = origin
         .received()
         .iter()
-        .filter(|r| r.method == "POST")
+        .filter(|r| r.method != "GET")
         .count();
     say(&format!(
-        "so far the origin received {} request(s), {posts} of them POSTs: the webhook has not left",
+        "so far the origin received {} request(s), {posts} of them writes: no side effect has left",
         origin.received().len()
     ));
 
+    // Content analysis runs off the request path; give it a moment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let effects = admin.get(&format!("/v1/runs/{run_id}/effects")).await?;
     let list = effects["effects"].as_array().cloned().unwrap_or_default();
     say("a reviewer lists the run's pending effects  (airlock effects RUN)");
     print!("{}", indent(&crate::cli::effects_table(&list)));
-    let Some(effect_id) = list
-        .first()
-        .and_then(|e| e["id"].as_str())
-        .map(str::to_owned)
-    else {
-        bail!("the webhook was not staged");
+    let mut leaking = None;
+    for effect in &list {
+        let id = effect["id"].as_str().unwrap_or_default();
+        let shown = admin.get(&format!("/v1/effects/{id}")).await?;
+        let carries_data = shown["lineage"]["sources"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|e| e["kind"] == "content"));
+        if carries_data || shown["url"].as_str().unwrap_or("").contains("/comments") {
+            say(&format!("the reviewer reads {id}  (airlock show EFFECT)"));
+            print!("{}", indent(&crate::cli::render_effect(&shown)));
+        }
+        if carries_data {
+            leaking = Some(id.to_owned());
+        }
+    }
+    let Some(leaking) = leaking else {
+        bail!("the export webhook should carry content from the customer read");
     };
-    let effect = admin.get(&format!("/v1/effects/{effect_id}")).await?;
-    say("and reads it  (airlock show EFFECT)");
-    print!("{}", indent(&crate::cli::render_effect(&effect)));
-
-    say("the reviewer approves it and commits the run  (airlock approve EFFECT; airlock commit RUN)");
+    say("the reviewer rejects the webhook that carries customer rows and approves the rest");
     admin
-        .post(&format!("/v1/effects/{effect_id}/approve"), None)
+        .post(&format!("/v1/effects/{leaking}/reject"), None)
         .await?;
+    println!("   airlock reject {leaking}");
+    for effect in &list {
+        let id = effect["id"].as_str().unwrap_or_default();
+        if id != leaking {
+            admin
+                .post(&format!("/v1/effects/{id}/approve"), None)
+                .await?;
+            println!("   airlock approve {id}");
+        }
+    }
+    say("and commits the run  (airlock commit RUN): released in dependency order, the real item id substituted");
     let report = admin
         .post(&format!("/v1/runs/{run_id}/commit"), Some(json!({})))
         .await?;
@@ -184,29 +299,35 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
         ))
     );
 
-    say("what the origin received, in order");
+    say(
+        "what the origin received, in order (the ORIGIN STATUS column above is its answer to each)",
+    );
     for req in origin.received() {
         let body = String::from_utf8_lossy(&req.body);
+        let shown = if body.len() > 70 {
+            format!("{}…", &body[..70])
+        } else {
+            body.into_owned()
+        };
         println!(
             "   {} {}{}",
             req.method,
             req.path,
-            if body.is_empty() {
+            if shown.is_empty() {
                 String::new()
             } else {
-                format!("  body: {body}")
+                format!("  body: {shown}")
             }
         );
     }
-    let released = origin
-        .received()
-        .iter()
-        .filter(|r| r.method == "POST")
-        .count();
-    if released != 1 {
-        bail!("expected the origin to receive the webhook exactly once, it received {released}");
+    let received = origin.received();
+    let exported = received.iter().any(|r| r.path == "/hooks/export");
+    let commented = received.iter().any(|r| r.path == "/items/1042/comments");
+    if exported || !commented || received.iter().filter(|r| r.method == "POST").count() != 3 {
+        bail!("the origin should receive the status webhook, the item and its comment (with the real id 1042), and never the export");
     }
-    say("done: the read passed, the webhook left exactly once, after approval; the DELETE never left.");
+    say("done: reads passed; the status webhook, the item and its comment left once each, after approval,");
+    println!("   the comment with the item's real id 1042; the export with customer rows and the DELETE never left.");
     serving.abort();
     tokio::time::sleep(Duration::from_millis(50)).await;
     Ok(())
@@ -219,22 +340,23 @@ fn which_curl() -> anyhow::Result<()> {
     }
 }
 
-async fn curl(env: &[(String, String)], args: &[&str]) -> anyhow::Result<String> {
+/// Runs curl with the run's environment; returns the final status code and body.
+async fn curl(env: &[(String, String)], args: &[&str]) -> anyhow::Result<(u16, String)> {
     let mut command = tokio::process::Command::new("curl");
-    command.args(args).arg("--max-time").arg("20");
+    command
+        .args(["-sS", "--max-time", "20", "-w", "\n%{http_code}"])
+        .args(args);
     for (k, v) in env {
         command.env(k, v);
     }
     let out = command.output().await.context("cannot run curl")?;
-    let mut text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
-        text.push_str(&format!(
-            "(curl failed: {})\n",
+        bail!(
+            "curl failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        );
     }
-    Ok(text)
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    Ok((status.trim().parse().unwrap_or(0), body.to_owned()))
 }

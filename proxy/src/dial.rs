@@ -98,6 +98,21 @@ pub fn is_special_purpose(ip: IpAddr) -> bool {
     }
 }
 
+/// An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as the IPv4 address it names; any other
+/// address unchanged. Checks run on this form so a mapped spelling cannot slip past them.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
+/// Whether `ip` is assigned to an interface of this machine (binding a socket to it
+/// succeeds only then).
+fn is_local_address(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
 /// The connector under the upstream HTTPS client.
 #[derive(Clone)]
 pub struct Dialer {
@@ -117,13 +132,17 @@ impl Dialer {
         }
     }
 
+    /// Whether dialing `addr` would reach one of airlock's own listeners: the same port
+    /// and the same address, where a listener on an unspecified address is reached through
+    /// loopback, the unspecified address, or any address of this machine's interfaces.
     fn is_own(&self, addr: SocketAddr) -> bool {
+        let ip = canonical_ip(addr.ip());
         self.own.iter().any(|own| {
+            let own_ip = canonical_ip(own.ip());
             own.port() == addr.port()
-                && (own.ip() == addr.ip()
-                    || (own.ip().is_unspecified()
-                        && (addr.ip().is_loopback() || addr.ip().is_unspecified()))
-                    || (own.ip().is_loopback() && addr.ip().is_unspecified()))
+                && (own_ip == ip
+                    || ip.is_unspecified()
+                    || (own_ip.is_unspecified() && (ip.is_loopback() || is_local_address(ip))))
         })
     }
 
@@ -146,6 +165,7 @@ impl Dialer {
         let mut refused = None;
         let mut passed = Vec::new();
         for addr in answers {
+            let addr = SocketAddr::new(canonical_ip(addr.ip()), addr.port());
             if self.is_own(addr) {
                 return Err(DialError::OwnListener { addr });
             }

@@ -16,8 +16,9 @@ const PROXY_VARS: [&str; 6] = [
     "ALL_PROXY",
 ];
 
-/// Variables naming the CA bundle for OpenSSL, Python requests, curl, pip, Node, git and cargo.
-const CA_VARS: [&str; 7] = [
+/// Variables naming the CA bundle for OpenSSL, Python requests, curl, pip, Node, git,
+/// cargo, the AWS SDKs and gRPC.
+const CA_VARS: [&str; 9] = [
     "SSL_CERT_FILE",
     "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE",
@@ -25,6 +26,8 @@ const CA_VARS: [&str; 7] = [
     "NODE_EXTRA_CA_CERTS",
     "GIT_SSL_CAINFO",
     "CARGO_HTTP_CAINFO",
+    "AWS_CA_BUNDLE",
+    "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
 ];
 
 /// The address clients should dial for a listener bound to `addr` (an unspecified bind

@@ -99,9 +99,17 @@ fn check_authority(parts: &Parts, target: &Target) -> Result<(), ProxyError> {
             });
         }
     }
-    let Some(value) = parts.headers.get(header::HOST) else {
+    let mut hosts = parts.headers.get_all(header::HOST).iter();
+    let Some(value) = hosts.next() else {
         return Ok(());
     };
+    if hosts.next().is_some() {
+        // RFC 9112 §3.2: more than one Host field line is answered with 400.
+        return Err(ProxyError::BadRequest {
+            code: "duplicate_host",
+            reason: "the request has more than one Host header".into(),
+        });
+    }
     let parsed = value
         .to_str()
         .ok()
@@ -153,6 +161,14 @@ pub async fn handle(
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/".to_owned());
     let url = target.url(&path_and_query);
+    if shared.is_closed(&run) {
+        // Committed or aborted: the run's credentials still authenticate, so the agent
+        // learns why, but nothing passes and nothing is staged any more.
+        return ProxyError::RunNotOpen {
+            reason: format!("run {run} was committed or aborted: it accepts no more requests"),
+        }
+        .into_response();
+    }
     let result = decide_and_act(&shared, &run, &target, &url, parts, body).await;
     result.unwrap_or_else(|error| {
         if error.status().is_server_error() {
@@ -242,6 +258,9 @@ async fn decide_and_act(
     }
 }
 
+/// How long a client may pause while sending a body airlock reads whole (staging).
+pub const BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Reads a request body up to the staging limit: 413 before reading when the declared
 /// length is over it (no 100 Continue is sent), 413 once the limit is passed otherwise.
 ///
@@ -262,7 +281,16 @@ fn read_bounded(
         }
         let mut body = body;
         let mut collected: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
-        while let Some(frame) = body.frame().await {
+        loop {
+            let next = tokio::time::timeout(BODY_IDLE_TIMEOUT, body.frame()).await;
+            let Ok(frame) = next else {
+                return Err(ProxyError::BodyTimeout {
+                    seconds: BODY_IDLE_TIMEOUT.as_secs(),
+                });
+            };
+            let Some(frame) = frame else {
+                break;
+            };
             let frame = frame.map_err(|error| ProxyError::BadRequest {
                 code: "body_read_failed",
                 reason: format!("the request body could not be read: {error}"),

@@ -133,11 +133,13 @@ pub async fn commit(
     approve_pending: bool,
     by: &str,
 ) -> Result<CommitReport, CommitError> {
-    let _serial = shared.commit_lock.lock().await;
+    let lock = shared.commit_lock(run);
+    let _serial = lock.lock().await;
     let ledger = shared.ledger.clone();
     let (run_id, by_owned) = (run.clone(), by.to_owned());
     let (_, release) =
         blocking(move || ledger.begin_commit(&run_id, approve_pending, &by_owned)).await?;
+    shared.close_run(run);
     if release {
         release_all(shared, run).await?;
         let ledger = shared.ledger.clone();
@@ -240,11 +242,7 @@ async fn release_all(shared: &Arc<Shared>, run: &RunId) -> Result<(), CommitErro
 
 /// Replaces every placeholder `effect` carries with the real value from its parent.
 /// Errors with a reason when a parent's response gave no real value.
-fn substituted(
-    effect: &Effect,
-    parents: &[Effect],
-    body: Vec<u8>,
-) -> Result<Prepared, String> {
+fn substituted(effect: &Effect, parents: &[Effect], body: Vec<u8>) -> Result<Prepared, String> {
     let mut url = effect.url.clone();
     let mut headers: Vec<(String, Vec<u8>)> = effect
         .headers

@@ -54,6 +54,12 @@ pub enum ProxyError {
         /// The limit in bytes.
         limit: u64,
     },
+    /// The client paused too long while sending a body airlock reads whole.
+    #[error("request body timed out")]
+    BodyTimeout {
+        /// The idle limit in seconds.
+        seconds: u64,
+    },
     /// The run does not accept effects any more.
     #[error("run does not accept effects")]
     RunNotOpen {
@@ -91,6 +97,7 @@ impl ProxyError {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::AuthorityMismatch { .. } => StatusCode::MISDIRECTED_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::RunNotOpen { .. } => StatusCode::CONFLICT,
             Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -105,6 +112,7 @@ impl ProxyError {
             Self::BadRequest { code, .. } | Self::DestinationRefused { code, .. } => code,
             Self::AuthorityMismatch { .. } => "authority_mismatch",
             Self::BodyTooLarge { .. } => "body_too_large",
+            Self::BodyTimeout { .. } => "body_timeout",
             Self::RunNotOpen { .. } => "run_not_open",
             Self::Upstream { .. } => "upstream_unreachable",
             Self::Internal { .. } => "internal_error",
@@ -147,6 +155,10 @@ impl ProxyError {
                     "send a smaller body, or ask the operator to raise --stage-body-limit",
                 )
             }
+            Self::BodyTimeout { seconds } => (
+                format!("no part of the request body arrived for {seconds} s; nothing was staged"),
+                "send the body without long pauses",
+            ),
             Self::RunNotOpen { reason } => (
                 reason.clone(),
                 "the run is sealed or finished; start a new run to stage more effects",
@@ -155,7 +167,14 @@ impl ProxyError {
                 reason.clone(),
                 "name the address range in a rule's allow_private if this destination is intended",
             ),
-            Self::Upstream { reason } => (reason.clone(), "check that the origin is up and reachable"),
+            Self::Upstream { reason } => (
+                reason.clone(),
+                if reason.contains("certificate") {
+                    "the origin's TLS certificate was not trusted: airlock verifies origins against the webpki roots and --upstream-ca"
+                } else {
+                    "check that the origin is up and reachable"
+                },
+            ),
             Self::Internal { reason } => (reason.clone(), "see airlock's log; retry later"),
         };
         body["reason"] = serde_json::json!(reason);

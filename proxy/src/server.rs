@@ -85,10 +85,39 @@ pub struct Shared {
     pub admin_addr: SocketAddr,
     /// The data directory (absolute).
     pub data_dir: std::path::PathBuf,
-    /// Serialises commits so that one run is never released by two tasks.
-    pub commit_lock: tokio::sync::Mutex<()>,
     /// The lineage worker.
     pub lineage: crate::lineage::LineageWorker,
+    /// Runs that accept no more requests, reads included: a commit was decided or the run
+    /// was aborted. (A sealed run still passes reads; it only refuses new effects.)
+    pub closed_runs: std::sync::RwLock<std::collections::HashSet<airlock_ledger::RunId>>,
+    /// One lock per run being committed, so a run is never released by two tasks while
+    /// other runs commit freely.
+    pub commit_locks: std::sync::Mutex<
+        std::collections::HashMap<airlock_ledger::RunId, Arc<tokio::sync::Mutex<()>>>,
+    >,
+}
+
+impl Shared {
+    /// Whether `run` was closed by a commit decision or an abort.
+    pub fn is_closed(&self, run: &airlock_ledger::RunId) -> bool {
+        self.closed_runs
+            .read()
+            .map(|set| set.contains(run))
+            .unwrap_or(true)
+    }
+
+    /// Closes `run` to all further requests.
+    pub fn close_run(&self, run: &airlock_ledger::RunId) {
+        if let Ok(mut set) = self.closed_runs.write() {
+            set.insert(run.clone());
+        }
+    }
+
+    /// The commit lock of `run`.
+    pub fn commit_lock(&self, run: &airlock_ledger::RunId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.commit_locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(run.clone()).or_default().clone()
+    }
 }
 
 /// A built server, listening, not yet serving.
@@ -172,6 +201,16 @@ impl Server {
             addr: config.admin,
             source,
         })?;
+        let closed = ledger
+            .runs()
+            .map_err(|source| StartError::Ledger {
+                path: ledger_path.display().to_string(),
+                source,
+            })?
+            .into_iter()
+            .filter(|run| !matches!(run.state, RunState::Open | RunState::Sealed))
+            .map(|run| run.id)
+            .collect();
         let tls = client_tls(config.upstream_ca.as_deref())?;
         let dialer = Dialer::new(
             policy.clone(),
@@ -191,7 +230,8 @@ impl Server {
             proxy_addr,
             admin_addr,
             data_dir,
-            commit_lock: tokio::sync::Mutex::new(()),
+            closed_runs: std::sync::RwLock::new(closed),
+            commit_locks: std::sync::Mutex::default(),
             lineage: crate::lineage::LineageWorker::start(ledger.clone()),
         });
         Ok(Self {

@@ -45,6 +45,9 @@ pub struct View {
 pub struct Analysis {
     /// The views taken.
     pub views: Vec<View>,
+    /// Hashes of the JSON leaf values of the body (each value's token sequence), so that
+    /// values moved into another structure under other keys are still recognised.
+    pub values: Vec<u64>,
     /// Input or output bounds cut the analysis short.
     pub truncated: bool,
     /// Why part of the analysis was skipped (time budget, undecodable gzip …).
@@ -58,6 +61,7 @@ impl Analysis {
         for view in &self.views {
             winnow(&view.shingles, &mut out);
         }
+        out.extend_from_slice(&self.values);
         out.sort_unstable();
         out.dedup();
         out
@@ -82,34 +86,64 @@ pub struct Overlap {
     pub view: String,
 }
 
-/// Finds passages of `analysis` whose shingles are in `fingerprints` (sorted). Hits no
-/// more than `W` shingles apart are joined into one passage.
+/// Most tokens in one recognised JSON value.
+pub const MAX_VALUE_TOKENS: usize = 8;
+
+/// Finds passages of `analysis` that also occur in the body `fingerprints` were taken of
+/// (sorted): shingle hits no more than `W` shingles apart are joined into one passage, and
+/// any run of tokens that equals a JSON leaf value of that body counts as shared.
 pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
+    let known = |h: &u64| fingerprints.binary_search(h).is_ok();
     let mut best: Option<Overlap> = None;
     for view in &analysis.views {
-        let hits: Vec<usize> = view
-            .shingles
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| fingerprints.binary_search(h).is_ok())
-            .map(|(i, _)| i)
-            .collect();
-        if hits.is_empty() {
-            continue;
+        let count = view.tokens.len();
+        let mut covered = vec![false; count];
+        let mut last_hit: Option<usize> = None;
+        for (i, hash) in view.shingles.iter().enumerate() {
+            if !known(hash) {
+                continue;
+            }
+            let from = match last_hit {
+                Some(previous) if i <= previous + W => previous,
+                _ => i,
+            };
+            for slot in covered.iter_mut().take((i + K).min(count)).skip(from) {
+                *slot = true;
+            }
+            last_hit = Some(i);
         }
-        // Join hits into passages of tokens [first, last + K).
-        let mut passages: Vec<(usize, usize)> = Vec::new();
-        for &hit in &hits {
-            match passages.last_mut() {
-                Some((_, end)) if hit <= *end + W => *end = hit,
-                _ => passages.push((hit, hit)),
+        let hashes: Vec<u64> = view
+            .tokens
+            .iter()
+            .map(|&(s, e)| token_hash(&view.text[s..e]))
+            .collect();
+        for start in 0..count {
+            for len in 1..=MAX_VALUE_TOKENS.min(count - start) {
+                if len == 1 && view.tokens[start].1 - view.tokens[start].0 < 12 {
+                    continue;
+                }
+                if known(&value_hash(&hashes[start..start + len])) {
+                    for slot in covered.iter_mut().skip(start).take(len) {
+                        *slot = true;
+                    }
+                }
             }
         }
-        let span = |&(first, last): &(usize, usize)| {
-            let start = view.tokens[first].0;
-            let end = view.tokens[(last + K - 1).min(view.tokens.len() - 1)].1;
-            (start, end)
-        };
+        // Runs of covered tokens become passages.
+        let mut passages: Vec<(usize, usize)> = Vec::new();
+        for (i, &c) in covered.iter().enumerate() {
+            if !c {
+                continue;
+            }
+            match passages.last_mut() {
+                Some((_, end)) if *end + 1 == i => *end = i,
+                _ => passages.push((i, i)),
+            }
+        }
+        if passages.is_empty() {
+            continue;
+        }
+        let span = |&(first, last): &(usize, usize)| (view.tokens[first].0, view.tokens[last].1);
         let bytes: usize = passages.iter().map(|p| span(p).1 - span(p).0).sum();
         let longest = passages
             .iter()
@@ -135,11 +169,13 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
     best
 }
 
+/// One line of at most `max_chars` characters (line breaks become " | ").
 fn shorten(text: &str, max_chars: usize) -> String {
-    if text.chars().count() <= max_chars {
-        return text.to_owned();
+    let line = text.trim().replace('\n', " | ");
+    if line.chars().count() <= max_chars {
+        return line;
     }
-    let head: String = text.chars().take(max_chars).collect();
+    let head: String = line.chars().take(max_chars).collect();
     format!("{head}…")
 }
 
@@ -220,6 +256,7 @@ fn gunzip(input: &[u8]) -> Result<(Vec<u8>, bool), String> {
 fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, started: Instant, depth: u8) {
     let text = String::from_utf8_lossy(bytes);
     if let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) {
+        collect_values(&json, &mut analysis.values);
         let mut canonical = String::new();
         canonical_json(&json, &mut canonical);
         push_view(analysis, format!("{prefix}json"), canonical, started);
@@ -318,6 +355,44 @@ fn tokenize(text: &str) -> Vec<(usize, usize)> {
         tokens.push((s, text.len()));
     }
     tokens
+}
+
+/// Hash of a token sequence standing for one whole value (seeded apart from shingles).
+fn value_hash(tokens: &[u64]) -> u64 {
+    tokens
+        .iter()
+        .fold(0x2545_f491_4f6c_dd1du64 ^ tokens.len() as u64, |acc, &t| {
+            (acc.rotate_left(29) ^ t).wrapping_mul(0xc4ce_b9fe_1a85_ec53)
+        })
+}
+
+/// Value hashes of the JSON leaf strings worth recognising: 2 to 8 tokens and at least 8
+/// characters, or one token of at least 12 characters. At most 100,000.
+fn collect_values(value: &serde_json::Value, out: &mut Vec<u64>) {
+    use serde_json::Value;
+    if out.len() >= 100_000 {
+        return;
+    }
+    match value {
+        Value::Object(map) => map.values().for_each(|v| collect_values(v, out)),
+        Value::Array(items) => items.iter().for_each(|v| collect_values(v, out)),
+        Value::String(text) => {
+            let tokens = tokenize(text);
+            let long_enough = match tokens.len() {
+                1 => tokens[0].1 - tokens[0].0 >= 12,
+                2..=MAX_VALUE_TOKENS => text.len() >= 8,
+                _ => false,
+            };
+            if long_enough {
+                let hashes: Vec<u64> = tokens
+                    .iter()
+                    .map(|&(s, e)| token_hash(&text[s..e]))
+                    .collect();
+                out.push(value_hash(&hashes));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// FNV-1a over the lower-cased token.

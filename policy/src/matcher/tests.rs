@@ -249,6 +249,9 @@ fn non_canonical_paths() {
     let cases: &[(&str, NonCanonical)] = &[
         ("/a%2Fb", NonCanonical::EncodedSlash),
         ("/a%2fb", NonCanonical::EncodedSlash),
+        ("/admin%00/x", NonCanonical::ControlByte),
+        ("/%2561dmin/x", NonCanonical::DoubleEncoding),
+        ("/a%252Fb", NonCanonical::DoubleEncoding),
         ("/a/../b", NonCanonical::DotSegment),
         ("/a/./b", NonCanonical::DotSegment),
         ("/..", NonCanonical::DotSegment),

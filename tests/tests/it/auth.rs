@@ -147,12 +147,25 @@ async fn admin_api_requires_the_bearer_token_and_the_proxy_never_reaches_it() {
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let policy = loopback_policy(admin_port).replace("[[rule]]", "[[rule]]\nscheme = \"http\"");
+    let policy = format!(
+        "{}\n[[rule]]\nid = \"mapped\"\nhost = \"::ffff:127.0.0.1\"\nport = {admin_port}\nscheme = \"http\"\naction = \"pass\"\n",
+        loopback_policy(admin_port).replace("[[rule]]", "[[rule]]\nscheme = \"http\"")
+    );
     let admin_addr = format!("127.0.0.1:{admin_port}");
     let airlock = fx.start(&policy, &["--admin", &admin_addr]);
     let (_, env) = airlock.create_run().await;
-    let out = curl(&env, &[&format!("http://{admin_addr}/v1/runs")]).await;
-    assert_eq!(out.status, 403, "{}", String::from_utf8_lossy(&out.body));
-    assert_eq!(out.json()["reason_code"], "airlock_listener");
+    for url in [
+        format!("http://{admin_addr}/v1/runs"),
+        format!("http://[::ffff:127.0.0.1]:{admin_port}/v1/runs"),
+    ] {
+        let out = curl(&env, &[&url]).await;
+        assert_eq!(
+            out.status,
+            403,
+            "{url}: {}",
+            String::from_utf8_lossy(&out.body)
+        );
+        assert_eq!(out.json()["reason_code"], "airlock_listener", "{url}");
+    }
     let _ = env;
 }

@@ -71,6 +71,27 @@ async fn malformed_requests_get_clear_errors_and_staged_effects_survive() {
     assert_eq!(out.status, 421);
     assert_eq!(out.json()["reason_code"], "authority_mismatch");
 
+    // Two Host headers: 400 (RFC 9112 §3.2), never a guess at which one the origin reads.
+    let answer = raw(
+        &airlock.proxy,
+        &format!(
+            "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nHost: evil.example\r\nProxy-Authorization: {auth}\r\nConnection: close\r\n\r\n",
+            port = origin.addr().port()
+        ),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("duplicate_host"), "{answer}");
+
+    // Ids are case-insensitive ULIDs.
+    let lower = run.to_ascii_lowercase();
+    let shown = airlock
+        .admin
+        .get(&format!("/v1/runs/{lower}"))
+        .await
+        .expect("lower-case id");
+    assert_eq!(shown["id"], run.as_str());
+
     // Unknown ids on the admin API.
     let err = airlock
         .admin

@@ -127,3 +127,71 @@ async fn sigkill_during_commit_never_sends_twice_and_marks_the_interrupted_effec
         "each effect reached the origin exactly once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_finishes_even_when_the_admin_client_hangs_up() {
+    use tokio::io::AsyncWriteExt;
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| {
+            let mut reply = Reply::text(200, "ok");
+            reply.delay = Some(Duration::from_millis(400));
+            reply
+        }),
+    )
+    .await
+    .expect("origin");
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (run, env) = airlock.create_run().await;
+    let base = format!("https://127.0.0.1:{}", origin.addr().port());
+    for path in ["/a", "/b", "/c"] {
+        assert_eq!(
+            curl(
+                &env,
+                &["-X", "POST", "--data", path, &format!("{base}{path}")]
+            )
+            .await
+            .status,
+            202
+        );
+    }
+    // Ask for the commit, then hang up at once.
+    let admin = airlock.admin_url.trim_start_matches("http://").to_owned();
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let mut stream = tokio::net::TcpStream::connect(&admin)
+        .await
+        .expect("connect admin");
+    stream
+        .write_all(
+            format!(
+                "POST /v1/runs/{run}/commit?approve_pending=true HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer {}\r\nContent-Length: 0\r\n\r\n",
+                token.trim()
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("send");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(stream);
+
+    let state = poll_until(Duration::from_secs(15), || async {
+        let shown = airlock
+            .admin
+            .get(&format!("/v1/runs/{run}"))
+            .await
+            .expect("run");
+        (shown["state"] != "committing" && shown["state"] != "open").then(|| shown["state"].clone())
+    })
+    .await
+    .expect("the commit finished");
+    assert_eq!(state, "committed");
+    let states: Vec<_> = airlock
+        .effects(&run)
+        .await
+        .iter()
+        .map(|e| e["state"].clone())
+        .collect();
+    assert_eq!(states, vec![json!("released"); 3]);
+    assert_eq!(origin.received().len(), 3);
+}

@@ -99,3 +99,29 @@ proptest! {
         prop_assert_eq!(&a, &analyze(reversed.as_bytes(), None).winnowed());
     }
 }
+
+#[test]
+fn values_moved_under_other_keys_are_recognised() {
+    let rows = contacts(40);
+    let read = serde_json::to_vec(&rows).expect("json");
+    let moved: Vec<_> = rows
+        .iter()
+        .step_by(2)
+        .map(|r| serde_json::json!({"customer": r["name"], "contact": r["email"]}))
+        .collect();
+    let effect = serde_json::to_vec(&serde_json::json!({"records": moved})).expect("json");
+    let found =
+        overlap(&analyze(&effect, None), &analyze(&read, None).winnowed()).expect("overlap");
+    assert!(found.permille > 400, "{found:?}");
+    // Values embedded in prose are found too.
+    let prose = format!(
+        "Please call {} at {} today.",
+        rows[3]["name"].as_str().unwrap_or(""),
+        rows[3]["email"].as_str().unwrap_or("")
+    );
+    assert!(overlap(
+        &analyze(prose.as_bytes(), None),
+        &analyze(&read, None).winnowed()
+    )
+    .is_some());
+}
