@@ -65,47 +65,125 @@ pub enum Job {
         /// The effect.
         effect: EffectId,
     },
-    /// Test hook: answers once every job before it is done.
-    Barrier(mpsc::Sender<()>),
 }
 
-/// Handle to the worker thread; jobs run in submission order.
+/// Most read analyses waiting at once; past it new reads are journaled as not analysed
+/// (lineage says so) rather than letting memory grow under load.
+pub const READ_QUEUE: usize = 256;
+
+/// Handle to the worker thread. Reads wait in a bounded queue; effects are never dropped,
+/// and before an effect is analysed every read queued before it is analysed, so an effect
+/// is always compared with the reads that finished before it was staged.
 #[derive(Clone)]
 pub struct LineageWorker {
-    tx: mpsc::Sender<Job>,
+    reads: mpsc::SyncSender<Job>,
+    effects: mpsc::Sender<Job>,
+    ledger: Arc<Ledger>,
 }
 
 impl LineageWorker {
     /// Starts the worker thread over `ledger`.
     pub fn start(ledger: Arc<Ledger>) -> Self {
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (reads, read_rx) = mpsc::sync_channel::<Job>(READ_QUEUE);
+        let (effects, effect_rx) = mpsc::channel::<Job>();
+        let worker_ledger = ledger.clone();
         let spawned = std::thread::Builder::new().name("airlock-lineage".into()).spawn(move || {
-            for job in rx {
-                if let Err(error) = run_job(&ledger, job) {
+            let run = |job: Job| {
+                if let Err(error) = run_job(&worker_ledger, job) {
                     warn!(error = %error, "lineage analysis failed; the request itself was not affected");
+                }
+            };
+            loop {
+                match effect_rx.try_recv() {
+                    Ok(effect) => {
+                        while let Ok(read) = read_rx.try_recv() {
+                            run(read);
+                        }
+                        run(effect);
+                        continue;
+                    }
+                    Err(mpsc::TryRecvError::Disconnected) => return,
+                    Err(mpsc::TryRecvError::Empty) => {}
+                }
+                match read_rx.recv_timeout(std::time::Duration::from_millis(20)) {
+                    Ok(read) => run(read),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        for effect in effect_rx.iter() {
+                            run(effect);
+                        }
+                        return;
+                    }
                 }
             }
         });
         if let Err(error) = spawned {
             warn!(error = %error, "cannot start the lineage worker; lineage will be missing");
         }
-        Self { tx }
+        Self {
+            reads,
+            effects,
+            ledger,
+        }
     }
 
-    /// Queues a job; never blocks.
+    /// Queues a job; never blocks. A read that finds the queue full is recorded as not
+    /// analysed.
     pub fn submit(&self, job: Job) {
-        if self.tx.send(job).is_err() {
-            debug!("lineage worker is gone; job dropped");
+        match job {
+            Job::Effect { .. } => {
+                if self.effects.send(job).is_err() {
+                    debug!("lineage worker is gone; effect analysis dropped");
+                }
+            }
+            Job::Read { .. } => match self.reads.try_send(job) {
+                Ok(()) => {}
+                Err(mpsc::TrySendError::Full(Job::Read { run, seq, .. })) => {
+                    let content = airlock_ledger::ReadContent {
+                        seq,
+                        notable: Vec::new(),
+                        fingerprints: 0,
+                        truncated: false,
+                        skipped: Some(format!(
+                            "not analysed: {READ_QUEUE} reads were already waiting for analysis"
+                        )),
+                    };
+                    if let Err(error) = self.ledger.store_read_content(&run, &content, &[]) {
+                        warn!(error = %error, "cannot record a skipped read analysis");
+                    }
+                }
+                Err(_) => debug!("lineage worker is gone; read analysis dropped"),
+            },
         }
     }
 }
 
+/// Content types whose bodies are not text in any useful sense: not fingerprinted.
+fn is_opaque(content_type: Option<&str>) -> bool {
+    let Some(content_type) = content_type else {
+        return false;
+    };
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    ["image/", "video/", "audio/", "font/"]
+        .iter()
+        .any(|p| essence.starts_with(p))
+        || matches!(
+            essence.as_str(),
+            "application/zip"
+                | "application/pdf"
+                | "application/wasm"
+                | "application/x-tar"
+                | "application/x-7z-compressed"
+        )
+}
+
 fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError> {
     match job {
-        Job::Barrier(done) => {
-            let _ = done.send(());
-            Ok(())
-        }
         Job::Read {
             run,
             seq,
@@ -113,6 +191,23 @@ fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError>
             content_encoding,
             headers,
         } => {
+            let content_type = headers
+                .iter()
+                .find(|(n, _)| n == "content-type")
+                .map(|(_, v)| v.as_str());
+            if is_opaque(content_type) {
+                let content = airlock_ledger::ReadContent {
+                    seq,
+                    notable: Vec::new(),
+                    fingerprints: 0,
+                    truncated: false,
+                    skipped: Some(format!(
+                        "not analysed: {} is not text",
+                        content_type.unwrap_or("")
+                    )),
+                };
+                return ledger.store_read_content(&run, &content, &[]);
+            }
             let bytes: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
             let analysis = analyze(&bytes, content_encoding.as_deref());
             let fingerprints = analysis.winnowed();

@@ -93,7 +93,8 @@ pub const MAX_VALUE_TOKENS: usize = 8;
 /// (sorted): shingle hits no more than `W` shingles apart are joined into one passage, and
 /// any run of tokens that equals a JSON leaf value of that body counts as shared.
 pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
-    let known = |h: &u64| fingerprints.binary_search(h).is_ok();
+    let set: std::collections::HashSet<u64> = fingerprints.iter().copied().collect();
+    let known = |h: &u64| set.contains(h);
     let mut best: Option<Overlap> = None;
     for view in &analysis.views {
         let count = view.tokens.len();
@@ -118,11 +119,13 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
             .map(|&(s, e)| token_hash(&view.text[s..e]))
             .collect();
         for start in 0..count {
+            let mut state = VALUE_SEED;
             for len in 1..=MAX_VALUE_TOKENS.min(count - start) {
+                state = value_step(state, hashes[start + len - 1]);
                 if len == 1 && view.tokens[start].1 - view.tokens[start].0 < 12 {
                     continue;
                 }
-                if known(&value_hash(&hashes[start..start + len])) {
+                if known(&value_finish(state, len)) {
                     for slot in covered.iter_mut().skip(start).take(len) {
                         *slot = true;
                     }
@@ -342,6 +345,21 @@ fn push_view(analysis: &mut Analysis, name: String, text: String, started: Insta
 
 /// Token boundaries: maximal runs of alphanumeric characters.
 fn tokenize(text: &str) -> Vec<(usize, usize)> {
+    if text.is_ascii() {
+        let mut tokens = Vec::new();
+        let mut start = None;
+        for (i, byte) in text.bytes().enumerate() {
+            if byte.is_ascii_alphanumeric() {
+                start.get_or_insert(i);
+            } else if let Some(s) = start.take() {
+                tokens.push((s, i));
+            }
+        }
+        if let Some(s) = start {
+            tokens.push((s, text.len()));
+        }
+        return tokens;
+    }
     let mut tokens = Vec::new();
     let mut start = None;
     for (i, c) in text.char_indices() {
@@ -357,13 +375,23 @@ fn tokenize(text: &str) -> Vec<(usize, usize)> {
     tokens
 }
 
-/// Hash of a token sequence standing for one whole value (seeded apart from shingles).
+const VALUE_SEED: u64 = 0x2545_f491_4f6c_dd1d;
+
+fn value_step(state: u64, token: u64) -> u64 {
+    (state.rotate_left(29) ^ token).wrapping_mul(0xc4ce_b9fe_1a85_ec53)
+}
+
+fn value_finish(state: u64, len: usize) -> u64 {
+    (state ^ (len as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).rotate_left(17)
+}
+
+/// Hash of a token sequence standing for one whole value (seeded apart from shingles);
+/// the scan for values computes it incrementally with the same steps.
 fn value_hash(tokens: &[u64]) -> u64 {
-    tokens
-        .iter()
-        .fold(0x2545_f491_4f6c_dd1du64 ^ tokens.len() as u64, |acc, &t| {
-            (acc.rotate_left(29) ^ t).wrapping_mul(0xc4ce_b9fe_1a85_ec53)
-        })
+    value_finish(
+        tokens.iter().fold(VALUE_SEED, |acc, &t| value_step(acc, t)),
+        tokens.len(),
+    )
 }
 
 /// Value hashes of the JSON leaf strings worth recognising: 2 to 8 tokens and at least 8
@@ -398,6 +426,13 @@ fn collect_values(value: &serde_json::Value, out: &mut Vec<u64>) {
 /// FNV-1a over the lower-cased token.
 fn token_hash(token: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    if token.is_ascii() {
+        for byte in token.bytes() {
+            hash ^= u64::from(byte.to_ascii_lowercase());
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        return hash;
+    }
     for c in token.chars().flat_map(char::to_lowercase) {
         let mut buf = [0u8; 4];
         for byte in c.encode_utf8(&mut buf).bytes() {
