@@ -158,7 +158,7 @@ impl CertificateAuthority {
 
     /// A TLS server configuration presenting a leaf certificate for `host` (a DNS name or an
     /// IP literal without brackets), minted on first use and cached (up to 10,000 hosts).
-    /// ALPN offers `http/1.1`.
+    /// ALPN offers `h2` and `http/1.1`.
     pub fn server_config(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, CaError> {
         if let Some(config) = self.leaves.get(host) {
             return Ok(config);
@@ -219,7 +219,7 @@ impl CertificateAuthority {
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .map_err(|e| mint_err(e.to_string()))?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()];
         Ok(config)
     }
 

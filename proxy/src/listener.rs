@@ -22,6 +22,9 @@ use crate::server::Shared;
 
 /// How long a client may take to send a request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest request header section accepted, in bytes (HTTP/1.1 read buffer and h2 header
+/// list alike; CASES.md C08 asks for the same generous limit on every side).
+pub const MAX_HEADER_LIST_BYTES: u32 = 256 * 1024;
 
 /// Runs the accept loop until the task is dropped.
 pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
@@ -49,6 +52,7 @@ fn http1_builder() -> hyper::server::conn::http1::Builder {
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_LIST_BYTES as usize)
         .keep_alive(true);
     builder
 }
@@ -266,11 +270,23 @@ async fn intercept(
             Ok(handle(shared, run, target, req).await)
         }
     });
-    if let Err(error) = http1_builder()
-        .serve_connection(TokioIo::new(tls), service)
-        .with_upgrades()
-        .await
-    {
+    // The client's protocol is whatever ALPN chose; each request is then translated to
+    // whatever the origin speaks (the upstream client negotiates h2 or HTTP/1.1 itself).
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let served = if h2 {
+        let mut builder =
+            hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+        builder
+            .timer(hyper_util::rt::TokioTimer::new())
+            .max_header_list_size(MAX_HEADER_LIST_BYTES);
+        builder.serve_connection(TokioIo::new(tls), service).await
+    } else {
+        http1_builder()
+            .serve_connection(TokioIo::new(tls), service)
+            .with_upgrades()
+            .await
+    };
+    if let Err(error) = served {
         debug!(error = %error, "intercepted connection ended with an error");
     }
 }

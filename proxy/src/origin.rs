@@ -21,6 +21,8 @@ use tokio::task::JoinHandle;
 pub struct Received {
     /// Method.
     pub method: String,
+    /// HTTP version, as `HTTP/1.1` or `HTTP/2.0`.
+    pub version: String,
     /// Path and query.
     pub path: String,
     /// Headers, lowercase names, in order.
@@ -112,6 +114,15 @@ impl OriginCa {
     pub fn server_config(
         &self,
     ) -> Result<rustls::ServerConfig, Box<dyn std::error::Error + Send + Sync>> {
+        self.server_config_alpn(&[b"http/1.1"])
+    }
+
+    /// A TLS server config as [`OriginCa::server_config`], offering `protocols` by ALPN
+    /// (none: no ALPN extension at all).
+    pub fn server_config_alpn(
+        &self,
+        protocols: &[&[u8]],
+    ) -> Result<rustls::ServerConfig, Box<dyn std::error::Error + Send + Sync>> {
         let key = KeyPair::generate()?;
         let mut params =
             CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
@@ -129,7 +140,7 @@ impl OriginCa {
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
         Ok(config)
     }
 }
@@ -151,9 +162,20 @@ impl Origin {
     /// Starts an HTTPS origin with a certificate from `ca` (or plain HTTP when `ca` is
     /// `None`), answering with `handler`.
     pub async fn start(ca: Option<&OriginCa>, handler: Handler) -> std::io::Result<Self> {
+        Self::start_alpn(ca, handler, &[b"http/1.1"]).await
+    }
+
+    /// Starts an HTTPS origin offering `protocols` by ALPN: with `h2` negotiated it speaks
+    /// HTTP/2, otherwise HTTP/1.1 (`&[b"h2"]` makes an h2-only origin).
+    pub async fn start_alpn(
+        ca: Option<&OriginCa>,
+        handler: Handler,
+        protocols: &[&[u8]],
+    ) -> std::io::Result<Self> {
         let tls = match ca {
             Some(ca) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
-                ca.server_config().map_err(std::io::Error::other)?,
+                ca.server_config_alpn(protocols)
+                    .map_err(std::io::Error::other)?,
             ))),
             None => None,
         };
@@ -173,9 +195,17 @@ impl Origin {
                     match tls {
                         Some(tls) => {
                             if let Ok(stream) = tls.accept(stream).await {
-                                let _ = builder
+                                if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                                    let _ = hyper::server::conn::http2::Builder::new(
+                                        hyper_util::rt::TokioExecutor::new(),
+                                    )
                                     .serve_connection(TokioIo::new(stream), service)
                                     .await;
+                                } else {
+                                    let _ = builder
+                                        .serve_connection(TokioIo::new(stream), service)
+                                        .await;
+                                }
                             }
                         }
                         None => {
@@ -216,6 +246,7 @@ async fn answer(
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes().to_vec();
     let received = Received {
+        version: format!("{:?}", parts.version),
         method: parts.method.to_string(),
         path: parts
             .uri

@@ -77,7 +77,7 @@ pub fn client_tls(extra_ca: Option<&Path>) -> Result<rustls::ClientConfig, Upstr
     })?
     .with_root_certificates(roots)
     .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
 

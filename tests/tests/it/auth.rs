@@ -3,7 +3,7 @@
 use airlock_tests::{curl, loopback_policy, ok_origin, Fixture};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_or_wrong_credentials_get_407_with_the_challenge() {
+async fn case_c15_missing_or_wrong_credentials_get_407_with_the_challenge() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
     let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);

@@ -1,0 +1,296 @@
+//! Protocol cases from shared/CASES.md: h2 on either side, re-framing, reserved headers,
+//! staging limits.
+
+use std::sync::Arc;
+
+use airlock_tests::{curl, loopback_policy, Fixture, Origin, Received, Reply};
+
+fn hello(_: &Received) -> Reply {
+    let mut reply = Reply::text(200, "hello");
+    reply
+        .headers
+        .push(("x-origin-version".into(), "yes".into()));
+    reply
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c04_client_and_origin_disagree_on_h2() {
+    let fx = Fixture::new();
+    let h1_only = Origin::start_alpn(Some(&fx.origin_ca), Arc::new(hello), &[b"http/1.1"])
+        .await
+        .expect("origin");
+    let h2_only = Origin::start_alpn(Some(&fx.origin_ca), Arc::new(hello), &[b"h2"])
+        .await
+        .expect("origin");
+    let no_alpn = Origin::start_alpn(Some(&fx.origin_ca), Arc::new(hello), &[])
+        .await
+        .expect("origin");
+    let policy = format!(
+        "{}\n{}\n{}",
+        loopback_policy(h1_only.addr().port()),
+        loopback_policy(h2_only.addr().port())
+            .split("[[rule]]")
+            .skip(1)
+            .map(|r| format!("[[rule]]{}", r.replace("id = \"", "id = \"h2-")))
+            .collect::<String>(),
+        loopback_policy(no_alpn.addr().port())
+            .split("[[rule]]")
+            .skip(1)
+            .map(|r| format!("[[rule]]{}", r.replace("id = \"", "id = \"none-")))
+            .collect::<String>(),
+    );
+    let airlock = fx.start(&policy, &[]);
+    let (run, env) = airlock.create_run().await;
+    let cases = [
+        ("--http2", &h1_only, "2", "HTTP/1.1"),
+        ("--http2", &h2_only, "2", "HTTP/2.0"),
+        ("--http1.1", &h2_only, "1.1", "HTTP/2.0"),
+        ("--http2", &no_alpn, "2", "HTTP/1.1"),
+    ];
+    for (flag, origin, client_version, origin_version) in cases {
+        let url = format!("https://127.0.0.1:{}/get", origin.addr().port());
+        let out = curl(&env, &[flag, &url]).await;
+        assert!(out.success, "{flag} to {origin_version}: {}", out.stderr);
+        assert_eq!(
+            out.status,
+            200,
+            "{flag} -> {origin_version}: {}",
+            String::from_utf8_lossy(&out.body)
+        );
+        assert_eq!(out.body, b"hello");
+        assert_eq!(out.header("x-origin-version").as_deref(), Some("yes"));
+        let received = origin.received();
+        assert_eq!(
+            received.last().map(|r| r.version.as_str()),
+            Some(origin_version)
+        );
+        // Staging works from either client protocol too.
+        let staged = curl(&env, &[flag, "-X", "POST", "--data", "x", &url]).await;
+        assert_eq!(staged.status, 202, "{flag}: {}", staged.stderr);
+        assert!(staged.header("airlock-effect").is_some());
+        let version = airlock_tests::run_client_async(
+            "curl",
+            &[
+                "-sS",
+                flag,
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_version}",
+                &url,
+            ],
+            &env,
+        )
+        .await;
+        assert_eq!(
+            String::from_utf8_lossy(&version.stdout),
+            client_version,
+            "{flag}: the client spoke its own protocol"
+        );
+    }
+    assert_eq!(airlock.effects(&run).await.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c05_reframing_for_every_client_version() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|req: &Received| match req.path.as_str() {
+            "/not-modified" => Reply {
+                status: 304,
+                headers: vec![("etag".into(), "\"v1\"".into())],
+                body: Vec::new(),
+                delay: None,
+            },
+            _ => Reply::text(200, "body for get"),
+        }),
+    )
+    .await
+    .expect("origin");
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (_run, env) = airlock.create_run().await;
+    let base = format!("https://127.0.0.1:{}", origin.addr().port());
+
+    let head = curl(&env, &["-I", &format!("{base}/x")]).await;
+    assert_eq!(head.status, 200);
+    assert!(
+        !String::from_utf8_lossy(&head.body).contains("body for get"),
+        "no body on HEAD"
+    );
+    let not_modified = curl(&env, &[&format!("{base}/not-modified")]).await;
+    assert_eq!(not_modified.status, 304);
+    assert!(not_modified.body.is_empty());
+
+    // airlock's own answers (stage, deny) are well formed for HTTP/1.0, 1.1 and h2.
+    for flag in ["--http1.0", "--http1.1", "--http2"] {
+        let staged = curl(
+            &env,
+            &[flag, "-X", "POST", "--data", "x", &format!("{base}/hook")],
+        )
+        .await;
+        assert_eq!(staged.status, 202, "{flag}: {}", staged.stderr);
+        assert!(
+            staged.header("content-length").is_some() || flag == "--http2",
+            "{flag}: {}",
+            staged.headers
+        );
+        assert_eq!(
+            staged.header("content-type").as_deref(),
+            Some("application/json")
+        );
+        let _ = staged.json();
+        let denied = curl(
+            &env,
+            &[
+                flag,
+                "-X",
+                "POST",
+                "--data",
+                "x",
+                &format!("{base}/forbidden/x"),
+            ],
+        )
+        .await;
+        assert_eq!(denied.status, 403, "{flag}");
+        assert_eq!(denied.json()["reason_code"], "rule_deny");
+        let status_line = denied
+            .headers
+            .split("\r\n\r\n")
+            .filter(|h| !h.trim().is_empty())
+            .last()
+            .unwrap_or("")
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        let expected = match flag {
+            "--http1.0" => "HTTP/1.0 403",
+            "--http1.1" => "HTTP/1.1 403",
+            _ => "HTTP/2 403",
+        };
+        assert!(
+            status_line.starts_with(expected),
+            "{flag}: status line {status_line:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c19_origins_cannot_forge_airlock_headers() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| {
+            let mut reply = Reply::text(200, "ok");
+            reply.headers.push((
+                "airlock-effect".into(),
+                "eff_01ARZ3NDEKTSV4RRFFQ69G5FAV".into(),
+            ));
+            reply
+                .headers
+                .push(("airlock-error".into(), "forged".into()));
+            reply
+        }),
+    )
+    .await
+    .expect("origin");
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (_run, env) = airlock.create_run().await;
+    for flag in ["--http1.1", "--http2"] {
+        let out = curl(
+            &env,
+            &[
+                flag,
+                &format!("https://127.0.0.1:{}/", origin.addr().port()),
+            ],
+        )
+        .await;
+        assert_eq!(out.status, 200);
+        assert_eq!(out.header("airlock-effect"), None, "{flag}");
+        assert_eq!(out.header("airlock-error"), None, "{flag}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c20_staged_body_limits_raw_and_decoded() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| Reply::text(200, "ok")),
+    )
+    .await
+    .expect("origin");
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (run, env) = airlock.create_run().await;
+    let url = format!("https://127.0.0.1:{}/upload", origin.addr().port());
+
+    // 2 GiB streamed chunked: reading stops at the 10 MiB limit with 413; nothing stored.
+    let script = format!(
+        "head -c 2147483648 /dev/zero | curl -sS --max-time 60 -o /dev/null -w '%{{http_code}}' -X POST -T - {url}"
+    );
+    let out = airlock_tests::run_client_async("sh", &["-c", &script], &env).await;
+    let code = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        code == "413" || code == "000",
+        "2 GiB chunked: {code} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        airlock.effects(&run).await.is_empty(),
+        "no partial effect is stored"
+    );
+
+    // A small gzip body that expands to 256 MiB: stored as sent (decoding is for lineage
+    // only, capped), and the server stays well.
+    let bomb = fx.dir.path().join("bomb.gz");
+    let made = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "head -c 268435456 /dev/zero | gzip -1 > {}",
+            bomb.display()
+        ))
+        .status()
+        .expect("gzip");
+    assert!(made.success());
+    let size = std::fs::metadata(&bomb).expect("bomb").len();
+    let out = curl(
+        &env,
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "content-encoding: gzip",
+            "--data-binary",
+            &format!("@{}", bomb.display()),
+            &url,
+        ],
+    )
+    .await;
+    assert_eq!(out.status, 202, "{}", out.stderr);
+    let effect = out.header("airlock-effect").expect("effect");
+    let shown = airlock_tests::poll_until(std::time::Duration::from_secs(20), || async {
+        let shown = airlock
+            .admin
+            .get(&format!("/v1/effects/{effect}"))
+            .await
+            .expect("show");
+        (shown["lineage"]["analyzed"] == true).then_some(shown)
+    })
+    .await
+    .expect("analysed");
+    assert_eq!(shown["body_len"], size, "the body is kept exactly as sent");
+    assert_eq!(
+        shown["lineage"]["truncated"], true,
+        "decoding stopped at its cap: {shown}"
+    );
+    let alive = curl(
+        &env,
+        &[&format!(
+            "https://127.0.0.1:{}/still-alive",
+            origin.addr().port()
+        )],
+    )
+    .await;
+    assert_eq!(alive.status, 200);
+}
