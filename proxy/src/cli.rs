@@ -264,6 +264,10 @@ fn hint(error: &anyhow::Error) -> Option<String> {
         if cause
             .downcast_ref::<airlock_policy::PolicyError>()
             .is_some()
+            || matches!(
+                cause.downcast_ref::<crate::StartError>(),
+                Some(crate::StartError::Policy(_))
+            )
         {
             return Some("fix the policy file; `docs/policy.md` lists every key".into());
         }

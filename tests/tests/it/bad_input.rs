@@ -167,5 +167,10 @@ fn invalid_policy_is_a_one_line_error_naming_file_rule_and_field() {
     assert!(first.contains("bad.toml"), "{first}");
     assert!(first.contains("too-wide"), "{first}");
     assert!(first.contains("host"), "{first}");
-    assert!(stderr.lines().any(|l| l.starts_with("hint:")), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("hint:") && l.contains("policy")),
+        "the hint is about the policy file: {stderr}"
+    );
 }

@@ -87,7 +87,11 @@ async fn sigkill_during_commit_never_sends_twice_and_marks_the_interrupted_effec
     // On restart the written commit decision is finished: /third is released, /second
     // is unknown and never re-sent.
     let effects = poll_until(Duration::from_secs(10), || async {
-        let shown = airlock.admin.get(&format!("/v1/runs/{run}")).await.expect("run");
+        let shown = airlock
+            .admin
+            .get(&format!("/v1/runs/{run}"))
+            .await
+            .expect("run");
         if shown["state"] == "committing" {
             return None;
         }

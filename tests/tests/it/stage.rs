@@ -127,6 +127,10 @@ async fn abort_discards_and_nothing_is_sent() {
     let out = curl(&env, &["-X", "POST", "--data", "x=2", &url]).await;
     assert_eq!(out.status, 409);
     assert_eq!(out.json()["reason_code"], "run_not_open");
+    // Reads no longer pass either: an aborted run accepts no requests.
+    let out = curl(&env, &[&url]).await;
+    assert_eq!(out.status, 409);
+    assert_eq!(out.json()["reason_code"], "run_not_open");
     let err = airlock
         .post(&format!("/v1/runs/{run}/commit"), None)
         .await
