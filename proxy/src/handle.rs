@@ -205,6 +205,26 @@ async fn decide_and_act(
         policy.reason_code = decision.reason_code,
         "request decided"
     );
+    if let Some(protocol) = crate::upgrade::requested(&parts.headers) {
+        return match decision.action {
+            Action::Pass => crate::upgrade::relay(shared, run, url, decision.rule, protocol, parts).await,
+            Action::Stage => Err(ProxyError::Denied {
+                rule: decision.rule,
+                reason: format!(
+                    "a {protocol} upgrade cannot be staged: its messages flow both ways after the handshake; \
+                     a rule must pass or deny it"
+                ),
+                reason_code: "upgrade_not_stageable".to_owned(),
+                policy_revision: shared.policy.revision().to_owned(),
+            }),
+            Action::Deny => Err(ProxyError::Denied {
+                rule: decision.rule,
+                reason: decision.reason,
+                reason_code: decision.reason_code.to_owned(),
+                policy_revision: shared.policy.revision().to_owned(),
+            }),
+        };
+    }
     match decision.action {
         Action::Deny => Err(ProxyError::Denied {
             rule: decision.rule,

@@ -19,10 +19,12 @@ pub mod headers;
 pub mod lineage;
 pub mod listener;
 pub mod origin;
+pub mod prefixed;
 pub mod release;
 pub mod respond;
 pub mod server;
 pub mod stage;
+pub mod upgrade;
 pub mod upstream;
 
 pub use config::ServeConfig;

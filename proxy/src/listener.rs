@@ -22,6 +22,9 @@ use crate::server::Shared;
 
 /// How long a client may take to send a request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a tunnel waits for the client's first byte.
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Largest request header section accepted, in bytes (HTTP/1.1 read buffer and h2 header
 /// list alike; CASES.md C08 asks for the same generous limit on every side).
 pub const MAX_HEADER_LIST_BYTES: u32 = 256 * 1024;
@@ -226,13 +229,34 @@ async fn intercept(
     config: Arc<rustls::ServerConfig>,
     upgraded: hyper::upgrade::Upgraded,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let tls = match tokio::time::timeout(
-        HEADER_READ_TIMEOUT,
-        acceptor.accept(TokioIo::new(upgraded)),
+    // Look at the client's first bytes: a TLS handshake record starts with 0x16; anything
+    // else is taken as plain HTTP inside the tunnel (CASES.md C11). A client that waits for
+    // the server to speak first (SMTP, SSH banners) gets nothing and is closed after
+    // FIRST_BYTE_TIMEOUT: such protocols need a tunnel rule, which does not exist yet.
+    let mut io = TokioIo::new(upgraded);
+    let mut first = vec![0u8; 1024];
+    let read = tokio::time::timeout(
+        FIRST_BYTE_TIMEOUT,
+        tokio::io::AsyncReadExt::read(&mut io, &mut first),
     )
-    .await
-    {
+    .await;
+    let n = match read {
+        Ok(Ok(n)) if n > 0 => n,
+        Ok(_) => return,
+        Err(_) => {
+            info!(origin.host = %target.host, origin.port = target.port,
+                  "the client sent nothing after CONNECT (a server-speaks-first protocol?); closing the tunnel");
+            return;
+        }
+    };
+    first.truncate(n);
+    let io = crate::prefixed::Prefixed::new(bytes::Bytes::from(first), io);
+    if n > 0 && io_first_byte_is_not_tls(&io) {
+        plain_http_in_tunnel(shared, run, target, io).await;
+        return;
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let tls = match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(io)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(error)) => {
             info!(error = %error, "TLS handshake with the client failed (does it trust airlock's CA?)");
@@ -288,5 +312,39 @@ async fn intercept(
     };
     if let Err(error) = served {
         debug!(error = %error, "intercepted connection ended with an error");
+    }
+}
+
+fn io_first_byte_is_not_tls<T>(io: &crate::prefixed::Prefixed<T>) -> bool {
+    io.first_byte().is_some_and(|b| b != 0x16)
+}
+
+/// Serves plain HTTP/1.1 inside a CONNECT tunnel: the same decision path with scheme
+/// `http` and the CONNECT authority.
+async fn plain_http_in_tunnel<T>(
+    shared: Arc<Shared>,
+    run: RunId,
+    target: Target,
+    io: crate::prefixed::Prefixed<T>,
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let target = Target {
+        scheme: Scheme::Http,
+        ..target
+    };
+    info!(origin.host = %target.host, origin.port = target.port, "plain HTTP inside a CONNECT tunnel");
+    let service = service_fn(move |req| {
+        let shared = shared.clone();
+        let run = run.clone();
+        let target = target.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(shared, run, target, req).await) }
+    });
+    if let Err(error) = http1_builder()
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades()
+        .await
+    {
+        debug!(error = %error, "plain tunnel connection ended with an error");
     }
 }

@@ -73,8 +73,10 @@ pub struct Shared {
     pub policy: Arc<Policy>,
     /// The CA and leaf cache.
     pub ca: Arc<CertificateAuthority>,
-    /// The pooled upstream client.
+    /// The pooled upstream client (h2 or HTTP/1.1 by ALPN).
     pub upstream: UpstreamClient,
+    /// An upstream client that offers only HTTP/1.1, for protocol upgrades (WebSocket).
+    pub upstream_http1: UpstreamClient,
     /// Limits.
     pub limits: Limits,
     /// The admin bearer token.
@@ -221,6 +223,11 @@ impl Server {
             ledger: ledger.clone(),
             policy,
             ca,
+            upstream_http1: client(dialer.clone(), {
+                let mut http1 = tls.clone();
+                http1.alpn_protocols = vec![b"http/1.1".to_vec()];
+                http1
+            }),
             upstream: client(dialer, tls),
             limits: Limits {
                 stage_body_bytes: config.stage_body_limit,

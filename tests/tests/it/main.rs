@@ -9,3 +9,4 @@ mod pass;
 mod protocols;
 mod stage;
 mod tls;
+mod websocket;

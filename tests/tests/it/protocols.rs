@@ -294,3 +294,91 @@ async fn case_c20_staged_body_limits_raw_and_decoded() {
     .await;
     assert_eq!(alive.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c11_other_ports_server_speaks_first_and_plain_http_in_connect() {
+    use base64::Engine as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fx = Fixture::new();
+    let plain = Origin::start(
+        None,
+        Arc::new(|_: &Received| Reply::text(200, "plain inside connect")),
+    )
+    .await
+    .expect("origin");
+    // A banner-first server: it speaks first and never reads.
+    let banner = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let banner_port = banner.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = banner.accept().await {
+            let _ = stream.write_all(b"220 smtp.example ESMTP ready\r\n").await;
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        }
+    });
+    let policy = format!(
+        "version = 1\nallow_private = [\"127.0.0.0/8\"]\n[[rule]]\nid = \"other-ports\"\nhost = \"127.0.0.1\"\nport = [{}, {banner_port}]\nmethod = \"read\"\naction = \"pass\"\n",
+        plain.addr().port()
+    );
+    let airlock = fx.start(&policy, &[]);
+    let (run, env) = airlock.create_run().await;
+    let token = airlock.run_token(&run).await;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"));
+
+    // Port 443 is the default; a port no rule names is refused at CONNECT.
+    let mut stream = tokio::net::TcpStream::connect(&airlock.proxy)
+        .await
+        .expect("connect");
+    stream
+        .write_all(format!("CONNECT 127.0.0.1:2525 HTTP/1.1\r\nHost: 127.0.0.1:2525\r\nProxy-Authorization: Basic {auth}\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut answer = vec![0u8; 12];
+    stream.read_exact(&mut answer).await.expect("answer");
+    assert_eq!(&answer, b"HTTP/1.1 403");
+
+    // Plain HTTP inside a CONNECT to a named port is detected and decided like any request.
+    let out = curl(
+        &env,
+        &[
+            "--proxytunnel",
+            &format!("http://127.0.0.1:{}/x", plain.addr().port()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status, 200, "{}", out.stderr);
+    assert_eq!(out.body, b"plain inside connect");
+    let staged = curl(
+        &env,
+        &[
+            "--proxytunnel",
+            "-X",
+            "POST",
+            "--data",
+            "x",
+            &format!("http://127.0.0.1:{}/x", plain.addr().port()),
+        ],
+    )
+    .await;
+    assert_eq!(staged.status, 403, "no rule stages here: default deny");
+
+    // A server-speaks-first protocol is closed, never left hanging.
+    let started = std::time::Instant::now();
+    let mut stream = tokio::net::TcpStream::connect(&airlock.proxy)
+        .await
+        .expect("connect");
+    stream
+        .write_all(format!("CONNECT 127.0.0.1:{banner_port} HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic {auth}\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        stream.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(read.is_ok(), "the tunnel was closed, not left hanging");
+    assert!(String::from_utf8_lossy(&rest).starts_with("HTTP/1.1 200"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(29));
+}
