@@ -14,6 +14,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
+/// The handshake headers each connection to an echo origin brought.
+type Handshakes = Arc<Mutex<Vec<Vec<(String, String)>>>>;
+
 /// A WebSocket echo origin on 127.0.0.1 (wss when `tls` is given); records each
 /// handshake's headers.
 async fn echo_origin(
@@ -23,7 +26,7 @@ async fn echo_origin(
         .await
         .expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let seen: Arc<Mutex<Vec<Vec<(String, String)>>>> = Arc::default();
+    let seen: Handshakes = Arc::default();
     let log = seen.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -44,10 +47,11 @@ async fn echo_origin(
     (port, seen)
 }
 
-async fn serve_echo<S: AsyncRead + AsyncWrite + Unpin>(
-    stream: S,
-    log: Arc<Mutex<Vec<Vec<(String, String)>>>>,
-) {
+async fn serve_echo<S: AsyncRead + AsyncWrite + Unpin>(stream: S, log: Handshakes) {
+    #[expect(
+        clippy::result_large_err,
+        reason = "the signature is tungstenite's callback type"
+    )]
     let callback = |req: &WsRequest, mut response: WsResponse| {
         let headers = req
             .headers()
