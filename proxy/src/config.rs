@@ -13,6 +13,11 @@ pub const ENV_DATA: &str = "AIRLOCK_DATA";
 /// Environment variable: log filter in `tracing-subscriber` EnvFilter syntax (default `info`).
 pub const ENV_LOG: &str = "AIRLOCK_LOG";
 
+/// Environment variable, for tests only: the name of a step of `airlock run`
+/// (`after_decision`, `rollback_midway`) where the process stops for good, so a test can
+/// SIGKILL it exactly there.
+pub const ENV_TEST_PAUSE_AT: &str = "AIRLOCK_TEST_PAUSE_AT";
+
 /// File in the data directory holding the admin bearer token (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 /// File in the data directory where a running server writes the addresses it listens on.

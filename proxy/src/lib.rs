@@ -21,9 +21,12 @@ pub mod listener;
 pub mod origin;
 pub mod release;
 pub mod respond;
+pub mod run;
 pub mod server;
+pub mod snapshot;
 pub mod stage;
 pub mod upstream;
+pub mod workspace;
 
 pub use config::ServeConfig;
 pub use server::{Server, StartError};

@@ -279,6 +279,7 @@ impl Server {
               policy.revision = shared.policy.revision(), data = %shared.data_dir.display(),
               "airlock listening");
         resume_commits(&shared);
+        crate::workspace::resume_all(&shared);
         let admin = crate::admin::router(shared.clone());
         let proxy = crate::listener::serve(shared.clone(), self.proxy);
         let admin_server = async move {
