@@ -83,6 +83,7 @@ async fn run_step(
     workspace: &std::path::Path,
     env: &serde_json::Map<String, Value>,
     run: &str,
+    json_output: bool,
 ) -> Step {
     let started = Instant::now();
     let mut command = tokio::process::Command::new(program);
@@ -90,6 +91,10 @@ async fn run_step(
         .args(args)
         .current_dir(workspace)
         .env("AIRLOCK_RUN", run);
+    if json_output {
+        // stdout carries the JSON report alone; the command's output goes to stderr.
+        command.stdout(std::io::stderr());
+    }
     for (key, value) in env {
         command.env(key, value.as_str().unwrap_or_default());
     }
@@ -200,7 +205,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         workspace.display()
     );
     let line = args.command.join(" ");
-    let step = run_step(program, rest, &workspace, &env, &run).await;
+    let step = run_step(program, rest, &workspace, &env, &run, args.admin.json).await;
     record(client, &run, "command", &line, &step).await?;
     client.post(&format!("/v1/runs/{run}/seal"), None).await?;
     let mut passed = step.success;
@@ -219,6 +224,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
             &workspace,
             &env,
             &run,
+            args.admin.json,
         )
         .await;
         record(client, &run, "verify", verify, &checked).await?;

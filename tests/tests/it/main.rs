@@ -6,5 +6,6 @@ mod cli;
 mod crash;
 mod lineage;
 mod pass;
+mod run;
 mod stage;
 mod tls;

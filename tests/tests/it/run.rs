@@ -1,0 +1,599 @@
+//! `airlock run`: files and effects kept or rolled back together, savepoints, the git
+//! driver, and crash recovery at the risky points (docs/run.md).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_tests::{
+    airlock_bin, eventually, loopback_policy, ok_origin, Airlock, Fixture, Origin, Received, Reply,
+};
+use serde_json::{json, Value};
+
+/// Every path under `root` (skipping `.git`) with its bytes (link target for symlinks) and mode.
+fn tree(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for item in std::fs::read_dir(&dir).expect("list") {
+            let path = item.expect("entry").path();
+            let rel = path
+                .strip_prefix(root)
+                .expect("under root")
+                .to_string_lossy()
+                .into_owned();
+            if rel == ".git" {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path).expect("stat");
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).expect("link");
+                out.insert(rel, (target.to_string_lossy().as_bytes().to_vec(), 0));
+            } else if meta.is_dir() {
+                out.insert(rel, (Vec::new(), mode));
+                stack.push(path);
+            } else {
+                out.insert(rel, (std::fs::read(&path).expect("read"), mode));
+            }
+        }
+    }
+    out
+}
+
+/// A workspace with a few files, a directory, an executable and a symlink.
+fn workspace(fx: &Fixture) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let ws = fx.dir.path().join("ws");
+    std::fs::create_dir_all(ws.join("src")).expect("mkdir");
+    std::fs::write(ws.join("README"), "read me\n").expect("write");
+    std::fs::write(ws.join("src/main.txt"), "fn main() {}\n").expect("write");
+    std::fs::write(ws.join("delete-me"), "doomed\n").expect("write");
+    std::fs::write(ws.join("run.sh"), "#!/bin/sh\necho hi\n").expect("write");
+    std::fs::set_permissions(ws.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    std::os::unix::fs::symlink("README", ws.join("link")).expect("symlink");
+    ws
+}
+
+fn write_policy(fx: &Fixture, policy: &str) -> PathBuf {
+    let path = fx.dir.path().join("policy.toml");
+    std::fs::write(&path, policy).expect("write policy");
+    path
+}
+
+/// `airlock run` with an embedded server on the fixture's data directory.
+fn run_command(fx: &Fixture, policy: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(airlock_bin());
+    command
+        .arg("run")
+        .arg("--data")
+        .arg(fx.data_dir())
+        .arg("--policy")
+        .arg(policy)
+        .arg("--upstream-ca")
+        .arg(fx.dir.path().join("origin-ca.pem"))
+        .args(args)
+        .env_remove("AIRLOCK_ADMIN")
+        .env_remove("AIRLOCK_TOKEN")
+        .env_remove("AIRLOCK_TEST_PAUSE_AT");
+    command
+}
+
+async fn output(mut command: Command) -> Output {
+    tokio::task::spawn_blocking(move || command.output().expect("run airlock"))
+        .await
+        .expect("task")
+}
+
+fn json_report(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The agent: modifies, creates and deletes files, and POSTs a webhook with curl.
+fn agent_script(port: u16) -> String {
+    format!(
+        "echo changed >> README && echo new > added.txt && mkdir -p out/deep && echo x > out/deep/f \
+         && rm delete-me && chmod 600 src/main.txt \
+         && curl -sS --fail -X POST --data '{{\"status\":\"done\"}}' https://127.0.0.1:{port}/hook"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_verify_fails_files_byte_identical_effect_discarded_origin_untouched() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
+    let ws = workspace(&fx);
+    let before = tree(&ws);
+
+    let script = agent_script(origin.addr().port());
+    let mut command = run_command(&fx, &policy, &["--json", "--verify", "test -f never-there"]);
+    command
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", &script]);
+    let out = output(command).await;
+    assert!(!out.status.success(), "verify failed, so airlock run fails");
+    let report = json_report(&out);
+    assert_eq!(report["decision"]["kind"], "rollback", "{report:#}");
+    assert_eq!(report["state"], "aborted");
+    assert_eq!(report["rollback_unverified"], false, "{report:#}");
+    let changes = &report["decision"]["changes"];
+    assert!(
+        changes["added"].to_string().contains("added.txt"),
+        "{changes}"
+    );
+    assert!(
+        changes["modified"].to_string().contains("README"),
+        "{changes}"
+    );
+    assert!(
+        changes["modified"].to_string().contains("src/main.txt"),
+        "{changes}"
+    );
+    assert_eq!(changes["deleted"], json!(["delete-me"]));
+    let effects = report["effects"].as_array().expect("effects");
+    assert_eq!(effects.len(), 1, "{report:#}");
+    assert_eq!(effects[0]["state"], "discarded");
+    assert_eq!(effects[0]["method"], "POST");
+
+    assert_eq!(tree(&ws), before, "files are byte-identical to before");
+    assert!(origin.received().is_empty(), "the origin received nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_verify_passes_keeps_files_effect_pending_commit_releases_once() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy_text = loopback_policy(origin.addr().port());
+    let policy = write_policy(&fx, &policy_text);
+    let ws = workspace(&fx);
+
+    let script = agent_script(origin.addr().port());
+    let mut command = run_command(&fx, &policy, &["--verify", "grep -q changed README"]);
+    command
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", &script]);
+    let out = output(command).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("decision  keep"), "{stdout}");
+    assert!(stdout.contains("+ added.txt"), "{stdout}");
+    assert!(stdout.contains("- delete-me"), "{stdout}");
+    assert!(stdout.contains("airlock commit run_"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("README")).expect("read"),
+        "read me\nchanged\n"
+    );
+    assert!(ws.join("added.txt").exists() && !ws.join("delete-me").exists());
+    assert!(origin.received().is_empty(), "held, not sent");
+
+    // The run waits for review on the same data directory; commit releases it once.
+    let airlock = fx.start(&policy_text, &[]);
+    let runs = airlock.admin.get("/v1/runs").await.expect("runs");
+    let run = runs["runs"][0]["id"].as_str().expect("run").to_owned();
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1);
+    assert_eq!(effects[0]["state"], "staged");
+    for _ in 0..2 {
+        let report = airlock
+            .post(
+                &format!("/v1/runs/{run}/commit"),
+                Some(json!({"approve_pending": true})),
+            )
+            .await
+            .expect("commit");
+        assert_eq!(report["state"], "committed");
+    }
+    let received = origin.received();
+    assert_eq!(received.len(), 1, "released exactly once");
+    assert_eq!(received[0].path, "/hook");
+    assert_eq!(received[0].body, br#"{"status":"done"}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_on_pass_commit_releases_only_with_approve_all() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
+    let ws = workspace(&fx);
+    let url = format!("https://127.0.0.1:{}/hook", origin.addr().port());
+    let script = format!("curl -sS --fail -X POST --data one {url}");
+
+    // Without --approve-all nothing is approved, so nothing is committed.
+    let mut command = run_command(&fx, &policy, &["--json", "--on-pass", "commit"]);
+    command
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", &script]);
+    let out = output(command).await;
+    let held = json_report(&out);
+    assert!(out.status.success(), "{held:#}");
+    assert_eq!(held["state"], "sealed", "{held:#}");
+    assert!(origin.received().is_empty());
+
+    let mut command = run_command(
+        &fx,
+        &policy,
+        &["--json", "--on-pass", "commit", "--approve-all"],
+    );
+    command
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", &script]);
+    let out = output(command).await;
+    let committed = json_report(&out);
+    assert!(out.status.success(), "{committed:#}");
+    assert_eq!(committed["state"], "committed", "{committed:#}");
+    assert_eq!(committed["effects"][0]["state"], "released");
+    assert_eq!(origin.received().len(), 1);
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@localhost")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@localhost")
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_git_driver_restores_untracked_files_and_a_dirty_index_exactly() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
+    let repo = fx.dir.path().join("repo");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join(".gitignore"), "*.log\n").expect("write");
+    std::fs::write(repo.join("tracked.txt"), "v1\n").expect("write");
+    std::fs::write(repo.join("other.txt"), "other\n").expect("write");
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "first"]);
+    // A dirty index: a staged change, then a further unstaged one; a staged new file;
+    // an untracked file; an ignored file.
+    std::fs::write(repo.join("tracked.txt"), "v2 staged\n").expect("write");
+    git(&repo, &["add", "tracked.txt"]);
+    std::fs::write(repo.join("tracked.txt"), "v3 in the work tree\n").expect("write");
+    std::fs::write(repo.join("staged-new.txt"), "new and staged\n").expect("write");
+    git(&repo, &["add", "staged-new.txt"]);
+    std::fs::write(repo.join("untracked.txt"), "untracked\n").expect("write");
+    std::fs::write(repo.join("build.log"), "ignored\n").expect("write");
+    let index_path = repo.join(".git/index");
+    let index_before = std::fs::read(&index_path).expect("index");
+    let head_before = git(&repo, &["rev-parse", "HEAD"]);
+    let files_before = tree(&repo);
+    let status_before = git(&repo, &["status", "--porcelain=v1", "-uall"]);
+    let diff_cached_before = git(&repo, &["diff", "--cached"]);
+
+    // The agent edits, stages, commits, deletes an untracked file and creates new ones.
+    let script = "echo agent >> tracked.txt && rm untracked.txt && echo more > fresh.txt \
+                  && mkdir -p newdir && echo y > newdir/y && git add -A \
+                  && git -c user.name=a -c user.email=a@localhost commit -qm agent \
+                  && echo z > after-commit.txt";
+    let mut command = run_command(
+        &fx,
+        &policy,
+        &["--json", "--snapshot", "git", "--verify", "false"],
+    );
+    command
+        .arg("--workspace")
+        .arg(&repo)
+        .args(["--", "sh", "-c", script]);
+    let out = output(command).await;
+    let report = json_report(&out);
+    assert_eq!(report["decision"]["kind"], "rollback", "{report:#}");
+    assert_eq!(report["rollback_unverified"], false, "{report:#}");
+
+    assert_eq!(
+        std::fs::read(&index_path).expect("index"),
+        index_before,
+        "the index file is restored byte for byte"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head_before);
+    assert_eq!(
+        git(&repo, &["symbolic-ref", "HEAD"]).trim(),
+        "refs/heads/main"
+    );
+    assert_eq!(
+        tree(&repo),
+        files_before,
+        "work tree restored, ignored file untouched"
+    );
+    assert_eq!(
+        git(&repo, &["status", "--porcelain=v1", "-uall"]),
+        status_before
+    );
+    assert_eq!(git(&repo, &["diff", "--cached"]), diff_cached_before);
+    let refs = git(&repo, &["for-each-ref", "refs/airlock/"]);
+    assert!(refs.contains("refs/airlock/snapshots/run_"), "{refs}");
+}
+
+/// CLI command against a running server found through the data directory.
+fn cli(fx: &Fixture, args: &[&str]) -> Output {
+    Command::new(airlock_bin())
+        .args(args)
+        .arg("--data")
+        .arg(fx.data_dir())
+        .env_remove("AIRLOCK_ADMIN")
+        .env_remove("AIRLOCK_TOKEN")
+        .output()
+        .expect("run airlock")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn savepoint_rollback_to_restores_files_and_discards_later_effects_only() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let ws = workspace(&fx);
+    let (run, env) = airlock.create_run().await;
+    airlock
+        .post(
+            &format!("/v1/runs/{run}/workspace"),
+            Some(json!({"path": ws.display().to_string(), "driver": "dir"})),
+        )
+        .await
+        .expect("attach workspace");
+    let url = format!("https://127.0.0.1:{}/step", origin.addr().port());
+    let mut effects = Vec::new();
+    for step in 1..=3 {
+        std::fs::write(ws.join(format!("step{step}.txt")), format!("step {step}\n"))
+            .expect("write");
+        let out = airlock_tests::curl(
+            &env,
+            &["-X", "POST", "--data", &format!("step {step}"), &url],
+        )
+        .await;
+        assert_eq!(out.status, 202, "{}", out.stderr);
+        effects.push(out.header("airlock-effect").expect("effect id"));
+        if step == 1 {
+            let taken = cli(&fx, &["savepoint", &run, "after-step-1"]);
+            assert!(
+                taken.status.success(),
+                "{}",
+                String::from_utf8_lossy(&taken.stderr)
+            );
+        }
+    }
+    let files_after_step_1 = {
+        let mut t = tree(&ws);
+        t.remove("step2.txt");
+        t.remove("step3.txt");
+        t
+    };
+
+    let out = cli(&fx, &["rollback-to", &run, "after-step-1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("rollback_to to savepoint after-step-1"),
+        "{text}"
+    );
+    assert_eq!(tree(&ws), files_after_step_1);
+    assert!(ws.join("step1.txt").exists() && !ws.join("step2.txt").exists());
+
+    let states: Vec<(String, String)> = airlock
+        .effects(&run)
+        .await
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap_or("").to_owned(),
+                e["state"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (effects[0].clone(), "staged".to_owned()),
+            (effects[1].clone(), "discarded".to_owned()),
+            (effects[2].clone(), "discarded".to_owned()),
+        ]
+    );
+    // The run is still open: the agent carries on from the savepoint.
+    let out = airlock_tests::curl(&env, &["-X", "POST", "--data", "step 2 again", &url]).await;
+    assert_eq!(out.status, 202);
+    assert!(origin.received().is_empty());
+}
+
+/// Spawns `airlock run` paused at `point` and waits until it says so; returns the child
+/// and the run id.
+async fn spawn_paused(mut command: Command, log: &Path, point: &str) -> (Child, String) {
+    let file = std::fs::File::create(log).expect("log");
+    command
+        .env("AIRLOCK_TEST_PAUSE_AT", point)
+        .stdout(Stdio::null())
+        .stderr(file);
+    let child = command.spawn().expect("spawn airlock run");
+    let marker = format!("paused at {point}");
+    let paused = eventually(Duration::from_secs(30), || {
+        std::fs::read_to_string(log).is_ok_and(|t| t.contains(&marker))
+    })
+    .await;
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(paused, "airlock run never reached {point}: {text}");
+    let run = text
+        .split_whitespace()
+        .find(|w| w.starts_with("run_"))
+        .expect("run id on stderr")
+        .trim_end_matches(';')
+        .to_owned();
+    (child, run)
+}
+
+fn sigkill(mut child: Child) {
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_after_decision_resume_finishes_the_same_rollback() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
+    let ws = workspace(&fx);
+    let before = tree(&ws);
+    let script = agent_script(origin.addr().port());
+    let mut command = run_command(&fx, &policy, &["--verify", "false"]);
+    command
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", &script]);
+    let (child, run) =
+        spawn_paused(command, &fx.dir.path().join("run.log"), "after_decision").await;
+    sigkill(child);
+    assert_ne!(tree(&ws), before, "killed before the rollback started");
+
+    let mut resume = run_command(&fx, &policy, &["--json", "--resume", &run]);
+    resume.arg("--workspace").arg(&ws);
+    let out = output(resume).await;
+    let report = json_report(&out);
+    assert!(!out.status.success(), "the verify had failed");
+    assert_eq!(report["already_decided"], true, "{report:#}");
+    assert_eq!(report["decision"]["kind"], "rollback");
+    assert_eq!(report["decision"]["reason"], "verify failed (exit 1)");
+    assert_eq!(report["state"], "aborted");
+    assert_eq!(report["effects"][0]["state"], "discarded");
+    let decisions = report["workspace"]["decisions"]
+        .as_array()
+        .expect("decisions");
+    assert_eq!(decisions.len(), 1, "never re-decided: {report:#}");
+    assert_eq!(tree(&ws), before);
+
+    // Resuming again changes nothing.
+    let mut again = run_command(&fx, &policy, &["--json", "--resume", &run]);
+    again.arg("--workspace").arg(&ws);
+    let again = json_report(&output(again).await);
+    assert_eq!(again["decision"], report["decision"]);
+    assert!(origin.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_during_rollback_restart_and_runs_show_finish_it() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy_text = loopback_policy(origin.addr().port());
+    let policy = write_policy(&fx, &policy_text);
+    let ws = workspace(&fx);
+    let before = tree(&ws);
+    let script = agent_script(origin.addr().port());
+    let mut command = run_command(&fx, &policy, &["--verify", "false"]);
+    command
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", &script]);
+    let (child, run) =
+        spawn_paused(command, &fx.dir.path().join("run.log"), "rollback_midway").await;
+    sigkill(child);
+    assert_ne!(tree(&ws), before, "killed halfway through the rollback");
+
+    // `airlock serve` on the same data directory finishes it at start; `runs show` says so.
+    let airlock: Airlock = fx.start(&policy_text, &[]);
+    let out = cli(&fx, &["runs", "show", &run]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("state    aborted"), "{text}");
+    assert!(text.contains("rollback verified"), "{text}");
+    assert_eq!(tree(&ws), before);
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects[0]["state"], "discarded");
+    assert!(origin.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_during_commit_resume_never_sends_twice() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|req: &Received| {
+            let mut reply = Reply::text(200, "ok");
+            if req.path == "/second" {
+                reply.delay = Some(Duration::from_secs(60));
+            }
+            reply
+        }),
+    )
+    .await
+    .expect("origin");
+    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
+    let ws = workspace(&fx);
+    let base = format!("https://127.0.0.1:{}", origin.addr().port());
+    let script = format!(
+        "curl -sS --fail -X POST --data 1 {base}/first && curl -sS --fail -X POST --data 2 {base}/second && echo kept > kept.txt"
+    );
+    let mut command = run_command(&fx, &policy, &["--on-pass", "commit", "--approve-all"]);
+    command
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = command.spawn().expect("spawn");
+    let reached = eventually(Duration::from_secs(30), || {
+        origin.received().iter().any(|r| r.path == "/second")
+    })
+    .await;
+    assert!(reached, "the commit reached the second effect");
+    sigkill(child);
+
+    // Find the run through a server on the same data directory, then resume with
+    // `airlock run --resume` (which starts its own embedded server).
+    let run = {
+        let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+        let runs = airlock.admin.get("/v1/runs").await.expect("runs");
+        runs["runs"][0]["id"].as_str().expect("run").to_owned()
+    };
+    let mut resume = run_command(&fx, &policy, &["--json", "--resume", &run]);
+    resume.arg("--workspace").arg(&ws);
+    let out = output(resume).await;
+    let report = json_report(&out);
+    assert_eq!(report["decision"]["kind"], "keep", "{report:#}");
+    assert_eq!(report["state"], "partially_committed", "{report:#}");
+    let states: Vec<&str> = report["effects"]
+        .as_array()
+        .expect("effects")
+        .iter()
+        .map(|e| e["state"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(states, ["released", "unknown"]);
+    assert!(ws.join("kept.txt").exists(), "files kept");
+    let received = origin.received();
+    assert_eq!(received.iter().filter(|r| r.path == "/first").count(), 1);
+    assert_eq!(received.iter().filter(|r| r.path == "/second").count(), 1);
+}
