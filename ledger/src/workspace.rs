@@ -391,3 +391,143 @@ impl crate::Ledger {
         Ok(discarded)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Ledger, NewEffect, Verdict};
+
+    fn stage(ledger: &Ledger, run: &RunId, url: &str) -> Effect {
+        ledger
+            .stage(NewEffect {
+                run_id: run,
+                method: "POST",
+                url,
+                headers: Vec::new(),
+                body: b"x",
+                rule: None,
+                policy_revision: "r",
+                placeholders: Vec::new(),
+                depends_on: Vec::new(),
+            })
+            .expect("stage")
+    }
+
+    fn attach(ledger: &Ledger, run: &RunId) {
+        ledger
+            .attach_workspace(
+                run,
+                WorkspaceRecord {
+                    path: "/ws".into(),
+                    driver: "dir".into(),
+                    snapshot: "snap_0".into(),
+                    created_at_ms: 0,
+                    steps: Vec::new(),
+                    savepoints: Vec::new(),
+                    decisions: Vec::new(),
+                    rollback_unverified: false,
+                },
+            )
+            .expect("attach");
+    }
+
+    fn decision(kind: DecisionKind) -> WorkspaceDecision {
+        WorkspaceDecision {
+            kind,
+            snapshot: "snap_0".into(),
+            savepoint: None,
+            after_seq: None,
+            commit: false,
+            approve_all: false,
+            reason: "test".into(),
+            by: "test".into(),
+            at_ms: now_ms(),
+            changes: Changes::default(),
+            finished_at_ms: None,
+            residue: Vec::new(),
+            outcome: None,
+        }
+    }
+
+    #[test]
+    fn savepoint_marks_the_position_and_discard_after_keeps_earlier_effects() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(dir.path()).expect("open");
+        let run = ledger.create_run(None).expect("run").id;
+        attach(&ledger, &run);
+        let first = stage(&ledger, &run, "https://a/1");
+        let savepoint = ledger
+            .add_savepoint(&run, "s1", "snap_1")
+            .expect("savepoint");
+        assert_eq!(savepoint.effect_seq, 1);
+        assert!(
+            ledger.add_savepoint(&run, "s1", "snap_2").is_err(),
+            "names are unique"
+        );
+        let second = stage(&ledger, &run, "https://a/2");
+        let third = stage(&ledger, &run, "https://a/3");
+        ledger
+            .decide_effect(&third.id, Verdict::Reject, "t")
+            .expect("reject");
+        let discarded = ledger
+            .discard_effects_after(&run, savepoint.effect_seq, "rolled back")
+            .expect("discard");
+        assert_eq!(discarded.len(), 1, "the rejected one stays rejected");
+        let states: Vec<EffectState> = ledger
+            .effects(&run)
+            .expect("effects")
+            .iter()
+            .map(|e| e.state)
+            .collect();
+        assert_eq!(
+            states,
+            [
+                EffectState::Staged,
+                EffectState::Discarded,
+                EffectState::Rejected
+            ]
+        );
+        assert_eq!(discarded[0].id, second.id);
+        assert_ne!(first.id, second.id);
+    }
+
+    #[test]
+    fn a_written_decision_is_never_remade_differently() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(dir.path()).expect("open");
+        let run = ledger.create_run(None).expect("run").id;
+        attach(&ledger, &run);
+        let (first, fresh) = ledger
+            .decide_workspace(&run, decision(DecisionKind::Rollback))
+            .expect("decide");
+        assert!(fresh);
+        // Unfinished: asking for keep returns the rollback.
+        let (again, fresh) = ledger
+            .decide_workspace(&run, decision(DecisionKind::Keep))
+            .expect("decide again");
+        assert!(!fresh);
+        assert_eq!(again, first);
+        let record = ledger
+            .finish_workspace_decision(&run, vec!["left behind: x".into()], true, "done")
+            .expect("finish");
+        assert!(record.rollback_unverified);
+        // Finished: still the same decision, and no rollback to a savepoint after it.
+        let (later, fresh) = ledger
+            .decide_workspace(&run, decision(DecisionKind::Keep))
+            .expect("decide later");
+        assert!(!fresh);
+        assert_eq!(later.kind, DecisionKind::Rollback);
+        assert!(ledger
+            .decide_workspace(&run, decision(DecisionKind::RollbackTo))
+            .is_err());
+        assert_eq!(
+            ledger
+                .workspace(&run)
+                .expect("read")
+                .expect("some")
+                .decisions
+                .len(),
+            1
+        );
+    }
+}

@@ -597,3 +597,42 @@ async fn kill_during_commit_resume_never_sends_twice() {
     assert_eq!(received.iter().filter(|r| r.path == "/first").count(), 1);
     assert_eq!(received.iter().filter(|r| r.path == "/second").count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_that_cannot_be_verified_marks_the_run_and_says_so() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
+    let ws = workspace(&fx);
+    // The agent damages airlock's snapshot store (it should never be able to reach it: the
+    // data directory belongs outside the sandbox) and changes a file.
+    let objects = fx.data_dir().join("snapshots/objects");
+    let script = format!(
+        "rm -rf '{}' && echo tampered > README && echo new > extra.txt",
+        objects.display()
+    );
+    let mut command = run_command(&fx, &policy, &["--verify", "false"]);
+    command
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", &script]);
+    let out = output(command).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        text.contains("the rollback could NOT be verified"),
+        "{text}"
+    );
+    assert!(text.contains("restore failed"), "{text}");
+
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let runs = airlock.admin.get("/v1/runs").await.expect("runs");
+    let run = runs["runs"][0]["id"].as_str().expect("run").to_owned();
+    let workspace = airlock
+        .admin
+        .get(&format!("/v1/runs/{run}/workspace"))
+        .await
+        .expect("workspace");
+    assert_eq!(workspace["rollback_unverified"], true, "{workspace:#}");
+    assert_eq!(runs["runs"][0]["state"], "aborted");
+}
