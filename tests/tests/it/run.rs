@@ -12,6 +12,8 @@ use airlock_tests::{
 };
 use serde_json::{json, Value};
 
+mod clients;
+
 /// Every path under `root` (skipping `.git`) with its bytes (link target for symlinks) and mode.
 fn tree(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
     use std::os::unix::fs::PermissionsExt as _;
