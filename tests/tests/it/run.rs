@@ -638,3 +638,38 @@ async fn rollback_that_cannot_be_verified_marks_the_run_and_says_so() {
     assert_eq!(workspace["rollback_unverified"], true, "{workspace:#}");
     assert_eq!(runs["runs"][0]["state"], "aborted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let ws = workspace(&fx);
+    let before = tree(&ws);
+    let url = format!("https://127.0.0.1:{}/hook", origin.addr().port());
+    let script =
+        format!("echo junk > junk.txt && curl -sS -o /dev/null -X POST --data x {url} && exit 7");
+    let out = Command::new(airlock_bin())
+        .args(["run", "--admin", &airlock.admin_url, "--token"])
+        .arg(
+            std::fs::read_to_string(fx.data_dir().join("admin.token"))
+                .expect("token")
+                .trim(),
+        )
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", &script])
+        .env_remove("AIRLOCK_DATA")
+        .output()
+        .expect("airlock run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(7), "{text}");
+    assert!(text.contains("the command failed (exit 7)"), "{text}");
+    assert!(text.contains("+ junk.txt"), "{text}");
+    assert_eq!(tree(&ws), before);
+    let runs = airlock.admin.get("/v1/runs").await.expect("runs");
+    assert_eq!(runs["runs"][0]["state"], "aborted");
+    let run = runs["runs"][0]["id"].as_str().expect("id");
+    assert_eq!(airlock.effects(run).await[0]["state"], "discarded");
+    assert!(origin.received().is_empty());
+}
