@@ -66,6 +66,9 @@ pub struct StepRecord {
     /// Why it could not start or how it ended, when that needs saying.
     #[serde(default)]
     pub note: Option<String>,
+    /// The last 16 KiB of its output (stdout and stderr interleaved), lossily UTF-8.
+    #[serde(default)]
+    pub output: Option<String>,
     /// When it ended, ms since the Unix epoch.
     pub at_ms: u64,
 }

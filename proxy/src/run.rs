@@ -75,6 +75,30 @@ struct Step {
     success: bool,
     duration_ms: u64,
     note: Option<String>,
+    output: String,
+}
+
+/// How much of a command's output (stdout and stderr interleaved) is kept on the run.
+const OUTPUT_TAIL_BYTES: usize = 16 * 1024;
+
+/// Copies a child's stream to `sink` as it comes, keeping the last bytes in `tail`.
+async fn tee(
+    mut from: impl tokio::io::AsyncRead + Unpin,
+    mut sink: impl std::io::Write,
+    tail: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+) {
+    use tokio::io::AsyncReadExt as _;
+    let mut buffer = vec![0u8; 8192];
+    while let Ok(n) = from.read(&mut buffer).await {
+        if n == 0 {
+            break;
+        }
+        let _ = sink.write_all(&buffer[..n]).and_then(|()| sink.flush());
+        let mut kept = tail.lock().unwrap_or_else(|e| e.into_inner());
+        kept.extend_from_slice(&buffer[..n]);
+        let excess = kept.len().saturating_sub(OUTPUT_TAIL_BYTES);
+        kept.drain(..excess);
+    }
 }
 
 async fn run_step(
@@ -90,16 +114,41 @@ async fn run_step(
     command
         .args(args)
         .current_dir(workspace)
-        .env("AIRLOCK_RUN", run);
-    if json_output {
-        // stdout carries the JSON report alone; the command's output goes to stderr.
-        command.stdout(std::io::stderr());
-    }
+        .env("AIRLOCK_RUN", run)
+        .stdin(std::process::Stdio::inherit())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     for (key, value) in env {
         command.env(key, value.as_str().unwrap_or_default());
     }
-    let status = command.status().await;
+    let tail = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let status = match command.spawn() {
+        Ok(mut child) => {
+            let out = child.stdout.take();
+            let err = child.stderr.take();
+            let copy_out = async {
+                if let Some(out) = out {
+                    // With --json, stdout carries the report alone: the command's goes to stderr.
+                    if json_output {
+                        tee(out, std::io::stderr(), tail.clone()).await
+                    } else {
+                        tee(out, std::io::stdout(), tail.clone()).await
+                    }
+                }
+            };
+            let copy_err = async {
+                if let Some(err) = err {
+                    tee(err, std::io::stderr(), tail.clone()).await
+                }
+            };
+            let (status, (), ()) = tokio::join!(child.wait(), copy_out, copy_err);
+            status
+        }
+        Err(error) => Err(error),
+    };
     let duration_ms = started.elapsed().as_millis() as u64;
+    let output =
+        String::from_utf8_lossy(&tail.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
     match status {
         Ok(status) => Step {
             exit_code: status.code(),
@@ -109,12 +158,14 @@ async fn run_step(
                 .code()
                 .is_none()
                 .then(|| format!("ended by a signal ({status})")),
+            output,
         },
         Err(error) => Step {
             exit_code: None,
             success: false,
             duration_ms,
             note: Some(format!("cannot start {program}: {error}")),
+            output,
         },
     }
 }
@@ -132,6 +183,7 @@ async fn record(
             Some(json!({
                 "kind": kind, "command": line, "exit_code": step.exit_code,
                 "success": step.success, "duration_ms": step.duration_ms, "note": step.note,
+                "output": step.output,
             })),
         )
         .await?;

@@ -109,6 +109,8 @@ struct StepRequest {
     duration_ms: u64,
     #[serde(default)]
     note: Option<String>,
+    #[serde(default)]
+    output: Option<String>,
 }
 
 async fn step(
@@ -126,6 +128,7 @@ async fn step(
         success: request.success,
         duration_ms: request.duration_ms,
         note: request.note,
+        output: request.output,
         at_ms: airlock_ledger::now_ms(),
     };
     let record = super::blocking(move || ledger.record_step(&run, step)).await?;

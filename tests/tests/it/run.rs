@@ -148,6 +148,18 @@ async fn run_verify_fails_files_byte_identical_effect_discarded_origin_untouched
     assert_eq!(effects.len(), 1, "{report:#}");
     assert_eq!(effects[0]["state"], "discarded");
     assert_eq!(effects[0]["method"], "POST");
+    let steps = report["workspace"]["steps"].as_array().expect("steps");
+    assert_eq!(steps[0]["kind"], "command");
+    assert_eq!(steps[0]["exit_code"], 0);
+    assert!(
+        steps[0]["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains("airlock staged this request"),
+        "the command's output is recorded: {steps:?}"
+    );
+    assert_eq!(steps[1]["kind"], "verify");
+    assert_eq!(steps[1]["exit_code"], 1);
 
     assert_eq!(tree(&ws), before, "files are byte-identical to before");
     assert!(origin.received().is_empty(), "the origin received nothing");
