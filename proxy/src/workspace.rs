@@ -151,6 +151,23 @@ pub async fn attach(
     .await
 }
 
+/// The workspace's changes since `snapshot`, for the record. A damaged snapshot store must
+/// not stop the decision from being written (its rollback then fails and says so), so an
+/// error gives no changes.
+fn changes_since(shared: &Shared, snapshot: &str) -> airlock_ledger::Changes {
+    let store = store(shared);
+    match store
+        .load(snapshot)
+        .and_then(|manifest| store.changes(&manifest, &excludes(shared)))
+    {
+        Ok(changes) => changes,
+        Err(error) => {
+            warn!(snapshot, error = %error, "cannot list the workspace's changes");
+            airlock_ledger::Changes::default()
+        }
+    }
+}
+
 fn must_workspace(shared: &Shared, run: &RunId) -> Result<WorkspaceRecord> {
     shared.ledger.workspace(run)?.ok_or_else(|| {
         LedgerError::NotFound {
@@ -215,8 +232,7 @@ pub async fn decide(
         let (shared, run) = (shared.clone(), run.clone());
         blocking(move || {
             let record = must_workspace(&shared, &run)?;
-            let manifest = store(&shared).load(&record.snapshot)?;
-            let changes = store(&shared).changes(&manifest, &excludes(&shared))?;
+            let changes = changes_since(&shared, &record.snapshot);
             let decision = WorkspaceDecision {
                 kind: if request.keep {
                     DecisionKind::Keep
@@ -264,8 +280,7 @@ pub async fn rollback_to(shared: &Arc<Shared>, run: &RunId, name: &str) -> Resul
                 .ok_or_else(|| {
                     WorkspaceError::Invalid(format!("run {run} has no savepoint named {name:?}"))
                 })?;
-            let manifest = store(&shared).load(&savepoint.snapshot)?;
-            let changes = store(&shared).changes(&manifest, &excludes(&shared))?;
+            let changes = changes_since(&shared, &savepoint.snapshot);
             let decision = WorkspaceDecision {
                 kind: DecisionKind::RollbackTo,
                 snapshot: savepoint.snapshot.clone(),
@@ -396,7 +411,12 @@ async fn apply(
                 Err(other) => return Err(other.into()),
             }
         }
-        DecisionKind::Keep => outcome = "files kept; effects held for review".to_owned(),
+        DecisionKind::Keep => {
+            // A kept run stages nothing more; sealing a sealed run changes nothing.
+            let (shared2, run2) = (shared.clone(), run.clone());
+            blocking(move || Ok(shared2.ledger.seal(&run2, "airlock run")?)).await?;
+            outcome = "files kept; effects held for review".to_owned();
+        }
         DecisionKind::Rollback | DecisionKind::RollbackTo => {
             let (shared2, run2, decision2) = (shared.clone(), run.clone(), decision.clone());
             let discarded = blocking(move || {

@@ -614,13 +614,20 @@ async fn kill_during_commit_resume_never_sends_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_that_cannot_be_verified_marks_the_run_and_says_so() {
+    // The snapshot objects are gone: the restore fails halfway.
+    unverifiable_rollback("snapshots/objects").await;
+    // The whole snapshot store is gone: the decision is still written and reported.
+    unverifiable_rollback("snapshots").await;
+}
+
+async fn unverifiable_rollback(damaged: &str) {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
     let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
     let ws = workspace(&fx);
     // The agent damages airlock's snapshot store (it should never be able to reach it: the
     // data directory belongs outside the sandbox) and changes a file.
-    let objects = fx.data_dir().join("snapshots/objects");
+    let objects = fx.data_dir().join(damaged);
     let script = format!(
         "rm -rf '{}' && echo tampered > README && echo new > extra.txt",
         objects.display()
