@@ -11,6 +11,11 @@ use anyhow::{anyhow, Context as _};
 use serde_json::{json, Value};
 
 use crate::cli::{connect, effects_table, AdminArgs};
+
+mod outside;
+
+/// Most paths `--check-residue-outside` watches.
+const OUTSIDE_LIMIT: usize = 200_000;
 use crate::client::AdminClient;
 
 /// What to do with the effects when the command and verify passed.
@@ -49,6 +54,10 @@ pub struct RunArgs {
     /// Embedded server: extra CA certificates (PEM) trusted for origins
     #[arg(long, value_name = "FILE")]
     upstream_ca: Option<PathBuf>,
+    /// Also report what the command changed under these paths outside the workspace
+    /// (comma-separated; watched, never restored)
+    #[arg(long, value_delimiter = ',', value_name = "PATHS")]
+    check_residue_outside: Vec<PathBuf>,
     /// Finish the decision of an interrupted run (rolls back when none was written)
     #[arg(long, value_name = "RUN", conflicts_with = "command")]
     resume: Option<String>,
@@ -256,6 +265,12 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         attached["snapshot_contents"].as_str().unwrap_or(""),
         workspace.display()
     );
+    let outside_roots = outside::absolute(&args.check_residue_outside);
+    let outside_exclude = vec![
+        workspace.clone(),
+        std::path::absolute(&args.admin.data).unwrap_or_else(|_| args.admin.data.clone()),
+    ];
+    let outside_before = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
     let line = args.command.join(" ");
     let step = run_step(program, rest, &workspace, &env, &run, args.admin.json).await;
     record(client, &run, "command", &line, &step).await?;
@@ -301,6 +316,11 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
             })),
         )
         .await?;
+    let mut report = report;
+    if !outside_roots.is_empty() {
+        let after = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
+        report["outside"] = json!(outside::diff(&outside_before, &after));
+    }
     conclude(args.admin.json, &report)
 }
 
@@ -432,6 +452,24 @@ pub fn summary(report: &Value) -> String {
         out.push_str("WARNING   the rollback could NOT be verified: the workspace still differs from the snapshot\n");
         for residue in decision["residue"].as_array().into_iter().flatten() {
             out.push_str(&format!("  ! {}\n", residue.as_str().unwrap_or("")));
+        }
+    }
+    if let Some(outside) = report.get("outside").filter(|o| o.is_object()) {
+        let list = |key: &str| outside[key].as_array().cloned().unwrap_or_default();
+        let (added, modified, deleted) = (list("added"), list("modified"), list("deleted"));
+        let total = added.len() + modified.len() + deleted.len();
+        out.push_str(&format!(
+            "outside   {total} path(s) changed outside the workspace{}\n",
+            if total > 0 {
+                ": airlock did not and cannot restore them"
+            } else {
+                ""
+            }
+        ));
+        for (mark, paths) in [("+", &added), ("~", &modified), ("-", &deleted)] {
+            for path in paths {
+                out.push_str(&format!("  {mark} {}\n", path.as_str().unwrap_or("")));
+            }
         }
     }
     let effects = report["effects"].as_array().cloned().unwrap_or_default();

@@ -666,8 +666,14 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
     let ws = workspace(&fx);
     let before = tree(&ws);
     let url = format!("https://127.0.0.1:{}/hook", origin.addr().port());
-    let script =
-        format!("echo junk > junk.txt && curl -sS -o /dev/null -X POST --data x {url} && exit 7");
+    let elsewhere = fx.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    std::fs::write(elsewhere.join("config"), "v1\n").expect("write");
+    let script = format!(
+        "echo junk > junk.txt && echo leaked > '{0}/leak' && echo v2 > '{0}/config' \
+         && curl -sS -o /dev/null -X POST --data x {url} && exit 7",
+        elsewhere.display()
+    );
     let out = Command::new(airlock_bin())
         .args(["run", "--admin", &airlock.admin_url, "--token"])
         .arg(
@@ -677,6 +683,8 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
         )
         .arg("--workspace")
         .arg(&ws)
+        .arg("--check-residue-outside")
+        .arg(&elsewhere)
         .args(["--", "sh", "-c", &script])
         .env_remove("AIRLOCK_DATA")
         .output()
@@ -685,6 +693,20 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
     assert_eq!(out.status.code(), Some(7), "{text}");
     assert!(text.contains("the command failed (exit 7)"), "{text}");
     assert!(text.contains("+ junk.txt"), "{text}");
+    assert!(
+        text.contains(
+            "2 path(s) changed outside the workspace: airlock did not and cannot restore them"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("+ {}/leak", elsewhere.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("~ {}/config", elsewhere.display())),
+        "{text}"
+    );
     assert_eq!(tree(&ws), before);
     let runs = airlock.admin.get("/v1/runs").await.expect("runs");
     assert_eq!(runs["runs"][0]["state"], "aborted");
