@@ -135,22 +135,34 @@ async fn run_step(
         Ok(mut child) => {
             let out = child.stdout.take();
             let err = child.stderr.take();
-            let copy_out = async {
+            let (tail_out, tail_err) = (tail.clone(), tail.clone());
+            let copy_out = tokio::spawn(async move {
                 if let Some(out) = out {
                     // With --json, stdout carries the report alone: the command's goes to stderr.
                     if json_output {
-                        tee(out, std::io::stderr(), tail.clone()).await
+                        tee(out, std::io::stderr(), tail_out).await
                     } else {
-                        tee(out, std::io::stdout(), tail.clone()).await
+                        tee(out, std::io::stdout(), tail_out).await
                     }
                 }
-            };
-            let copy_err = async {
+            });
+            let copy_err = tokio::spawn(async move {
                 if let Some(err) = err {
-                    tee(err, std::io::stderr(), tail.clone()).await
+                    tee(err, std::io::stderr(), tail_err).await
                 }
-            };
-            let (status, (), ()) = tokio::join!(child.wait(), copy_out, copy_err);
+            });
+            let status = child.wait().await;
+            // A process the command left running may hold the pipes open: stop copying
+            // shortly after the command itself ended instead of waiting for it.
+            let (abort_out, abort_err) = (copy_out.abort_handle(), copy_err.abort_handle());
+            let grace = tokio::time::timeout(std::time::Duration::from_millis(500), async {
+                let _ = copy_out.await;
+                let _ = copy_err.await;
+            });
+            if grace.await.is_err() {
+                abort_out.abort();
+                abort_err.abort();
+            }
             status
         }
         Err(error) => Err(error),
@@ -317,6 +329,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         )
         .await?;
     let mut report = report;
+    report["left_running"] = json!(outside::leftover_processes(&run));
     if !outside_roots.is_empty() {
         let after = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
         report["outside"] = json!(outside::diff(&outside_before, &after));
@@ -470,6 +483,34 @@ pub fn summary(report: &Value) -> String {
             for path in paths {
                 out.push_str(&format!("  {mark} {}\n", path.as_str().unwrap_or("")));
             }
+        }
+    }
+    let left = report["left_running"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !left.is_empty() {
+        out.push_str(&format!(
+            "WARNING   {} process(es) the command started are still running\n",
+            left.len()
+        ));
+        for process in &left {
+            let listening: Vec<&str> = process["listening"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            out.push_str(&format!(
+                "  pid {} `{}`{}\n",
+                process["pid"],
+                process["command"].as_str().unwrap_or(""),
+                if listening.is_empty() {
+                    String::new()
+                } else {
+                    format!(", listening on {}", listening.join(", "))
+                }
+            ));
         }
     }
     let effects = report["effects"].as_array().cloned().unwrap_or_default();

@@ -671,7 +671,9 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
     std::fs::write(elsewhere.join("config"), "v1\n").expect("write");
     let script = format!(
         "echo junk > junk.txt && echo leaked > '{0}/leak' && echo v2 > '{0}/config' \
-         && curl -sS -o /dev/null -X POST --data x {url} && exit 7",
+         && curl -sS -o /dev/null -X POST --data x {url} \
+         && (python3 -c 'import socket, time; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(); open(\"ready\", \"w\").close(); time.sleep(60)' &) \
+         && while [ ! -f ready ]; do sleep 0.05; done && exit 7",
         elsewhere.display()
     );
     let out = Command::new(airlock_bin())
@@ -693,6 +695,7 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
     assert_eq!(out.status.code(), Some(7), "{text}");
     assert!(text.contains("the command failed (exit 7)"), "{text}");
     assert!(text.contains("+ junk.txt"), "{text}");
+    assert!(text.contains("+ ready"), "{text}");
     assert!(
         text.contains(
             "2 path(s) changed outside the workspace: airlock did not and cannot restore them"
@@ -707,6 +710,18 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
         text.contains(&format!("~ {}/config", elsewhere.display())),
         "{text}"
     );
+    // The listener the command left behind is named, with its address.
+    let line = text
+        .lines()
+        .find(|l| l.contains(" -c import socket"))
+        .unwrap_or_else(|| panic!("the leftover listener is reported: {text}"));
+    let pid = line.split_whitespace().nth(1).expect("pid").to_owned();
+    let _ = Command::new("kill").arg(&pid).status();
+    assert!(
+        text.contains("process(es) the command started are still running"),
+        "{text}"
+    );
+    assert!(line.contains("listening on 127.0.0.1:"), "{line}");
     assert_eq!(tree(&ws), before);
     let runs = airlock.admin.get("/v1/runs").await.expect("runs");
     assert_eq!(runs["runs"][0]["state"], "aborted");
