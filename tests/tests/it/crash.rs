@@ -90,7 +90,7 @@ async fn sigkill_during_commit_never_sends_twice_and_marks_the_interrupted_effec
         let effects = airlock.effects(&run).await;
         effects
             .iter()
-            .all(|e| e["state"] != "approved")
+            .all(|e| !matches!(e["state"].as_str(), Some("approved" | "releasing")))
             .then_some(effects)
     })
     .await
