@@ -321,6 +321,9 @@ pub async fn resume(
     run: &RunId,
     decide_if_missing: bool,
 ) -> Result<Option<DecisionReport>> {
+    let lock = run_lock(run);
+    let serial = lock.lock().await;
+    // Read under the lock, so a decision another task just finished is not applied again.
     let record = {
         let (shared, run) = (shared.clone(), run.clone());
         blocking(move || Ok(shared.ledger.workspace(&run)?)).await?
@@ -329,28 +332,28 @@ pub async fn resume(
         return Ok(None);
     };
     if let Some(pending) = record.unfinished().cloned() {
-        let lock = run_lock(run);
-        let _serial = lock.lock().await;
         return apply(shared, run, pending, true).await.map(Some);
     }
-    match record.final_decision().cloned() {
-        Some(done) => report(shared, run, done, true, None).await.map(Some),
-        None if decide_if_missing => decide(
-            shared,
-            run,
-            DecideRequest {
-                keep: false,
-                commit: false,
-                approve_all: false,
-                reason: "airlock run was interrupted before it decided; nothing was verified"
-                    .into(),
-                by: "resume".into(),
-            },
-        )
-        .await
-        .map(Some),
-        None => Ok(None),
+    if let Some(done) = record.final_decision().cloned() {
+        return report(shared, run, done, true, None).await.map(Some);
     }
+    drop(serial);
+    if !decide_if_missing {
+        return Ok(None);
+    }
+    decide(
+        shared,
+        run,
+        DecideRequest {
+            keep: false,
+            commit: false,
+            approve_all: false,
+            reason: "airlock run was interrupted before it decided; nothing was verified".into(),
+            by: "resume".into(),
+        },
+    )
+    .await
+    .map(Some)
 }
 
 /// At start: finishes every workspace decision left unfinished by a crash.

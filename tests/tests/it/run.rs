@@ -729,3 +729,40 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
     assert_eq!(airlock.effects(run).await[0]["state"], "discarded");
     assert!(origin.received().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_of_a_run_interrupted_before_any_decision_rolls_back() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let ws = workspace(&fx);
+    let before = tree(&ws);
+    let (run, env) = airlock.create_run().await;
+    airlock
+        .post(
+            &format!("/v1/runs/{run}/workspace"),
+            Some(json!({"path": ws.display().to_string()})),
+        )
+        .await
+        .expect("attach");
+    // The agent ran partway, then `airlock run` died before deciding anything.
+    std::fs::write(ws.join("half-done.txt"), "partial\n").expect("write");
+    let url = format!("https://127.0.0.1:{}/hook", origin.addr().port());
+    let staged = airlock_tests::curl(&env, &["-X", "POST", "--data", "x", &url]).await;
+    assert_eq!(staged.status, 202);
+
+    // `runs show` finishes only a written decision: here there is none, so nothing moves.
+    let shown = cli(&fx, &["runs", "show", &run]);
+    assert!(shown.status.success());
+    assert!(ws.join("half-done.txt").exists());
+
+    let out = cli(&fx, &["run", "--json", "--resume", &run]);
+    let report = json_report(&out);
+    assert!(!out.status.success(), "a rollback is not a success");
+    assert_eq!(report["decision"]["kind"], "rollback", "{report:#}");
+    assert_eq!(report["decision"]["by"], "resume");
+    assert_eq!(report["state"], "aborted");
+    assert_eq!(report["effects"][0]["state"], "discarded");
+    assert_eq!(tree(&ws), before);
+    assert!(origin.received().is_empty());
+}
