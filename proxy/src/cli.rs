@@ -211,6 +211,10 @@ struct ServeArgs {
     /// Largest request body that can be staged, in bytes
     #[arg(long, default_value_t = crate::config::DEFAULT_STAGE_BODY_LIMIT)]
     stage_body_limit: u64,
+    /// Let admin clients have this server run shell commands (the cmd snapshot driver of
+    /// `airlock run`): anyone holding the admin token can then run any command as this user
+    #[arg(long)]
+    danger_allow_snapshot_commands: bool,
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -516,6 +520,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.admin = args.admin;
     config.upstream_ca = args.upstream_ca;
     config.stage_body_limit = args.stage_body_limit;
+    config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     let server = crate::Server::build(config).await?;
     tokio::select! {
         () = server.run() => Ok(()),

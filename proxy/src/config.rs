@@ -47,6 +47,11 @@ pub struct ServeConfig {
     pub connect_timeout: Duration,
     /// Timeout for one release request (whole exchange).
     pub release_timeout: Duration,
+    /// Lets admin API clients have the server run shell commands (the `cmd` snapshot
+    /// driver of `airlock run`). Gives up: the admin token then lets its holder run any
+    /// command as the server's user. `airlock run`'s embedded server sets it, for the
+    /// commands its own user gave.
+    pub danger_allow_snapshot_commands: bool,
 }
 
 impl ServeConfig {
@@ -62,6 +67,7 @@ impl ServeConfig {
             stage_body_limit: DEFAULT_STAGE_BODY_LIMIT,
             connect_timeout: Duration::from_secs(10),
             release_timeout: Duration::from_secs(60),
+            danger_allow_snapshot_commands: false,
         }
     }
 }

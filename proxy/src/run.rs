@@ -36,9 +36,15 @@ pub struct RunArgs {
     /// The workspace the command changes
     #[arg(long, default_value = ".", value_name = "DIR")]
     workspace: PathBuf,
-    /// Snapshot driver: dir (a copy of the tree) or git (a private ref)
+    /// Snapshot driver: dir (a copy of the tree), git (a private ref), or cmd (your commands)
     #[arg(long, default_value = "dir", value_name = "DRIVER")]
     snapshot: String,
+    /// cmd driver: takes a snapshot named $AIRLOCK_SNAPSHOT (sh -c, in the workspace)
+    #[arg(long, value_name = "CMD", requires = "rollback_cmd")]
+    snapshot_cmd: Option<String>,
+    /// cmd driver: restores the workspace to snapshot $AIRLOCK_SNAPSHOT
+    #[arg(long, value_name = "CMD", requires = "snapshot_cmd")]
+    rollback_cmd: Option<String>,
     /// Command run with `sh -c` in the workspace after the run is sealed; failing rolls back
     #[arg(long, value_name = "CMD")]
     verify: Option<String>,
@@ -222,6 +228,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
             config.admin = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
             config.upstream_ca = args.upstream_ca.clone();
+            // The commands of the cmd driver come from this command line's own user.
+            config.danger_allow_snapshot_commands = true;
             let server = crate::Server::build(config).await?;
             let client = AdminClient::new(
                 &format!("http://{}", server.admin_addr()),
@@ -263,7 +271,12 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     let attached = client
         .post(
             &format!("/v1/runs/{run}/workspace"),
-            Some(json!({ "path": workspace.display().to_string(), "driver": args.snapshot })),
+            Some(json!({
+                "path": workspace.display().to_string(),
+                "driver": args.snapshot,
+                "snapshot_cmd": args.snapshot_cmd,
+                "rollback_cmd": args.rollback_cmd,
+            })),
         )
         .await;
     let attached = match attached {

@@ -6,6 +6,7 @@
 //! index of the `git` driver). A restore is idempotent: running it twice, or again after
 //! it was interrupted, ends in the same tree. See docs/run.md.
 
+mod cmd;
 mod dir;
 mod git;
 
@@ -48,6 +49,14 @@ pub enum SnapshotError {
     /// The driver cannot be used here.
     #[error("{0}")]
     Unsupported(String),
+    /// A user-given snapshot or rollback command failed.
+    #[error("{what} failed: {detail}")]
+    Command {
+        /// Which command.
+        what: String,
+        /// Its exit status and stderr.
+        detail: String,
+    },
     /// A manifest does not parse.
     #[error("snapshot manifest {path} is corrupt")]
     Corrupt {
@@ -77,6 +86,17 @@ pub enum Driver {
     Dir,
     /// A commit of everything not ignored on a private ref, plus the saved index and HEAD.
     Git,
+    /// User-given commands take and restore the snapshot; airlock keeps a manifest.
+    Cmd,
+}
+
+/// The `cmd` driver's commands, run with `sh -c` in the workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Commands {
+    /// Takes a snapshot named `$AIRLOCK_SNAPSHOT`.
+    pub snapshot: String,
+    /// Restores the workspace to snapshot `$AIRLOCK_SNAPSHOT`.
+    pub rollback: String,
 }
 
 impl Driver {
@@ -85,11 +105,13 @@ impl Driver {
         match name {
             "dir" => Ok(Self::Dir),
             "git" => Ok(Self::Git),
-            "btrfs" | "overlay" | "cmd" => Err(SnapshotError::Unsupported(format!(
-                "the {name} snapshot driver is not available in this build; use dir or git"
+            "cmd" => Ok(Self::Cmd),
+            "btrfs" | "overlay" => Err(SnapshotError::Unsupported(format!(
+                "the {name} snapshot driver is not available in this build; use dir, git, or cmd \
+                 with your own --snapshot-cmd and --rollback-cmd"
             ))),
             other => Err(SnapshotError::Unsupported(format!(
-                "unknown snapshot driver {other:?}; use dir or git"
+                "unknown snapshot driver {other:?}; use dir, git or cmd"
             ))),
         }
     }
@@ -99,6 +121,7 @@ impl Driver {
         match self {
             Self::Dir => "dir",
             Self::Git => "git",
+            Self::Cmd => "cmd",
         }
     }
 }
@@ -159,6 +182,9 @@ pub struct Manifest {
     /// The `git` driver's saved state.
     #[serde(default)]
     pub git: Option<GitState>,
+    /// The `cmd` driver's commands.
+    #[serde(default)]
+    pub commands: Option<Commands>,
 }
 
 impl Manifest {
@@ -228,7 +254,8 @@ impl Store {
     }
 
     /// Takes a snapshot of `workspace` with `driver` for run `run`; `exclude` (the data
-    /// directory, when it lies inside the workspace) is left out. Returns the manifest,
+    /// directory, when it lies inside the workspace) is left out; `commands` are the `cmd`
+    /// driver's. Returns the manifest,
     /// written to disk (synced) before this returns.
     pub fn take(
         &self,
@@ -236,11 +263,18 @@ impl Store {
         workspace: &Path,
         run: &str,
         exclude: &[PathBuf],
+        commands: Option<&Commands>,
     ) -> Result<Manifest, SnapshotError> {
         let id = format!("snap_{}", ulid::Ulid::new());
-        let manifest = match driver {
-            Driver::Dir => dir::take(self, workspace, &id, exclude)?,
-            Driver::Git => git::take(self, workspace, run, &id, exclude)?,
+        let manifest = match (driver, commands) {
+            (Driver::Dir, _) => dir::take(self, workspace, &id, exclude)?,
+            (Driver::Git, _) => git::take(self, workspace, run, &id, exclude)?,
+            (Driver::Cmd, Some(commands)) => cmd::take(workspace, run, &id, exclude, commands)?,
+            (Driver::Cmd, None) => {
+                return Err(SnapshotError::Unsupported(
+                    "the cmd driver needs --snapshot-cmd and --rollback-cmd".into(),
+                ))
+            }
         };
         self.save(&manifest)?;
         Ok(manifest)
@@ -253,6 +287,7 @@ impl Store {
         let workspace = PathBuf::from(&manifest.workspace);
         match manifest.driver.as_str() {
             "git" => git::restore(self, &workspace, &manifest, exclude)?,
+            "cmd" => cmd::restore(&workspace, &manifest)?,
             _ => dir::restore(self, &workspace, &manifest, exclude)?,
         }
         self.residue(&manifest, exclude)

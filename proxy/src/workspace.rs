@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use crate::release::{CommitError, CommitReport};
 use crate::server::Shared;
-use crate::snapshot::{pause_point, Driver, SnapshotError, Store};
+use crate::snapshot::{pause_point, Commands, Driver, SnapshotError, Store};
 
 /// Errors of workspace operations.
 #[derive(Debug, thiserror::Error)]
@@ -109,8 +109,17 @@ pub async fn attach(
     run: &RunId,
     path: &str,
     driver: &str,
+    commands: Option<Commands>,
 ) -> Result<(WorkspaceRecord, String)> {
     let driver = Driver::parse(driver)?;
+    if driver == Driver::Cmd && !shared.danger_allow_snapshot_commands {
+        return Err(SnapshotError::Unsupported(
+            "this server does not run snapshot commands; start it with \
+             --danger-allow-snapshot-commands, or use airlock run's embedded server"
+                .into(),
+        )
+        .into());
+    }
     let (shared, run, path) = (shared.clone(), run.clone(), PathBuf::from(path));
     blocking(move || {
         if let Some(existing) = shared.ledger.workspace(&run)? {
@@ -134,7 +143,13 @@ pub async fn attach(
                 "the workspace cannot be airlock's data directory".into(),
             ));
         }
-        let manifest = store(&shared).take(driver, &workspace, run.as_str(), &excludes(&shared))?;
+        let manifest = store(&shared).take(
+            driver,
+            &workspace,
+            run.as_str(),
+            &excludes(&shared),
+            commands.as_ref(),
+        )?;
         let record = WorkspaceRecord {
             path: workspace.display().to_string(),
             driver: driver.as_str().to_owned(),
@@ -194,11 +209,17 @@ pub async fn savepoint(
             )));
         }
         let driver = Driver::parse(&record.driver)?;
+        // The cmd driver's commands are those given when the workspace was attached.
+        let commands = match driver {
+            Driver::Cmd => store(&shared).load(&record.snapshot)?.commands,
+            _ => None,
+        };
         let manifest = store(&shared).take(
             driver,
             std::path::Path::new(&record.path),
             run.as_str(),
             &excludes(&shared),
+            commands.as_ref(),
         )?;
         Ok(shared.ledger.add_savepoint(&run, &name, &manifest.id)?)
     })

@@ -67,6 +67,10 @@ struct AttachRequest {
     path: String,
     #[serde(default)]
     driver: Option<String>,
+    #[serde(default)]
+    snapshot_cmd: Option<String>,
+    #[serde(default)]
+    rollback_cmd: Option<String>,
 }
 
 async fn attach(
@@ -77,8 +81,19 @@ async fn attach(
     let run = parse_run(&id)?;
     let request: AttachRequest = parse_body(&body)?;
     let driver = request.driver.unwrap_or_else(|| "dir".into());
+    let commands = match (request.snapshot_cmd, request.rollback_cmd) {
+        (Some(snapshot), Some(rollback)) => Some(crate::snapshot::Commands { snapshot, rollback }),
+        (None, None) => None,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_workspace_request",
+                "snapshot_cmd and rollback_cmd go together",
+            ))
+        }
+    };
     let (record, described) =
-        crate::workspace::attach(&shared, &run, &request.path, &driver).await?;
+        crate::workspace::attach(&shared, &run, &request.path, &driver, commands).await?;
     let mut body = serde_json::to_value(&record).unwrap_or_default();
     body["run"] = json!(run);
     body["snapshot_contents"] = json!(described);

@@ -20,6 +20,7 @@ pub(super) fn take(
         created_at_ms: airlock_ledger::now_ms(),
         entries,
         git: None,
+        commands: None,
     })
 }
 

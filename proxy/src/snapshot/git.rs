@@ -192,6 +192,7 @@ pub(super) fn take(
             head_commit,
             had_index,
         }),
+        commands: None,
     })
 }
 

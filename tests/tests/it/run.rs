@@ -557,3 +557,77 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
     assert_eq!(airlock.effects(run).await[0]["state"], "discarded");
     assert!(origin.received().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cmd_driver_runs_the_given_commands_and_the_residue_check_catches_a_bad_rollback() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
+    let store = fx.dir.path().join("my-snapshots");
+    let take = format!(
+        "mkdir -p '{0}'/\"$AIRLOCK_SNAPSHOT\" && cp -a . '{0}'/\"$AIRLOCK_SNAPSHOT\"/",
+        store.display()
+    );
+    let restore = format!(
+        "find . -mindepth 1 -delete && cp -a '{0}'/\"$AIRLOCK_SNAPSHOT\"/. .",
+        store.display()
+    );
+    let ws = workspace(&fx);
+    let before = tree(&ws);
+    let script = agent_script(origin.addr().port());
+
+    // A rollback command that works: verified against the manifest.
+    for (rollback, verified) in [(restore.as_str(), true), ("true", false)] {
+        let mut command = run_command(
+            &fx,
+            &policy,
+            &[
+                "--json",
+                "--snapshot",
+                "cmd",
+                "--snapshot-cmd",
+                &take,
+                "--rollback-cmd",
+                rollback,
+                "--verify",
+                "false",
+            ],
+        );
+        command
+            .arg("--workspace")
+            .arg(&ws)
+            .args(["--", "sh", "-c", &script]);
+        let report = json_report(&output(command).await);
+        assert_eq!(report["decision"]["kind"], "rollback", "{report:#}");
+        assert_eq!(report["workspace"]["driver"], "cmd");
+        assert_eq!(report["rollback_unverified"], !verified, "{report:#}");
+        if verified {
+            assert_eq!(tree(&ws), before);
+        } else {
+            // The rollback command did nothing: the residue names every change.
+            let residue = report["decision"]["residue"].to_string();
+            assert!(residue.contains("left behind: added.txt"), "{residue}");
+            assert!(residue.contains("differs: README"), "{residue}");
+            assert!(residue.contains("missing: delete-me"), "{residue}");
+        }
+    }
+    assert!(origin.received().is_empty());
+
+    // A standalone server runs no snapshot commands unless told it may.
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (run, _) = airlock.create_run().await;
+    let refused = airlock
+        .post(
+            &format!("/v1/runs/{run}/workspace"),
+            Some(json!({"path": ws.display().to_string(), "driver": "cmd",
+                        "snapshot_cmd": "true", "rollback_cmd": "true"})),
+        )
+        .await
+        .expect_err("refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("danger-allow-snapshot-commands"),
+        "{refused}"
+    );
+}
