@@ -8,6 +8,7 @@
 mod error;
 mod lineage;
 mod model;
+mod workspace;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -23,6 +24,9 @@ pub use model::{
     now_ms, DecisionRecord, Dependency, Digest, Effect, EffectId, EffectState, Header, HeaderText,
     IssuedPlaceholder, NewEffect, Placeholder, PlaceholderSpec, Read, ReleaseRecord, Run, RunId,
     RunState, ValueKind,
+};
+pub use workspace::{
+    Changes, DecisionKind, Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord,
 };
 
 /// Result of ledger operations.
@@ -75,6 +79,8 @@ pub struct Ledger {
     read_hashes: sled::Tree,
     /// effect id -> EffectLineage
     effect_lineage: sled::Tree,
+    /// run id -> WorkspaceRecord (`airlock run`)
+    workspaces: sled::Tree,
     /// Serialises read-modify-write of run and effect records.
     write: Mutex<()>,
 }
@@ -147,6 +153,7 @@ impl Ledger {
             read_content: db.open_tree("read_content")?,
             read_hashes: db.open_tree("read_hashes")?,
             effect_lineage: db.open_tree("effect_lineage")?,
+            workspaces: db.open_tree("workspaces")?,
             db,
             write: Mutex::new(()),
         })

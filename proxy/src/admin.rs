@@ -17,6 +17,8 @@ use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::headers::is_credential;
 use crate::server::Shared;
 
+mod workspace;
+
 /// An admin API error: status, stable code, message.
 #[derive(Debug)]
 pub struct ApiError {
@@ -120,6 +122,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/effects/{id}/approve", post(approve_effect))
         .route("/v1/effects/{id}/reject", post(reject_effect))
         .route("/v1/ca", get(ca_pem))
+        .merge(workspace::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             require_token,

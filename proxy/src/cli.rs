@@ -43,25 +43,46 @@ struct Cli {
 
 /// Where the admin API is and how to authenticate to it.
 #[derive(Debug, clap::Args)]
-struct AdminArgs {
+pub(crate) struct AdminArgs {
     /// Admin API base URL [default: the running server's, from DATA/addresses.json]
     #[arg(long = "admin", env = ENV_ADMIN, value_name = "URL")]
-    admin: Option<String>,
+    pub(crate) admin: Option<String>,
     /// Admin bearer token [default: DATA/admin.token]
     #[arg(long, env = ENV_TOKEN, hide_env_values = true)]
-    token: Option<String>,
+    pub(crate) token: Option<String>,
     /// Data directory of the server
     #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
-    data: PathBuf,
+    pub(crate) data: PathBuf,
     /// Print JSON instead of tables
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the proxy and admin listeners
     Serve(ServeArgs),
+    /// Run a command as one transaction: snapshot, run, verify, then keep or roll back
+    /// files and effects together
+    Run(Box<crate::run::RunArgs>),
+    /// Take a savepoint of a run: a workspace snapshot and the ledger position
+    Savepoint {
+        /// The run
+        run: String,
+        /// The savepoint's name [default: sp1, sp2, …]
+        name: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Roll a run back to a savepoint: files restored, later effects discarded
+    RollbackTo {
+        /// The run
+        run: String,
+        /// The savepoint
+        savepoint: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Create, list or show runs
     Runs {
         #[command(subcommand)]
@@ -190,6 +211,10 @@ struct ServeArgs {
     /// Largest request body that can be staged, in bytes
     #[arg(long, default_value_t = crate::config::DEFAULT_STAGE_BODY_LIMIT)]
     stage_body_limit: u64,
+    /// Let admin clients have this server run shell commands (the cmd snapshot driver of
+    /// `airlock run`): anyone holding the admin token can then run any command as this user
+    #[arg(long)]
+    danger_allow_snapshot_commands: bool,
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -209,6 +234,10 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
+            if let Some(failed) = error.downcast_ref::<crate::run::RunFailed>() {
+                eprintln!("error: {failed}");
+                return ExitCode::from(failed.code);
+            }
             eprintln!("error: {}", one_line(&error));
             if let Some(hint) = hint(&error) {
                 eprintln!("hint: {hint}");
@@ -282,6 +311,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Demo => crate::demo::run().await,
+        Command::Run(args) => crate::run::run(*args).await,
+        Command::Savepoint { run, name, admin } => crate::run::savepoint(&admin, &run, name).await,
+        Command::RollbackTo {
+            run,
+            savepoint,
+            admin,
+        } => crate::run::rollback_to(&admin, &run, &savepoint).await,
         Command::Runs { command } => match command {
             RunsCommand::Create { profile, admin } => {
                 let client = connect(&admin)?;
@@ -320,7 +356,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             RunsCommand::Show { run, admin } => {
                 let client = connect(&admin)?;
-                let run = client.get(&format!("/v1/runs/{run}")).await?;
+                // A workspace decision written before a crash is finished first (the same
+                // decision, never a new one); a run without a workspace has none.
+                let workspace = match client
+                    .post(&format!("/v1/runs/{run}/workspace/resume"), None)
+                    .await
+                {
+                    Ok(report) => Some(report),
+                    Err(ClientError::Api { status: 404, .. }) => None,
+                    Err(error) => return Err(error.into()),
+                };
+                let mut run = client.get(&format!("/v1/runs/{run}")).await?;
+                if let Some(report) = &workspace {
+                    run["workspace"] = report["workspace"].clone();
+                }
                 if admin.json {
                     return print_json(&run);
                 }
@@ -333,6 +382,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         decision["kind"].as_str().unwrap_or(""),
                         decision["by"].as_str().unwrap_or("")
                     );
+                }
+                if let Some(report) = &workspace {
+                    outln!("\n{}", crate::run::summary(report).trim_end());
                 }
                 Ok(())
             }
@@ -472,6 +524,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.admin = args.admin;
     config.upstream_ca = args.upstream_ca;
     config.stage_body_limit = args.stage_body_limit;
+    config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     let server = crate::Server::build(config).await?;
     tokio::select! {
         () = server.run() => Ok(()),
@@ -484,7 +537,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Resolves the admin URL and token: flags and environment first, then the data directory.
-fn connect(args: &AdminArgs) -> anyhow::Result<AdminClient> {
+pub(crate) fn connect(args: &AdminArgs) -> anyhow::Result<AdminClient> {
     let base = match &args.admin {
         Some(url) => url.clone(),
         None => admin_url_from(&args.data).unwrap_or_else(|| "http://127.0.0.1:8081".to_owned()),

@@ -13,6 +13,11 @@ pub const ENV_DATA: &str = "AIRLOCK_DATA";
 /// Environment variable: log filter in `tracing-subscriber` EnvFilter syntax (default `info`).
 pub const ENV_LOG: &str = "AIRLOCK_LOG";
 
+/// Environment variable, for tests only: the name of a step of `airlock run`
+/// (`after_decision`, `rollback_midway`) where the process stops for good, so a test can
+/// SIGKILL it exactly there.
+pub const ENV_TEST_PAUSE_AT: &str = "AIRLOCK_TEST_PAUSE_AT";
+
 /// File in the data directory holding the admin bearer token (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 /// File in the data directory where a running server writes the addresses it listens on.
@@ -42,6 +47,11 @@ pub struct ServeConfig {
     pub connect_timeout: Duration,
     /// Timeout for one release request (whole exchange).
     pub release_timeout: Duration,
+    /// Lets admin API clients have the server run shell commands (the `cmd` snapshot
+    /// driver of `airlock run`). Gives up: the admin token then lets its holder run any
+    /// command as the server's user. `airlock run`'s embedded server sets it, for the
+    /// commands its own user gave.
+    pub danger_allow_snapshot_commands: bool,
 }
 
 impl ServeConfig {
@@ -57,6 +67,7 @@ impl ServeConfig {
             stage_body_limit: DEFAULT_STAGE_BODY_LIMIT,
             connect_timeout: Duration::from_secs(10),
             release_timeout: Duration::from_secs(60),
+            danger_allow_snapshot_commands: false,
         }
     }
 }

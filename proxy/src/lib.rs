@@ -22,10 +22,13 @@ pub mod origin;
 pub mod prefixed;
 pub mod release;
 pub mod respond;
+pub mod run;
 pub mod server;
+pub mod snapshot;
 pub mod stage;
 pub mod upgrade;
 pub mod upstream;
+pub mod workspace;
 
 pub use config::ServeConfig;
 pub use server::{Server, StartError};

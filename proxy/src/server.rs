@@ -92,6 +92,8 @@ pub struct Shared {
     /// Runs that accept no more requests, reads included: a commit was decided or the run
     /// was aborted. (A sealed run still passes reads; it only refuses new effects.)
     pub closed_runs: std::sync::RwLock<std::collections::HashSet<airlock_ledger::RunId>>,
+    /// Whether admin clients may have the server run snapshot commands (`cmd` driver).
+    pub danger_allow_snapshot_commands: bool,
     /// One lock per run being committed, so a run is never released by two tasks while
     /// other runs commit freely.
     pub commit_locks: std::sync::Mutex<
@@ -239,6 +241,7 @@ impl Server {
             data_dir,
             closed_runs: std::sync::RwLock::new(closed),
             commit_locks: std::sync::Mutex::default(),
+            danger_allow_snapshot_commands: config.danger_allow_snapshot_commands,
             lineage: crate::lineage::LineageWorker::start(ledger.clone()),
         });
         Ok(Self {
@@ -286,6 +289,7 @@ impl Server {
               policy.revision = shared.policy.revision(), data = %shared.data_dir.display(),
               "airlock listening");
         resume_commits(&shared);
+        crate::workspace::resume_all(&shared);
         let admin = crate::admin::router(shared.clone());
         let proxy = crate::listener::serve(shared.clone(), self.proxy);
         let admin_server = async move {

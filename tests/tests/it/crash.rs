@@ -95,7 +95,11 @@ async fn sigkill_during_commit_never_sends_twice_and_marks_the_interrupted_effec
         if shown["state"] == "committing" {
             return None;
         }
-        Some(airlock.effects(&run).await)
+        let effects = airlock.effects(&run).await;
+        effects
+            .iter()
+            .all(|e| !matches!(e["state"].as_str(), Some("approved" | "releasing")))
+            .then_some(effects)
     })
     .await
     .expect("recovery finished the commit");
@@ -109,11 +113,13 @@ async fn sigkill_during_commit_never_sends_twice_and_marks_the_interrupted_effec
         .unwrap_or("")
         .contains("may or may not"));
 
-    let run_state = airlock
-        .admin
-        .get(&format!("/v1/runs/{run}"))
-        .await
-        .expect("run");
+    // The run's final state is written just after the last effect's outcome.
+    let run_state = poll_until(Duration::from_secs(10), || async {
+        let run = airlock.admin.get(&format!("/v1/runs/{run}")).await.ok()?;
+        (run["state"] != "committing").then_some(run)
+    })
+    .await
+    .expect("the recovered commit finished");
     assert_eq!(run_state["state"], "partially_committed");
 
     // A further commit is a no-op: nothing is sent again.

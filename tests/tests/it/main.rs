@@ -7,6 +7,7 @@ mod crash;
 mod lineage;
 mod pass;
 mod protocols;
+mod run;
 mod stage;
 mod tls;
 mod websocket;

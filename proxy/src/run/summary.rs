@@ -1,0 +1,153 @@
+//! The summary `airlock run`, `airlock rollback-to` and `airlock runs show` print: exits,
+//! the decision, files changed, residue, what was left outside, effects, what to do next.
+
+use serde_json::Value;
+
+use super::describe_exit;
+use crate::cli::effects_table;
+
+/// The human summary of a decision report.
+pub fn summary(report: &Value) -> String {
+    let mut out = String::new();
+    let run = report["run"].as_str().unwrap_or("");
+    let decision = &report["decision"];
+    let workspace = &report["workspace"];
+    out.push_str(&format!(
+        "run       {run} ({})\n",
+        report["state"].as_str().unwrap_or("")
+    ));
+    out.push_str(&format!(
+        "workspace {} ({} snapshot {})\n",
+        workspace["path"].as_str().unwrap_or(""),
+        workspace["driver"].as_str().unwrap_or(""),
+        decision["snapshot"].as_str().unwrap_or("")
+    ));
+    for step in workspace["steps"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<9} `{}` {} in {:.1} s\n",
+            step["kind"].as_str().unwrap_or(""),
+            step["command"].as_str().unwrap_or(""),
+            describe_exit(
+                step["exit_code"].as_i64().map(|c| c as i32),
+                step["note"].as_str()
+            ),
+            step["duration_ms"].as_f64().unwrap_or(0.0) / 1000.0
+        ));
+    }
+    out.push_str(&format!(
+        "decision  {}{}: {}\n",
+        decision["kind"].as_str().unwrap_or(""),
+        decision["savepoint"]
+            .as_str()
+            .map(|s| format!(" to savepoint {s}"))
+            .unwrap_or_default(),
+        decision["reason"].as_str().unwrap_or("")
+    ));
+    out.push_str(&format!(
+        "outcome   {}\n",
+        decision["outcome"].as_str().unwrap_or("not finished")
+    ));
+    let changes = &decision["changes"];
+    let list = |key: &str| changes[key].as_array().cloned().unwrap_or_default();
+    let (added, modified, deleted) = (list("added"), list("modified"), list("deleted"));
+    out.push_str(&format!(
+        "files     {} added, {} modified, {} deleted by the run{}\n",
+        added.len(),
+        modified.len(),
+        deleted.len(),
+        if matches!(decision["kind"].as_str(), Some("rollback" | "rollback_to")) {
+            " (now undone)"
+        } else {
+            ""
+        }
+    ));
+    for (mark, paths) in [("+", &added), ("~", &modified), ("-", &deleted)] {
+        for path in paths {
+            out.push_str(&format!("  {mark} {}\n", path.as_str().unwrap_or("")));
+        }
+    }
+    if report["rollback_unverified"] == true {
+        out.push_str("WARNING   the rollback could NOT be verified: the workspace still differs from the snapshot\n");
+        for residue in decision["residue"].as_array().into_iter().flatten() {
+            out.push_str(&format!("  ! {}\n", residue.as_str().unwrap_or("")));
+        }
+    }
+    if let Some(outside) = report.get("outside").filter(|o| o.is_object()) {
+        let list = |key: &str| outside[key].as_array().cloned().unwrap_or_default();
+        let (added, modified, deleted) = (list("added"), list("modified"), list("deleted"));
+        let total = added.len() + modified.len() + deleted.len();
+        out.push_str(&format!(
+            "outside   {total} path(s) changed outside the workspace{}\n",
+            if total > 0 {
+                ": airlock did not and cannot restore them"
+            } else {
+                ""
+            }
+        ));
+        for (mark, paths) in [("+", &added), ("~", &modified), ("-", &deleted)] {
+            for path in paths {
+                out.push_str(&format!("  {mark} {}\n", path.as_str().unwrap_or("")));
+            }
+        }
+    }
+    let left = report["left_running"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !left.is_empty() {
+        out.push_str(&format!(
+            "WARNING   {} process(es) the command started are still running\n",
+            left.len()
+        ));
+        for process in &left {
+            let listening: Vec<&str> = process["listening"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            out.push_str(&format!(
+                "  pid {} `{}`{}\n",
+                process["pid"],
+                process["command"].as_str().unwrap_or(""),
+                if listening.is_empty() {
+                    String::new()
+                } else {
+                    format!(", listening on {}", listening.join(", "))
+                }
+            ));
+        }
+    }
+    let effects = report["effects"].as_array().cloned().unwrap_or_default();
+    out.push_str(&format!("effects   {} staged by the run\n", effects.len()));
+    if !effects.is_empty() {
+        for line in effects_table(&effects).lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
+        for effect in &effects {
+            for parent in effect["depends_on"].as_array().into_iter().flatten() {
+                out.push_str(&format!(
+                    "  {} depends on {}\n",
+                    effect["id"].as_str().unwrap_or(""),
+                    parent.as_str().unwrap_or("")
+                ));
+            }
+        }
+    }
+    let pending = effects.iter().any(|e| {
+        matches!(
+            e["state"].as_str(),
+            Some("staged" | "approved" | "rejected")
+        )
+    });
+    let next = match decision["kind"].as_str() {
+        Some("keep") if pending && report["state"] != "committed" => format!(
+            "review with `airlock effects {run}` and `airlock show EFFECT`, approve or reject, then `airlock commit {run}` (or `airlock abort {run}`; the files stay as they are)"
+        ),
+        Some("keep") => "nothing: files kept and effects settled".to_owned(),
+        Some("rollback_to") => format!("the run is still open; carry on from savepoint {}", decision["savepoint"].as_str().unwrap_or("")),
+        _ => "nothing left the machine through airlock; fix the cause and run again".to_owned(),
+    };
+    out.push_str(&format!("next      {next}\n"));
+    out
+}

@@ -1,0 +1,418 @@
+//! The client matrix under `airlock run` (CASES.md C15–C18): each client reaches its
+//! loopback origin through the proxy using only the environment `airlock run` gives the
+//! command — curl, git over smart HTTP, Python requests and urllib, pip, Node fetch.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use airlock_tests::{Fixture, Origin, Received, Reply};
+use serde_json::Value;
+
+use super::{output, run_command, write_policy};
+
+/// Reads pass; git's fetch POST passes; other writes are staged.
+fn matrix_policy(port: u16) -> String {
+    format!(
+        r#"version = 1
+default = "deny"
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "git-fetch"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/repo.git/git-upload-pack"
+action = "pass"
+
+[[rule]]
+id = "reads"
+host = "127.0.0.1"
+port = {port}
+method = "read"
+action = "pass"
+
+[[rule]]
+id = "writes"
+host = "127.0.0.1"
+port = {port}
+method = "write"
+action = "stage"
+"#
+    )
+}
+
+/// Answers one request with `git http-backend` (CGI) over the bare repositories in `root`.
+fn git_backend(root: &Path, req: &Received) -> Reply {
+    let (path, query) = req.path.split_once('?').unwrap_or((&req.path, ""));
+    let mut command = Command::new("git");
+    command
+        .arg("http-backend")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_PROJECT_ROOT", root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("REQUEST_METHOD", &req.method)
+        .env("PATH_INFO", path)
+        .env("QUERY_STRING", query)
+        .env("CONTENT_LENGTH", req.body.len().to_string())
+        .env("REMOTE_ADDR", "127.0.0.1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    for (name, var) in [
+        ("content-type", "CONTENT_TYPE"),
+        ("content-encoding", "HTTP_CONTENT_ENCODING"),
+        ("git-protocol", "GIT_PROTOCOL"),
+    ] {
+        if let Some(value) = req.header(name) {
+            command.env(var, value);
+        }
+    }
+    let mut child = command.spawn().expect("git http-backend");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        let _ = stdin.write_all(&req.body);
+    }
+    let out = child.wait_with_output().expect("http-backend output");
+    let text = out.stdout;
+    let split = text
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, i + 4))
+        .or_else(|| {
+            text.windows(2)
+                .position(|w| w == b"\n\n")
+                .map(|i| (i, i + 2))
+        })
+        .unwrap_or((text.len(), text.len()));
+    let head = String::from_utf8_lossy(&text[..split.0]).into_owned();
+    let mut reply = Reply::text(200, "");
+    reply.headers.clear();
+    for line in head.lines() {
+        if let Some((name, value)) = line.split_once(':') {
+            let (name, value) = (name.trim(), value.trim());
+            if name.eq_ignore_ascii_case("status") {
+                reply.status = value
+                    .split_whitespace()
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(500);
+            } else {
+                reply
+                    .headers
+                    .push((name.to_ascii_lowercase(), value.to_owned()));
+            }
+        }
+    }
+    reply.body = text[split.1..].to_vec();
+    reply
+}
+
+/// Builds `airlock_probe-0.1-py3-none-any.whl` in `dir`; returns its bytes.
+fn build_wheel(dir: &Path) -> Vec<u8> {
+    let script = r#"
+import base64, hashlib, sys, zipfile
+files = {
+    "airlock_probe/__init__.py": b"VALUE = 42\n",
+    "airlock_probe-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: airlock-probe\nVersion: 0.1\n",
+    "airlock_probe-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: airlock-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = ""
+for name, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record += f"{name},sha256={digest},{len(data)}\n"
+record += "airlock_probe-0.1.dist-info/RECORD,,\n"
+files["airlock_probe-0.1.dist-info/RECORD"] = record.encode()
+with zipfile.ZipFile(sys.argv[1], "w") as wheel:
+    for name, data in files.items():
+        wheel.writestr(name, data)
+"#;
+    let path = dir.join("airlock_probe-0.1-py3-none-any.whl");
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&path)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(&path).expect("wheel")
+}
+
+/// One origin for the whole matrix: `/hello`, `/hook`, a simple index, and git.
+async fn matrix_origin(fx: &Fixture) -> Origin {
+    use sha2::Digest as _;
+    let root = fx.dir.path().join("git-root");
+    std::fs::create_dir_all(&root).expect("mkdir");
+    let source = fx.dir.path().join("source");
+    std::fs::create_dir_all(&source).expect("mkdir");
+    std::fs::write(source.join("hello.txt"), "from the origin\n").expect("write");
+    for args in [
+        vec!["init", "-q", "-b", "main"],
+        vec!["add", "-A"],
+        vec![
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@localhost",
+            "commit",
+            "-qm",
+            "first",
+        ],
+    ] {
+        super::git(&source, &args);
+    }
+    super::git(&root, &["init", "-q", "--bare", "-b", "main", "repo.git"]);
+    let bare = root.join("repo.git").display().to_string();
+    super::git(&source, &["push", "-q", &bare, "main"]);
+
+    let wheel = build_wheel(fx.dir.path());
+    let sha: String = sha2::Sha256::digest(&wheel)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let index = format!(
+        "<!DOCTYPE html><html><body><a href=\"/files/airlock_probe-0.1-py3-none-any.whl#sha256={sha}\">airlock_probe-0.1-py3-none-any.whl</a></body></html>"
+    );
+    Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(move |req: &Received| {
+            let path = req.path.split('?').next().unwrap_or("");
+            if path.starts_with("/repo.git/") {
+                return git_backend(&root, req);
+            }
+            match path {
+                "/simple/airlock-probe/" => {
+                    let mut reply = Reply::text(200, &index);
+                    reply.headers = vec![("content-type".into(), "text/html".into())];
+                    reply
+                }
+                "/files/airlock_probe-0.1-py3-none-any.whl" => {
+                    let mut reply = Reply::text(200, "");
+                    reply.headers =
+                        vec![("content-type".into(), "application/octet-stream".into())];
+                    reply.body = wheel.clone();
+                    reply
+                }
+                _ => Reply::json(200, &serde_json::json!({"hello": "world"})),
+            }
+        }),
+    )
+    .await
+    .expect("origin")
+}
+
+/// Runs `script` with `sh -c` under `airlock run` (embedded server, hold); returns the
+/// output and the JSON report.
+async fn under_airlock_run(fx: &Fixture, port: u16, script: &str) -> (Output, Value) {
+    let policy = write_policy(fx, &matrix_policy(port));
+    let ws = fx.dir.path().join("ws");
+    std::fs::create_dir_all(&ws).expect("mkdir");
+    let mut command = run_command(fx, &policy, &["--json"]);
+    // Nothing from the test's own environment may route the clients: only airlock's.
+    for name in [
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "NODE_EXTRA_CA_CERTS",
+        "GIT_SSL_CAINFO",
+        "NODE_USE_ENV_PROXY",
+        "PIP_INDEX_URL",
+        "PIP_CONFIG_FILE",
+    ] {
+        command.env_remove(name);
+    }
+    command
+        .env("PIP_CONFIG_FILE", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", fx.dir.path())
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--", "sh", "-c", script]);
+    let out = output(command).await;
+    let report = super::json_report(&out);
+    (out, report)
+}
+
+fn assert_passed(out: &Output, report: &Value) {
+    assert!(
+        out.status.success(),
+        "the command failed under airlock run: {}\n{report:#}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(report["decision"]["kind"], "keep");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c15_git_ls_remote_and_clone_through_the_proxy_with_run_credentials() {
+    let fx = Fixture::new();
+    let origin = matrix_origin(&fx).await;
+    let port = origin.addr().port();
+    let script = format!(
+        "set -e; git ls-remote https://127.0.0.1:{port}/repo.git > refs.txt; \
+         git clone -q https://127.0.0.1:{port}/repo.git clone; cat clone/hello.txt"
+    );
+    let (out, report) = under_airlock_run(&fx, port, &script).await;
+    assert_passed(&out, &report);
+    let ws = fx.dir.path().join("ws");
+    let refs = std::fs::read_to_string(ws.join("refs.txt")).expect("refs");
+    assert!(refs.contains("refs/heads/main"), "{refs}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("clone/hello.txt")).expect("cloned"),
+        "from the origin\n"
+    );
+    let received = origin.received();
+    assert!(
+        received
+            .iter()
+            .any(|r| r.method == "POST" && r.path.ends_with("git-upload-pack")),
+        "the clone's fetch went through the proxy"
+    );
+    for request in &received {
+        assert!(request.header("proxy-authorization").is_none());
+        assert!(request.header("proxy-connection").is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c16_node_fetch_under_airlock_run() {
+    let version = Command::new("node").arg("--version").output();
+    let Ok(version) = version else {
+        eprintln!("SKIPPED case_c16: node is not installed");
+        return;
+    };
+    let text = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    let parts: Vec<u32> = text
+        .trim_start_matches('v')
+        .split('.')
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    // NODE_USE_ENV_PROXY arrived in Node 24.0 and 22.21.
+    let supported = match parts.as_slice() {
+        [major, ..] if *major >= 24 => true,
+        [22, minor, ..] => *minor >= 21,
+        _ => false,
+    };
+    if !supported {
+        eprintln!(
+            "SKIPPED case_c16: node {text} does not support NODE_USE_ENV_PROXY (Node 24+ or 22.21+); \
+             airlock run sets it, but this node's fetch would ignore the proxy"
+        );
+        return;
+    }
+    let fx = Fixture::new();
+    let origin = matrix_origin(&fx).await;
+    let port = origin.addr().port();
+    let script = format!(
+        "node -e \"fetch('https://127.0.0.1:{port}/hello').then(r => r.json()).then(j => {{ if (j.hello !== 'world') process.exit(3) }}).catch(e => {{ console.error(e); process.exit(2) }})\" \
+         && node -e \"fetch('https://127.0.0.1:{port}/hook', {{method: 'POST', body: 'n'}}).then(r => process.exit(r.status === 202 ? 0 : 4))\""
+    );
+    let (out, report) = under_airlock_run(&fx, port, &script).await;
+    assert_passed(&out, &report);
+    assert_eq!(report["effects"][0]["state"], "staged");
+    assert_eq!(
+        origin.received().len(),
+        1,
+        "only the read reached the origin"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c17_python_clients_requests_urllib_and_pip_install() {
+    let fx = Fixture::new();
+    let origin = matrix_origin(&fx).await;
+    let port = origin.addr().port();
+    let base = format!("https://127.0.0.1:{port}");
+    let script = format!(
+        "set -e; \
+         python3 -c \"import requests; r = requests.get('{base}/hello'); r.raise_for_status(); assert r.json() == {{'hello': 'world'}}\"; \
+         python3 -c \"import requests; r = requests.post('{base}/hook', json={{'via': 'requests'}}); assert r.status_code == 202, r.status_code\"; \
+         python3 -c \"import json, urllib.request; assert json.load(urllib.request.urlopen('{base}/hello')) == {{'hello': 'world'}}\"; \
+         python3 -m pip install -q --no-cache-dir --disable-pip-version-check --index-url {base}/simple/ --target site airlock-probe; \
+         python3 -c \"import sys; sys.path.insert(0, 'site'); import airlock_probe; assert airlock_probe.VALUE == 42\""
+    );
+    let (out, report) = under_airlock_run(&fx, port, &script).await;
+    assert_passed(&out, &report);
+    let effects = report["effects"].as_array().expect("effects");
+    assert_eq!(effects.len(), 1, "{report:#}");
+    assert_eq!(effects[0]["state"], "staged");
+    let paths: Vec<String> = origin.received().iter().map(|r| r.path.clone()).collect();
+    assert!(
+        paths.iter().any(|p| p == "/simple/airlock-probe/"),
+        "{paths:?}"
+    );
+    assert!(
+        paths.iter().any(|p| p.ends_with(".whl")),
+        "pip fetched the wheel through the proxy: {paths:?}"
+    );
+    assert!(!paths.iter().any(|p| p == "/hook"), "the POST was staged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c18_proxy_variable_cases_all_set_and_every_client_picks_the_proxy() {
+    let fx = Fixture::new();
+    let origin = matrix_origin(&fx).await;
+    let port = origin.addr().port();
+    let hook = format!("https://127.0.0.1:{port}/hook");
+    let script = format!(
+        "set -e; env > env.txt; \
+         curl -sS --fail -o /dev/null -X POST --data curl {hook}; \
+         python3 -c \"import urllib.request; r = urllib.request.urlopen(urllib.request.Request('{hook}', data=b'urllib')); assert r.status == 202\"; \
+         if command -v go >/dev/null; then echo 'go is installed but this test does not build Go programs' >&2; fi"
+    );
+    let (out, report) = under_airlock_run(&fx, port, &script).await;
+    assert_passed(&out, &report);
+    let env: std::collections::BTreeMap<String, String> =
+        std::fs::read_to_string(fx.dir.path().join("ws/env.txt"))
+            .expect("env")
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+    let proxy = env.get("https_proxy").expect("https_proxy").clone();
+    assert!(proxy.starts_with("http://run_"), "{proxy}");
+    for name in [
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+    ] {
+        assert_eq!(env.get(name), Some(&proxy), "{name}");
+    }
+    for name in ["no_proxy", "NO_PROXY"] {
+        assert_eq!(env.get(name).map(String::as_str), Some(""), "{name}");
+    }
+    assert_eq!(env.get("NODE_USE_ENV_PROXY").map(String::as_str), Some("1"));
+    let ca = env.get("SSL_CERT_FILE").expect("SSL_CERT_FILE");
+    for name in [
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "NODE_EXTRA_CA_CERTS",
+        "GIT_SSL_CAINFO",
+    ] {
+        assert_eq!(env.get(name), Some(ca), "{name}");
+    }
+    let effects = report["effects"].as_array().expect("effects");
+    assert_eq!(
+        effects.len(),
+        2,
+        "curl and python both went through the proxy: {report:#}"
+    );
+    assert!(origin.received().is_empty(), "both were staged, none sent");
+}
