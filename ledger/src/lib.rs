@@ -138,8 +138,10 @@ impl Ledger {
     /// Errors: [`LedgerError::Storage`] when sled cannot open it (for example another
     /// process holds it).
     pub fn open(path: &Path) -> Result<Self> {
+        // sled's page cache defaults to 1 GiB; 64 MiB keeps airlock's memory modest.
         let db = sled::Config::new()
             .path(path)
+            .cache_capacity(64 * 1024 * 1024)
             .flush_every_ms(Some(200))
             .open()?;
         Ok(Self {

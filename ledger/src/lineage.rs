@@ -80,6 +80,10 @@ pub struct EffectLineage {
     pub skipped: Option<String>,
     /// Edges from reads into the effect.
     pub edges: Vec<Edge>,
+    /// Reads of the run whose analysis was cut short or skipped (queue full, work budget):
+    /// edges from them may be missing, and the reviewer is told so.
+    #[serde(default)]
+    pub incomplete_reads: Vec<u64>,
 }
 
 /// A value of a read worth finding again in effects: a credential-looking token in its

@@ -494,6 +494,7 @@ async fn show_effect(
         "fingerprints": analysis.as_ref().map(|a| a.fingerprints),
         "truncated": analysis.as_ref().map(|a| a.truncated),
         "skipped": analysis.as_ref().and_then(|a| a.skipped.clone()),
+        "incomplete_reads": analysis.as_ref().map(|a| a.incomplete_reads.clone()).unwrap_or_default(),
         "sources": sources,
         "dependents": dependents,
     });

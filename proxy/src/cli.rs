@@ -765,6 +765,17 @@ pub fn render_effect(effect: &Value) -> String {
             }
         ));
     }
+    if let Some(incomplete) = lineage["incomplete_reads"]
+        .as_array()
+        .filter(|a| !a.is_empty())
+    {
+        let seqs: Vec<String> = incomplete.iter().map(|s| format!("#{s}")).collect();
+        out.push_str(&format!(
+            "  ! {} read(s) of this run were not fully analysed ({}): edges from them may be missing\n",
+            seqs.len(),
+            seqs.join(", ")
+        ));
+    }
     for edge in sources {
         let source = &edge["source"];
         let from = match source["kind"].as_str() {

@@ -258,6 +258,17 @@ async fn decide_and_act(
             if depends_on.is_empty() && !has_body(&parts) {
                 return forward(shared, run, url, decision.rule, parts, body).await;
             }
+            let declared = parts
+                .headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            if depends_on.is_empty() && declared.is_some_and(|n| n > shared.limits.stage_body_bytes)
+            {
+                // Too large to hold and search: a passed upload streams on unsearched.
+                warn!(run.id = %run, url = %url, "a passed body over the staging limit was not searched for placeholders");
+                return forward(shared, run, url, decision.rule, parts, body).await;
+            }
             let body = read_bounded(shared, &parts, body).await?;
             depends_on = find_dependencies(&issued, &parts, Some(&body));
             if depends_on.is_empty() {
@@ -380,6 +391,18 @@ fn find_dependencies(
             find_placeholders(issued, &String::from_utf8_lossy(body)),
             "body".into(),
         );
+        // Also under gzip, percent-encoding and base64: a placeholder must not slip past
+        // in an encoded body.
+        let encoding = parts
+            .headers
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok());
+        for text in airlock_ledger::fingerprint::decoded_texts(body, encoding)
+            .iter()
+            .skip(1)
+        {
+            add(find_placeholders(issued, text), "body (encoded)".into());
+        }
     }
     out
 }

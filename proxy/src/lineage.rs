@@ -19,8 +19,23 @@ pub const READ_CAPTURE_BYTES: usize = 4 * 1024 * 1024;
 /// Shared passages shorter than this (bytes of normalised text) make no edge.
 const MIN_OVERLAP_BYTES: u64 = 24;
 
-/// Response headers whose values are routine and never lineage.
-const ROUTINE_HEADERS: [&str; 22] = [
+/// Response headers whose values are routine (protocol, caching, security policy) and
+/// never lineage.
+const ROUTINE_HEADERS: [&str; 36] = [
+    "referrer-policy",
+    "x-robots-tag",
+    "content-security-policy",
+    "content-security-policy-report-only",
+    "x-frame-options",
+    "x-content-type-options",
+    "x-xss-protection",
+    "permissions-policy",
+    "cross-origin-opener-policy",
+    "cross-origin-embedder-policy",
+    "cross-origin-resource-policy",
+    "report-to",
+    "nel",
+    "server-timing",
     "date",
     "content-type",
     "content-length",
@@ -224,7 +239,33 @@ fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError>
                 }
             }
             for (name, value) in headers {
-                if value.len() >= 12 && !ROUTINE_HEADERS.contains(&name.as_str()) {
+                if ROUTINE_HEADERS.contains(&name.as_str()) {
+                    continue;
+                }
+                let credentials = credential_like(&value);
+                if !credentials.is_empty() || crate::headers::is_credential(&name) {
+                    // A secret in a header (a token, a session cookie): a credential edge.
+                    let values = if credentials.is_empty() {
+                        value
+                            .split(';')
+                            .filter_map(|part| {
+                                part.split_once('=')
+                                    .map(|(_, v)| v.trim().to_owned())
+                                    .or_else(|| Some(part.trim().to_owned()))
+                            })
+                            .filter(|v| v.len() >= 12)
+                            .collect()
+                    } else {
+                        credentials
+                    };
+                    for value in values {
+                        notable.push(Notable {
+                            kind: EdgeKind::Credential,
+                            name: Some(name.clone()),
+                            value,
+                        });
+                    }
+                } else if value.len() >= 12 {
                     notable.push(Notable {
                         kind: EdgeKind::Header,
                         name: Some(name),
@@ -260,7 +301,16 @@ fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError>
             haystack.push('\n');
             haystack.push_str(&String::from_utf8_lossy(&body));
             let mut edges = Vec::new();
+            let mut incomplete_reads = Vec::new();
             for (content, fingerprints) in ledger.read_contents(&record.run_id)? {
+                if content
+                    .skipped
+                    .as_deref()
+                    .is_some_and(|why| !why.ends_with("is not text"))
+                    || content.truncated
+                {
+                    incomplete_reads.push(content.seq);
+                }
                 if let Some(found) =
                     overlap(&analysis, &fingerprints).filter(|o| o.bytes >= MIN_OVERLAP_BYTES)
                 {
@@ -270,7 +320,7 @@ fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError>
                         kind: EdgeKind::Content,
                         overlap_bytes: found.bytes,
                         overlap_permille: found.permille,
-                        excerpt: Some(found.excerpt),
+                        excerpt: Some(mask_secrets(&found.excerpt)),
                         detail: Some(format!("shared passages found in the {} view", found.view)),
                     });
                 }
@@ -283,7 +333,7 @@ fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError>
                                     .to_owned(),
                             ),
                             _ => (
-                                notable.value.chars().take(80).collect(),
+                                mask_secrets(&notable.value.chars().take(80).collect::<String>()),
                                 format!(
                                     "carries the value of response header {}",
                                     notable.name.as_deref().unwrap_or("?")
@@ -308,10 +358,20 @@ fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError>
                 truncated: analysis.truncated,
                 skipped: analysis.skipped.clone(),
                 edges,
+                incomplete_reads,
             };
             ledger.store_effect_lineage(&effect, &lineage)
         }
     }
+}
+
+/// `text` with every credential-looking value in it masked.
+fn mask_secrets(text: &str) -> String {
+    let mut out = text.to_owned();
+    for secret in credential_like(text) {
+        out = out.replace(&secret, &mask(&secret));
+    }
+    out
 }
 
 /// A secret's shape without its value: first four characters and the length.

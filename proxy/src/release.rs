@@ -12,18 +12,19 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use airlock_ledger::{
-    readiness, Effect, EffectId, EffectState, LedgerError, Readiness, ReleaseOutcome, RunId,
-    RunState,
+    readiness, Effect, EffectId, EffectState, IssuedPlaceholder, LedgerError, Readiness,
+    ReleaseOutcome, RunId, RunState, ValueKind,
 };
+use airlock_policy::{Action, RequestFacts, Scheme};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request};
 use serde::Serialize;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use crate::handle::{error_chain, full_body};
+use crate::handle::{error_chain, full_body, Target};
 use crate::headers::{strip_hop_by_hop, strip_reserved, to_records};
-use crate::lineage::substitute;
+use crate::lineage::{find_placeholders, substitute};
 use crate::server::Shared;
 
 /// How much of an origin's response to a release is stored in the ledger.
@@ -162,6 +163,10 @@ pub async fn commit(
 
 /// Releases every approved effect of `run`, respecting dependencies and per-origin order.
 async fn release_all(shared: &Arc<Shared>, run: &RunId) -> Result<(), CommitError> {
+    let ledger = shared.ledger.clone();
+    let run_id = run.clone();
+    let issued: Arc<Vec<IssuedPlaceholder>> =
+        Arc::new(blocking(move || ledger.placeholders(&run_id)).await?);
     let mut in_flight: HashSet<EffectId> = HashSet::new();
     let mut tasks: JoinSet<Result<(), CommitError>> = JoinSet::new();
     loop {
@@ -202,7 +207,10 @@ async fn release_all(shared: &Arc<Shared>, run: &RunId) -> Result<(), CommitErro
                         .filter(|e| effect.depends_on.iter().any(|d| d.effect == e.id))
                         .cloned()
                         .collect();
-                    tasks.spawn(async move { release_one(&shared, effect, &parents).await });
+                    let issued = issued.clone();
+                    tasks.spawn(
+                        async move { release_one(&shared, effect, &parents, &issued).await },
+                    );
                 }
                 Readiness::Ready | Readiness::Wait => {
                     // Each origin sees its effects in staging order.
@@ -240,15 +248,47 @@ async fn release_all(shared: &Arc<Shared>, run: &RunId) -> Result<(), CommitErro
     }
 }
 
-/// Replaces every placeholder `effect` carries with the real value from its parent.
-/// Errors with a reason when a parent's response gave no real value.
-fn substituted(effect: &Effect, parents: &[Effect], body: Vec<u8>) -> Result<Prepared, String> {
+/// `text` with every byte outside RFC 3986 `unreserved` percent-encoded.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Replaces every placeholder `effect` carries with the real value from its parent,
+/// encoded for where it stands: percent-encoded in the URL, JSON-escaped in a JSON body,
+/// form-encoded in a form body. Then checks that no placeholder of the run is left
+/// anywhere (also under gzip, percent-encoding or base64) and that the policy still lets
+/// the substituted request go where it now points.
+///
+/// Errors with a reason, and nothing is sent, when a parent gave no real value, a number
+/// placeholder's real value is not an integer, a value cannot stand in a header, a
+/// placeholder remains, or the policy denies the substituted request.
+fn substituted(
+    shared: &Shared,
+    effect: &Effect,
+    parents: &[Effect],
+    issued: &[IssuedPlaceholder],
+    body: Vec<u8>,
+) -> Result<Prepared, String> {
     let mut url = effect.url.clone();
     let mut headers: Vec<(String, Vec<u8>)> = effect
         .headers
         .iter()
         .map(|h| (h.name.clone(), h.value.as_bytes().to_vec()))
         .collect();
+    let content_type = effect
+        .headers
+        .iter()
+        .find(|h| h.name == "content-type")
+        .map(|h| String::from_utf8_lossy(h.value.as_bytes()).to_ascii_lowercase())
+        .unwrap_or_default();
     let mut body = body;
     for dependency in &effect.depends_on {
         let parent = parents.iter().find(|p| p.id == dependency.effect);
@@ -269,14 +309,93 @@ fn substituted(effect: &Effect, parents: &[Effect], body: Vec<u8>) -> Result<Pre
                 dependency.value, dependency.effect, dependency.effect, placeholder.pointer
             ));
         };
-        url = substitute(&url, &dependency.value, placeholder.kind, real);
+        let integer = real.strip_prefix('-').unwrap_or(real);
+        if placeholder.kind == ValueKind::Number
+            && (integer.is_empty() || !integer.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(format!(
+                "the real value {real:?} at {} of {} is not an integer, but its placeholder {} stood for one",
+                placeholder.pointer, dependency.effect, dependency.value
+            ));
+        }
+        if real.chars().any(|c| c.is_control()) {
+            return Err(format!(
+                "the real value at {} of {} holds control characters; it cannot be substituted safely",
+                placeholder.pointer, dependency.effect
+            ));
+        }
+        url = substitute(
+            &url,
+            &dependency.value,
+            placeholder.kind,
+            &percent_encode(real),
+        );
         for (_, value) in headers.iter_mut() {
             if let Ok(text) = std::str::from_utf8(value) {
                 *value = substitute(text, &dependency.value, placeholder.kind, real).into_bytes();
             }
         }
+        let in_body = if content_type.contains("json") && placeholder.kind == ValueKind::String {
+            let quoted = serde_json::to_string(real).unwrap_or_default();
+            quoted[1..quoted.len().saturating_sub(1).max(1)].to_owned()
+        } else if content_type.contains("x-www-form-urlencoded") {
+            percent_encode(real)
+        } else {
+            real.to_owned()
+        };
         if let Ok(text) = std::str::from_utf8(&body) {
-            body = substitute(text, &dependency.value, placeholder.kind, real).into_bytes();
+            body = substitute(text, &dependency.value, placeholder.kind, &in_body).into_bytes();
+        }
+    }
+    // No placeholder may reach an origin, wherever it hides.
+    let encoding = headers
+        .iter()
+        .find(|(n, _)| n == "content-encoding")
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+    let mut texts = airlock_ledger::fingerprint::decoded_texts(&body, encoding.as_deref());
+    texts.push(url.clone());
+    texts.extend(
+        headers
+            .iter()
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned()),
+    );
+    for text in &texts {
+        if let Some(left) = find_placeholders(issued, text).first() {
+            return Err(format!(
+                "placeholder {} of {} would reach the origin: it stands where airlock cannot substitute it (an encoded body?)",
+                left.value, left.effect
+            ));
+        }
+    }
+    // The policy decides the request as it will now be sent.
+    if !effect.depends_on.is_empty() {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|_| format!("after substitution {url} is not a valid URL"))?;
+        let scheme = if uri.scheme_str() == Some("http") {
+            Scheme::Http
+        } else {
+            Scheme::Https
+        };
+        let target = Target::parse(
+            scheme,
+            uri.authority().map(|a| a.as_str()).unwrap_or(""),
+            if scheme == Scheme::Http { 80 } else { 443 },
+        )
+        .ok_or_else(|| format!("after substitution {url} names no valid host"))?;
+        let decision = shared.policy.decide(&RequestFacts {
+            scheme,
+            host: &target.host,
+            port: target.port,
+            method: &effect.method,
+            path: uri.path(),
+            has_body: !body.is_empty(),
+        });
+        if decision.action == Action::Deny {
+            return Err(format!(
+                "after substitution the request ({} {url}) is denied: {} ({})",
+                effect.method, decision.reason, decision.reason_code
+            ));
         }
     }
     Ok((url, headers, body))
@@ -311,6 +430,7 @@ async fn release_one(
     shared: &Arc<Shared>,
     effect: Effect,
     parents: &[Effect],
+    issued: &[IssuedPlaceholder],
 ) -> Result<(), CommitError> {
     let ledger = shared.ledger.clone();
     let digest = effect.body_digest.clone();
@@ -325,7 +445,7 @@ async fn release_one(
         blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await?;
         return Ok(());
     };
-    let prepared = match substituted(&effect, parents, body) {
+    let prepared = match substituted(shared, &effect, parents, issued, body) {
         Ok(prepared) => prepared,
         Err(reason) => {
             warn!(effect.id = %effect.id, reason = %reason, "effect not sent");

@@ -10,7 +10,6 @@
 //! bound is hit the analysis says so (`truncated`, `skipped`) instead of failing.
 
 use std::io::Read as _;
-use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
@@ -24,8 +23,9 @@ pub const MAX_INPUT_BYTES: usize = 4 * 1024 * 1024;
 pub const MAX_DECODED_BYTES: usize = 8 * 1024 * 1024;
 /// Most tokens per view.
 pub const MAX_TOKENS: usize = 1_000_000;
-/// Time budget per body.
-pub const TIME_BUDGET: Duration = Duration::from_millis(500);
+/// Most tokens over all views of one body: the work budget. It counts work, not time,
+/// so the same body always gets the same analysis however busy the machine is.
+pub const TOKEN_BUDGET: usize = 3_000_000;
 
 /// A normalised text of a body that fingerprints are taken over.
 #[derive(Debug, Clone)]
@@ -212,8 +212,20 @@ fn winnow(shingles: &[u64], out: &mut Vec<u64>) {
 
 /// Analyses a body. `content_encoding` is the `Content-Encoding` header, if any.
 pub fn analyze(body: &[u8], content_encoding: Option<&str>) -> Analysis {
-    let started = Instant::now();
     let mut analysis = Analysis::default();
+    let (input, prefix) = decode_body(body, content_encoding, &mut analysis);
+    let mut budget = TOKEN_BUDGET;
+    add_views(&mut analysis, &input, prefix, &mut budget, 0);
+    analysis
+}
+
+/// The body as text after content decoding (gzip under its cap), the prefix naming the
+/// decoding, and notes on truncation in `analysis`.
+fn decode_body<'a>(
+    body: &'a [u8],
+    content_encoding: Option<&str>,
+    analysis: &mut Analysis,
+) -> (std::borrow::Cow<'a, [u8]>, &'static str) {
     let mut input = body;
     if input.len() > MAX_INPUT_BYTES {
         input = &input[..MAX_INPUT_BYTES];
@@ -221,15 +233,11 @@ pub fn analyze(body: &[u8], content_encoding: Option<&str>) -> Analysis {
     }
     let gzip = content_encoding.is_some_and(|e| e.trim().eq_ignore_ascii_case("gzip"))
         || input.starts_with(&[0x1f, 0x8b]);
-    let decoded;
-    let mut prefix = "";
     if gzip {
         match gunzip(input) {
             Ok((bytes, cut)) => {
-                decoded = bytes;
-                input = &decoded;
                 analysis.truncated |= cut;
-                prefix = "gzip+";
+                return (std::borrow::Cow::Owned(bytes), "gzip+");
             }
             Err(reason) => {
                 analysis.skipped = Some(format!(
@@ -238,13 +246,28 @@ pub fn analyze(body: &[u8], content_encoding: Option<&str>) -> Analysis {
             }
         }
     }
-    add_views(&mut analysis, input, prefix, started, 0);
-    if started.elapsed() > TIME_BUDGET {
-        analysis
-            .skipped
-            .get_or_insert_with(|| format!("time budget of {TIME_BUDGET:?} ran out"));
+    (std::borrow::Cow::Borrowed(input), "")
+}
+
+/// Every text a body can be read as, for finding a value in it whatever the encoding: the
+/// raw text, gzip-decoded, percent-decoded, and each base64 run decoded (bounded as
+/// [`analyze`] is).
+pub fn decoded_texts(body: &[u8], content_encoding: Option<&str>) -> Vec<String> {
+    let mut scratch = Analysis::default();
+    let (input, _) = decode_body(body, content_encoding, &mut scratch);
+    let mut out = vec![String::from_utf8_lossy(body).into_owned()];
+    let text = String::from_utf8_lossy(&input).into_owned();
+    let percent = percent_decode(&text);
+    for candidate in [&text, &percent] {
+        for run in base64_runs(candidate) {
+            if let Some(decoded) = decode_base64(run) {
+                out.push(String::from_utf8_lossy(&decoded).into_owned());
+            }
+        }
     }
-    analysis
+    out.push(percent);
+    out.push(text);
+    out
 }
 
 fn gunzip(input: &[u8]) -> Result<(Vec<u8>, bool), String> {
@@ -256,76 +279,84 @@ fn gunzip(input: &[u8]) -> Result<(Vec<u8>, bool), String> {
     Ok((out, cut))
 }
 
-fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, started: Instant, depth: u8) {
+fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut usize, depth: u8) {
     let text = String::from_utf8_lossy(bytes);
+    let mut decoded_texts = vec![text.clone().into_owned()];
     if let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) {
         collect_values(&json, &mut analysis.values);
         let mut canonical = String::new();
         canonical_json(&json, &mut canonical);
-        push_view(analysis, format!("{prefix}json"), canonical, started);
+        push_view(analysis, format!("{prefix}json"), canonical, budget);
         let mut values = String::new();
         json_values(&json, &mut values);
-        push_view(analysis, format!("{prefix}json-values"), values, started);
+        push_view(analysis, format!("{prefix}json-values"), values, budget);
     } else {
         push_view(
             analysis,
             format!("{prefix}text"),
             text.clone().into_owned(),
-            started,
+            budget,
         );
         if text.contains('%') || text.contains('+') {
             let decoded = percent_decode(&text);
             if decoded != text {
                 if let Ok(json) = serde_json::from_str::<serde_json::Value>(&decoded) {
+                    collect_values(&json, &mut analysis.values);
                     let mut canonical = String::new();
                     canonical_json(&json, &mut canonical);
                     push_view(
                         analysis,
                         format!("{prefix}percent-decoded+json"),
                         canonical,
-                        started,
+                        budget,
                     );
                 } else {
                     push_view(
                         analysis,
                         format!("{prefix}percent-decoded"),
-                        decoded,
-                        started,
+                        decoded.clone(),
+                        budget,
+                    );
+                }
+                decoded_texts.push(decoded);
+            }
+        }
+    }
+    if depth == 0 {
+        for candidate in &decoded_texts {
+            for run in base64_runs(candidate) {
+                if *budget == 0 {
+                    return;
+                }
+                if let Some(decoded) = decode_base64(run) {
+                    add_views(
+                        analysis,
+                        &decoded,
+                        &format!("{prefix}base64+"),
+                        budget,
+                        depth + 1,
                     );
                 }
             }
         }
     }
-    if depth == 0 {
-        for run in base64_runs(&text) {
-            if started.elapsed() > TIME_BUDGET {
-                return;
-            }
-            if let Some(decoded) = decode_base64(run) {
-                add_views(
-                    analysis,
-                    &decoded,
-                    &format!("{prefix}base64+"),
-                    started,
-                    depth + 1,
-                );
-            }
-        }
-    }
 }
 
-fn push_view(analysis: &mut Analysis, name: String, text: String, started: Instant) {
-    if started.elapsed() > TIME_BUDGET {
-        analysis
-            .skipped
-            .get_or_insert_with(|| format!("time budget of {TIME_BUDGET:?} ran out"));
+fn push_view(analysis: &mut Analysis, name: String, text: String, budget: &mut usize) {
+    if *budget == 0 {
+        analysis.skipped.get_or_insert_with(|| {
+            format!("the work budget of {TOKEN_BUDGET} tokens ran out; later views were not taken")
+        });
+        analysis.truncated = true;
         return;
     }
     let mut tokens = tokenize(&text);
-    if tokens.len() > MAX_TOKENS {
-        tokens.truncate(MAX_TOKENS);
+    let cap = MAX_TOKENS.min(*budget);
+    if tokens.len() > cap {
+        tokens.truncate(cap);
         analysis.truncated = true;
     }
+    *budget -= tokens.len();
     let hashes: Vec<u64> = tokens
         .iter()
         .map(|&(s, e)| token_hash(&text[s..e]))
@@ -557,8 +588,18 @@ fn base64_runs(text: &str) -> Vec<&str> {
             runs.push(&text[s..]);
         }
     }
-    runs.truncate(64);
-    runs
+    // `key=VALUE` glues a key to a base64 value: '=' is padding only at a run's end.
+    let mut split: Vec<&str> = Vec::new();
+    for run in runs {
+        for part in run.split_inclusive('=') {
+            let part = part.trim_start_matches('=');
+            if part.len() >= 24 {
+                split.push(part);
+            }
+        }
+    }
+    split.truncate(64);
+    split
 }
 
 /// Decodes a base64 run when the result is mostly printable text.

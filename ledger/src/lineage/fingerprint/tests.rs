@@ -125,3 +125,51 @@ fn values_moved_under_other_keys_are_recognised() {
     )
     .is_some());
 }
+
+#[test]
+fn base64_in_form_and_query_values_is_decoded() {
+    let passage =
+        "the quarterly revenue numbers for the northern region are confidential and final";
+    let fingerprints = analyze(passage.as_bytes(), None).winnowed();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(passage);
+    for effect in [
+        format!("data={b64}&x=1"),
+        format!(
+            "data={}",
+            b64.replace('+', "%2B")
+                .replace('=', "%3D")
+                .replace('/', "%2F")
+        ),
+    ] {
+        let found = overlap(&analyze(effect.as_bytes(), None), &fingerprints);
+        assert!(found.is_some(), "{effect}");
+    }
+}
+
+#[test]
+fn decoded_texts_reveal_values_under_encodings() {
+    use std::io::Write as _;
+    let secret = "ph_abcdefghijkmnopqrstuvwx";
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder
+        .write_all(format!("{{\"ref\": \"{secret}\"}}").as_bytes())
+        .expect("gzip");
+    let gz = encoder.finish().expect("gzip");
+    assert!(decoded_texts(&gz, Some("gzip"))
+        .iter()
+        .any(|t| t.contains(secret)));
+    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{{\"ref\":\"{secret}\"}}"));
+    let body = format!("{{\"blob\":\"{b64}\"}}");
+    assert!(decoded_texts(body.as_bytes(), None)
+        .iter()
+        .any(|t| t.contains(secret)));
+}
+
+#[test]
+fn analysis_is_deterministic_under_load() {
+    let body = serde_json::to_vec(&contacts(20_000)).expect("json");
+    let a = analyze(&body, None);
+    let b = analyze(&body, None);
+    assert_eq!(a.winnowed(), b.winnowed());
+    assert_eq!(a.skipped, None, "a 2 MB body fits the work budget");
+}
