@@ -141,3 +141,44 @@ where
         self.inner.size_hint()
     }
 }
+
+/// A body that keeps `guard` alive until the body is dropped (after its last frame is
+/// sent, or the connection ends): used to count a request as in flight until its response
+/// has left.
+pub struct Guarded<B> {
+    inner: B,
+    _guard: Box<dyn Send + Sync>,
+}
+
+impl<B> Guarded<B> {
+    /// Wraps `inner`, holding `guard`.
+    pub fn new(inner: B, guard: Box<dyn Send + Sync>) -> Self {
+        Self {
+            inner,
+            _guard: guard,
+        }
+    }
+}
+
+impl<B> Body for Guarded<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

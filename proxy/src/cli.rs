@@ -526,13 +526,31 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.stage_body_limit = args.stage_body_limit;
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     let server = crate::Server::build(config).await?;
-    tokio::select! {
-        () = server.run() => Ok(()),
-        result = tokio::signal::ctrl_c() => {
-            result.context("cannot listen for Ctrl-C")?;
-            tracing::info!("stopping");
-            Ok(())
+    server.run_until(shutdown_signal()).await;
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(error) => {
+                    tracing::warn!(error = %error, "cannot listen for SIGTERM");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
         }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

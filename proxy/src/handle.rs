@@ -146,6 +146,27 @@ pub fn full_body(bytes: Bytes) -> ProxyBody {
         .boxed()
 }
 
+/// Counts a request as in flight until dropped, which is when its response body has been
+/// sent (graceful shutdown waits for zero).
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared
+            .in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(shared.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Handles one request of `run` for `target`.
 pub async fn handle(
     shared: Arc<Shared>,
@@ -153,6 +174,7 @@ pub async fn handle(
     target: Target,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
+    let in_flight = InFlight::new(&shared);
     let (parts, body) = req.into_parts();
     let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
     let path_and_query = parts
@@ -170,12 +192,17 @@ pub async fn handle(
         .into_response();
     }
     let result = decide_and_act(&shared, &run, &target, &url, parts, body).await;
-    result.unwrap_or_else(|error| {
+    let response = result.unwrap_or_else(|error| {
         if error.status().is_server_error() {
             warn!(run.id = %run, url = %url, error = %error, reason = %error.body()["reason"], "request failed");
         }
         error.into_response()
-    })
+    });
+    let (head, body) = response.into_parts();
+    Response::from_parts(
+        head,
+        crate::body::Guarded::new(body, Box::new(in_flight)).boxed(),
+    )
 }
 
 async fn decide_and_act(

@@ -56,6 +56,9 @@ pub enum StartError {
     Upstream(#[from] crate::upstream::UpstreamError),
 }
 
+/// How long a graceful shutdown waits for requests in flight.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Limits applied to proxied requests.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -89,6 +92,8 @@ pub struct Shared {
     pub data_dir: std::path::PathBuf,
     /// The lineage worker.
     pub lineage: crate::lineage::LineageWorker,
+    /// Proxied requests being handled now (until their response head is ready).
+    pub in_flight: std::sync::atomic::AtomicUsize,
     /// Runs that accept no more requests, reads included: a commit was decided or the run
     /// was aborted. (A sealed run still passes reads; it only refuses new effects.)
     pub closed_runs: std::sync::RwLock<std::collections::HashSet<airlock_ledger::RunId>>,
@@ -243,6 +248,7 @@ impl Server {
             commit_locks: std::sync::Mutex::default(),
             danger_allow_snapshot_commands: config.danger_allow_snapshot_commands,
             lineage: crate::lineage::LineageWorker::start(ledger.clone()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
         });
         Ok(Self {
             shared,
@@ -275,6 +281,39 @@ impl Server {
     /// in the data directory, and finishes any commit whose decision was written before a
     /// restart.
     pub async fn run(self) {
+        self.run_until(std::future::pending()).await;
+    }
+
+    /// Serves until `shutdown` completes, then shuts down gracefully: stops accepting,
+    /// waits up to [`SHUTDOWN_GRACE`] for requests in flight (staging included) to be
+    /// answered, and flushes the ledger.
+    pub async fn run_until(self, shutdown: impl std::future::Future<Output = ()>) {
+        let shared = self.shared.clone();
+        tokio::select! {
+            () = self.serve() => {}
+            () = shutdown => {
+                // The accept loops were dropped with `serve`: nothing new is accepted.
+                // Connections already accepted run on in their own tasks.
+                info!("shutting down: no new connections; waiting for requests in flight");
+                let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+                while shared.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0
+                    && tokio::time::Instant::now() < deadline
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                let left = shared.in_flight.load(std::sync::atomic::Ordering::SeqCst);
+                if left > 0 {
+                    warn!(requests = left, "shutdown grace ran out with requests still in flight");
+                }
+                match shared.ledger.flush() {
+                    Ok(()) => info!("ledger flushed; stopped"),
+                    Err(error) => warn!(error = %error, "flushing the ledger at shutdown failed"),
+                }
+            }
+        }
+    }
+
+    async fn serve(self) {
         let shared = self.shared;
         let addresses = serde_json::json!({
             "proxy": shared.proxy_addr.to_string(),

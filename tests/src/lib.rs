@@ -229,6 +229,23 @@ impl Airlock {
         }
     }
 
+    /// Sends SIGTERM and waits up to `timeout` for the process to exit; returns its status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// SIGKILLs the process and starts it again on the same data directory.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();

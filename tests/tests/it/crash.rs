@@ -205,3 +205,65 @@ async fn a_commit_finishes_even_when_the_admin_client_hangs_up() {
     assert_eq!(states, vec![json!("released"); 3]);
     assert_eq!(origin.received().len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_accepting_lets_requests_in_flight_finish_and_keeps_the_ledger() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| {
+            let mut reply = Reply::text(200, "slow but complete");
+            reply.delay = Some(Duration::from_millis(1500));
+            reply
+        }),
+    )
+    .await
+    .expect("origin");
+    let mut airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (run, env) = airlock.create_run().await;
+    let base = format!("https://127.0.0.1:{}", origin.addr().port());
+    assert_eq!(
+        curl(
+            &env,
+            &["-X", "POST", "--data", "kept", &format!("{base}/hook")]
+        )
+        .await
+        .status,
+        202
+    );
+    let slow_env = env.clone();
+    let slow_url = format!("{base}/slow");
+    let slow = tokio::spawn(async move { curl(&slow_env, &[&slow_url]).await });
+    assert!(
+        eventually(Duration::from_secs(5), || origin
+            .received()
+            .iter()
+            .any(|r| r.path == "/slow"))
+        .await,
+        "the slow request reached the origin"
+    );
+    let proxy = airlock.proxy.clone();
+    let status = tokio::task::spawn_blocking(move || {
+        airlock
+            .terminate(Duration::from_secs(15))
+            .map(|s| (s, airlock))
+    })
+    .await
+    .expect("terminate");
+    let (status, mut airlock) = status.expect("airlock exited within the grace period");
+    assert!(status.success(), "a graceful stop exits 0: {status:?}");
+    let out = slow.await.expect("slow curl");
+    assert_eq!(
+        out.status, 200,
+        "the request in flight finished: {}",
+        out.stderr
+    );
+    assert_eq!(out.body, b"slow but complete");
+    assert!(
+        tokio::net::TcpStream::connect(&proxy).await.is_err(),
+        "nothing is accepted after the stop"
+    );
+    airlock.restart().expect("restart");
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1, "the staged effect survived the stop");
+}
