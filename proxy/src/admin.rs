@@ -122,6 +122,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/effects/{id}/approve", post(approve_effect))
         .route("/v1/effects/{id}/reject", post(reject_effect))
         .route("/v1/ca", get(ca_pem))
+        .route("/metrics", get(metrics))
         .merge(workspace::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
@@ -603,6 +604,15 @@ async fn ca_pem(State(shared): State<Arc<Shared>>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/x-pem-file")],
         shared.ca.cert_pem().to_owned(),
+    )
+        .into_response()
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let in_flight = shared.in_flight.load(std::sync::atomic::Ordering::Relaxed);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        shared.metrics.render(in_flight),
     )
         .into_response()
 }

@@ -211,6 +211,9 @@ struct ServeArgs {
     /// Largest request body that can be staged, in bytes
     #[arg(long, default_value_t = crate::config::DEFAULT_STAGE_BODY_LIMIT)]
     stage_body_limit: u64,
+    /// Seconds a client may take to send a request head
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    header_read_timeout: u64,
     /// Let admin clients have this server run shell commands (the cmd snapshot driver of
     /// `airlock run`): anyone holding the admin token can then run any command as this user
     #[arg(long)]
@@ -524,6 +527,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.admin = args.admin;
     config.upstream_ca = args.upstream_ca;
     config.stage_body_limit = args.stage_body_limit;
+    config.header_read_timeout = std::time::Duration::from_secs(args.header_read_timeout.max(1));
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;

@@ -47,6 +47,8 @@ pub struct ServeConfig {
     pub connect_timeout: Duration,
     /// Timeout for one release request (whole exchange).
     pub release_timeout: Duration,
+    /// How long a client may take to send a request head (stops slow-header clients).
+    pub header_read_timeout: Duration,
     /// Lets admin API clients have the server run shell commands (the `cmd` snapshot
     /// driver of `airlock run`). Gives up: the admin token then lets its holder run any
     /// command as the server's user. `airlock run`'s embedded server sets it, for the
@@ -56,7 +58,8 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     /// A configuration with the documented defaults: proxy on 127.0.0.1:8080, admin on
-    /// 127.0.0.1:8081, 10 MiB staging limit, 10 s connect timeout, 60 s release timeout.
+    /// 127.0.0.1:8081, 10 MiB staging limit, 10 s connect timeout, 60 s release timeout,
+    /// 30 s header read timeout.
     pub fn new(data_dir: PathBuf, policy_path: PathBuf) -> Self {
         Self {
             data_dir,
@@ -67,6 +70,7 @@ impl ServeConfig {
             stage_body_limit: DEFAULT_STAGE_BODY_LIMIT,
             connect_timeout: Duration::from_secs(10),
             release_timeout: Duration::from_secs(60),
+            header_read_timeout: Duration::from_secs(30),
             danger_allow_snapshot_commands: false,
         }
     }

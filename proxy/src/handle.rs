@@ -223,6 +223,12 @@ async fn decide_and_act(
         has_body: has_body(&parts),
     };
     let decision = shared.policy.decide(&facts);
+    let counter = match decision.action {
+        Action::Pass => &shared.metrics.passed,
+        Action::Stage => &shared.metrics.staged,
+        Action::Deny => &shared.metrics.denied,
+    };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     info!(
         run.id = %run,
         http.method = %parts.method,

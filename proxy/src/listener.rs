@@ -20,8 +20,9 @@ use crate::handle::{handle, Target};
 use crate::respond::ProxyError;
 use crate::server::Shared;
 
-/// How long a client may take to send a request head.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most header fields in one request or response, on every side (CASES.md C08).
+pub const MAX_HEADERS: usize = 512;
+
 /// How long a tunnel waits for the client's first byte.
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -50,24 +51,26 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
 /// The run a client connection is bound to, once it authenticated.
 type Binding = Arc<Mutex<Option<RunId>>>;
 
-fn http1_builder() -> hyper::server::conn::http1::Builder {
+fn http1_builder(header_read_timeout: Duration) -> hyper::server::conn::http1::Builder {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(header_read_timeout)
         .max_buf_size(MAX_HEADER_LIST_BYTES as usize)
+        .max_headers(MAX_HEADERS)
         .keep_alive(true);
     builder
 }
 
 async fn serve_connection(shared: Arc<Shared>, stream: TcpStream) {
+    let header_timeout = shared.limits.header_read_timeout;
     let binding: Binding = Arc::new(Mutex::new(None));
     let service = service_fn(move |req| {
         let shared = shared.clone();
         let binding = binding.clone();
         async move { Ok::<_, std::convert::Infallible>(dispatch(shared, binding, req).await) }
     });
-    if let Err(error) = http1_builder()
+    if let Err(error) = http1_builder(header_timeout)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades()
         .await
@@ -233,6 +236,7 @@ async fn intercept(
     // else is taken as plain HTTP inside the tunnel (CASES.md C11). A client that waits for
     // the server to speak first (SMTP, SSH banners) gets nothing and is closed after
     // FIRST_BYTE_TIMEOUT: such protocols need a tunnel rule, which does not exist yet.
+    let header_timeout = shared.limits.header_read_timeout;
     let mut io = TokioIo::new(upgraded);
     let mut first = vec![0u8; 1024];
     let read = tokio::time::timeout(
@@ -256,10 +260,21 @@ async fn intercept(
         return;
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let tls = match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(io)).await {
+    let tls = match tokio::time::timeout(header_timeout, acceptor.accept(io)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(error)) => {
-            info!(error = %error, "TLS handshake with the client failed (does it trust airlock's CA?)");
+            shared
+                .metrics
+                .client_handshake_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if rejected_our_certificate(&error) {
+                shared.metrics.client_untrusted_ca(&target.host);
+                warn!(origin.host = %target.host, error = %error,
+                      "the client does not trust airlock's CA (it rejected the certificate); \
+                       give it the CA bundle, or add a tunnel rule for this host");
+            } else {
+                info!(error = %error, "TLS handshake with the client failed");
+            }
             return;
         }
         Err(_) => {
@@ -305,7 +320,7 @@ async fn intercept(
             .max_header_list_size(MAX_HEADER_LIST_BYTES);
         builder.serve_connection(TokioIo::new(tls), service).await
     } else {
-        http1_builder()
+        http1_builder(header_timeout)
             .serve_connection(TokioIo::new(tls), service)
             .with_upgrades()
             .await
@@ -334,17 +349,40 @@ async fn plain_http_in_tunnel<T>(
         ..target
     };
     info!(origin.host = %target.host, origin.port = target.port, "plain HTTP inside a CONNECT tunnel");
+    let header_timeout = shared.limits.header_read_timeout;
     let service = service_fn(move |req| {
         let shared = shared.clone();
         let run = run.clone();
         let target = target.clone();
         async move { Ok::<_, std::convert::Infallible>(handle(shared, run, target, req).await) }
     });
-    if let Err(error) = http1_builder()
+    if let Err(error) = http1_builder(header_timeout)
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades()
         .await
     {
         debug!(error = %error, "plain tunnel connection ended with an error");
     }
+}
+
+/// Whether a failed handshake is the client rejecting airlock's certificate: an
+/// `unknown_ca`, `bad_certificate`, `certificate_unknown` or `access_denied` alert right
+/// after our certificate (CASES.md C13).
+fn rejected_our_certificate(error: &std::io::Error) -> bool {
+    use rustls::AlertDescription;
+    let Some(tls) = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    else {
+        return false;
+    };
+    matches!(
+        tls,
+        rustls::Error::AlertReceived(
+            AlertDescription::UnknownCA
+                | AlertDescription::BadCertificate
+                | AlertDescription::CertificateUnknown
+                | AlertDescription::AccessDenied
+        )
+    )
 }

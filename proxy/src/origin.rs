@@ -124,8 +124,12 @@ impl OriginCa {
         protocols: &[&[u8]],
     ) -> Result<rustls::ServerConfig, Box<dyn std::error::Error + Send + Sync>> {
         let key = KeyPair::generate()?;
-        let mut params =
-            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+        let mut params = CertificateParams::new(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "127.0.0.2".to_owned(),
+            "::1".to_owned(),
+        ])?;
         params
             .distinguished_name
             .push(DnType::CommonName, "localhost");
@@ -172,6 +176,22 @@ impl Origin {
         handler: Handler,
         protocols: &[&[u8]],
     ) -> std::io::Result<Self> {
+        Self::start_on(
+            "127.0.0.1:0".parse().map_err(std::io::Error::other)?,
+            ca,
+            handler,
+            protocols,
+        )
+        .await
+    }
+
+    /// Starts an origin bound to `addr` (a loopback address: 127.0.0.2, [::1] …).
+    pub async fn start_on(
+        addr: SocketAddr,
+        ca: Option<&OriginCa>,
+        handler: Handler,
+        protocols: &[&[u8]],
+    ) -> std::io::Result<Self> {
         let tls = match ca {
             Some(ca) => Some(tokio_rustls::TlsAcceptor::from(Arc::new(
                 ca.server_config_alpn(protocols)
@@ -179,7 +199,7 @@ impl Origin {
             ))),
             None => None,
         };
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let received: Arc<Mutex<Vec<Received>>> = Arc::default();
         let log = received.clone();
@@ -191,7 +211,8 @@ impl Origin {
                 let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req| answer(req, handler.clone(), log.clone()));
-                    let builder = hyper::server::conn::http1::Builder::new();
+                    let mut builder = hyper::server::conn::http1::Builder::new();
+                    builder.max_headers(512).max_buf_size(512 * 1024);
                     match tls {
                         Some(tls) => {
                             if let Ok(stream) = tls.accept(stream).await {

@@ -66,6 +66,8 @@ pub struct Limits {
     pub stage_body_bytes: u64,
     /// Timeout of one release request.
     pub release_timeout: std::time::Duration,
+    /// How long a client may take to send a request head.
+    pub header_read_timeout: std::time::Duration,
 }
 
 /// State shared by the listeners, the admin API and the commit authority.
@@ -92,8 +94,10 @@ pub struct Shared {
     pub data_dir: std::path::PathBuf,
     /// The lineage worker.
     pub lineage: crate::lineage::LineageWorker,
-    /// Proxied requests being handled now (until their response head is ready).
+    /// Proxied requests being handled now (until their response has been sent).
     pub in_flight: std::sync::atomic::AtomicUsize,
+    /// Counters for `/metrics`.
+    pub metrics: crate::metrics::Metrics,
     /// Runs that accept no more requests, reads included: a commit was decided or the run
     /// was aborted. (A sealed run still passes reads; it only refuses new effects.)
     pub closed_runs: std::sync::RwLock<std::collections::HashSet<airlock_ledger::RunId>>,
@@ -239,6 +243,7 @@ impl Server {
             limits: Limits {
                 stage_body_bytes: config.stage_body_limit,
                 release_timeout: config.release_timeout,
+                header_read_timeout: config.header_read_timeout,
             },
             admin_token,
             proxy_addr,
@@ -249,6 +254,7 @@ impl Server {
             danger_allow_snapshot_commands: config.danger_allow_snapshot_commands,
             lineage: crate::lineage::LineageWorker::start(ledger.clone()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            metrics: crate::metrics::Metrics::default(),
         });
         Ok(Self {
             shared,

@@ -87,5 +87,8 @@ pub fn client(dialer: Dialer, tls: rustls::ClientConfig) -> UpstreamClient {
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(64)
+        .http1_max_headers(crate::listener::MAX_HEADERS)
+        .http1_max_buf_size(crate::listener::MAX_HEADER_LIST_BYTES as usize)
+        .http2_max_header_list_size(crate::listener::MAX_HEADER_LIST_BYTES)
         .build(connector)
 }

@@ -2,6 +2,7 @@
 
 mod auth;
 mod bad_input;
+mod cases;
 mod cli;
 mod crash;
 mod lineage;

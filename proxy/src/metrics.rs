@@ -1,0 +1,70 @@
+//! Counters exposed on the admin listener at `/metrics` in the Prometheus text format
+//! (https://prometheus.io/docs/instrumenting/exposition_formats/). Label values are host
+//! names and fixed words, never secrets.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// airlock's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Requests decided `pass`.
+    pub passed: AtomicU64,
+    /// Requests decided `stage` (and staged, or refused by a limit).
+    pub staged: AtomicU64,
+    /// Requests decided `deny`.
+    pub denied: AtomicU64,
+    /// TLS handshakes with clients that failed.
+    pub client_handshake_failures: AtomicU64,
+    /// Per CONNECT host: clients that rejected airlock's certificate with an alert
+    /// (`unknown_ca`, `bad_certificate`, `certificate_unknown`): they do not trust
+    /// airlock's CA, typically because they bundle their own roots (CASES.md C13).
+    untrusted_ca: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Metrics {
+    /// Counts a client that does not trust airlock's CA for `host`.
+    pub fn client_untrusted_ca(&self, host: &str) {
+        let mut map = self.untrusted_ca.lock().unwrap_or_else(|e| e.into_inner());
+        *map.entry(host.to_owned()).or_insert(0) += 1;
+    }
+
+    /// The Prometheus text exposition; `in_flight` is the current number of requests.
+    pub fn render(&self, in_flight: usize) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP airlock_requests_total Proxied requests by policy action.\n");
+        out.push_str("# TYPE airlock_requests_total counter\n");
+        for (action, counter) in [
+            ("pass", &self.passed),
+            ("stage", &self.staged),
+            ("deny", &self.denied),
+        ] {
+            out.push_str(&format!(
+                "airlock_requests_total{{action=\"{action}\"}} {}\n",
+                counter.load(Ordering::Relaxed)
+            ));
+        }
+        out.push_str(
+            "# HELP airlock_requests_in_flight Proxied requests whose response has not finished.\n",
+        );
+        out.push_str("# TYPE airlock_requests_in_flight gauge\n");
+        out.push_str(&format!("airlock_requests_in_flight {in_flight}\n"));
+        out.push_str("# HELP airlock_client_tls_handshake_failures_total TLS handshakes with clients that failed.\n");
+        out.push_str("# TYPE airlock_client_tls_handshake_failures_total counter\n");
+        out.push_str(&format!(
+            "airlock_client_tls_handshake_failures_total {}\n",
+            self.client_handshake_failures.load(Ordering::Relaxed)
+        ));
+        out.push_str("# HELP airlock_client_untrusted_ca_total Clients that rejected airlock's certificate: they do not trust the airlock CA (use a tunnel rule, or give them the CA).\n");
+        out.push_str("# TYPE airlock_client_untrusted_ca_total counter\n");
+        let map = self.untrusted_ca.lock().unwrap_or_else(|e| e.into_inner());
+        for (host, count) in map.iter() {
+            let host = host.replace('\\', "\\\\").replace('"', "\\\"");
+            out.push_str(&format!(
+                "airlock_client_untrusted_ca_total{{host=\"{host}\"}} {count}\n"
+            ));
+        }
+        out
+    }
+}
