@@ -32,7 +32,13 @@ pub async fn forward(
     mut parts: Parts,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    let trailers = crate::headers::wants_trailers(&parts.headers);
     strip_hop_by_hop(&mut parts.headers);
+    if trailers {
+        parts
+            .headers
+            .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    }
     parts.uri = url.parse().map_err(|_| ProxyError::BadRequest {
         code: "bad_uri",
         reason: format!("{url} is not a valid URI"),

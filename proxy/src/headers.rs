@@ -5,13 +5,13 @@ use airlock_ledger::{Header, HeaderText};
 use http::{header, HeaderMap, HeaderName};
 
 /// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1), plus the
-/// proxy's own credentials and `Proxy-Connection` (a legacy client header).
-const HOP_BY_HOP: [&str; 9] = [
+/// proxy's own credentials and `Proxy-Connection` (a legacy client header). `Trailer` is
+/// end-to-end and kept; `TE: trailers` is restored by [`keep_te_trailers`].
+const HOP_BY_HOP: [&str; 8] = [
     "connection",
     "proxy-connection",
     "keep-alive",
     "te",
-    "trailer",
     "transfer-encoding",
     "upgrade",
     "proxy-authorization",
@@ -67,4 +67,15 @@ pub fn is_credential(name: &str) -> bool {
     ) || name.contains("token")
         || name.contains("secret")
         || name.ends_with("-key")
+}
+
+/// Whether the client asked for trailers (`TE: trailers`, RFC 9110 §10.1.4); the one TE
+/// value that is forwarded (and the only one HTTP/2 allows).
+pub fn wants_trailers(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
 }

@@ -42,7 +42,7 @@ impl Received {
 }
 
 /// What the origin answers.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Reply {
     /// Status code.
     pub status: u16,
@@ -52,6 +52,8 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// Wait this long (after recording the request) before answering.
     pub delay: Option<Duration>,
+    /// Trailer fields sent after the body (the body is then streamed, never sized).
+    pub trailers: Vec<(String, String)>,
 }
 
 impl Reply {
@@ -62,6 +64,7 @@ impl Reply {
             headers: vec![("content-type".into(), "application/json".into())],
             body: body.to_string().into_bytes(),
             delay: None,
+            trailers: Vec::new(),
         }
     }
 
@@ -72,6 +75,7 @@ impl Reply {
             headers: vec![("content-type".into(), "text/plain".into())],
             body: body.as_bytes().to_vec(),
             delay: None,
+            trailers: Vec::new(),
         }
     }
 }
@@ -259,11 +263,14 @@ impl Origin {
     }
 }
 
+/// The origin's response body: whole, or streamed with trailers.
+type OriginBody = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
+
 async fn answer(
     req: Request<Incoming>,
     handler: Handler,
     log: Arc<Mutex<Vec<Received>>>,
-) -> Result<Response<Full<Bytes>>, hyper::Error> {
+) -> Result<Response<OriginBody>, hyper::Error> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes().to_vec();
     let received = Received {
@@ -291,7 +298,35 @@ async fn answer(
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }
-    let mut response = Response::new(Full::new(Bytes::from(reply.body)));
+    let body: OriginBody = if reply.trailers.is_empty() {
+        Full::new(Bytes::from(reply.body)).boxed_unsync()
+    } else {
+        let mut trailers = http::HeaderMap::new();
+        for (name, value) in &reply.trailers {
+            if let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderValue::from_str(value),
+            ) {
+                trailers.append(name, value);
+            }
+        }
+        let mut frames = Vec::new();
+        if !reply.body.is_empty() {
+            frames.push(Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
+                Bytes::from(reply.body),
+            )));
+        }
+        frames.push(Ok(hyper::body::Frame::trailers(trailers)));
+        http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync()
+    };
+    let declared: Vec<String> = reply.trailers.iter().map(|(n, _)| n.clone()).collect();
+    let mut response = Response::new(body);
+    if !declared.is_empty() {
+        // HTTP/1.1 sends only trailer fields the `Trailer` header declares (RFC 9110 §6.6.2).
+        if let Ok(value) = http::HeaderValue::from_str(&declared.join(", ")) {
+            response.headers_mut().insert(http::header::TRAILER, value);
+        }
+    }
     *response.status_mut() =
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in reply.headers {

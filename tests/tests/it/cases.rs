@@ -188,7 +188,7 @@ async fn case_c07_content_encoding_untouched_on_pass_and_kept_on_stage() {
                 ("etag".into(), "\"abc\"".into()),
             ],
             body: served.clone(),
-            delay: None,
+            ..Reply::default()
         }),
     )
     .await

@@ -101,7 +101,7 @@ async fn case_c05_reframing_for_every_client_version() {
                 status: 304,
                 headers: vec![("etag".into(), "\"v1\"".into())],
                 body: Vec::new(),
-                delay: None,
+                ..Reply::default()
             },
             _ => Reply::text(200, "body for get"),
         }),
@@ -381,4 +381,144 @@ async fn case_c11_other_ports_server_speaks_first_and_plain_http_in_connect() {
     assert!(read.is_ok(), "the tunnel was closed, not left hanging");
     assert!(String::from_utf8_lossy(&rest).starts_with("HTTP/1.1 200"));
     assert!(started.elapsed() < std::time::Duration::from_secs(29));
+}
+
+/// Sends one GET through a CONNECT tunnel with a hyper client speaking `alpn`, asking for
+/// trailers; returns status, body and trailers.
+async fn get_with_trailers(
+    airlock: &airlock_tests::Airlock,
+    run: &str,
+    authority: &str,
+    alpn: &[u8],
+) -> (u16, Vec<u8>, Option<http::HeaderMap>) {
+    use base64::Engine as _;
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let token = airlock.run_token(run).await;
+    let mut stream = tokio::net::TcpStream::connect(&airlock.proxy)
+        .await
+        .expect("connect");
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"));
+    stream
+        .write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: Basic {auth}\r\n\r\n").as_bytes())
+        .await
+        .expect("CONNECT");
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.expect("read");
+        head.push(byte[0]);
+    }
+    let ca = std::fs::read_to_string(airlock.ca_file()).expect("ca");
+    let der: String = ca.lines().filter(|l| !l.starts_with("-----")).collect();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(
+            base64::engine::general_purpose::STANDARD
+                .decode(der)
+                .expect("pem")
+                .into(),
+        )
+        .expect("root");
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, stream)
+        .await
+        .expect("tls");
+    let io = hyper_util::rt::TokioIo::new(tls);
+    let request = http::Request::builder()
+        .uri(format!("https://{authority}/stream"))
+        .header("te", "trailers")
+        .header("host", authority)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .expect("request");
+    let response = if alpn == b"h2" {
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                .await
+                .expect("h2");
+        tokio::spawn(conn);
+        let mut request = request;
+        request.headers_mut().remove("host");
+        sender.send_request(request).await.expect("send")
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.expect("h1");
+        tokio::spawn(conn);
+        sender.send_request(request).await.expect("send")
+    };
+    let status = response.status().as_u16();
+    let collected = response.into_body().collect().await.expect("body");
+    let trailers = collected.trailers().cloned();
+    (status, collected.to_bytes().to_vec(), trailers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c03_trailers_reach_the_client() {
+    let fx = Fixture::new();
+    let with_trailers = |body: &'static str| {
+        move |_: &Received| Reply {
+            status: 200,
+            body: body.as_bytes().to_vec(),
+            trailers: vec![
+                ("grpc-status".into(), "0".into()),
+                ("x-checksum".into(), "abc123".into()),
+            ],
+            ..Reply::default()
+        }
+    };
+    let h1 = Origin::start_alpn(
+        Some(&fx.origin_ca),
+        Arc::new(with_trailers("chunked body")),
+        &[b"http/1.1"],
+    )
+    .await
+    .expect("origin");
+    // An h2 origin answering trailers-only, as gRPC errors do.
+    let h2 = Origin::start_alpn(Some(&fx.origin_ca), Arc::new(with_trailers("")), &[b"h2"])
+        .await
+        .expect("origin");
+    let policy = format!(
+        "version = 1\nallow_private = [\"127.0.0.0/8\"]\n[[rule]]\nid = \"reads\"\nhost = \"127.0.0.1\"\nport = [{}, {}]\nmethod = \"read\"\naction = \"pass\"\n",
+        h1.addr().port(),
+        h2.addr().port()
+    );
+    let airlock = fx.start(&policy, &[]);
+    let (run, _) = airlock.create_run().await;
+    for (origin, body) in [(&h1, &b"chunked body"[..]), (&h2, &b""[..])] {
+        for alpn in [&b"http/1.1"[..], &b"h2"[..]] {
+            let authority = format!("127.0.0.1:{}", origin.addr().port());
+            let (status, got, trailers) = get_with_trailers(&airlock, &run, &authority, alpn).await;
+            let label = format!(
+                "client {} -> origin {}",
+                String::from_utf8_lossy(alpn),
+                origin
+                    .received()
+                    .last()
+                    .map(|r| r.version.clone())
+                    .unwrap_or_default()
+            );
+            assert_eq!(status, 200, "{label}");
+            assert_eq!(got, body, "{label}");
+            let trailers =
+                trailers.unwrap_or_else(|| panic!("{label}: trailers reached the client"));
+            assert_eq!(
+                trailers.get("grpc-status").and_then(|v| v.to_str().ok()),
+                Some("0"),
+                "{label}"
+            );
+            assert_eq!(
+                trailers.get("x-checksum").and_then(|v| v.to_str().ok()),
+                Some("abc123"),
+                "{label}"
+            );
+        }
+    }
 }
