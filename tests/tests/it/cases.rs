@@ -464,3 +464,148 @@ async fn case_c21_the_synthetic_answer_is_immediate_and_release_comes_later() {
     assert_eq!(report["state"], "committed");
     assert_eq!(origin.received().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c02_chunked_request_bodies_without_content_length() {
+    let fx = Fixture::new();
+    // A bare repository served by git's own http-backend, and a recording origin.
+    let root = fx.dir.path().join("git-root");
+    std::fs::create_dir_all(&root).expect("root");
+    crate::run::git(&root, &["init", "-q", "--bare", "-b", "main", "repo.git"]);
+    crate::run::git(
+        &root.join("repo.git"),
+        &["config", "http.receivepack", "true"],
+    );
+    let backend_root = root.clone();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(move |req: &Received| {
+            if req.path.starts_with("/repo.git/") {
+                crate::run::clients::git_backend(&backend_root, req)
+            } else {
+                Reply::text(201, "stored")
+            }
+        }),
+    )
+    .await
+    .expect("origin");
+    let port = origin.addr().port();
+    let policy = format!(
+        r#"version = 1
+allow_private = ["127.0.0.0/8"]
+[[rule]]
+id = "git-push"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/repo.git/git-receive-pack"
+action = "pass"
+[[rule]]
+id = "uploads"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/upload"
+action = "pass"
+[[rule]]
+id = "staged"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/staged"
+action = "stage"
+[[rule]]
+id = "reads"
+host = "127.0.0.1"
+port = {port}
+method = "read"
+action = "pass"
+"#
+    );
+    let airlock = fx.start(&policy, &[]);
+    let (run, env) = airlock.create_run().await;
+    let base = format!("https://127.0.0.1:{port}");
+    let five = fx.dir.path().join("five.bin");
+    std::fs::write(
+        &five,
+        (0..5 * 1024 * 1024)
+            .map(|i| (i % 253) as u8)
+            .collect::<Vec<u8>>(),
+    )
+    .expect("write");
+
+    // curl, chunked, 5 MiB: passed streams on; the origin gets every byte.
+    let script = |path: &str| {
+        format!("curl -sS --http1.1 -o /dev/null -w '%{{http_code}}' -X POST -H 'transfer-encoding: chunked' -T - {base}{path} < {}", five.display())
+    };
+    let out = run_client_async("sh", &["-c", &script("/upload")], &env).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "201",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let received = origin.received();
+    let upload = received
+        .iter()
+        .find(|r| r.path == "/upload")
+        .expect("upload reached the origin");
+    assert_eq!(upload.body.len(), 5 * 1024 * 1024);
+    assert_eq!(upload.body, std::fs::read(&five).expect("read"));
+    // Staged: the decoded body is stored, and released later with a Content-Length.
+    let out = run_client_async("sh", &["-c", &script("/staged")], &env).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "202");
+    airlock
+        .post(
+            &format!("/v1/runs/{run}/commit"),
+            Some(serde_json::json!({"approve_pending": true})),
+        )
+        .await
+        .expect("commit");
+    let received = origin.received();
+    let released = received
+        .iter()
+        .find(|r| r.path == "/staged")
+        .expect("released");
+    assert_eq!(released.header("content-length"), Some("5242880"));
+    assert_eq!(released.header("transfer-encoding"), None);
+    assert_eq!(released.body.len(), 5 * 1024 * 1024);
+
+    // git push of a 5 MB commit with a small postBuffer (chunked POST after the probe).
+    let (run, env) = airlock.create_run().await;
+    let work = fx.dir.path().join("work");
+    std::fs::create_dir_all(&work).expect("work");
+    crate::run::git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(
+        work.join("blob.bin"),
+        (0..5_000_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect::<Vec<u8>>(),
+    )
+    .expect("blob");
+    crate::run::git(&work, &["add", "."]);
+    crate::run::git(&work, &["commit", "-q", "-m", "big"]);
+    let push = run_client_async(
+        "git",
+        &[
+            "-C",
+            work.to_str().unwrap_or(""),
+            "-c",
+            "http.postBuffer=65536",
+            "push",
+            &format!("{base}/repo.git"),
+            "main",
+        ],
+        &env,
+    )
+    .await;
+    assert!(
+        push.status.success(),
+        "git push through airlock: {}",
+        String::from_utf8_lossy(&push.stderr)
+    );
+    let pushed = crate::run::git(&root.join("repo.git"), &["rev-parse", "main"]);
+    let local = crate::run::git(&work, &["rev-parse", "main"]);
+    assert_eq!(pushed, local, "the remote has the commit");
+    assert!(airlock.effects(&run).await.is_empty());
+}

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use airlock_tests::{airlock_bin, loopback_policy, ok_origin, Fixture};
 use serde_json::{json, Value};
 
-mod clients;
+pub(crate) mod clients;
 mod crash;
 
 /// Every path under `root` (skipping `.git`) with its bytes (link target for symlinks) and mode.
@@ -256,7 +256,7 @@ async fn run_on_pass_commit_releases_only_with_approve_all() {
     assert_eq!(origin.received().len(), 1);
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)

@@ -44,7 +44,7 @@ action = "stage"
 }
 
 /// Answers one request with `git http-backend` (CGI) over the bare repositories in `root`.
-fn git_backend(root: &Path, req: &Received) -> Reply {
+pub(crate) fn git_backend(root: &Path, req: &Received) -> Reply {
     let (path, query) = req.path.split_once('?').unwrap_or((&req.path, ""));
     let mut command = Command::new("git");
     command
