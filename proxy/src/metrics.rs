@@ -1,5 +1,5 @@
 //! Counters exposed on the admin listener at `/metrics` in the Prometheus text format
-//! (https://prometheus.io/docs/instrumenting/exposition_formats/). Label values are host
+//! (<https://prometheus.io/docs/instrumenting/exposition_formats/>). Label values are host
 //! names and fixed words, never secrets.
 
 use std::collections::BTreeMap;

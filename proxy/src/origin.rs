@@ -189,7 +189,7 @@ impl Origin {
         .await
     }
 
-    /// Starts an origin bound to `addr` (a loopback address: 127.0.0.2, [::1] …).
+    /// Starts an origin bound to `addr` (a loopback address: `127.0.0.2`, `[::1]` …).
     pub async fn start_on(
         addr: SocketAddr,
         ca: Option<&OriginCa>,
