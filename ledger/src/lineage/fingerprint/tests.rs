@@ -1,5 +1,6 @@
 //! Fingerprints are stable under reformatting and find shared passages.
 
+use base64::Engine as _;
 use proptest::prelude::*;
 
 use super::*;

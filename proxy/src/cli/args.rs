@@ -1,0 +1,195 @@
+//! The command line's shape: subcommands, flags and their environment variables.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{ENV_ADMIN, ENV_DATA, ENV_TOKEN};
+
+/// airlock: an effect-staging egress proxy for AI-agent sandboxes.
+#[derive(Debug, Parser)]
+#[command(name = "airlock", version, about, long_about = None)]
+pub(super) struct Cli {
+    #[command(subcommand)]
+    pub(super) command: Command,
+}
+
+/// Where the admin API is and how to authenticate to it.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AdminArgs {
+    /// Admin API base URL [default: the running server's, from DATA/addresses.json]
+    #[arg(long = "admin", env = ENV_ADMIN, value_name = "URL")]
+    pub(crate) admin: Option<String>,
+    /// Admin bearer token [default: DATA/admin.token]
+    #[arg(long, env = ENV_TOKEN, hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// Data directory of the server
+    #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
+    pub(crate) data: PathBuf,
+    /// Print JSON instead of tables
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum Command {
+    /// Run the proxy and admin listeners
+    Serve(ServeArgs),
+    /// Run a command as one transaction: snapshot, run, verify, then keep or roll back
+    /// files and effects together
+    Run(Box<crate::run::RunArgs>),
+    /// Take a savepoint of a run: a workspace snapshot and the ledger position
+    Savepoint {
+        /// The run
+        run: String,
+        /// The savepoint's name [default: sp1, sp2, …]
+        name: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Roll a run back to a savepoint: files restored, later effects discarded
+    RollbackTo {
+        /// The run
+        run: String,
+        /// The savepoint
+        savepoint: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Create, list or show runs
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// List a run's effects
+    Effects {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Show one effect: request, headers (credentials redacted), body, release
+    Show {
+        /// The effect
+        effect: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Approve effects for release at commit
+    Approve {
+        /// The effects
+        #[arg(required = true)]
+        effects: Vec<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Reject effects: they are never sent
+    Reject {
+        /// The effects
+        #[arg(required = true)]
+        effects: Vec<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Seal a run: it stages no more effects
+    Seal {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Commit a run: release its approved effects, in staging order
+    Commit {
+        /// The run
+        run: String,
+        /// Approve every undecided effect first
+        #[arg(long)]
+        approve_pending: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Abort a run: discard its pending effects; nothing is sent
+    Abort {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Print shell exports that route a sandbox through a run
+    Env {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// The CA certificate clients must trust
+    Ca {
+        #[command(subcommand)]
+        command: CaCommand,
+    },
+    /// Run the end-to-end demo on loopback with embedded defaults
+    Demo,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum RunsCommand {
+    /// Create a run and print its id, token and proxy URL
+    Create {
+        /// Policy profile of the run
+        #[arg(long)]
+        profile: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// List runs, newest first
+    List {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Show one run
+    Show {
+        /// The run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum CaCommand {
+    /// Print the CA certificate (PEM)
+    Export {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct ServeArgs {
+    /// Data directory: CA, admin token, ledger (created on first start)
+    #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
+    pub(super) data: PathBuf,
+    /// Policy file (TOML; see docs/policy.md)
+    #[arg(long, value_name = "FILE")]
+    pub(super) policy: PathBuf,
+    /// Proxy listener address
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub(super) listen: SocketAddr,
+    /// Admin listener address
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub(super) admin: SocketAddr,
+    /// Extra CA certificates (PEM) trusted for origins, beside the webpki roots
+    #[arg(long, value_name = "FILE")]
+    pub(super) upstream_ca: Option<PathBuf>,
+    /// Largest request body that can be staged, in bytes
+    #[arg(long, default_value_t = crate::config::DEFAULT_STAGE_BODY_LIMIT)]
+    pub(super) stage_body_limit: u64,
+    /// Seconds a client may take to send a request head
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub(super) header_read_timeout: u64,
+    /// Let admin clients have this server run shell commands (the cmd snapshot driver of
+    /// `airlock run`): anyone holding the admin token can then run any command as this user
+    #[arg(long)]
+    pub(super) danger_allow_snapshot_commands: bool,
+}

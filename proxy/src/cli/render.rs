@@ -1,0 +1,205 @@
+//! Human renderings of admin API answers for the CLI and the demo: counts, the effects
+//! table, and one effect with its lineage.
+
+use serde_json::Value;
+
+/// `released=1 staged=2`, or `-` when empty.
+pub fn counts(value: &Value) -> String {
+    let Some(map) = value.as_object().filter(|m| !m.is_empty()) else {
+        return "-".into();
+    };
+    map.iter()
+        .map(|(k, v)| format!("{k}={}", v.as_u64().unwrap_or(0)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Renders effects as a table: seq, id, state, method, URL, status.
+pub fn effects_table(effects: &[Value]) -> String {
+    let mut out = format!(
+        "{:>3}  {:<30} {:<10} {:<6} {:<48} ORIGIN STATUS\n",
+        "SEQ", "EFFECT", "STATE", "METHOD", "URL"
+    );
+    for effect in effects {
+        let status = effect
+            .get("release_status")
+            .or_else(|| effect.get("status"))
+            .and_then(Value::as_u64)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "-".into());
+        out.push_str(&format!(
+            "{:>3}  {:<30} {:<10} {:<6} {:<48} {}\n",
+            effect["seq"].as_u64().unwrap_or(0),
+            effect["id"].as_str().unwrap_or(""),
+            effect["state"].as_str().unwrap_or(""),
+            effect["method"].as_str().unwrap_or(""),
+            effect["url"].as_str().unwrap_or(""),
+            status
+        ));
+        if let Some(reason) = effect
+            .get("reason")
+            .or_else(|| effect.get("state_reason"))
+            .and_then(Value::as_str)
+        {
+            out.push_str(&format!("     {:<30} why: {reason}\n", ""));
+        }
+    }
+    out
+}
+
+/// Renders one effect (from `GET /v1/effects/{id}`) for a reviewer.
+pub fn render_effect(effect: &Value) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "effect   {}\n",
+        effect["id"].as_str().unwrap_or("")
+    ));
+    out.push_str(&format!(
+        "run      {} (#{})\n",
+        effect["run"].as_str().unwrap_or(""),
+        effect["seq"]
+    ));
+    out.push_str(&format!(
+        "state    {}\n",
+        effect["state"].as_str().unwrap_or("")
+    ));
+    if let Some(reason) = effect["state_reason"].as_str() {
+        out.push_str(&format!("reason   {reason}\n"));
+    }
+    out.push_str(&format!(
+        "rule     {}\n",
+        effect["rule"].as_str().unwrap_or("<default>")
+    ));
+    out.push_str(&format!(
+        "request  {} {}\n",
+        effect["method"].as_str().unwrap_or(""),
+        effect["url"].as_str().unwrap_or("")
+    ));
+    for header in effect["headers"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {}: {}\n",
+            header["name"].as_str().unwrap_or(""),
+            header["value"].as_str().unwrap_or("")
+        ));
+    }
+    out.push_str(&format!("body     {} bytes\n", effect["body_len"]));
+    match (
+        effect["body"]["text"].as_str(),
+        effect["body"]["base64"].as_str(),
+    ) {
+        (Some(text), _) => {
+            let pretty = serde_json::from_str::<Value>(text)
+                .ok()
+                .and_then(|json| serde_json::to_string_pretty(&json).ok())
+                .unwrap_or_else(|| text.to_owned());
+            let lines: Vec<&str> = pretty.lines().collect();
+            for line in lines.iter().take(24) {
+                let shown: String = line.chars().take(118).collect();
+                let cut = if line.chars().count() > 118 {
+                    "…"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("  | {shown}{cut}\n"));
+            }
+            if lines.len() > 24 {
+                out.push_str(&format!(
+                    "  | … {} more lines (--json shows all)\n",
+                    lines.len() - 24
+                ));
+            }
+        }
+        (None, Some(b64)) => out.push_str(&format!(
+            "  (binary, base64) {}\n",
+            &b64[..b64.len().min(120)]
+        )),
+        _ => {}
+    }
+    let lineage = &effect["lineage"];
+    let sources = lineage["sources"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let dependents = lineage["dependents"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    if !lineage.is_null() {
+        out.push_str(&format!(
+            "lineage  {}\n",
+            if lineage["analyzed"].as_bool() == Some(true) {
+                format!(
+                    "{} source(s), {} dependent(s)",
+                    sources.len(),
+                    dependents.len()
+                )
+            } else {
+                "content analysis pending".to_owned()
+            }
+        ));
+    }
+    if let Some(incomplete) = lineage["incomplete_reads"]
+        .as_array()
+        .filter(|a| !a.is_empty())
+    {
+        let seqs: Vec<String> = incomplete.iter().map(|s| format!("#{s}")).collect();
+        out.push_str(&format!(
+            "  ! {} read(s) of this run were not fully analysed ({}): edges from them may be missing\n",
+            seqs.len(),
+            seqs.join(", ")
+        ));
+    }
+    for edge in sources {
+        let source = &edge["source"];
+        let from = match source["kind"].as_str() {
+            Some("read") => format!(
+                "read #{} ({} {})",
+                source["seq"],
+                source["method"].as_str().unwrap_or("?"),
+                source["url"].as_str().unwrap_or("?")
+            ),
+            _ => format!("effect {}", source["id"].as_str().unwrap_or("?")),
+        };
+        let size = match edge["kind"].as_str() {
+            Some("content") => format!(
+                ": {} bytes, {:.1}% of this body",
+                edge["overlap_bytes"],
+                edge["overlap_permille"].as_f64().unwrap_or(0.0) / 10.0
+            ),
+            _ => String::new(),
+        };
+        let what = match edge["kind"].as_str() {
+            Some("content") => "content from",
+            Some("credential") => "a credential-looking value from",
+            Some("header") => "a response header value from",
+            Some("placeholder") => "a placeholder of",
+            _ => "data from",
+        };
+        out.push_str(&format!("  <- carries {what} {from}{size}\n"));
+        if let Some(excerpt) = edge["excerpt"].as_str() {
+            out.push_str(&format!("       \"{excerpt}\"\n"));
+        }
+    }
+    for dependent in dependents {
+        out.push_str(&format!(
+            "  -> needed by {} {} {}\n",
+            dependent["id"].as_str().unwrap_or("?"),
+            dependent["method"].as_str().unwrap_or(""),
+            dependent["url"].as_str().unwrap_or("")
+        ));
+    }
+    if let Some(release) = effect.get("release").filter(|r| !r.is_null()) {
+        out.push_str(&format!(
+            "release  status {}{}\n",
+            release["status"]
+                .as_u64()
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            release["error"]
+                .as_str()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}
