@@ -391,48 +391,13 @@ async fn get_with_trailers(
     authority: &str,
     alpn: &[u8],
 ) -> (u16, Vec<u8>, Option<http::HeaderMap>) {
-    use base64::Engine as _;
     use http_body_util::BodyExt;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let token = airlock.run_token(run).await;
-    let mut stream = tokio::net::TcpStream::connect(&airlock.proxy)
-        .await
-        .expect("connect");
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"));
-    stream
-        .write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: Basic {auth}\r\n\r\n").as_bytes())
-        .await
-        .expect("CONNECT");
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        stream.read_exact(&mut byte).await.expect("read");
-        head.push(byte[0]);
-    }
+    let stream = airlock_tests::connect_tunnel(&airlock.proxy, run, &token, authority).await;
     let ca = std::fs::read_to_string(airlock.ca_file()).expect("ca");
-    let der: String = ca.lines().filter(|l| !l.starts_with("-----")).collect();
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(
-            base64::engine::general_purpose::STANDARD
-                .decode(der)
-                .expect("pem")
-                .into(),
-        )
-        .expect("root");
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
+    let connector = airlock_tests::tls_trusting(&ca, &[alpn]);
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, stream)
-        .await
-        .expect("tls");
+    let tls = connector.connect(name, stream).await.expect("tls");
     let io = hyper_util::rt::TokioIo::new(tls);
     let request = http::Request::builder()
         .uri(format!("https://{authority}/stream"))

@@ -1,10 +1,7 @@
 //! Certificates strict verifiers accept (CASES.md C14), and Python `requests` through the proxy.
 
-use std::sync::Arc;
-
 use airlock_tests::{loopback_policy, ok_origin, run_client_async, Fixture};
 use base64::Engine as _;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Opens a CONNECT tunnel through airlock and returns the leaf certificate it presents for
 /// `host`, verified by rustls against airlock's CA.
@@ -16,79 +13,18 @@ async fn leaf_through_proxy(
     port: u16,
     ca_pem: &str,
 ) -> Vec<u8> {
-    let mut stream = tokio::net::TcpStream::connect(proxy)
-        .await
-        .expect("connect proxy");
-    let credentials = base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"));
     let authority = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
     };
-    stream
-        .write_all(
-            format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: Basic {credentials}\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .expect("write CONNECT");
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        stream
-            .read_exact(&mut byte)
-            .await
-            .expect("read CONNECT answer");
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pem_certs(ca_pem) {
-        roots.add(cert.into()).expect("add CA");
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let stream = airlock_tests::connect_tunnel(proxy, run, token, &authority).await;
     let name = rustls::pki_types::ServerName::try_from(host.to_owned()).expect("server name");
-    let tls = connector
+    let tls = airlock_tests::tls_trusting(ca_pem, &[])
         .connect(name, stream)
         .await
         .expect("rustls accepts airlock's leaf");
     tls.get_ref().1.peer_certificates().expect("certs")[0].to_vec()
-}
-
-fn rustls_pem_certs(pem: &str) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    let mut inside = false;
-    for line in pem.lines() {
-        match line.trim() {
-            "-----BEGIN CERTIFICATE-----" => {
-                inside = true;
-                current.clear();
-            }
-            "-----END CERTIFICATE-----" => {
-                inside = false;
-                out.push(
-                    base64::engine::general_purpose::STANDARD
-                        .decode(&current)
-                        .expect("base64"),
-                );
-            }
-            other if inside => current.push_str(other),
-            _ => {}
-        }
-    }
-    out
 }
 
 fn to_pem(der: &[u8]) -> String {

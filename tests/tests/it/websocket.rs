@@ -4,9 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use airlock_tests::{Airlock, Fixture};
-use base64::Engine as _;
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_tungstenite::tungstenite::handshake::server::{
     Request as WsRequest, Response as WsResponse,
 };
@@ -100,51 +99,11 @@ async fn tunnel(
     token: &str,
     authority: &str,
 ) -> tokio::net::TcpStream {
-    let mut stream = tokio::net::TcpStream::connect(&airlock.proxy)
-        .await
-        .expect("connect");
-    let credentials = base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"));
-    stream
-        .write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: Basic {credentials}\r\n\r\n").as_bytes())
-        .await
-        .expect("CONNECT");
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        stream.read_exact(&mut byte).await.expect("read");
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    stream
+    airlock_tests::connect_tunnel(&airlock.proxy, run, token, authority).await
 }
 
 fn client_tls(ca_pem: &str) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    let der = ca_pem
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .collect::<String>();
-    roots
-        .add(
-            base64::engine::general_purpose::STANDARD
-                .decode(der)
-                .expect("pem")
-                .into(),
-        )
-        .expect("root");
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    tokio_rustls::TlsConnector::from(Arc::new(config))
+    airlock_tests::tls_trusting(ca_pem, &[b"http/1.1"])
 }
 
 async fn exercise<S: AsyncRead + AsyncWrite + Unpin>(stream: S, url: &str) {
