@@ -51,7 +51,7 @@ pub async fn open_tls(
     target: &Target,
     tls: &Arc<rustls::ClientConfig>,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, BoxError> {
-    let mut tcp = match route {
+    let tcp = match route {
         Route::Direct => TcpStream::connect((target.host.as_str(), target.port)).await?,
         Route::Proxy { addr, auth } => {
             let mut tcp = TcpStream::connect(addr).await?;

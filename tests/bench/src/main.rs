@@ -341,7 +341,12 @@ async fn bench(options: Options) -> Result<(), BoxError> {
     let dir = std::env::temp_dir().join(format!("airlock-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let outcome = bench_in(&options, &airlock_binary, &dir).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    match &outcome {
+        Ok(()) => {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Err(_) => eprintln!("logs kept in {}", dir.display()),
+    }
     outcome
 }
 
@@ -372,7 +377,7 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
         port: origin.ports[0],
     };
 
-    let mut airlock = procs::start_airlock(airlock_binary, dir, &ca_path).await?;
+    let mut airlock = procs::start_airlock(airlock_binary, dir, &ca_path, &origin.ports).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle_start_kib = status_kib(airlock.proxy.pid, "VmRSS");
     let (_, airlock_route) = airlock.create_run().await?;
@@ -429,20 +434,36 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
                 body: Bytes::new(),
                 status: 200,
             };
-            let mut contestants: Vec<(String, Route, Option<u32>)> =
-                vec![("direct".to_owned(), Route::Direct, None)];
+            let mut contestants: Vec<(String, Route, Option<u32>, Target)> =
+                vec![("direct".to_owned(), Route::Direct, None, target.clone())];
             contestants.push((
                 "airlock".to_owned(),
                 airlock_route.clone(),
                 Some(airlock.proxy.pid),
+                target.clone(),
             ));
             for peer in &peers {
-                contestants.push((peer.name.clone(), peer.route.clone(), Some(peer.pid)));
+                // hudsucker mints a DNS SAN for an IP host, which rustls refuses
+                // (BENCHMARKS.md): it is asked for `localhost` (the origin's leaf names it).
+                let peer_target = if peer.name.starts_with("hudsucker") {
+                    Target {
+                        host: "localhost".to_owned(),
+                        port: target.port,
+                    }
+                } else {
+                    target.clone()
+                };
+                contestants.push((
+                    peer.name.clone(),
+                    peer.route.clone(),
+                    Some(peer.pid),
+                    peer_target,
+                ));
             }
             let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); contestants.len()];
             for round in 0..options.rounds {
-                for (index, (name, route, pid)) in contestants.iter().enumerate() {
-                    let sample = measure(route, &target, &client_tls, &request, &shape, *pid).await;
+                for (index, (name, route, pid, target)) in contestants.iter().enumerate() {
+                    let sample = measure(route, target, &client_tls, &request, &shape, *pid).await;
                     eprintln!(
                         "{workload} round {} {name}: {:.0} req/s, p99 {:.2} ms, {} errors",
                         round + 1,
@@ -456,7 +477,7 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
             let summaries: Vec<Summary> = contestants
                 .iter()
                 .zip(&samples)
-                .map(|((name, _, _), s)| summarise(name, s))
+                .map(|((name, _, _, _), s)| summarise(name, s))
                 .collect();
             print_table(workload, &summaries);
         }

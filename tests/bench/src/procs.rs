@@ -84,21 +84,33 @@ pub struct Airlock {
     pub data: PathBuf,
 }
 
-/// The policy the benchmark gives airlock: reads of the loopback origin pass, POSTs to it
-/// are staged, reads of `*.bench.test` pass (first contact: CONNECT there mints a leaf).
-pub const POLICY: &str = r#"version = 1
+/// The policy the benchmark gives airlock: reads of the loopback origin's `ports` pass,
+/// POSTs to them are staged, reads of `*.bench.test` pass (first contact: CONNECT there
+/// mints a leaf).
+pub fn policy_text(ports: &[u16]) -> String {
+    let ports = ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    POLICY.replace("PORTS", &ports)
+}
+
+const POLICY: &str = r#"version = 1
 default = "deny"
 allow_private = ["127.0.0.0/8"]
 
 [[rule]]
 id = "bench-stage"
 host = "127.0.0.1"
+port = [PORTS]
 method = ["POST"]
 action = "stage"
 
 [[rule]]
 id = "bench-read"
 host = "127.0.0.1"
+port = [PORTS]
 method = "read"
 action = "pass"
 
@@ -114,11 +126,12 @@ pub async fn start_airlock(
     binary: &Path,
     dir: &Path,
     upstream_ca: &Path,
+    ports: &[u16],
 ) -> Result<Airlock, BoxError> {
     let data = dir.join("airlock-data");
     std::fs::create_dir_all(&data)?;
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY)?;
+    std::fs::write(&policy, policy_text(ports))?;
     let log = std::fs::File::create(dir.join("airlock.log"))?;
     let child = Command::new(binary)
         .arg("serve")
@@ -328,18 +341,19 @@ pub fn hudsucker_main(args: &[String]) -> Result<(), BoxError> {
     };
     let port: u16 = port.parse()?;
     let key = hudsucker::rcgen::KeyPair::from_pem(&std::fs::read_to_string(ca_key)?)?;
-    let params =
-        hudsucker::rcgen::CertificateParams::from_ca_cert_pem(&std::fs::read_to_string(ca_cert)?);
-    let issuer = match params {
-        Ok(params) => hudsucker::rcgen::Issuer::new(params, key),
-        Err(error) => return Err(error.into()),
-    };
+    let issuer =
+        hudsucker::rcgen::Issuer::from_ca_cert_pem(&std::fs::read_to_string(ca_cert)?, key)?;
     let ca = hudsucker::certificate_authority::RcgenAuthority::new(
         issuer,
         1_000,
         rustls::crypto::ring::default_provider(),
     );
-    let upstream = crate::tls::client_config(&[std::fs::read_to_string(upstream_ca)?])?;
+    let mut upstream =
+        Arc::unwrap_or_clone(crate::tls::client_config(&[std::fs::read_to_string(
+            upstream_ca,
+        )?])?);
+    // hyper-rustls sets ALPN itself.
+    upstream.alpn_protocols.clear();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -348,7 +362,7 @@ pub fn hudsucker_main(args: &[String]) -> Result<(), BoxError> {
         http.set_nodelay(true);
         http.enforce_http(false);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(Arc::unwrap_or_clone(upstream))
+            .with_tls_config(upstream)
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);

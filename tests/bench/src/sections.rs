@@ -250,11 +250,8 @@ pub async fn release(
     for chunk in ids.chunks(16) {
         let mut approvals = Vec::new();
         for id in chunk {
-            approvals.push(airlock.admin(
-                hyper::Method::POST,
-                &format!("/v1/effects/{id}/approve"),
-                None,
-            ));
+            let path = format!("/v1/effects/{id}/approve");
+            approvals.push(async move { airlock.admin(hyper::Method::POST, &path, None).await });
         }
         for approval in approvals {
             approval.await?;

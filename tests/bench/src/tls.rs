@@ -42,11 +42,6 @@ impl ThrowawayCa {
         })
     }
 
-    /// The issuer, for hudsucker's certificate authority.
-    pub fn into_issuer(self) -> Issuer<'static, KeyPair> {
-        self.issuer
-    }
-
     /// A server certificate and key (PEM) for `127.0.0.1` (iPAddress SAN) and `localhost`.
     pub fn origin_leaf(&self) -> Result<(String, String), BoxError> {
         let key = KeyPair::generate()?;
