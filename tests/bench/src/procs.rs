@@ -58,6 +58,26 @@ pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
         .ok()
 }
 
+/// Waits until `pid` is idle (under 2% of a core over 500 ms) or `cap` has passed.
+/// Returns (CPU seconds used meanwhile, time waited, drained).
+pub async fn quiesce(pid: u32, cap: Duration) -> (f64, Duration, bool) {
+    let start = std::time::Instant::now();
+    let first = cpu_seconds(pid);
+    let mut last = first;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = cpu_seconds(pid);
+        let busy = now - last;
+        last = now;
+        if busy < 0.01 {
+            return (now - first, start.elapsed(), true);
+        }
+        if start.elapsed() >= cap {
+            return (now - first, start.elapsed(), false);
+        }
+    }
+}
+
 /// A proxy under test.
 pub struct Proxy {
     /// Its name in the tables.
@@ -125,14 +145,18 @@ action = "pass"
 pub async fn start_airlock(
     binary: &Path,
     dir: &Path,
+    data_name: &str,
     upstream_ca: &Path,
     ports: &[u16],
 ) -> Result<Airlock, BoxError> {
-    let data = dir.join("airlock-data");
+    let data = dir.join(data_name);
     std::fs::create_dir_all(&data)?;
     let policy = dir.join("policy.toml");
     std::fs::write(&policy, policy_text(ports))?;
-    let log = std::fs::File::create(dir.join("airlock.log"))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("airlock.log"))?;
     let child = Command::new(binary)
         .arg("serve")
         .arg("--data")

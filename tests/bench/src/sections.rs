@@ -33,23 +33,37 @@ pub async fn staging(
     Ok(load::run(route, target.clone(), tls.clone(), request, &shape, || {}).await)
 }
 
-/// The raw fsync rate of the disk under `dir`: 4 KiB write + fsync in a loop, per second.
-pub fn raw_fsync_rate(dir: &std::path::Path, duration: Duration) -> Result<f64, BoxError> {
-    use std::io::Write as _;
+/// The raw sync rates of the disk under `dir`, per second: (appending 4 KiB + fsync,
+/// overwriting 4 KiB of a preallocated file + fdatasync), each for `duration`.
+pub fn raw_fsync_rate(dir: &std::path::Path, duration: Duration) -> Result<(f64, f64), BoxError> {
+    use std::io::{Seek as _, Write as _};
     let path = dir.join("fsync-probe");
-    let mut file = std::fs::File::create(&path)?;
     let block = [0x5au8; 4096];
-    let start = Instant::now();
-    let mut count = 0u64;
-    while start.elapsed() < duration {
-        file.write_all(&block)?;
-        file.sync_all()?;
-        count += 1;
+    let mut rates = [0.0; 2];
+    for (index, overwrite) in [false, true].into_iter().enumerate() {
+        let mut file = std::fs::File::create(&path)?;
+        if overwrite {
+            file.write_all(&vec![0u8; 4 << 20])?;
+            file.sync_all()?;
+        }
+        let start = Instant::now();
+        let mut count = 0u64;
+        while start.elapsed() < duration {
+            if overwrite {
+                file.seek(std::io::SeekFrom::Start((count % 1024) * 4096))?;
+                file.write_all(&block)?;
+                file.sync_data()?;
+            } else {
+                file.write_all(&block)?;
+                file.sync_all()?;
+            }
+            count += 1;
+        }
+        rates[index] = count as f64 / start.elapsed().as_secs_f64();
+        drop(file);
+        std::fs::remove_file(&path)?;
     }
-    let rate = count as f64 / start.elapsed().as_secs_f64();
-    drop(file);
-    std::fs::remove_file(&path)?;
-    Ok(rate)
+    Ok((rates[0], rates[1]))
 }
 
 /// First contact: CONNECT + TLS handshake times to new host names (a leaf is minted for
