@@ -1,0 +1,711 @@
+//! Benchmark of airlock (issue 8): pass-through cost against a direct connection,
+//! hudsucker and mitmdump, plus staging, first contact, streaming, release and idle
+//! memory. Loopback only. Run from the repository root:
+//!
+//! ```sh
+//! cargo run --release --manifest-path tests/bench/Cargo.toml -- [--quick] [--skip-SECTION…]
+//! ```
+
+mod load;
+mod origin;
+mod procs;
+mod sections;
+mod tls;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use load::{LoadResult, LoadShape, Request, Route, Target};
+use procs::{cpu_seconds, status_kib, Proxy};
+
+/// Errors of the benchmark: reported, never recovered from.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const USAGE: &str = "usage: airlock-bench [--quick] [--rounds N] [--seconds S] [--connections N]
+       [--airlock PATH] [--hyper-origin] [--no-mitmdump] [--no-hudsucker]
+       [--skip-pass] [--skip-staging] [--skip-first-contact] [--skip-streaming]
+       [--skip-release] [--skip-idle]";
+
+/// Command-line options.
+#[derive(Clone, Debug)]
+struct Options {
+    quick: bool,
+    rounds: usize,
+    seconds: f64,
+    connections: usize,
+    airlock: Option<PathBuf>,
+    hyper_origin: bool,
+    mitmdump: bool,
+    hudsucker: bool,
+    pass: bool,
+    staging: bool,
+    first_contact: bool,
+    streaming: bool,
+    release: bool,
+    idle: bool,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Self, BoxError> {
+        let mut options = Options {
+            quick: false,
+            rounds: 3,
+            seconds: 10.0,
+            connections: 16,
+            airlock: None,
+            hyper_origin: false,
+            mitmdump: true,
+            hudsucker: true,
+            pass: true,
+            staging: true,
+            first_contact: true,
+            streaming: true,
+            release: true,
+            idle: true,
+        };
+        let mut rounds = None;
+        let mut seconds = None;
+        let mut iter = args.iter();
+        while let Some(arg) = iter.next() {
+            let mut value = || iter.next().ok_or_else(|| format!("{arg} needs a value"));
+            match arg.as_str() {
+                "--quick" => options.quick = true,
+                "--rounds" => rounds = Some(value()?.parse()?),
+                "--seconds" => seconds = Some(value()?.parse()?),
+                "--connections" => options.connections = value()?.parse()?,
+                "--airlock" => options.airlock = Some(PathBuf::from(value()?)),
+                "--hyper-origin" => options.hyper_origin = true,
+                "--no-mitmdump" => options.mitmdump = false,
+                "--no-hudsucker" => options.hudsucker = false,
+                "--skip-pass" => options.pass = false,
+                "--skip-staging" => options.staging = false,
+                "--skip-first-contact" => options.first_contact = false,
+                "--skip-streaming" => options.streaming = false,
+                "--skip-release" => options.release = false,
+                "--skip-idle" => options.idle = false,
+                "-h" | "--help" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => return Err(format!("unknown argument {other:?}\n{USAGE}").into()),
+            }
+        }
+        options.rounds = rounds.unwrap_or(if options.quick { 1 } else { 3 });
+        options.seconds = seconds.unwrap_or(if options.quick { 0.5 } else { 10.0 });
+        Ok(options)
+    }
+
+    fn shape(&self) -> LoadShape {
+        LoadShape {
+            connections: self.connections,
+            warmup: if self.quick {
+                Duration::from_millis(200)
+            } else {
+                Duration::from_secs(2)
+            },
+            duration: Duration::from_secs_f64(self.seconds),
+        }
+    }
+
+    /// (first-contact names, streamed bytes, released effects, idle tunnels)
+    fn counts(&self) -> (usize, u64, usize, usize) {
+        if self.quick {
+            (20, 16 << 20, 16, 50)
+        } else {
+            (12_000, 1 << 30, 1_000, 5_000)
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let outcome = match args.first().map(String::as_str) {
+        Some("hudsucker-proxy") => procs::hudsucker_main(&args[1..]),
+        Some("origin") => origin::main(&args[1..]),
+        _ => Options::parse(&args).and_then(|options| {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(bench(options))
+        }),
+    };
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("airlock-bench: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The repository root (this crate is `tests/bench`).
+fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Builds airlock with the profile this benchmark was built with, and returns the binary.
+fn build_airlock() -> Result<PathBuf, BoxError> {
+    let root = repository_root();
+    let release = !cfg!(debug_assertions);
+    let mut command = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()));
+    command
+        .current_dir(&root)
+        .args(["build", "--locked", "-q", "-p", "airlock"]);
+    if release {
+        command.arg("--release");
+    }
+    eprintln!(
+        "building airlock ({})…",
+        if release { "release" } else { "debug" }
+    );
+    if !command.status()?.success() {
+        return Err("cargo build -p airlock failed".into());
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    Ok(target
+        .join(if release { "release" } else { "debug" })
+        .join("airlock"))
+}
+
+/// A load measurement of one contestant in one round.
+#[derive(Clone, Debug)]
+struct Sample {
+    result: LoadResult,
+    cpu_per_request_us: Option<f64>,
+    peak_rss_kib: Option<u64>,
+    /// CPU the proxy spent after the window on work the window left behind (airlock's
+    /// lineage worker), per request; and whether it finished within the cap.
+    deferred_us: Option<(f64, bool)>,
+}
+
+async fn measure(
+    route: &Route,
+    target: &Target,
+    tls: &Arc<rustls::ClientConfig>,
+    request: &Request,
+    shape: &LoadShape,
+    pid: Option<u32>,
+) -> Sample {
+    let start_cpu = Arc::new(std::sync::Mutex::new(f64::NAN));
+    let marker = {
+        let start_cpu = start_cpu.clone();
+        move || {
+            if let Some(pid) = pid {
+                *start_cpu.lock().unwrap_or_else(|e| e.into_inner()) = cpu_seconds(pid);
+            }
+        }
+    };
+    let result = load::run(
+        route.clone(),
+        target.clone(),
+        tls.clone(),
+        request.clone(),
+        shape,
+        marker,
+    )
+    .await;
+    let cpu_per_request_us = pid.map(|pid| {
+        let start = *start_cpu.lock().unwrap_or_else(|e| e.into_inner());
+        (cpu_seconds(pid) - start) * 1e6 / result.requests.max(1) as f64
+    });
+    Sample {
+        result,
+        cpu_per_request_us,
+        peak_rss_kib: pid.and_then(|pid| status_kib(pid, "VmHWM")),
+        deferred_us: None,
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// Median and spread ((max - min) / median, percent) of `values`.
+fn median_spread(values: &[f64]) -> (f64, f64) {
+    let mut sorted = values.to_vec();
+    let m = median(&mut sorted);
+    let spread = match (sorted.first(), sorted.last()) {
+        (Some(min), Some(max)) if m > 0.0 => (max - min) / m * 100.0,
+        _ => 0.0,
+    };
+    (m, spread)
+}
+
+/// Medians of one contestant over the rounds of one workload.
+#[derive(Clone, Debug)]
+struct Summary {
+    name: String,
+    rate: (f64, f64),
+    p50: (f64, f64),
+    p99: (f64, f64),
+    cpu_us: Option<(f64, f64)>,
+    /// Median CPU per request including deferred work; true when every round drained.
+    cpu_total_us: Option<(f64, bool)>,
+    peak_rss_mib: Option<f64>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+fn summarise(name: &str, samples: &[Sample]) -> Summary {
+    let collect =
+        |f: &dyn Fn(&Sample) -> f64| median_spread(&samples.iter().map(f).collect::<Vec<_>>());
+    let cpu: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| s.cpu_per_request_us)
+        .collect();
+    Summary {
+        name: name.to_owned(),
+        rate: collect(&|s| s.result.rate()),
+        p50: collect(&|s| s.result.quantile_ms(0.50)),
+        p99: collect(&|s| s.result.quantile_ms(0.99)),
+        cpu_us: (!cpu.is_empty()).then(|| median_spread(&cpu)),
+        cpu_total_us: {
+            let totals: Vec<f64> = samples
+                .iter()
+                .filter_map(|s| Some(s.cpu_per_request_us? + s.deferred_us?.0))
+                .collect();
+            let drained = samples.iter().all(|s| s.deferred_us.is_none_or(|d| d.1));
+            (!totals.is_empty()).then(|| (median_spread(&totals).0, drained))
+        },
+        peak_rss_mib: samples
+            .iter()
+            .filter_map(|s| s.peak_rss_kib)
+            .max()
+            .map(|k| k as f64 / 1024.0),
+        errors: samples.iter().map(|s| s.result.errors).sum(),
+        first_error: samples.iter().find_map(|s| s.result.first_error.clone()),
+    }
+}
+
+fn print_table(workload: &str, summaries: &[Summary]) {
+    println!("\n### {workload}\n");
+    println!("| contestant | req/s (spread) | p50 ms (spread) | p99 ms (spread) | proxy CPU µs/req (spread) | incl. deferred | proxy peak RSS MiB | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for s in summaries {
+        let cpu = s
+            .cpu_us
+            .map(|(m, sp)| format!("{m:.1} (±{:.0}%)", sp / 2.0))
+            .unwrap_or("–".into());
+        let rss = s
+            .peak_rss_mib
+            .map(|m| format!("{m:.1}"))
+            .unwrap_or("–".into());
+        let total = s
+            .cpu_total_us
+            .map(|(m, drained)| format!("{}{m:.1}", if drained { "" } else { "≥" }))
+            .unwrap_or("–".into());
+        println!(
+            "| {} | {:.0} (±{:.0}%) | {:.2} (±{:.0}%) | {:.2} (±{:.0}%) | {cpu} | {total} | {rss} | {} |",
+            s.name,
+            s.rate.0,
+            s.rate.1 / 2.0,
+            s.p50.0,
+            s.p50.1 / 2.0,
+            s.p99.0,
+            s.p99.1 / 2.0,
+            s.errors
+        );
+    }
+    let find = |prefix: &str| summaries.iter().find(|s| s.name.starts_with(prefix));
+    if let Some(airlock) = find("airlock") {
+        let mut ratios = Vec::new();
+        for other in ["direct", "hudsucker", "mitmdump"] {
+            if let Some(o) = find(other) {
+                let cpu = match (airlock.cpu_us, o.cpu_us) {
+                    (Some(a), Some(b)) => format!(
+                        ", CPU/req {:.2}× (incl. deferred {:.2}×)",
+                        a.0 / b.0,
+                        airlock.cpu_total_us.map_or(a.0, |t| t.0) / b.0
+                    ),
+                    _ => String::new(),
+                };
+                ratios.push(format!(
+                    "airlock/{other}: req/s {:.2}×, p99 {:.2}×{cpu}",
+                    airlock.rate.0 / o.rate.0,
+                    airlock.p99.0 / o.p99.0
+                ));
+            }
+        }
+        println!("\n{}", ratios.join("; "));
+    }
+    for s in summaries.iter().filter(|s| s.errors > 0) {
+        println!(
+            "\n{}: {} errors, first: {}",
+            s.name,
+            s.errors,
+            s.first_error.as_deref().unwrap_or("?")
+        );
+    }
+}
+
+fn quantile_ms(sorted_us: &[u32], q: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return f64::NAN;
+    }
+    f64::from(sorted_us[((sorted_us.len() - 1) as f64 * q).round() as usize]) / 1000.0
+}
+
+async fn bench(options: Options) -> Result<(), BoxError> {
+    let airlock_binary = match &options.airlock {
+        Some(path) => path.clone(),
+        None => build_airlock()?,
+    };
+    let dir = std::env::temp_dir().join(format!("airlock-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let outcome = bench_in(&options, &airlock_binary, &dir).await;
+    match &outcome {
+        Ok(()) => {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Err(_) => eprintln!("logs kept in {}", dir.display()),
+    }
+    outcome
+}
+
+async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Result<(), BoxError> {
+    let shape = options.shape();
+    let (contact_count, stream_bytes, release_count, idle_count) = options.counts();
+
+    // The origin's throwaway CA and certificate.
+    let origin_ca = tls::ThrowawayCa::new("airlock-bench origin CA")?;
+    let (leaf_pem, leaf_key) = origin_ca.origin_leaf()?;
+    let ca_path = dir.join("origin-ca.pem");
+    let cert_path = dir.join("origin.pem");
+    let key_path = dir.join("origin-key.pem");
+    std::fs::write(&ca_path, &origin_ca.cert_pem)?;
+    std::fs::write(&cert_path, format!("{leaf_pem}{}", origin_ca.cert_pem))?;
+    std::fs::write(&key_path, &leaf_key)?;
+    let mut origin = origin::start(
+        dir,
+        &cert_path,
+        &key_path,
+        8,
+        stream_bytes,
+        options.hyper_origin,
+    )
+    .await?;
+    let target = Target {
+        host: "127.0.0.1".to_owned(),
+        port: origin.ports[0],
+    };
+
+    let mut airlock =
+        procs::start_airlock(airlock_binary, dir, "airlock-data", &ca_path, &origin.ports).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle_start_kib = status_kib(airlock.proxy.pid, "VmRSS");
+    let (_, mut airlock_route) = airlock.create_run().await?;
+    // How long to wait for airlock to finish work a round left behind before the next
+    // contestant runs; past it, airlock is restarted on the same data (same CA, same run).
+    let drain_cap = if options.quick {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(60)
+    };
+    let mut restarts = 0;
+
+    let mut peers: Vec<Proxy> = Vec::new();
+    if options.hudsucker && options.pass {
+        let hs_ca = tls::ThrowawayCa::new("airlock-bench hudsucker CA")?;
+        let hs_cert = dir.join("hudsucker-ca.pem");
+        let hs_key = dir.join("hudsucker-ca-key.pem");
+        std::fs::write(&hs_cert, &hs_ca.cert_pem)?;
+        std::fs::write(&hs_key, &hs_ca.key_pem)?;
+        peers.push(procs::start_hudsucker(dir, &hs_cert, &hs_key, &ca_path).await?);
+    }
+    let mut mitm_note = String::new();
+    if options.mitmdump && options.pass {
+        match procs::start_mitmdump(dir, &ca_path).await {
+            Ok(Some(proxy)) => peers.push(proxy),
+            Ok(None) => mitm_note = "mitmdump is not installed: skipped".to_owned(),
+            Err(error) => mitm_note = format!("mitmdump did not start: {error}: skipped"),
+        }
+    }
+    let mut roots = vec![origin_ca.cert_pem.clone(), airlock.proxy.ca_pem.clone()];
+    roots.extend(peers.iter().map(|p| p.ca_pem.clone()));
+    let client_tls = tls::client_config(&roots)?;
+
+    println!("# airlock benchmark\n");
+    println!(
+        "origin: {} on 127.0.0.1; load: this crate's closed-loop generator, {} connections, HTTP/1.1 keep-alive; {} round(s) of {:.1} s after {:.1} s warm-up",
+        origin.kind,
+        shape.connections,
+        options.rounds,
+        shape.duration.as_secs_f64(),
+        shape.warmup.as_secs_f64()
+    );
+    println!(
+        "machine: {} cores, {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        cpu_model()
+    );
+    if !mitm_note.is_empty() {
+        println!("{mitm_note}");
+    }
+
+    if options.pass {
+        for (workload, path) in [
+            ("pass, 2-byte body", "/small"),
+            ("pass, 64 KiB body", "/64k"),
+        ] {
+            let request = Request {
+                method: hyper::Method::GET,
+                path: path.to_owned(),
+                body: Bytes::new(),
+                status: 200,
+            };
+            let mut contestants: Vec<(String, Route, Option<u32>, Target)> =
+                vec![("direct".to_owned(), Route::Direct, None, target.clone())];
+            contestants.push((
+                "airlock".to_owned(),
+                airlock_route.clone(),
+                Some(airlock.proxy.pid),
+                target.clone(),
+            ));
+            for peer in &peers {
+                // hudsucker mints a DNS SAN for an IP host, which rustls refuses
+                // (BENCHMARKS.md): it is asked for `localhost` (the origin's leaf names it).
+                let peer_target = if peer.name.starts_with("hudsucker") {
+                    Target {
+                        host: "localhost".to_owned(),
+                        port: target.port,
+                    }
+                } else {
+                    target.clone()
+                };
+                contestants.push((
+                    peer.name.clone(),
+                    peer.route.clone(),
+                    Some(peer.pid),
+                    peer_target,
+                ));
+            }
+            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); contestants.len()];
+            for round in 0..options.rounds {
+                for (index, (name, route, pid, target)) in contestants.iter_mut().enumerate() {
+                    let mut sample =
+                        measure(route, target, &client_tls, &request, &shape, *pid).await;
+                    if name == "airlock" {
+                        let (cpu, waited, drained) =
+                            procs::quiesce(airlock.proxy.pid, drain_cap).await;
+                        let per_request = cpu * 1e6 / sample.result.requests.max(1) as f64;
+                        sample.deferred_us = Some((per_request, drained));
+                        eprintln!(
+                            "  airlock: {per_request:.1} µs/req of deferred CPU over {:.1} s after the round{}",
+                            waited.as_secs_f64(),
+                            if drained { "" } else { " (still busy: restarting it)" }
+                        );
+                        if !drained {
+                            let _ = airlock.proxy.child.kill().await;
+                            restarts += 1;
+                            airlock = procs::start_airlock(
+                                airlock_binary,
+                                dir,
+                                "airlock-data",
+                                &ca_path,
+                                &origin.ports,
+                            )
+                            .await?;
+                            airlock_route = airlock.create_run().await?.1;
+                            *route = airlock_route.clone();
+                            *pid = Some(airlock.proxy.pid);
+                        }
+                    }
+                    eprintln!(
+                        "{workload} round {} {name}: {:.0} req/s, p99 {:.2} ms, {} errors",
+                        round + 1,
+                        sample.result.rate(),
+                        sample.result.quantile_ms(0.99),
+                        sample.result.errors
+                    );
+                    samples[index].push(sample);
+                }
+            }
+            let summaries: Vec<Summary> = contestants
+                .iter()
+                .zip(&samples)
+                .map(|((name, _, _, _), s)| summarise(name, s))
+                .collect();
+            print_table(workload, &summaries);
+        }
+        if restarts > 0 {
+            println!(
+                "\nairlock was restarted {restarts} time(s) because it was still busy {:.0} s after a round (peak RSS is then per process)",
+                drain_cap.as_secs_f64()
+            );
+        }
+    }
+    for peer in &mut peers {
+        let _ = peer.child.kill().await;
+    }
+    // The sections start from a fresh airlock and ledger, so nothing the pass rounds left
+    // behind (journal, lineage backlog) is measured with them.
+    let _ = airlock.proxy.child.kill().await;
+    airlock = procs::start_airlock(
+        airlock_binary,
+        dir,
+        "airlock-data-sections",
+        &ca_path,
+        &origin.ports,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle_start_kib = status_kib(airlock.proxy.pid, "VmRSS").or(idle_start_kib);
+    let (_, airlock_route) = airlock.create_run().await?;
+    roots.push(airlock.proxy.ca_pem.clone());
+    let client_tls = tls::client_config(&roots)?;
+
+    if options.staging {
+        println!("\n### staging (POST 1 KiB to a staged path, flushed before the 202)\n");
+        let (fsync, fdatasync) = sections::raw_fsync_rate(&airlock.data, Duration::from_secs(2))?;
+        println!("raw disk, same file system as the ledger: {fsync:.0}/s appending 4 KiB + fsync; {fdatasync:.0}/s overwriting 4 KiB in a preallocated file + fdatasync\n");
+        println!(
+            "| clients | effects/s (spread) | p50 ms | p99 ms | effects per fdatasync-time | errors |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|");
+        for clients in [1, 64] {
+            let mut runs = Vec::new();
+            for _ in 0..options.rounds {
+                runs.push(
+                    sections::staging(&airlock, &client_tls, &target, clients, &shape).await?,
+                );
+            }
+            let rates: Vec<f64> = runs.iter().map(LoadResult::rate).collect();
+            let (rate, spread) = median_spread(&rates);
+            let p50 = median(&mut runs.iter().map(|r| r.quantile_ms(0.5)).collect::<Vec<_>>());
+            let p99 = median(&mut runs.iter().map(|r| r.quantile_ms(0.99)).collect::<Vec<_>>());
+            let errors: u64 = runs.iter().map(|r| r.errors).sum();
+            println!(
+                "| {clients} | {rate:.0} (±{:.0}%) | {p50:.2} | {p99:.2} | {:.1} | {errors} |",
+                spread / 2.0,
+                rate / fdatasync
+            );
+            if let Some(error) = runs.iter().find_map(|r| r.first_error.clone()) {
+                println!("first error: {error}");
+            }
+        }
+    }
+
+    if options.first_contact {
+        println!("\n### first contact (TCP + CONNECT + TLS handshake through airlock)\n");
+        let contact =
+            sections::first_contact(&airlock, &client_tls, contact_count, 500.min(contact_count))
+                .await?;
+        let row = |name: &str, us: &[u32]| {
+            println!(
+                "| {name} | {} | {:.3} | {:.3} |",
+                us.len(),
+                quantile_ms(us, 0.5),
+                quantile_ms(us, 0.99)
+            )
+        };
+        println!("| host | handshakes | p50 ms | p99 ms |\n|---|---:|---:|---:|");
+        row("new name (leaf minted)", &contact.new_us);
+        row("cached name", &contact.cached_us);
+        println!(
+            "\nnew - cached at p50: {:.3} ms",
+            quantile_ms(&contact.new_us, 0.5) - quantile_ms(&contact.cached_us, 0.5)
+        );
+        let rss: Vec<String> = contact
+            .rss_kib
+            .iter()
+            .map(|(n, kib)| format!("{n} names: {:.1} MiB", *kib as f64 / 1024.0))
+            .collect();
+        println!(
+            "airlock VmRSS (leaf cache bounded at 10,000): {}",
+            rss.join(", ")
+        );
+    }
+
+    if options.streaming {
+        println!(
+            "\n### streaming ({} MiB GET, one connection)\n",
+            stream_bytes >> 20
+        );
+        let direct = sections::stream(&Route::Direct, &target, &client_tls, None).await?;
+        let through = sections::stream(
+            &airlock_route,
+            &target,
+            &client_tls,
+            Some(airlock.proxy.pid),
+        )
+        .await?;
+        println!("| route | bytes | MiB/s | airlock VmRSS min–max MiB |\n|---|---:|---:|---:|");
+        for (name, s) in [("direct", &direct), ("airlock", &through)] {
+            let rss = s
+                .rss_kib
+                .map(|(a, b)| format!("{:.1}–{:.1}", a as f64 / 1024.0, b as f64 / 1024.0))
+                .unwrap_or("–".into());
+            println!(
+                "| {name} | {} | {:.0} | {rss} |",
+                s.bytes,
+                s.rate / 1048576.0
+            );
+        }
+        println!(
+            "\nairlock/direct throughput: {:.2}×; RSS samples: {}",
+            through.rate / direct.rate,
+            through.samples.len()
+        );
+    }
+
+    if options.release {
+        println!("\n### release (commit of approved independent effects)\n");
+        println!("| effects | origins | commit s | effects/s | released | run state |\n|---:|---:|---:|---:|---:|---|");
+        for ports in [&origin.ports[..1], &origin.ports[..]] {
+            let r = sections::release(&airlock, &client_tls, ports, release_count).await?;
+            println!(
+                "| {} | {} | {:.3} | {:.0} | {} | {} |",
+                r.effects,
+                r.origins,
+                r.elapsed.as_secs_f64(),
+                r.effects as f64 / r.elapsed.as_secs_f64(),
+                r.released,
+                r.state
+            );
+        }
+    }
+
+    if options.idle {
+        println!("\n### idle memory (airlock VmRSS)\n");
+        if let Some(kib) = idle_start_kib {
+            println!("after start: {:.1} MiB", kib as f64 / 1024.0);
+        }
+        let (opened, kib) = sections::idle(&airlock, &client_tls, &target, idle_count).await?;
+        println!(
+            "with {opened} idle intercepted tunnels (CONNECT + TLS, no request): {:.1} MiB",
+            kib as f64 / 1024.0
+        );
+        println!(
+            "airlock peak RSS over the whole run (VmHWM): {:.1} MiB",
+            status_kib(airlock.proxy.pid, "VmHWM").unwrap_or(0) as f64 / 1024.0
+        );
+    }
+
+    let _ = airlock.proxy.child.kill().await;
+    let _ = origin.child.kill().await;
+    Ok(())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned())
+}
