@@ -84,6 +84,17 @@ pub struct Ledger {
     workspaces: sled::Tree,
     /// Serialises read-modify-write of run and effect records.
     write: Mutex<()>,
+    /// Group commit: callers that arrive while a flush runs share the next one.
+    flushes: Mutex<FlushState>,
+    flushed: std::sync::Condvar,
+}
+
+/// Flush generations: `started` counts flushes begun, `completed` the last one finished.
+#[derive(Debug, Default)]
+struct FlushState {
+    started: u64,
+    completed: u64,
+    running: bool,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -159,6 +170,8 @@ impl Ledger {
             workspaces: db.open_tree("workspaces")?,
             db,
             write: Mutex::new(()),
+            flushes: Mutex::default(),
+            flushed: std::sync::Condvar::new(),
         })
     }
 
@@ -168,9 +181,38 @@ impl Ledger {
     }
 
     /// Flushes every write so far to disk.
+    ///
+    /// Group commit: a caller needs a flush that *started* after it arrived (one already
+    /// running may miss its writes). Callers that arrive while a flush runs wait for it,
+    /// then one of them runs the next flush for all of them, so concurrent stagers share
+    /// disk syncs instead of queueing one each.
     pub fn flush(&self) -> Result<()> {
-        self.db.flush()?;
-        Ok(())
+        let mut state = self.flushes.lock().unwrap_or_else(|e| e.into_inner());
+        let needed = state.started + 1;
+        loop {
+            if state.completed >= needed {
+                return Ok(());
+            }
+            if !state.running {
+                state.running = true;
+                state.started += 1;
+                let generation = state.started;
+                drop(state);
+                let result = self.db.flush();
+                state = self.flushes.lock().unwrap_or_else(|e| e.into_inner());
+                state.running = false;
+                if result.is_ok() {
+                    state.completed = generation;
+                }
+                self.flushed.notify_all();
+                result?;
+                if generation >= needed {
+                    return Ok(());
+                }
+                continue;
+            }
+            state = self.flushed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     fn next_seq(&self, counter: &str, run: &RunId) -> Result<u64> {

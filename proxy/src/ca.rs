@@ -14,7 +14,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// File name of the CA certificate inside the data directory.
 pub const CA_CERT_FILE: &str = "ca.pem";
@@ -63,7 +63,12 @@ pub struct CertificateAuthority {
     issuer: Issuer<'static, KeyPair>,
     /// One key pair shared by every leaf: minting then costs one signature.
     leaf_key: KeyPair,
-    leaves: moka::sync::Cache<String, Arc<rustls::ServerConfig>>,
+    /// The leaf key in rustls' form, shared by every leaf.
+    signing_key: Arc<dyn rustls::sign::SigningKey>,
+    /// Leaf certificate per host (about 1 KiB each).
+    leaves: moka::sync::Cache<String, Arc<rustls::sign::CertifiedKey>>,
+    /// Settings shared by every tunnel; each tunnel clones it with its host's leaf.
+    base: Arc<rustls::ServerConfig>,
 }
 
 impl std::fmt::Debug for CertificateAuthority {
@@ -117,11 +122,33 @@ impl CertificateAuthority {
             host: "*".into(),
             reason: e.to_string(),
         })?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let signing_key = provider
+            .key_provider
+            .load_private_key(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+                leaf_key.serialize_der(),
+            )))
+            .map_err(|e| CaError::Mint {
+                host: "*".into(),
+                reason: e.to_string(),
+            })?;
+        let mut base = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| CaError::Mint {
+                host: "*".into(),
+                reason: e.to_string(),
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(NoCertificate));
+        base.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()];
+        let base = Arc::new(base);
         Ok(Self {
             cert_pem,
             issuer,
             leaf_key,
             leaves: moka::sync::Cache::new(LEAF_CACHE_CAPACITY),
+            signing_key,
+            base,
         })
     }
 
@@ -160,12 +187,21 @@ impl CertificateAuthority {
     /// IP literal without brackets), minted on first use and cached (up to 10,000 hosts).
     /// ALPN offers `h2` and `http/1.1`.
     pub fn server_config(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, CaError> {
-        if let Some(config) = self.leaves.get(host) {
-            return Ok(config);
-        }
-        let config = Arc::new(self.mint(host)?);
-        self.leaves.insert(host.to_owned(), config.clone());
-        Ok(config)
+        let leaf = match self.leaves.get(host) {
+            Some(leaf) => leaf,
+            None => {
+                let cert = self.leaf_certificate(host)?;
+                let leaf = Arc::new(rustls::sign::CertifiedKey::new(
+                    vec![cert.der().clone()],
+                    self.signing_key.clone(),
+                ));
+                self.leaves.insert(host.to_owned(), leaf.clone());
+                leaf
+            }
+        };
+        let mut config = (*self.base).clone();
+        config.cert_resolver = Arc::new(FixedLeaf(leaf));
+        Ok(Arc::new(config))
     }
 
     /// Mints the leaf certificate for `host` with the shared leaf key.
@@ -203,29 +239,36 @@ impl CertificateAuthority {
             .map_err(|e| mint_err(e.to_string()))
     }
 
-    fn mint(&self, host: &str) -> Result<rustls::ServerConfig, CaError> {
-        let cert = self.leaf_certificate(host)?;
-        let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.leaf_key.serialize_der()));
-        let mint_err = |reason: String| CaError::Mint {
-            host: host.to_owned(),
-            reason,
-        };
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| mint_err(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| mint_err(e.to_string()))?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()];
-        Ok(config)
-    }
-
     /// The PEM of a freshly minted leaf for `host`, as intercepted clients see it
     /// (for `airlock ca leaf` and `openssl verify`).
     pub fn mint_leaf_pem(&self, host: &str) -> Result<String, CaError> {
         Ok(self.leaf_certificate(host)?.pem())
+    }
+}
+
+/// Presents one host's leaf whatever the SNI (the CONNECT target decides the host; a
+/// mismatching SNI is refused per request with 421).
+#[derive(Debug)]
+struct FixedLeaf(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for FixedLeaf {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// The base configuration's placeholder resolver; every tunnel replaces it.
+#[derive(Debug)]
+struct NoCertificate;
+
+impl rustls::server::ResolvesServerCert for NoCertificate {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        None
     }
 }

@@ -78,19 +78,19 @@ pub async fn forward(
                 created_at_ms: started,
                 error,
             };
-            match ledger.journal_read(read) {
-                Ok(read) => {
-                    if let Some((body, content_encoding, headers)) = content {
-                        lineage.submit(Job::Read {
-                            run: read.run_id,
-                            seq: read.seq,
-                            body,
-                            content_encoding,
-                            headers,
-                        });
+            match content {
+                // Journaled and analysed by the lineage worker, off the request path.
+                Some((body, content_encoding, headers)) => lineage.submit(Job::Read {
+                    read: Box::new(read),
+                    body,
+                    content_encoding,
+                    headers,
+                }),
+                None => {
+                    if let Err(error) = ledger.journal_read(read) {
+                        warn!(error = %error, "could not journal a read");
                     }
                 }
-                Err(error) => warn!(error = %error, "could not journal a read"),
             }
         }
     };

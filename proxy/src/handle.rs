@@ -11,7 +11,7 @@ use http::request::Parts;
 use http::{header, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::body::{BoxError, ProxyBody};
 use crate::forward::forward;
@@ -229,15 +229,26 @@ async fn decide_and_act(
         Action::Deny => &shared.metrics.denied,
     };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    info!(
-        run.id = %run,
-        http.method = %parts.method,
-        url = %url,
-        policy.action = ?decision.action,
-        policy.rule = decision.rule.as_deref().unwrap_or("<default>"),
-        policy.reason_code = decision.reason_code,
-        "request decided"
-    );
+    // Passed requests are the bulk of traffic: their line is at debug level, so a busy
+    // agent does not pay a log write per read (stage and deny stay at info).
+    macro_rules! decided {
+        ($level:ident) => {
+            $level!(
+                run.id = %run,
+                http.method = %parts.method,
+                url = %url,
+                policy.action = ?decision.action,
+                policy.rule = decision.rule.as_deref().unwrap_or("<default>"),
+                policy.reason_code = decision.reason_code,
+                "request decided"
+            )
+        };
+    }
+    if decision.action == Action::Pass {
+        decided!(debug);
+    } else {
+        decided!(info);
+    }
     if let Some(protocol) = crate::upgrade::requested(&parts.headers) {
         return match decision.action {
             Action::Pass => crate::upgrade::relay(shared, run, url, decision.rule, protocol, parts).await,
@@ -370,21 +381,33 @@ fn read_bounded(
     })
 }
 
-/// The placeholders issued so far in `run`.
+/// The placeholders issued so far in `run`, from an in-memory cache (filled from the
+/// ledger on first use, refreshed whenever an effect that issues placeholders is staged):
+/// this runs on every request, so it must not hop threads or scan storage.
 async fn issued_placeholders(
     shared: &Arc<Shared>,
     run: &RunId,
-) -> Result<Vec<IssuedPlaceholder>, ProxyError> {
-    let ledger = shared.ledger.clone();
-    let run = run.clone();
-    tokio::task::spawn_blocking(move || ledger.placeholders(&run))
-        .await
-        .map_err(|e| ProxyError::Internal {
-            reason: format!("ledger task failed: {e}"),
-        })?
-        .map_err(|e| ProxyError::Internal {
-            reason: format!("the ledger could not be read: {e}"),
-        })
+) -> Result<Arc<Vec<IssuedPlaceholder>>, ProxyError> {
+    let mut cache = shared
+        .placeholders
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(cached) = cache.get(run) {
+        return Ok(cached.clone());
+    }
+    let issued = Arc::new(
+        shared
+            .ledger
+            .placeholders(run)
+            .map_err(|e| ProxyError::Internal {
+                reason: format!("the ledger could not be read: {e}"),
+            })?,
+    );
+    if cache.len() >= 10_000 {
+        cache.clear();
+    }
+    cache.insert(run.clone(), issued.clone());
+    Ok(issued)
 }
 
 /// The earlier effects whose placeholders the request carries, in its URL, header values

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use airlock_ledger::fingerprint::{analyze, credential_like, overlap};
 use airlock_ledger::{
     now_ms, Edge, EdgeKind, EdgeSource, EffectId, EffectLineage, IssuedPlaceholder, Ledger,
-    Notable, RunId, ValueKind,
+    Notable, Read, RunId, ValueKind,
 };
 use bytes::Bytes;
 use tracing::{debug, warn};
@@ -64,10 +64,8 @@ const ROUTINE_HEADERS: [&str; 36] = [
 pub enum Job {
     /// A read's response finished relaying.
     Read {
-        /// The run.
-        run: RunId,
-        /// The read's sequence number.
-        seq: u64,
+        /// The read, not yet journaled (the worker journals it, off the request path).
+        read: Box<Read>,
         /// The first bytes of the response body.
         body: Vec<Bytes>,
         /// The response's `Content-Encoding`.
@@ -85,12 +83,17 @@ pub enum Job {
 /// Most read analyses waiting at once; past it new reads are journaled as not analysed
 /// (lineage says so) rather than letting memory grow under load.
 pub const READ_QUEUE: usize = 256;
+/// Most captured body bytes waiting for analysis at once.
+pub const READ_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+/// Bodies shorter than this can make no content edge: only their headers are analysed.
+const MIN_ANALYSED_BODY: usize = 24;
 
 /// Handle to the worker thread. Reads wait in a bounded queue; effects are never dropped,
 /// and before an effect is analysed every read queued before it is analysed, so an effect
 /// is always compared with the reads that finished before it was staged.
 #[derive(Clone)]
 pub struct LineageWorker {
+    queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     reads: mpsc::SyncSender<Job>,
     effects: mpsc::Sender<Job>,
     ledger: Arc<Ledger>,
@@ -102,9 +105,16 @@ impl LineageWorker {
         let (reads, read_rx) = mpsc::sync_channel::<Job>(READ_QUEUE);
         let (effects, effect_rx) = mpsc::channel::<Job>();
         let worker_ledger = ledger.clone();
+        let queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let worker_queued = queued_bytes.clone();
         let spawned = std::thread::Builder::new().name("airlock-lineage".into()).spawn(move || {
-            let run = |job: Job| {
-                if let Err(error) = run_job(&worker_ledger, job) {
+            let mut seen = Seen::default();
+            let mut run = |job: Job| {
+                if let Job::Read { body, .. } = &job {
+                    let bytes = body.iter().map(Bytes::len).sum::<usize>();
+                    worker_queued.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+                }
+                if let Err(error) = run_job(&worker_ledger, &mut seen, job) {
                     warn!(error = %error, "lineage analysis failed; the request itself was not affected");
                 }
             };
@@ -136,6 +146,7 @@ impl LineageWorker {
             warn!(error = %error, "cannot start the lineage worker; lineage will be missing");
         }
         Self {
+            queued_bytes,
             reads,
             effects,
             ledger,
@@ -151,26 +162,62 @@ impl LineageWorker {
                     debug!("lineage worker is gone; effect analysis dropped");
                 }
             }
-            Job::Read { .. } => match self.reads.try_send(job) {
-                Ok(()) => {}
-                Err(mpsc::TrySendError::Full(Job::Read { run, seq, .. })) => {
-                    let content = airlock_ledger::ReadContent {
-                        seq,
+            Job::Read { ref body, .. } => {
+                let bytes = body.iter().map(Bytes::len).sum::<usize>();
+                let queued = self
+                    .queued_bytes
+                    .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+                let over = queued + bytes > READ_QUEUE_BYTES;
+                let refused = if over {
+                    Err(mpsc::TrySendError::Full(job))
+                } else {
+                    self.reads.try_send(job)
+                };
+                match refused {
+                    Ok(()) => {}
+                    Err(mpsc::TrySendError::Full(Job::Read { read, .. })) => {
+                        self.queued_bytes
+                            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+                        // Journal it here; say it was not analysed.
+                        let read = match self.ledger.journal_read(*read) {
+                            Ok(read) => read,
+                            Err(error) => {
+                                warn!(error = %error, "could not journal a read");
+                                return;
+                            }
+                        };
+                        let content = airlock_ledger::ReadContent {
+                        seq: read.seq,
                         notable: Vec::new(),
                         fingerprints: 0,
                         truncated: false,
                         skipped: Some(format!(
-                            "not analysed: {READ_QUEUE} reads were already waiting for analysis"
+                            "not analysed: the analysis queue was full ({READ_QUEUE} reads or {} MiB waiting)",
+                            READ_QUEUE_BYTES / (1024 * 1024)
                         )),
                     };
-                    if let Err(error) = self.ledger.store_read_content(&run, &content, &[]) {
-                        warn!(error = %error, "cannot record a skipped read analysis");
+                        if let Err(error) =
+                            self.ledger.store_read_content(&read.run_id, &content, &[])
+                        {
+                            warn!(error = %error, "cannot record a skipped read analysis");
+                        }
+                    }
+                    Err(_) => {
+                        self.queued_bytes
+                            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+                        debug!("lineage worker is gone; read analysis dropped")
                     }
                 }
-                Err(_) => debug!("lineage worker is gone; read analysis dropped"),
-            },
+            }
         }
     }
+}
+
+/// Response bodies already analysed, per run: a read whose body is byte for byte an
+/// earlier one's (polling, retries) adds no fingerprints and is not analysed again.
+#[derive(Default)]
+struct Seen {
+    digests: std::collections::HashSet<(RunId, airlock_ledger::Digest)>,
 }
 
 /// Content types whose bodies are not text in any useful sense: not fingerprinted.
@@ -197,15 +244,31 @@ fn is_opaque(content_type: Option<&str>) -> bool {
         )
 }
 
-fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError> {
+fn run_job(ledger: &Ledger, seen: &mut Seen, job: Job) -> Result<(), airlock_ledger::LedgerError> {
     match job {
         Job::Read {
-            run,
-            seq,
+            read,
             body,
             content_encoding,
             headers,
         } => {
+            let read = ledger.journal_read(*read)?;
+            let (run, seq) = (read.run_id.clone(), read.seq);
+            let body_len = body.iter().map(Bytes::len).sum::<usize>();
+            let repeated = match &read.response_digest {
+                Some(digest) => {
+                    if seen.digests.len() > 100_000 {
+                        seen.digests.clear();
+                    }
+                    !seen.digests.insert((run.clone(), digest.clone()))
+                }
+                None => false,
+            };
+            let body = if repeated || body_len < MIN_ANALYSED_BODY {
+                Vec::new()
+            } else {
+                body
+            };
             let content_type = headers
                 .iter()
                 .find(|(n, _)| n == "content-type")
@@ -274,6 +337,14 @@ fn run_job(ledger: &Ledger, job: Job) -> Result<(), airlock_ledger::LedgerError>
                 }
             }
             notable.truncate(128);
+            if fingerprints.is_empty()
+                && notable.is_empty()
+                && analysis.skipped.is_none()
+                && !analysis.truncated
+            {
+                // Nothing to find again (a repeated or tiny body): no record needed.
+                return Ok(());
+            }
             let content =
                 airlock_ledger::lineage_read_content(seq, notable, fingerprints.len(), &analysis);
             ledger.store_read_content(&run, &content, &fingerprints)

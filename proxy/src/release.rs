@@ -165,37 +165,45 @@ pub async fn commit(
 async fn release_all(shared: &Arc<Shared>, run: &RunId) -> Result<(), CommitError> {
     let ledger = shared.ledger.clone();
     let run_id = run.clone();
-    let issued: Arc<Vec<IssuedPlaceholder>> =
-        Arc::new(blocking(move || ledger.placeholders(&run_id)).await?);
+    let (issued, mut effects) =
+        blocking(move || Ok((ledger.placeholders(&run_id)?, ledger.effects(&run_id)?))).await?;
+    let issued: Arc<Vec<IssuedPlaceholder>> = Arc::new(issued);
+    // The run's effects are read once and kept current from what each step returns.
+    let index: HashMap<EffectId, usize> = effects
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.id.clone(), i))
+        .collect();
+    let origins: Vec<String> = effects.iter().map(|e| origin_of(&e.url)).collect();
     let mut in_flight: HashSet<EffectId> = HashSet::new();
-    let mut tasks: JoinSet<Result<(), CommitError>> = JoinSet::new();
+    let mut tasks: JoinSet<Result<Effect, CommitError>> = JoinSet::new();
     loop {
-        let ledger = shared.ledger.clone();
-        let run_id = run.clone();
-        let effects = blocking(move || ledger.effects(&run_id)).await?;
         let states: HashMap<EffectId, EffectState> =
             effects.iter().map(|e| (e.id.clone(), e.state)).collect();
-        let mut busy_origins: HashSet<String> = HashSet::new();
+        let mut busy_origins: HashSet<&str> = HashSet::new();
         let mut changed = false;
-        for effect in &effects {
-            if effect.state != EffectState::Approved || in_flight.contains(&effect.id) {
-                if in_flight.contains(&effect.id) {
-                    busy_origins.insert(origin_of(&effect.url));
-                }
+        for position in 0..effects.len() {
+            let origin = origins[position].as_str();
+            let effect = &effects[position];
+            if in_flight.contains(&effect.id) {
+                busy_origins.insert(origin);
                 continue;
             }
-            let origin = origin_of(&effect.url);
+            if effect.state != EffectState::Approved {
+                continue;
+            }
             match readiness(effect, &states) {
                 Readiness::Skip(reason) => {
                     let ledger = shared.ledger.clone();
                     let id = effect.id.clone();
                     info!(effect.id = %id, reason = %reason, "effect skipped");
-                    blocking(move || ledger.settle_unsent(&id, EffectState::Skipped, &reason))
-                        .await?;
+                    effects[position] =
+                        blocking(move || ledger.settle_unsent(&id, EffectState::Skipped, &reason))
+                            .await?;
                     changed = true;
                 }
                 Readiness::Ready
-                    if !busy_origins.contains(&origin)
+                    if !busy_origins.contains(origin)
                         && in_flight.len() < MAX_CONCURRENT_RELEASES =>
                 {
                     busy_origins.insert(origin);
@@ -223,24 +231,10 @@ async fn release_all(shared: &Arc<Shared>, run: &RunId) -> Result<(), CommitErro
         }
         match tasks.join_next().await {
             Some(done) => {
-                done.map_err(|e| CommitError::Task(e.to_string()))??;
-                // Which effect finished is read back from the ledger on the next pass.
-                let ledger = shared.ledger.clone();
-                let ids: Vec<EffectId> = in_flight.iter().cloned().collect();
-                let settled = blocking(move || {
-                    let mut settled = Vec::new();
-                    for id in ids {
-                        if ledger.effect(&id)?.is_some_and(|e| {
-                            e.state != EffectState::Approved && e.state != EffectState::Releasing
-                        }) {
-                            settled.push(id);
-                        }
-                    }
-                    Ok(settled)
-                })
-                .await?;
-                for id in settled {
-                    in_flight.remove(&id);
+                let settled = done.map_err(|e| CommitError::Task(e.to_string()))??;
+                in_flight.remove(&settled.id);
+                if let Some(&position) = index.get(&settled.id) {
+                    effects[position] = settled;
                 }
             }
             None => return Ok(()),
@@ -431,7 +425,7 @@ async fn release_one(
     effect: Effect,
     parents: &[Effect],
     issued: &[IssuedPlaceholder],
-) -> Result<(), CommitError> {
+) -> Result<Effect, CommitError> {
     let ledger = shared.ledger.clone();
     let digest = effect.body_digest.clone();
     let body = blocking(move || ledger.body(&digest)).await?;
@@ -442,8 +436,7 @@ async fn release_one(
             "the staged body {} is missing from the ledger",
             effect.body_digest
         );
-        blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await?;
-        return Ok(());
+        return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
     };
     let prepared = match substituted(shared, &effect, parents, issued, body) {
         Ok(prepared) => prepared,
@@ -451,8 +444,7 @@ async fn release_one(
             warn!(effect.id = %effect.id, reason = %reason, "effect not sent");
             let ledger = shared.ledger.clone();
             let id = effect.id.clone();
-            blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await?;
-            return Ok(());
+            return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
         }
     };
     let ledger = shared.ledger.clone();
@@ -461,7 +453,7 @@ async fn release_one(
     let outcome = send(shared, &effect.method, prepared).await;
     let ledger = shared.ledger.clone();
     let id = effect.id.clone();
-    match outcome {
+    let settled = match outcome {
         Ok((status, headers, captured, total)) => {
             let error = (status >= 400).then(|| format!("the origin answered {status}"));
             let resolved = if error.is_none() {
@@ -483,7 +475,7 @@ async fn release_one(
                     },
                 )
             })
-            .await?;
+            .await?
         }
         Err(reason) => {
             warn!(effect.id = %effect.id, url = %effect.url, reason = %reason, "release failed");
@@ -496,10 +488,10 @@ async fn release_one(
                     },
                 )
             })
-            .await?;
+            .await?
         }
-    }
-    Ok(())
+    };
+    Ok(settled)
 }
 
 type Sent = (u16, Vec<airlock_ledger::Header>, Vec<u8>, u64);

@@ -98,6 +98,15 @@ pub struct Shared {
     pub in_flight: std::sync::atomic::AtomicUsize,
     /// Counters for `/metrics`.
     pub metrics: crate::metrics::Metrics,
+    /// Placeholders issued per run, cached for the per-request search. Loads and
+    /// invalidations both happen under this lock, so a load can never put back a list
+    /// older than an invalidation.
+    pub placeholders: std::sync::Mutex<
+        std::collections::HashMap<
+            airlock_ledger::RunId,
+            Arc<Vec<airlock_ledger::IssuedPlaceholder>>,
+        >,
+    >,
     /// Runs that accept no more requests, reads included: a commit was decided or the run
     /// was aborted. (A sealed run still passes reads; it only refuses new effects.)
     pub closed_runs: std::sync::RwLock<std::collections::HashSet<airlock_ledger::RunId>>,
@@ -255,6 +264,7 @@ impl Server {
             lineage: crate::lineage::LineageWorker::start(ledger.clone()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             metrics: crate::metrics::Metrics::default(),
+            placeholders: std::sync::Mutex::default(),
         });
         Ok(Self {
             shared,

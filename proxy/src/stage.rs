@@ -90,6 +90,14 @@ pub async fn stage(
     };
     info!(run.id = %run, effect.id = %effect.id, effect.seq = effect.seq, url = %url,
           effect.depends_on = effect.depends_on.len(), "effect staged");
+    if !effect.placeholders.is_empty() {
+        // The run now has more placeholders to look for.
+        shared
+            .placeholders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&effect.run_id);
+    }
     shared.lineage.submit(Job::Effect {
         effect: effect.id.clone(),
     });
