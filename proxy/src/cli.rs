@@ -150,7 +150,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 outln!("proxy_url  {}", run["proxy_url"].as_str().unwrap_or(""));
                 outln!("ca_file    {}", run["ca_file"].as_str().unwrap_or(""));
                 outln!(
-                    "\nroute a sandbox through it: eval \"$(airlock env {})\"",
+                    "\nroute a sandbox through it: airlock env {} > run.env (on the host), then . ./run.env in the sandbox",
                     run["id"].as_str().unwrap_or("")
                 );
                 Ok(())

@@ -216,6 +216,8 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
         &[
             "-X",
             "POST",
+            "-H",
+            "content-type: application/json",
             "--data",
             r#"{"text":"all rows synced"}"#,
             &format!("{base}/items/{placeholder}/comments"),

@@ -134,13 +134,17 @@ impl ProxyError {
                 rule,
                 reason,
                 policy_revision,
-                ..
+                reason_code,
             } => {
                 body["rule"] = serde_json::json!(rule);
                 body["policy_revision"] = serde_json::json!(policy_revision);
                 (
                     reason.clone(),
-                    "if this request is needed, ask the operator to add a policy rule that passes or stages it",
+                    if reason_code == "default_deny" {
+                        "no rule matched: a rule without `port` matches only 443 (https) or 80 (http), and private or loopback origins also need `allow_private`; if this request is needed, ask the operator for a rule that passes or stages it"
+                    } else {
+                        "if this request is needed, ask the operator to add a policy rule that passes or stages it"
+                    },
                 )
             }
             Self::BadRequest { reason, .. } => (reason.clone(), "fix the request and send it again"),

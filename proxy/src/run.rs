@@ -299,7 +299,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         std::path::absolute(&args.admin.data).unwrap_or_else(|_| args.admin.data.clone()),
     ];
     let outside_before = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
-    let line = args.command.join(" ");
+    let line = shell_line(&args.command);
     let step = run_step(program, rest, &workspace, &env, &run, args.admin.json).await;
     record(client, &run, "command", &line, &step).await?;
     client.post(&format!("/v1/runs/{run}/seal"), None).await?;
@@ -475,4 +475,24 @@ pub(crate) async fn rollback_to(
         .into());
     }
     Ok(())
+}
+
+/// The command as a shell would need it typed: arguments with spaces or shell characters
+/// single-quoted.
+fn shell_line(command: &[String]) -> String {
+    command
+        .iter()
+        .map(|arg| {
+            let plain = !arg.is_empty()
+                && arg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if plain {
+                arg.clone()
+            } else {
+                format!("'{}'", arg.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

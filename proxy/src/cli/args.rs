@@ -99,7 +99,7 @@ pub(super) enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Commit a run: release its approved effects, in staging order
+    /// Commit a run: release its approved effects once, parents before dependents, each origin in staging order
     Commit {
         /// The run
         run: String,
