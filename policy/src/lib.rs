@@ -18,12 +18,14 @@ use sha2::{Digest, Sha256};
 
 mod decision;
 mod error;
+mod explain;
 mod matcher;
 mod respond;
 mod wire;
 
 pub use decision::{reason_code, Action, ConnectDecision, Decision};
 pub use error::PolicyError;
+pub use explain::{Explanation, Lint, RuleOutcome, RuleTrace};
 pub use respond::{Part, PlaceholderKind, Respond};
 
 use error::FieldProblem;

@@ -14,7 +14,7 @@ mod args;
 mod render;
 use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, ENV_DATA, ENV_LOG, ENV_TOKEN};
 pub(crate) use args::AdminArgs;
-use args::{CaCommand, Cli, Command, RunsCommand, ServeArgs};
+use args::{CaCommand, Cli, Command, PolicyCommand, RunsCommand, ServeArgs};
 pub use render::{counts, effects_table, render_effect};
 
 /// Writes to stdout; a closed pipe (`airlock … | head`) ends the program quietly instead
@@ -130,6 +130,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Demo => crate::demo::run().await,
+        Command::Policy { command } => policy_command(command),
         Command::Run(args) => crate::run::run(*args).await,
         Command::Savepoint { run, name, admin } => crate::run::savepoint(&admin, &run, name).await,
         Command::RollbackTo {
@@ -466,4 +467,117 @@ fn print_json(value: &Value) -> anyhow::Result<()> {
 /// Prints effects as a table: seq, id, state, method, URL, status.
 pub fn print_effects(effects: &[Value]) {
     out!("{}", effects_table(effects));
+}
+
+/// `airlock policy check|explain`: offline, no server needed.
+fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
+    match command {
+        PolicyCommand::Check { file, json } => {
+            let policy = airlock_policy::Policy::load(&file)?;
+            let lints = policy.lints();
+            if json {
+                print_json(&serde_json::json!({
+                    "file": file.display().to_string(),
+                    "revision": policy.revision(),
+                    "rules": policy.rules().len(),
+                    "lints": lints,
+                }))?;
+            } else {
+                for lint in &lints {
+                    outln!(
+                        "{}: rule \"{}\" (#{}): {}",
+                        file.display(),
+                        lint.rule,
+                        lint.index,
+                        lint.message
+                    );
+                }
+                outln!(
+                    "{}: {} rule(s), revision {}, {} lint(s)",
+                    file.display(),
+                    policy.rules().len(),
+                    policy.revision(),
+                    lints.len()
+                );
+            }
+            if lints.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "{} rule(s) can never decide a request",
+                    lints.len()
+                ))
+            }
+        }
+        PolicyCommand::Explain {
+            file,
+            body,
+            json,
+            method,
+            url,
+        } => {
+            let policy = airlock_policy::Policy::load(&file)?;
+            let uri: http::Uri = url
+                .parse()
+                .map_err(|e| anyhow!("{url:?} is not an absolute URL ({e})"))?;
+            let scheme = match uri.scheme_str() {
+                Some("https") => airlock_policy::Scheme::Https,
+                Some("http") => airlock_policy::Scheme::Http,
+                _ => return Err(anyhow!("{url:?} needs an http:// or https:// scheme")),
+            };
+            let authority = uri
+                .authority()
+                .ok_or_else(|| anyhow!("{url:?} names no host"))?;
+            let default_port = if scheme == airlock_policy::Scheme::Https {
+                443
+            } else {
+                80
+            };
+            let target = crate::handle::Target::parse(scheme, authority.as_str(), default_port)
+                .ok_or_else(|| anyhow!("{url:?} names no valid host"))?;
+            let explanation = policy.explain(&airlock_policy::RequestFacts {
+                scheme,
+                host: &target.host,
+                port: target.port,
+                method: &method.to_ascii_uppercase(),
+                path: uri.path(),
+                has_body: body,
+            });
+            if json {
+                return print_json(&serde_json::to_value(&explanation)?);
+            }
+            outln!(
+                "{} {} (body: {})",
+                method.to_ascii_uppercase(),
+                target.url(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")),
+                if body { "yes" } else { "no" }
+            );
+            for (i, rule) in explanation.rules.iter().enumerate() {
+                let verdict = match &rule.outcome {
+                    airlock_policy::RuleOutcome::Matched => "MATCHED".to_owned(),
+                    airlock_policy::RuleOutcome::Mismatch { field } => format!("no match: {field}"),
+                    airlock_policy::RuleOutcome::NotReached => "not reached".to_owned(),
+                };
+                outln!(
+                    "  #{:<3} {:<24} {:<6} {verdict}",
+                    i + 1,
+                    rule.id,
+                    rule.action.as_str()
+                );
+            }
+            let decision = &explanation.decision;
+            outln!(
+                "decision: {} ({}){}",
+                decision.action.as_str(),
+                decision.reason_code,
+                decision
+                    .rule
+                    .as_deref()
+                    .map(|r| format!(" by rule \"{r}\""))
+                    .unwrap_or_default()
+            );
+            outln!("reason:   {}", decision.reason);
+            Ok(())
+        }
+    }
 }

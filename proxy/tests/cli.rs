@@ -64,3 +64,71 @@ fn missing_token_names_where_it_looked() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("admin.token"), "{stderr}");
 }
+
+fn example_policy() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies/webhooks.toml")
+}
+
+#[test]
+fn policy_check_passes_the_example_and_flags_a_shadowed_rule() {
+    let out = airlock()
+        .args(["policy", "check"])
+        .arg(example_policy())
+        .output()
+        .expect("run airlock");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("4 rule(s)"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shadowed = dir.path().join("shadowed.toml");
+    std::fs::write(
+        &shadowed,
+        "version = 1\n[[rule]]\nid = \"everything\"\nhost = \"x.example\"\naction = \"pass\"\n[[rule]]\nid = \"posts\"\nhost = \"x.example\"\nmethod = [\"POST\"]\naction = \"stage\"\n",
+    )
+    .expect("write");
+    let out = airlock()
+        .args(["policy", "check"])
+        .arg(&shadowed)
+        .output()
+        .expect("run airlock");
+    assert!(
+        !out.status.success(),
+        "a never-reached rule fails the check"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("rule \"posts\" (#2): never reached") && stdout.contains("\"everything\""),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn policy_explain_shows_every_rule_and_the_decision() {
+    let out = airlock()
+        .args(["policy", "explain"])
+        .arg(example_policy())
+        .args(["--body", "POST", "https://ci.hooks.example.com/deliver/1"])
+        .output()
+        .expect("run airlock");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("no-admin") && stdout.contains("no match: host"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("webhooks") && stdout.contains("MATCHED"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("decision: stage (rule_stage) by rule \"webhooks\""),
+        "{stdout}"
+    );
+}

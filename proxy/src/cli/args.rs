@@ -130,6 +130,38 @@ pub(super) enum Command {
     },
     /// Run the end-to-end demo on loopback with embedded defaults
     Demo,
+    /// Check a policy file, or explain how it decides a request
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum PolicyCommand {
+    /// Parse a policy strictly and list rules that can never decide anything
+    Check {
+        /// The policy file
+        file: PathBuf,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show every rule considered for one request, why it matched or not, and the decision
+    Explain {
+        /// The policy file
+        file: PathBuf,
+        /// The request carries a body (a GET with a body is a write)
+        #[arg(long)]
+        body: bool,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+        /// Request method, e.g. POST
+        method: String,
+        /// Absolute URL, e.g. https://api.example.com/repos/o/r/pulls
+        url: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,0 +1,226 @@
+//! Tools for policy authors: why a request gets its decision (`explain`), and rules that
+//! can never decide anything (`lints`).
+
+use serde::Serialize;
+
+use crate::matcher::{CanonicalPath, Host};
+use crate::{Action, Decision, Policy, RequestFacts, Rule};
+
+/// How one rule fared for a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RuleOutcome {
+    /// The rule matched and decided.
+    Matched,
+    /// The rule did not match: the first condition that failed.
+    Mismatch {
+        /// `scheme`, `host`, `port`, `method` or `path`.
+        field: &'static str,
+    },
+    /// An earlier rule decided first.
+    NotReached,
+}
+
+/// One rule's line in an explanation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleTrace {
+    /// The rule's id.
+    pub id: String,
+    /// What the rule does.
+    pub action: Action,
+    /// How it fared.
+    #[serde(flatten)]
+    pub outcome: RuleOutcome,
+}
+
+/// Every rule considered for a request, in order, and the decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    /// The decision, exactly as [`Policy::decide`] gives it.
+    pub decision: Decision,
+    /// The rules in evaluation order.
+    pub rules: Vec<RuleTrace>,
+}
+
+/// A rule that can never decide a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lint {
+    /// The rule's id.
+    pub rule: String,
+    /// Its 1-based position in the file.
+    pub index: usize,
+    /// Why it is a problem, and what to do.
+    pub message: String,
+}
+
+impl Rule {
+    /// The first condition of this rule that `request` fails, or `None` when it matches.
+    fn first_mismatch(
+        &self,
+        request: &RequestFacts<'_>,
+        host: &Host,
+        path: &CanonicalPath,
+    ) -> Option<&'static str> {
+        if self.scheme.is_some_and(|scheme| scheme != request.scheme) {
+            return Some("scheme");
+        }
+        if !self.host.matches(host) {
+            return Some("host");
+        }
+        if !self.port.matches(request.scheme, request.port) {
+            return Some("port");
+        }
+        if self
+            .method
+            .as_ref()
+            .is_some_and(|m| !m.matches(request.method, request.has_body))
+        {
+            return Some("method");
+        }
+        if self.path.as_ref().is_some_and(|p| !p.matches(path)) {
+            return Some("path");
+        }
+        None
+    }
+
+    /// Whether this rule matches every request `later` could match (same host pattern and
+    /// ports, no narrower scheme, no method or path condition of its own).
+    fn covers(&self, later: &Rule) -> bool {
+        self.host == later.host
+            && self.port == later.port
+            && (self.scheme.is_none() || self.scheme == later.scheme)
+            && self.method.is_none()
+            && self.path.is_none()
+    }
+}
+
+impl Policy {
+    /// Explains the decision for `request`: every rule in order, whether it matched, the
+    /// first condition that failed when it did not, and the decision.
+    pub fn explain(&self, request: &RequestFacts<'_>) -> Explanation {
+        let decision = self.decide(request);
+        let host = Host::parse(request.host);
+        let path = CanonicalPath::parse(request.path).ok();
+        let mut decided = false;
+        let rules = self
+            .rules
+            .iter()
+            .map(|rule| {
+                let outcome = if decided {
+                    RuleOutcome::NotReached
+                } else {
+                    match (&host, &path) {
+                        (Some(host), Some(path)) => {
+                            match rule.first_mismatch(request, host, path) {
+                                None => {
+                                    decided = true;
+                                    RuleOutcome::Matched
+                                }
+                                Some(field) => RuleOutcome::Mismatch { field },
+                            }
+                        }
+                        (None, _) => RuleOutcome::Mismatch { field: "host" },
+                        (_, None) => RuleOutcome::NotReached,
+                    }
+                };
+                RuleTrace {
+                    id: rule.id.clone(),
+                    action: rule.action,
+                    outcome,
+                }
+            })
+            .collect();
+        Explanation { decision, rules }
+    }
+
+    /// Rules that can never decide: an earlier rule already matches everything they could.
+    pub fn lints(&self) -> Vec<Lint> {
+        let mut out = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            if let Some(earlier) = self.rules[..index]
+                .iter()
+                .find(|earlier| earlier.covers(rule))
+            {
+                out.push(Lint {
+                    rule: rule.id.clone(),
+                    index: index + 1,
+                    message: format!(
+                        "never reached: rule \"{}\" before it matches every request it could match; move it above \"{}\" or remove it",
+                        earlier.id, earlier.id
+                    ),
+                });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Scheme;
+
+    const POLICY: &str = r#"
+version = 1
+[[rule]]
+id = "all-api"
+host = "api.example.com"
+action = "pass"
+[[rule]]
+id = "api-posts"
+host = "api.example.com"
+method = ["POST"]
+action = "stage"
+[[rule]]
+id = "hooks"
+host = "hooks.example.com"
+method = ["POST"]
+path = "/deliver/**"
+action = "stage"
+"#;
+
+    fn facts<'a>(host: &'a str, method: &'a str, path: &'a str) -> RequestFacts<'a> {
+        RequestFacts {
+            scheme: Scheme::Https,
+            host,
+            port: 443,
+            method,
+            path,
+            has_body: method == "POST",
+        }
+    }
+
+    #[test]
+    fn explain_names_the_first_failing_condition_and_the_winner() {
+        let policy = Policy::from_toml_str(POLICY, "<inline>").expect("policy");
+        let explanation = policy.explain(&facts("hooks.example.com", "POST", "/other"));
+        let outcomes: Vec<_> = explanation
+            .rules
+            .iter()
+            .map(|r| r.outcome.clone())
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                RuleOutcome::Mismatch { field: "host" },
+                RuleOutcome::Mismatch { field: "host" },
+                RuleOutcome::Mismatch { field: "path" },
+            ]
+        );
+        assert_eq!(explanation.decision.action, Action::Deny);
+        let explanation = policy.explain(&facts("api.example.com", "POST", "/x"));
+        assert_eq!(explanation.rules[0].outcome, RuleOutcome::Matched);
+        assert_eq!(explanation.rules[1].outcome, RuleOutcome::NotReached);
+        assert_eq!(explanation.decision.rule.as_deref(), Some("all-api"));
+    }
+
+    #[test]
+    fn a_rule_behind_a_broader_one_is_linted() {
+        let policy = Policy::from_toml_str(POLICY, "<inline>").expect("policy");
+        let lints = policy.lints();
+        assert_eq!(lints.len(), 1);
+        assert_eq!(lints[0].rule, "api-posts");
+        assert_eq!(lints[0].index, 2);
+        assert!(lints[0].message.contains("all-api"));
+    }
+}
