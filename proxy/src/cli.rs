@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::client::{AdminClient, ClientError};
 
 mod args;
+mod policy_test;
 mod render;
 use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, ENV_DATA, ENV_LOG, ENV_TOKEN};
 pub(crate) use args::AdminArgs;
@@ -508,6 +509,38 @@ fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                     lints.len()
                 ))
             }
+        }
+        PolicyCommand::Test {
+            file,
+            cases,
+            require_coverage,
+        } => {
+            let policy = airlock_policy::Policy::load(&file)?;
+            let outcome = policy_test::run(&policy, &cases)?;
+            for failure in &outcome.failures {
+                outln!("FAIL {failure}");
+            }
+            for rule in &outcome.uncovered {
+                outln!("uncovered: no case reaches rule \"{rule}\"");
+            }
+            outln!(
+                "{}: {} case(s), {} failed; {} of {} rule(s) covered",
+                cases.display(),
+                outcome.cases,
+                outcome.failures.len(),
+                policy.rules().len() - outcome.uncovered.len(),
+                policy.rules().len()
+            );
+            if !outcome.failures.is_empty() {
+                return Err(anyhow!("{} case(s) failed", outcome.failures.len()));
+            }
+            if require_coverage && !outcome.uncovered.is_empty() {
+                return Err(anyhow!(
+                    "{} rule(s) are reached by no case (--require-coverage)",
+                    outcome.uncovered.len()
+                ));
+            }
+            Ok(())
         }
         PolicyCommand::Explain {
             file,

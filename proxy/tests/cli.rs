@@ -132,3 +132,47 @@ fn policy_explain_shows_every_rule_and_the_decision() {
         "{stdout}"
     );
 }
+
+#[test]
+fn policy_test_runs_the_examples_cases_with_full_coverage() {
+    let cases = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/policies/webhooks.cases.toml");
+    let out = airlock()
+        .args(["policy", "test"])
+        .arg(example_policy())
+        .arg(&cases)
+        .arg("--require-coverage")
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("5 case(s), 0 failed; 4 of 4 rule(s) covered"),
+        "{stdout}"
+    );
+
+    // A wrong expectation fails with what was expected and what happened.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrong = dir.path().join("wrong.toml");
+    std::fs::write(
+        &wrong,
+        "[[case]]\nname = \"wrong\"\nmethod = \"GET\"\nurl = \"https://api.internal.example/x\"\nexpect = { action = \"stage\" }\n",
+    )
+    .expect("write");
+    let out = airlock()
+        .args(["policy", "test"])
+        .arg(example_policy())
+        .arg(&wrong)
+        .output()
+        .expect("run airlock");
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("FAIL case \"wrong\"") && stdout.contains("action pass (expected stage)"),
+        "{stdout}"
+    );
+}

@@ -147,6 +147,17 @@ pub(super) enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run a table of requests against a policy: expected action, rule and reason code,
+    /// and which rules no case reaches
+    Test {
+        /// The policy file
+        file: PathBuf,
+        /// The cases file (TOML, `[[case]]` tables; see docs/policy.md)
+        cases: PathBuf,
+        /// Fail when a rule is reached by no case
+        #[arg(long)]
+        require_coverage: bool,
+    },
     /// Show every rule considered for one request, why it matched or not, and the decision
     Explain {
         /// The policy file
