@@ -191,6 +191,14 @@ pub async fn handle(
         }
         .into_response();
     }
+    if target.host == crate::manifest::MANIFEST_HOST {
+        let response = crate::manifest::answer(&shared, run.as_str(), parts.uri.path());
+        let (head, body) = response.into_parts();
+        return Response::from_parts(
+            head,
+            crate::body::Guarded::new(body, Box::new(in_flight)).boxed(),
+        );
+    }
     let result = decide_and_act(&shared, &run, &target, &url, parts, body).await;
     let response = result.unwrap_or_else(|error| {
         if error.status().is_server_error() {

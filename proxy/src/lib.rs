@@ -18,6 +18,7 @@ pub mod handle;
 pub mod headers;
 pub mod lineage;
 pub mod listener;
+pub mod manifest;
 pub mod metrics;
 pub mod origin;
 pub mod prefixed;

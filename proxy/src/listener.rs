@@ -186,8 +186,13 @@ async fn connect(shared: Arc<Shared>, run: RunId, req: Request<Incoming>) -> Res
     let Some(target) = Target::parse(Scheme::Https, &authority, 0).filter(|t| t.port != 0) else {
         return bad_target(&authority);
     };
-    if let ConnectDecision::Deny(decision) = shared.policy.decide_connect(&target.host, target.port)
-    {
+    // The reserved manifest host is always intercepted: airlock answers it itself.
+    let decision = if target.host == crate::manifest::MANIFEST_HOST {
+        ConnectDecision::Intercept
+    } else {
+        shared.policy.decide_connect(&target.host, target.port)
+    };
+    if let ConnectDecision::Deny(decision) = decision {
         info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
               policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "CONNECT denied");
         return ProxyError::Denied {

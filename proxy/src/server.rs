@@ -76,6 +76,8 @@ pub struct Shared {
     pub ledger: Arc<Ledger>,
     /// The policy in force.
     pub policy: Arc<Policy>,
+    /// The policy file's text, for the manifest agents can read.
+    pub policy_text: String,
     /// The CA and leaf cache.
     pub ca: Arc<CertificateAuthority>,
     /// The pooled upstream client (h2 or HTTP/1.1 by ALPN).
@@ -186,6 +188,7 @@ impl Server {
         let data_dir =
             std::fs::canonicalize(&config.data_dir).map_err(data_err(&config.data_dir))?;
         let policy = Arc::new(Policy::load(&config.policy_path)?);
+        let policy_text = std::fs::read_to_string(&config.policy_path).unwrap_or_default();
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
         let ledger_path = data_dir.join(LEDGER_DIR);
@@ -240,6 +243,7 @@ impl Server {
             config.connect_timeout,
         );
         let shared = Arc::new(Shared {
+            policy_text,
             ledger: ledger.clone(),
             policy,
             ca,

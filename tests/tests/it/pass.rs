@@ -135,3 +135,41 @@ async fn plain_http_absolute_form_follows_the_same_path() {
         "only the GET reached the origin"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_can_read_its_policy_manifest_through_the_proxy() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| Reply::text(200, "ok")),
+    )
+    .await
+    .expect("origin");
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (run, env) = airlock.create_run().await;
+    for url in [
+        "http://airlock.invalid/.well-known/airlock/policy",
+        "https://airlock.invalid/.well-known/airlock/policy",
+    ] {
+        let out = curl(&env, &[url]).await;
+        assert_eq!(out.status, 200, "{url}: {}", out.stderr);
+        let manifest = out.json();
+        assert_eq!(manifest["run"], run.as_str());
+        let ids: Vec<&str> = manifest["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter_map(|r| r["id"].as_str())
+            .collect();
+        assert_eq!(ids, vec!["forbidden", "reads", "writes"], "{url}");
+        assert_eq!(
+            manifest["rules"][0]["reason"],
+            "nothing under /forbidden leaves"
+        );
+        assert!(manifest["policy_revision"].is_string());
+    }
+    let missing = curl(&env, &["http://airlock.invalid/other"]).await;
+    assert_eq!(missing.status, 404);
+    assert!(origin.received().is_empty());
+    assert!(airlock.effects(&run).await.is_empty());
+}

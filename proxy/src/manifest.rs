@@ -1,0 +1,49 @@
+//! The policy manifest an agent can read through the proxy at
+//! `http://airlock.invalid/.well-known/airlock/policy` (or https): what its run may do,
+//! as the policy author wrote it. `airlock.invalid` can never be a real host (RFC 6761
+//! §6.4), so airlock answers it itself and never dials it.
+
+use http::StatusCode;
+use serde_json::{json, Value};
+
+use crate::body::ProxyBody;
+use crate::respond::json_response;
+use crate::server::Shared;
+
+/// The reserved host airlock answers itself.
+pub const MANIFEST_HOST: &str = "airlock.invalid";
+/// The manifest's path on that host.
+pub const MANIFEST_PATH: &str = "/.well-known/airlock/policy";
+
+/// The manifest JSON: `{run, policy_revision, default, rules: [as written], about}`.
+/// Policy files hold no secret values (credentials are named, never inlined), so the rules
+/// are shown as written.
+pub fn manifest(shared: &Shared, run: &str) -> Value {
+    let written: Value = toml::from_str::<toml::Value>(&shared.policy_text)
+        .ok()
+        .and_then(|v| serde_json::to_value(v).ok())
+        .unwrap_or(Value::Null);
+    json!({
+        "run": run,
+        "policy_revision": shared.policy.revision(),
+        "default": written.get("default").cloned().unwrap_or(json!("deny")),
+        "rules": written.get("rule").cloned().unwrap_or(json!([])),
+        "about": "Requests pass, are staged (held until a reviewer approves and the run is committed; you get 202 at once) or are denied (403 with the rule and reason). Rules are tried top-down; the first match wins.",
+    })
+}
+
+/// Answers a request for the reserved host: the manifest, or 404.
+pub fn answer(shared: &Shared, run: &str, path: &str) -> http::Response<ProxyBody> {
+    if path == MANIFEST_PATH {
+        json_response(StatusCode::OK, &manifest(shared, run))
+    } else {
+        json_response(
+            StatusCode::NOT_FOUND,
+            &json!({
+                "error": "not found",
+                "reason_code": "not_found",
+                "reason": format!("{MANIFEST_HOST} serves only {MANIFEST_PATH}"),
+            }),
+        )
+    }
+}
