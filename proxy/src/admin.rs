@@ -177,6 +177,20 @@ async fn require_token(
     }
 }
 
+/// A JSON request body, or the type's default when the body is empty or blank.
+fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> ApiResult<T> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("the body is not a valid request: {e}"),
+        )
+    })
+}
+
 fn parse_run(id: &str) -> ApiResult<RunId> {
     RunId::parse(id).ok_or_else(|| {
         ApiError::new(
@@ -216,17 +230,7 @@ async fn create_run(
     State(shared): State<Arc<Shared>>,
     body: axum::body::Bytes,
 ) -> ApiResult<Response> {
-    let request: CreateRun = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateRun::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_json",
-                format!("the body is not a valid run request: {e}"),
-            )
-        })?
-    };
+    let request: CreateRun = parse_body(&body)?;
     let ledger = shared.ledger.clone();
     let run = blocking(move || ledger.create_run(request.profile)).await?;
     let ca = shared.data_dir.join(crate::ca::CA_CERT_FILE);
@@ -343,17 +347,7 @@ async fn commit_run(
     body: axum::body::Bytes,
 ) -> ApiResult<Json<Value>> {
     let run_id = parse_run(&id)?;
-    let request: CommitRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        CommitRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_json",
-                format!("the body is not a valid commit request: {e}"),
-            )
-        })?
-    };
+    let request: CommitRequest = parse_body(&body)?;
     let approve_pending = query.approve_pending || request.approve_pending;
     // Once decided, a commit finishes whatever happens to this HTTP exchange: it runs in
     // its own task, which a client that hangs up cannot cancel.

@@ -9,11 +9,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_run, ApiError, ApiResult};
+use super::{parse_body, parse_run, ApiError, ApiResult};
 use crate::server::Shared;
 use crate::workspace::{DecideRequest, WorkspaceError};
 
@@ -46,19 +45,6 @@ pub(super) fn routes() -> Router<Arc<Shared>> {
         .route("/v1/runs/{id}/workspace/resume", post(resume))
         .route("/v1/runs/{id}/savepoints", post(savepoint))
         .route("/v1/runs/{id}/rollback-to", post(rollback_to))
-}
-
-fn parse_body<T: DeserializeOwned + Default>(body: &[u8]) -> ApiResult<T> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_json",
-            format!("the body is not a valid request: {e}"),
-        )
-    })
 }
 
 #[derive(Debug, Default, Deserialize)]
