@@ -113,6 +113,19 @@ pub struct ReadContent {
     pub skipped: Option<String>,
 }
 
+impl ReadContent {
+    /// The record of a read whose body was not analysed, and why.
+    pub fn not_analysed(seq: u64, reason: String) -> Self {
+        Self {
+            seq,
+            notable: Vec::new(),
+            fingerprints: 0,
+            truncated: false,
+            skipped: Some(reason),
+        }
+    }
+}
+
 /// Whether an approved effect can be released now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Readiness {

@@ -186,16 +186,10 @@ impl LineageWorker {
                                 return;
                             }
                         };
-                        let content = airlock_ledger::ReadContent {
-                        seq: read.seq,
-                        notable: Vec::new(),
-                        fingerprints: 0,
-                        truncated: false,
-                        skipped: Some(format!(
+                        let content = airlock_ledger::ReadContent::not_analysed(read.seq, format!(
                             "not analysed: the analysis queue was full ({READ_QUEUE} reads or {} MiB waiting)",
                             READ_QUEUE_BYTES / (1024 * 1024)
-                        )),
-                    };
+                        ));
                         if let Err(error) =
                             self.ledger.store_read_content(&read.run_id, &content, &[])
                         {
@@ -274,16 +268,10 @@ fn run_job(ledger: &Ledger, seen: &mut Seen, job: Job) -> Result<(), airlock_led
                 .find(|(n, _)| n == "content-type")
                 .map(|(_, v)| v.as_str());
             if is_opaque(content_type) {
-                let content = airlock_ledger::ReadContent {
+                let content = airlock_ledger::ReadContent::not_analysed(
                     seq,
-                    notable: Vec::new(),
-                    fingerprints: 0,
-                    truncated: false,
-                    skipped: Some(format!(
-                        "not analysed: {} is not text",
-                        content_type.unwrap_or("")
-                    )),
-                };
+                    format!("not analysed: {} is not text", content_type.unwrap_or("")),
+                );
                 return ledger.store_read_content(&run, &content, &[]);
             }
             let bytes: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
