@@ -38,6 +38,19 @@ async fn raw_origin() -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
                     let _ = stream
                         .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 9\r\nconnection: close\r\n\r\ntoo large")
                         .await;
+                    // Lingering close, as real servers do: closing with the unread body
+                    // still arriving would make the kernel send a reset that can destroy
+                    // the 413 before the proxy reads it.
+                    let _ = stream.shutdown().await;
+                    let mut sink = [0u8; 16 * 1024];
+                    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                        while let Ok(n) = stream.read(&mut sink).await {
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                    })
+                    .await;
                     return;
                 }
                 let length: usize = text
