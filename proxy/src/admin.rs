@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::server::Shared;
 
+mod policy;
 mod render;
 mod workspace;
 
@@ -123,6 +124,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/effects/{id}/approve", post(approve_effect))
         .route("/v1/effects/{id}/reject", post(reject_effect))
         .route("/v1/ca", get(ca_pem))
+        .route("/v1/policy", get(policy::show).post(policy::replace))
         .route("/metrics", get(metrics))
         .merge(workspace::routes())
         .route_layer(axum::middleware::from_fn_with_state(
@@ -523,7 +525,7 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let in_flight = shared.in_flight.load(std::sync::atomic::Ordering::Relaxed);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        shared.metrics.render(in_flight),
+        shared.metrics.render(in_flight) + &policy::metrics(&shared),
     )
         .into_response()
 }

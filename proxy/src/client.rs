@@ -67,13 +67,24 @@ impl AdminClient {
         path: &str,
         body: Option<Value>,
     ) -> Result<(StatusCode, Bytes), ClientError> {
-        let url = format!("{}{path}", self.base);
         let payload = body.map(|b| b.to_string()).unwrap_or_default();
+        self.send_raw(method, path, "application/json", payload)
+            .await
+    }
+
+    async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        payload: String,
+    ) -> Result<(StatusCode, Bytes), ClientError> {
+        let url = format!("{}{path}", self.base);
         let request = Request::builder()
             .method(method)
             .uri(&url)
             .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
-            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_TYPE, content_type)
             .body(Full::new(Bytes::from(payload)))
             .map_err(|e| ClientError::Connect {
                 url: url.clone(),
@@ -106,10 +117,14 @@ impl AdminClient {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value, ClientError> {
-        let url = format!("{}{path}", self.base);
         let (status, bytes) = self.send(method, path, body).await?;
+        self.decode(path, status, &bytes)
+    }
+
+    fn decode(&self, path: &str, status: StatusCode, bytes: &[u8]) -> Result<Value, ClientError> {
+        let url = format!("{}{path}", self.base);
         let value: Value =
-            serde_json::from_slice(&bytes).map_err(|_| ClientError::Decode { url })?;
+            serde_json::from_slice(bytes).map_err(|_| ClientError::Decode { url })?;
         if status.is_success() {
             Ok(value)
         } else {
@@ -133,6 +148,19 @@ impl AdminClient {
     /// `POST path` with an optional JSON body.
     pub async fn post(&self, path: &str, body: Option<Value>) -> Result<Value, ClientError> {
         self.json(Method::POST, path, body).await
+    }
+
+    /// `POST path` with a text body of `content_type` (e.g. a policy's TOML), JSON answer.
+    pub async fn post_text(
+        &self,
+        path: &str,
+        content_type: &str,
+        text: String,
+    ) -> Result<Value, ClientError> {
+        let (status, bytes) = self
+            .send_raw(Method::POST, path, content_type, text)
+            .await?;
+        self.decode(path, status, &bytes)
     }
 
     /// `GET path`, as text.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use airlock_policy::Policy;
+use crate::policy_store::PolicyStore;
 use http::Uri;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -116,7 +116,7 @@ fn is_local_address(ip: IpAddr) -> bool {
 /// The connector under the upstream HTTPS client.
 #[derive(Clone)]
 pub struct Dialer {
-    policy: Arc<Policy>,
+    policy: Arc<PolicyStore>,
     own: Arc<Vec<SocketAddr>>,
     connect_timeout: Duration,
 }
@@ -124,7 +124,7 @@ pub struct Dialer {
 impl Dialer {
     /// A dialer that refuses `own` (airlock's listeners) and private addresses the policy
     /// does not allow.
-    pub fn new(policy: Arc<Policy>, own: Vec<SocketAddr>, connect_timeout: Duration) -> Self {
+    pub fn new(policy: Arc<PolicyStore>, own: Vec<SocketAddr>, connect_timeout: Duration) -> Self {
         Self {
             policy,
             own: Arc::new(own),
@@ -169,7 +169,9 @@ impl Dialer {
             if self.is_own(addr) {
                 return Err(DialError::OwnListener { addr });
             }
-            if is_special_purpose(addr.ip()) && !self.policy.allows_private(bare, port, addr.ip()) {
+            if is_special_purpose(addr.ip())
+                && !self.policy.current().allows_private(bare, port, addr.ip())
+            {
                 refused.get_or_insert(DialError::Private {
                     host: host.to_owned(),
                     addr: addr.ip(),

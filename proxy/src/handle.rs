@@ -230,7 +230,8 @@ async fn decide_and_act(
         path: parts.uri.path(),
         has_body: has_body(&parts),
     };
-    let decision = shared.policy.decide(&facts);
+    let policy = shared.policy.current();
+    let decision = policy.decide(&facts);
     let counter = match decision.action {
         Action::Pass => &shared.metrics.passed,
         Action::Stage => &shared.metrics.staged,
@@ -267,13 +268,13 @@ async fn decide_and_act(
                      a rule must pass or deny it"
                 ),
                 reason_code: "upgrade_not_stageable".to_owned(),
-                policy_revision: shared.policy.revision().to_owned(),
+                policy_revision: policy.revision().to_owned(),
             }),
             Action::Deny => Err(ProxyError::Denied {
                 rule: decision.rule,
                 reason: decision.reason,
                 reason_code: decision.reason_code.to_owned(),
-                policy_revision: shared.policy.revision().to_owned(),
+                policy_revision: policy.revision().to_owned(),
             }),
         };
     }
@@ -282,7 +283,7 @@ async fn decide_and_act(
             rule: decision.rule,
             reason: decision.reason,
             reason_code: decision.reason_code.to_owned(),
-            policy_revision: shared.policy.revision().to_owned(),
+            policy_revision: policy.revision().to_owned(),
         }),
         Action::Stage => {
             let issued = issued_placeholders(shared, run).await?;

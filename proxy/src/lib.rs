@@ -21,6 +21,7 @@ pub mod listener;
 pub mod manifest;
 pub mod metrics;
 pub mod origin;
+pub mod policy_store;
 pub mod prefixed;
 pub mod release;
 pub mod respond;

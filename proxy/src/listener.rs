@@ -186,11 +186,13 @@ async fn connect(shared: Arc<Shared>, run: RunId, req: Request<Incoming>) -> Res
     let Some(target) = Target::parse(Scheme::Https, &authority, 0).filter(|t| t.port != 0) else {
         return bad_target(&authority);
     };
+    // One policy snapshot decides this CONNECT (a reload cannot split it).
+    let policy = shared.policy.current();
     // The reserved manifest host is always intercepted: airlock answers it itself.
     let decision = if target.host == crate::manifest::MANIFEST_HOST {
         ConnectDecision::Intercept
     } else {
-        shared.policy.decide_connect(&target.host, target.port)
+        policy.decide_connect(&target.host, target.port)
     };
     if let ConnectDecision::Deny(decision) = decision {
         info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
@@ -199,7 +201,7 @@ async fn connect(shared: Arc<Shared>, run: RunId, req: Request<Incoming>) -> Res
             rule: decision.rule,
             reason: decision.reason,
             reason_code: decision.reason_code.to_owned(),
-            policy_revision: shared.policy.revision().to_owned(),
+            policy_revision: policy.revision().to_owned(),
         }
         .into_response();
     }

@@ -19,13 +19,15 @@ pub const MANIFEST_PATH: &str = "/.well-known/airlock/policy";
 /// Policy files hold no secret values (credentials are named, never inlined), so the rules
 /// are shown as written.
 pub fn manifest(shared: &Shared, run: &str) -> Value {
-    let written: Value = toml::from_str::<toml::Value>(&shared.policy_text)
+    let policy = shared.policy.current();
+    let written: Value = toml::from_str::<toml::Value>(&policy.text)
         .ok()
         .and_then(|v| serde_json::to_value(v).ok())
         .unwrap_or(Value::Null);
     json!({
         "run": run,
-        "policy_revision": shared.policy.revision(),
+        "policy_revision": policy.revision(),
+        "policy_generation": policy.generation,
         "default": written.get("default").cloned().unwrap_or(json!("deny")),
         "rules": written.get("rule").cloned().unwrap_or(json!([])),
         "about": "Requests pass, are staged (held until a reviewer approves and the run is committed; you get 202 at once) or are denied (403 with the rule and reason). Rules are tried top-down; the first match wins.",

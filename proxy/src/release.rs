@@ -377,7 +377,7 @@ fn substituted(
             if scheme == Scheme::Http { 80 } else { 443 },
         )
         .ok_or_else(|| format!("after substitution {url} names no valid host"))?;
-        let decision = shared.policy.decide(&RequestFacts {
+        let decision = shared.policy.current().decide(&RequestFacts {
             scheme,
             host: &target.host,
             port: target.port,

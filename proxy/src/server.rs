@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::policy_store::PolicyStore;
 use airlock_ledger::{Ledger, RunState};
-use airlock_policy::Policy;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
@@ -74,10 +74,8 @@ pub struct Limits {
 pub struct Shared {
     /// The durable ledger.
     pub ledger: Arc<Ledger>,
-    /// The policy in force.
-    pub policy: Arc<Policy>,
-    /// The policy file's text, for the manifest agents can read.
-    pub policy_text: String,
+    /// The policy in force (hot-reloadable; take one snapshot per decision).
+    pub policy: Arc<PolicyStore>,
     /// The CA and leaf cache.
     pub ca: Arc<CertificateAuthority>,
     /// The pooled upstream client (h2 or HTTP/1.1 by ALPN).
@@ -187,8 +185,7 @@ impl Server {
         }
         let data_dir =
             std::fs::canonicalize(&config.data_dir).map_err(data_err(&config.data_dir))?;
-        let policy = Arc::new(Policy::load(&config.policy_path)?);
-        let policy_text = std::fs::read_to_string(&config.policy_path).unwrap_or_default();
+        let policy = Arc::new(PolicyStore::load(&config.policy_path)?);
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
         let ledger_path = data_dir.join(LEDGER_DIR);
@@ -243,7 +240,6 @@ impl Server {
             config.connect_timeout,
         );
         let shared = Arc::new(Shared {
-            policy_text,
             ledger: ledger.clone(),
             policy,
             ca,
@@ -345,9 +341,10 @@ impl Server {
             warn!(error = %error, path = %path.display(), "cannot write the addresses file");
         }
         info!(proxy = %shared.proxy_addr, admin = %shared.admin_addr,
-              policy.revision = shared.policy.revision(), data = %shared.data_dir.display(),
+              policy.revision = shared.policy.current().revision(), data = %shared.data_dir.display(),
               "airlock listening");
         resume_commits(&shared);
+        let _watch = AbortOnDrop(shared.policy.watch());
         crate::workspace::resume_all(&shared);
         let admin = crate::admin::router(shared.clone());
         let proxy = crate::listener::serve(shared.clone(), self.proxy);
@@ -378,5 +375,14 @@ fn resume_commits(shared: &Arc<Shared>) {
                 warn!(run.id = %run.id, error = %error, "resuming the commit failed");
             }
         });
+    }
+}
+
+/// Aborts a background task when dropped (the policy watcher stops with the server).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -33,8 +33,9 @@ pub async fn stage(
     strip_hop_by_hop(&mut headers);
     headers.remove(header::CONTENT_LENGTH);
     let records = to_records(&headers);
+    let policy = shared.policy.current();
     let respond = rule
-        .and_then(|id| shared.policy.rule(id))
+        .and_then(|id| policy.rule(id))
         .and_then(|rule| rule.respond())
         .cloned();
     let specs: Vec<PlaceholderSpec> = respond
@@ -57,7 +58,7 @@ pub async fn stage(
     let method = parts.method.to_string();
     let url_owned = url.to_owned();
     let rule_owned = rule.map(str::to_owned);
-    let revision = shared.policy.revision().to_owned();
+    let revision = policy.revision().to_owned();
     let staged = tokio::task::spawn_blocking(move || {
         ledger.stage(NewEffect {
             run_id: &run_id,

@@ -8,6 +8,7 @@ mod crash;
 mod lineage;
 mod pass;
 mod protocols;
+mod reload;
 mod run;
 mod stage;
 mod tls;

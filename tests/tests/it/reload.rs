@@ -1,0 +1,192 @@
+//! Hot reload: a changed policy file, or one posted to the admin API, changes decisions on
+//! connections already open; an invalid one keeps the last good policy.
+
+use std::time::Duration;
+
+use airlock_tests::{loopback_policy, ok_origin, poll_until, Fixture};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use serde_json::Value;
+
+/// One keep-alive HTTP/1.1 connection through a CONNECT tunnel.
+struct Tunnel {
+    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    authority: String,
+}
+
+impl Tunnel {
+    async fn open(airlock: &airlock_tests::Airlock, run: &str, authority: &str) -> Tunnel {
+        let token = airlock.run_token(run).await;
+        let stream = airlock_tests::connect_tunnel(&airlock.proxy, run, &token, authority).await;
+        let ca = std::fs::read_to_string(airlock.ca_file()).expect("ca");
+        let connector = airlock_tests::tls_trusting(&ca, &[b"http/1.1"]);
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+        let tls = connector.connect(name, stream).await.expect("tls");
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .expect("h1");
+        tokio::spawn(conn);
+        Tunnel {
+            sender,
+            authority: authority.to_owned(),
+        }
+    }
+
+    /// GET `path` on this same connection: status, `airlock-error`, JSON body (or Null).
+    async fn get(&mut self, path: &str) -> (u16, Option<String>, Value) {
+        self.sender
+            .ready()
+            .await
+            .expect("the connection is still open");
+        let request = http::Request::get(format!("https://{}{path}", self.authority))
+            .header("host", &self.authority)
+            .body(Empty::new())
+            .expect("request");
+        let response = self.sender.send_request(request).await.expect("answered");
+        let status = response.status().as_u16();
+        let error = response
+            .headers()
+            .get("airlock-error")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (
+            status,
+            error,
+            serde_json::from_slice(&body).unwrap_or(Value::Null),
+        )
+    }
+}
+
+fn deny_a_first(port: u16) -> String {
+    loopback_policy(port).replacen(
+        "[[rule]]",
+        &format!(
+            "[[rule]]\nid = \"no-a\"\nhost = \"127.0.0.1\"\nport = {port}\npath = \"/a\"\naction = \"deny\"\nreason = \"reloaded\"\n\n[[rule]]"
+        ),
+        1,
+    )
+}
+
+async fn generation(airlock: &airlock_tests::Airlock) -> (u64, u64, String) {
+    let policy = airlock
+        .admin
+        .get("/v1/policy")
+        .await
+        .expect("GET /v1/policy");
+    (
+        policy["generation"].as_u64().expect("generation"),
+        policy["reload_failures"].as_u64().expect("reload_failures"),
+        policy["revision"].as_str().expect("revision").to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_reload_changes_a_decision_without_dropping_connections() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let airlock = fx.start(&loopback_policy(port), &[]);
+    let (run, _env) = airlock.create_run().await;
+    let mut tunnel = Tunnel::open(&airlock, &run, &format!("127.0.0.1:{port}")).await;
+    let (first, _, first_revision) = generation(&airlock).await;
+    assert_eq!(first, 1);
+
+    let (status, _, _) = tunnel.get("/a").await;
+    assert_eq!(status, 200, "passes under the first policy");
+
+    // 1. The file changes: the watcher swaps the policy; the open connection sees it.
+    let policy_path = fx.dir.path().join("policy.toml");
+    std::fs::write(&policy_path, deny_a_first(port)).expect("rewrite policy");
+    let reloaded = poll_until(Duration::from_secs(20), || async {
+        let (generation, _, revision) = generation(&airlock).await;
+        (generation == 2).then_some(revision)
+    })
+    .await
+    .expect("the file change is picked up");
+    assert_ne!(reloaded, first_revision);
+    let (status, error, body) = tunnel.get("/a").await;
+    assert_eq!(
+        status, 403,
+        "denied on the same connection after the reload"
+    );
+    assert_eq!(error.as_deref(), Some("rule_deny"));
+    assert_eq!(body["rule"], "no-a");
+    assert_eq!(body["policy_revision"], reloaded.as_str());
+    assert_eq!(tunnel.get("/b").await.0, 200, "other paths still pass");
+
+    // 2. An invalid file keeps the last good policy.
+    std::fs::write(
+        &policy_path,
+        "version = 1\n[[rule]]\nid = \"x\"\nhots = \"typo\"\n",
+    )
+    .expect("break policy");
+    let failures = poll_until(Duration::from_secs(20), || async {
+        let (_, failures, _) = generation(&airlock).await;
+        (failures >= 1).then_some(failures)
+    })
+    .await
+    .expect("the invalid file is seen and refused");
+    assert_eq!(
+        failures, 1,
+        "an unchanged invalid file is refused once, not every poll"
+    );
+    let (generation_now, _, revision_now) = generation(&airlock).await;
+    assert_eq!(
+        (generation_now, revision_now.as_str()),
+        (2, reloaded.as_str())
+    );
+    assert_eq!(
+        tunnel.get("/a").await.0,
+        403,
+        "the last good policy still decides"
+    );
+    assert!(
+        airlock.log().contains("policy reload refused"),
+        "the refusal is logged:\n{}",
+        airlock.log()
+    );
+
+    // 3. A policy posted to the admin API swaps in, on the same connection again.
+    let posted = airlock
+        .admin
+        .post_text("/v1/policy", "application/toml", loopback_policy(port))
+        .await
+        .expect("POST /v1/policy");
+    assert_eq!(posted["changed"], true);
+    assert_eq!(posted["generation"], 3);
+    assert_eq!(posted["revision"], first_revision.as_str());
+    assert_eq!(tunnel.get("/a").await.0, 200, "passes again");
+
+    // 4. An invalid post is refused with the reason and changes nothing.
+    let refused = airlock
+        .admin
+        .post_text("/v1/policy", "application/toml", "version = 2\n".into())
+        .await
+        .expect_err("an invalid policy is refused");
+    match refused {
+        airlock_tests::ClientError::Api {
+            status,
+            code,
+            message,
+            details,
+        } => {
+            assert_eq!((status, code.as_str()), (422, "policy_invalid"));
+            assert!(message.contains("version"), "{message}");
+            assert_eq!(details.expect("details")["generation"], 3);
+        }
+        other => panic!("unexpected error {other}"),
+    }
+    assert_eq!(generation(&airlock).await.0, 3);
+    assert_eq!(tunnel.get("/a").await.0, 200);
+
+    // The origin saw exactly the requests that passed.
+    let paths: Vec<String> = origin.received().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/a", "/b", "/a", "/a"]);
+}
