@@ -72,7 +72,7 @@ pub struct Reloaded {
 pub struct ReloadError {
     /// Why the new policy was refused.
     #[source]
-    pub error: PolicyError,
+    pub error: Box<PolicyError>,
     /// The revision still in force.
     pub revision: String,
     /// The generation still in force.
@@ -159,7 +159,7 @@ impl PolicyStore {
             Err(error) if seen.unreadable && !force => {
                 let current = self.current();
                 return Err(ReloadError {
-                    error,
+                    error: Box::new(error),
                     revision: current.revision().to_owned(),
                     generation: current.generation,
                 });
@@ -233,7 +233,7 @@ impl PolicyStore {
         self.reload_failures.fetch_add(1, Ordering::Relaxed);
         let current = self.current();
         let failure = ReloadError {
-            error,
+            error: Box::new(error),
             revision: current.revision().to_owned(),
             generation: current.generation,
         };
