@@ -5,6 +5,7 @@
 //! operation that a client or the commit authority acts on (staging, decisions,
 //! `releasing`, release outcomes) is flushed to disk before it returns.
 
+mod denials;
 mod effects;
 mod error;
 mod lineage;
@@ -16,6 +17,7 @@ use std::sync::Mutex;
 
 use serde::{de::DeserializeOwned, Serialize};
 
+pub use denials::{Denial, DENIALS_KEPT_PER_RUN};
 pub use error::{LedgerError, Refused};
 pub use lineage::{
     fingerprint, placeholder_edges, read_content as lineage_read_content, readiness, Edge,
@@ -82,6 +84,8 @@ pub struct Ledger {
     effect_lineage: sled::Tree,
     /// run id -> WorkspaceRecord (`airlock run`)
     workspaces: sled::Tree,
+    /// `run_id \0 seq(be u64)` -> Denial
+    denials: sled::Tree,
     /// Serialises read-modify-write of run and effect records.
     write: Mutex<()>,
     /// Group commit: callers that arrive while a flush runs share the next one.
@@ -168,6 +172,7 @@ impl Ledger {
             read_hashes: db.open_tree("read_hashes")?,
             effect_lineage: db.open_tree("effect_lineage")?,
             workspaces: db.open_tree("workspaces")?,
+            denials: db.open_tree("denials")?,
             db,
             write: Mutex::new(()),
             flushes: Mutex::default(),

@@ -17,6 +17,7 @@ use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
 mod decision;
+mod diff;
 mod error;
 mod explain;
 mod matcher;
@@ -24,6 +25,7 @@ mod respond;
 mod wire;
 
 pub use decision::{reason_code, Action, ConnectDecision, Decision};
+pub use diff::{Change, ChangeKind, PolicyDiff};
 pub use error::PolicyError;
 pub use explain::{Explanation, Lint, RuleOutcome, RuleTrace};
 pub use respond::{Part, PlaceholderKind, Respond};

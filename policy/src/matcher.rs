@@ -425,6 +425,31 @@ impl PathPattern {
     pub(crate) fn matches(&self, path: &CanonicalPath) -> bool {
         match_segments(&self.segments, &path.segments)
     }
+
+    /// One path this pattern matches (`*` -> `x`, `**` -> `x`), percent-encoded where
+    /// needed; for `policy diff` probes.
+    pub(crate) fn sample(&self) -> String {
+        let mut out = String::new();
+        for segment in &self.segments {
+            out.push('/');
+            let bytes: Vec<u8> = match segment {
+                PathSegment::Literal(bytes) => bytes.clone(),
+                PathSegment::One | PathSegment::Any => b"x".to_vec(),
+                PathSegment::Glob(parts) => parts.join(&b'x'),
+            };
+            for byte in bytes {
+                if byte.is_ascii_alphanumeric() || b"-._~!$&'()+,;=:@".contains(&byte) {
+                    out.push(char::from(byte));
+                } else {
+                    out.push_str(&format!("%{byte:02X}"));
+                }
+            }
+        }
+        if out.is_empty() {
+            out.push('/');
+        }
+        out
+    }
 }
 
 impl fmt::Display for PathPattern {

@@ -116,6 +116,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/runs/{id}/effects", get(run_effects))
         .route("/v1/runs/{id}/reads", get(run_reads))
         .route("/v1/runs/{id}/env", get(run_env))
+        .route("/v1/runs/{id}/denials", get(run_denials))
         .route("/v1/runs/{id}/lineage", get(run_lineage))
         .route("/v1/runs/{id}/seal", post(seal_run))
         .route("/v1/runs/{id}/commit", post(commit_run))
@@ -306,6 +307,17 @@ async fn run_reads(
     let run_id = run.id.clone();
     let reads = blocking(move || ledger.reads(&run_id)).await?;
     Ok(Json(json!({ "run": run.id, "reads": reads })))
+}
+
+async fn run_denials(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, _) = load_run(&shared, &id).await?;
+    let ledger = shared.ledger.clone();
+    let run_id = run.id.clone();
+    let denials = blocking(move || ledger.denials(&run_id)).await?;
+    Ok(Json(json!({ "run": run.id, "denials": denials })))
 }
 
 async fn run_env(

@@ -37,6 +37,9 @@ macro_rules! outln {
     ($($arg:tt)*) => {{ out!($($arg)*); out!("\n"); }};
 }
 
+// After the macros, so it can use them.
+mod policy_tools;
+
 /// Runs the CLI; returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -131,7 +134,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Demo => crate::demo::run().await,
-        Command::Policy { command } => policy_command(command),
+        Command::Policy { command } => policy_command(command).await,
         Command::Run(args) => crate::run::run(*args).await,
         Command::Savepoint { run, name, admin } => crate::run::savepoint(&admin, &run, name).await,
         Command::RollbackTo {
@@ -470,9 +473,20 @@ pub fn print_effects(effects: &[Value]) {
     out!("{}", effects_table(effects));
 }
 
-/// `airlock policy check|explain`: offline, no server needed.
-fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
+/// `airlock policy …`: check, test, explain and diff are offline; replay and reload talk to
+/// the running server's admin API.
+async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
     match command {
+        PolicyCommand::Diff {
+            old,
+            new,
+            json,
+            fail_on_widen,
+        } => policy_tools::diff(&old, &new, json, fail_on_widen),
+        PolicyCommand::Replay { file, run, admin } => {
+            policy_tools::replay(&file, &run, &admin).await
+        }
+        PolicyCommand::Reload { file, admin } => policy_tools::reload(&file, &admin).await,
         PolicyCommand::Check { file, json } => {
             let policy = airlock_policy::Policy::load(&file)?;
             let lints = policy.lints();

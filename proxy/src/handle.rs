@@ -199,7 +199,29 @@ pub async fn handle(
             crate::body::Guarded::new(body, Box::new(in_flight)).boxed(),
         );
     }
+    let method = parts.method.to_string();
+    let had_body = has_body(&parts);
     let result = decide_and_act(&shared, &run, &target, &url, parts, body).await;
+    if let Err(ProxyError::Denied {
+        rule,
+        reason_code,
+        policy_revision,
+        ..
+    }) = &result
+    {
+        crate::denials::journal(
+            &shared,
+            &run,
+            crate::denials::Refusal {
+                method,
+                url: url.clone(),
+                has_body: had_body,
+                rule: rule.clone(),
+                reason_code: reason_code.clone(),
+                policy_revision: policy_revision.clone(),
+            },
+        );
+    }
     let response = result.unwrap_or_else(|error| {
         if error.status().is_server_error() {
             warn!(run.id = %run, url = %url, error = %error, reason = %error.body()["reason"], "request failed");

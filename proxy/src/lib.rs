@@ -11,6 +11,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod denials;
 pub mod dial;
 pub mod env;
 pub mod forward;

@@ -173,6 +173,39 @@ pub(super) enum PolicyCommand {
         /// Absolute URL, e.g. https://api.example.com/repos/o/r/pulls
         url: String,
     },
+    /// Show what changing OLD into NEW widens (deny -> stage -> pass) and narrows, by
+    /// deciding probe requests built from both files' rules
+    Diff {
+        /// The policy in force
+        old: PathBuf,
+        /// The candidate policy
+        new: PathBuf,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+        /// Exit non-zero when anything widens (a gate for policy changes in CI)
+        #[arg(long)]
+        fail_on_widen: bool,
+    },
+    /// Re-decide every request a past run made (its reads, effects and denials, from the
+    /// ledger through the admin API) under a candidate policy; show what would change
+    Replay {
+        /// The candidate policy
+        file: PathBuf,
+        /// The run to replay
+        #[arg(long)]
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Validate FILE and swap it in on the running server (POST /v1/policy); an invalid
+    /// file changes nothing
+    Reload {
+        /// The policy file
+        file: PathBuf,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -190,3 +190,128 @@ async fn hot_reload_changes_a_decision_without_dropping_connections() {
     let paths: Vec<String> = origin.received().iter().map(|r| r.path.clone()).collect();
     assert_eq!(paths, ["/a", "/b", "/a", "/a"]);
 }
+
+fn cli(fx: &Fixture, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(airlock_tests::airlock_bin())
+        .args(args)
+        .arg("--data")
+        .arg(fx.data_dir())
+        .env_remove("AIRLOCK_ADMIN")
+        .env_remove("AIRLOCK_TOKEN")
+        .output()
+        .expect("run airlock");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_replay_redecides_a_past_run_and_reload_swaps_the_servers_policy() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let airlock = fx.start(&loopback_policy(port), &[]);
+    let (run, env) = airlock.create_run().await;
+    let base = format!("https://127.0.0.1:{port}");
+    assert_eq!(
+        airlock_tests::curl(&env, &[&format!("{base}/a")])
+            .await
+            .status,
+        200
+    );
+    let staged = airlock_tests::curl(&env, &["-d", "x=1", &format!("{base}/w")]).await;
+    assert_eq!(staged.status, 202);
+    let denied = airlock_tests::curl(&env, &[&format!("{base}/forbidden/x")]).await;
+    assert_eq!(denied.status, 403);
+
+    // The ledger holds the denial with its rule and revision.
+    let denials = airlock
+        .admin
+        .get(&format!("/v1/runs/{run}/denials"))
+        .await
+        .expect("denials");
+    let (_, _, revision) = generation(&airlock).await;
+    assert_eq!(denials["denials"][0]["rule"], "forbidden");
+    assert_eq!(denials["denials"][0]["url"], format!("{base}/forbidden/x"));
+    assert_eq!(denials["denials"][0]["policy_revision"], revision.as_str());
+
+    // A candidate that denies /a and passes everything else on the port.
+    let candidate = fx.dir.path().join("candidate.toml");
+    std::fs::write(
+        &candidate,
+        format!(
+            "version = 1\nallow_private = [\"127.0.0.0/8\"]\n\n[[rule]]\nid = \"no-a\"\nhost = \"127.0.0.1\"\nport = {port}\npath = \"/a\"\naction = \"deny\"\n\n[[rule]]\nid = \"all\"\nhost = \"127.0.0.1\"\nport = {port}\naction = \"pass\"\n"
+        ),
+    )
+    .expect("candidate");
+    let candidate = candidate.to_str().expect("utf-8 path");
+    let (ok, out, err) = cli(
+        &fx,
+        &["policy", "replay", candidate, "--run", &run, "--json"],
+    );
+    assert!(ok, "{err}");
+    let replay: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(replay["requests"], 3);
+    let changed: Vec<(String, String, String, String)> = replay["changed"]
+        .as_array()
+        .expect("changed")
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap_or_default().to_owned(),
+                c["url"].as_str().unwrap_or_default().to_owned(),
+                c["was"].as_str().unwrap_or_default().to_owned(),
+                c["now"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let row = |kind: &str, path: &str, was: &str, now: &str| {
+        (
+            kind.to_owned(),
+            format!("{base}{path}"),
+            was.to_owned(),
+            now.to_owned(),
+        )
+    };
+    assert_eq!(
+        changed,
+        [
+            row("read", "/a", "pass", "deny"),
+            row("effect", "/w", "stage", "pass"),
+            row("denial", "/forbidden/x", "deny", "pass"),
+        ]
+    );
+
+    // `policy diff` against the file in force says the candidate widens; the gate fails.
+    let policy_file = fx.dir.path().join("policy.toml");
+    let policy_file = policy_file.to_str().expect("utf-8 path");
+    let diff = std::process::Command::new(airlock_tests::airlock_bin())
+        .args(["policy", "diff", policy_file, candidate, "--fail-on-widen"])
+        .output()
+        .expect("run airlock");
+    let out = String::from_utf8_lossy(&diff.stdout);
+    let err = String::from_utf8_lossy(&diff.stderr);
+    assert!(!diff.status.success(), "a widening fails the gate:\n{out}");
+    assert!(err.contains("--fail-on-widen"), "{err}");
+    assert!(out.contains("WIDENS"), "{out}");
+    assert!(out.contains("rules added: all, no-a"), "{out}");
+
+    // `policy reload` swaps it in on the running server; an invalid file is refused locally.
+    let (ok, out, err) = cli(&fx, &["policy", "reload", candidate]);
+    assert!(ok, "{err}");
+    assert!(out.contains("generation 2"), "{out}");
+    assert_eq!(
+        airlock_tests::curl(&env, &[&format!("{base}/a")])
+            .await
+            .status,
+        403
+    );
+    let broken = fx.dir.path().join("broken.toml");
+    std::fs::write(&broken, "version = 1\ndefault = \"maybe\"\n").expect("broken");
+    let (ok, _, err) = cli(&fx, &["policy", "reload", broken.to_str().expect("utf-8")]);
+    assert!(!ok);
+    assert!(err.contains("broken.toml"), "{err}");
+    assert_eq!(generation(&airlock).await.0, 2);
+}

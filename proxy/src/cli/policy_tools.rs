@@ -1,0 +1,241 @@
+//! `airlock policy diff|replay|reload`: comparing policies, re-deciding a past run under a
+//! candidate policy, and swapping the running server's policy.
+
+use std::path::Path;
+
+use airlock_policy::{Action, ChangeKind, Policy, RequestFacts, Scheme};
+use anyhow::{anyhow, Context as _};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{connect, print_json, AdminArgs};
+use crate::handle::Target;
+
+/// `policy diff OLD NEW`: grouped widenings, narrowings and reroutes; with
+/// `fail_on_widen`, an error when anything widens (for CI gates on policy changes).
+pub(super) fn diff(old: &Path, new: &Path, json: bool, fail_on_widen: bool) -> anyhow::Result<()> {
+    let old_policy = Policy::load(old)?;
+    let new_policy = Policy::load(new)?;
+    let diff = old_policy.diff(&new_policy);
+    if json {
+        print_json(&serde_json::to_value(&diff)?)?;
+    } else {
+        outln!(
+            "{} ({}) -> {} ({}): {} probe request(s)",
+            old.display(),
+            diff.old_revision,
+            new.display(),
+            diff.new_revision,
+            diff.probes
+        );
+        if let Some((was, now)) = diff.default {
+            outln!("default: {was} -> {now}");
+        }
+        for (label, ids) in [
+            ("rules added", &diff.rules_added),
+            ("rules removed", &diff.rules_removed),
+            ("rules changed", &diff.rules_changed),
+        ] {
+            if !ids.is_empty() {
+                outln!("{label}: {}", ids.join(", "));
+            }
+        }
+        if diff.rules_reordered {
+            outln!("rules reordered (first match wins: order can change decisions)");
+        }
+        for (kind, title) in [
+            (ChangeKind::Widens, "WIDENS"),
+            (ChangeKind::Narrows, "narrows"),
+            (ChangeKind::Rerouted, "rerouted (same action, another rule)"),
+        ] {
+            let group: Vec<_> = diff.changes.iter().filter(|c| c.kind == kind).collect();
+            if group.is_empty() {
+                continue;
+            }
+            outln!("{title} ({}):", group.len());
+            for change in group {
+                outln!(
+                    "  {:<7} {:<60} {} -> {}",
+                    change.method,
+                    change.url,
+                    by(change.old_action, change.old_rule.as_deref()),
+                    by(change.new_action, change.new_rule.as_deref()),
+                );
+            }
+        }
+        if diff.changes.is_empty() && diff.default.is_none() {
+            outln!("no decision changes");
+        }
+    }
+    if fail_on_widen && diff.widens() {
+        return Err(anyhow!(
+            "the new policy widens what is allowed (--fail-on-widen)"
+        ));
+    }
+    Ok(())
+}
+
+fn by(action: Action, rule: Option<&str>) -> String {
+    match rule {
+        Some(rule) => format!("{action} ({rule})"),
+        None => format!("{action} (default)"),
+    }
+}
+
+/// One request of a past run, re-decided.
+#[derive(Debug, Serialize)]
+struct Replayed {
+    kind: &'static str,
+    method: String,
+    url: String,
+    was: Action,
+    was_rule: Option<String>,
+    now: Action,
+    now_rule: Option<String>,
+    now_reason_code: &'static str,
+}
+
+/// `policy replay FILE --run RUN`: every pass (read), stage (effect) and deny (denial)
+/// the run's ledger holds, decided again by `file`; prints those whose decision changes.
+pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
+    let policy = Policy::load(file)?;
+    let client = connect(admin)?;
+    let reads = client.get(&format!("/v1/runs/{run}/reads")).await?;
+    let effects = client.get(&format!("/v1/runs/{run}/effects")).await?;
+    let denials = client.get(&format!("/v1/runs/{run}/denials")).await?;
+    let mut replayed = Vec::new();
+    let list = |value: &Value, key: &str| value[key].as_array().cloned().unwrap_or_default();
+    for read in list(&reads, "reads") {
+        let has_body = read["request_bytes"].as_u64().unwrap_or(0) > 0;
+        replayed.push(redecide(&policy, "read", &read, Action::Pass, has_body)?);
+    }
+    for effect in list(&effects, "effects") {
+        let has_body = effect["body_len"].as_u64().unwrap_or(0) > 0;
+        replayed.push(redecide(
+            &policy,
+            "effect",
+            &effect,
+            Action::Stage,
+            has_body,
+        )?);
+    }
+    for denial in list(&denials, "denials") {
+        let has_body = denial["has_body"].as_bool().unwrap_or(false);
+        replayed.push(redecide(
+            &policy,
+            "denial",
+            &denial,
+            Action::Deny,
+            has_body,
+        )?);
+    }
+    let changed: Vec<&Replayed> = replayed
+        .iter()
+        .filter(|r| r.was != r.now || r.was_rule != r.now_rule)
+        .collect();
+    if admin.json {
+        return print_json(&json!({
+            "run": run,
+            "policy_revision": policy.revision(),
+            "requests": replayed.len(),
+            "changed": changed,
+        }));
+    }
+    for r in &changed {
+        outln!(
+            "{:<6} {:<7} {:<60} {} -> {} [{}]",
+            r.kind,
+            r.method,
+            r.url,
+            by(r.was, r.was_rule.as_deref()),
+            by(r.now, r.now_rule.as_deref()),
+            r.now_reason_code
+        );
+    }
+    outln!(
+        "run {run}: {} request(s) re-decided under {} ({}): {} change(s)",
+        replayed.len(),
+        file.display(),
+        policy.revision(),
+        changed.len()
+    );
+    Ok(())
+}
+
+fn redecide(
+    policy: &Policy,
+    kind: &'static str,
+    record: &Value,
+    was: Action,
+    has_body: bool,
+) -> anyhow::Result<Replayed> {
+    let method = record["method"].as_str().unwrap_or("GET").to_owned();
+    let url = record["url"].as_str().unwrap_or_default().to_owned();
+    let uri: http::Uri = url
+        .parse()
+        .with_context(|| format!("the ledger holds an unparseable URL {url:?}"))?;
+    let scheme = if uri.scheme_str() == Some("http") {
+        Scheme::Http
+    } else {
+        Scheme::Https
+    };
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+    let target = Target::parse(scheme, authority, scheme.default_port())
+        .ok_or_else(|| anyhow!("the ledger holds a URL without a valid host: {url:?}"))?;
+    let decision = if method == "CONNECT" {
+        match policy.decide_connect(&target.host, target.port) {
+            airlock_policy::ConnectDecision::Deny(decision) => decision,
+            airlock_policy::ConnectDecision::Intercept => airlock_policy::Decision {
+                action: Action::Pass,
+                rule: None,
+                reason: "the CONNECT would be intercepted".into(),
+                reason_code: "connect_intercept",
+            },
+        }
+    } else {
+        policy.decide(&RequestFacts {
+            scheme,
+            host: &target.host,
+            port: target.port,
+            method: &method,
+            path: uri.path(),
+            has_body,
+        })
+    };
+    Ok(Replayed {
+        kind,
+        method,
+        url,
+        was,
+        was_rule: record["rule"].as_str().map(str::to_owned),
+        now: decision.action,
+        now_rule: decision.rule,
+        now_reason_code: decision.reason_code,
+    })
+}
+
+/// `policy reload FILE`: posts the file to the running server (`POST /v1/policy`).
+pub(super) async fn reload(file: &Path, admin: &AdminArgs) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    // Refuse locally first: the same strict parser, with the file's own name in errors.
+    Policy::from_toml_str(&text, &file.display().to_string())?;
+    let client = connect(admin)?;
+    let answer = client
+        .post_text("/v1/policy", "application/toml", text)
+        .await?;
+    if admin.json {
+        return print_json(&answer);
+    }
+    outln!(
+        "policy {} in force (generation {}){}",
+        answer["revision"].as_str().unwrap_or("?"),
+        answer["generation"],
+        if answer["changed"] == json!(false) {
+            "; unchanged"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
