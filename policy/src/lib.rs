@@ -542,3 +542,11 @@ fn parse_nets(raw: &[String]) -> Result<Vec<IpNet>, FieldProblem> {
         })
         .collect()
 }
+
+/// The JSON Schema (draft 2020-12) of the policy file format, generated from the types the
+/// loader parses, so it cannot drift from them. `docs/policy.schema.json` holds a copy
+/// that a test keeps equal.
+pub fn json_schema() -> serde_json::Value {
+    let schema = schemars::schema_for!(wire::PolicyFile);
+    serde_json::to_value(&schema).unwrap_or_default()
+}

@@ -5,49 +5,78 @@
 
 use serde::Deserialize;
 
-/// The whole file.
-#[derive(Debug, Deserialize)]
+/// An airlock policy file (TOML). Rules are tried top-down; the first match wins; then
+/// `default` applies. Reference: docs/policy.md.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "airlock policy")]
 pub(crate) struct PolicyFile {
-    /// Required; must be 1. Optional here so a missing version gets our message.
+    /// Format version; required, must be 1.
+    // Optional here so a missing version gets our message.
+    #[schemars(required, range(min = 1, max = 1))]
     pub(crate) version: Option<i64>,
+    /// What happens to a request no rule matches (default: deny).
     pub(crate) default: Option<WireAction>,
+    /// CIDRs of private or special-purpose addresses any rule's destination may resolve to
+    /// (loopback and airlock's own listeners can be named only for tests).
     #[serde(default)]
     pub(crate) allow_private: Vec<String>,
+    /// The rules, in evaluation order.
     #[serde(default, rename = "rule")]
     pub(crate) rules: Vec<WireRule>,
 }
 
 /// One `[[rule]]` table.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Rule")]
 pub(crate) struct WireRule {
+    /// Stable id used in logs, 403 bodies, tests and the ledger; unique; required.
+    #[schemars(required)]
     pub(crate) id: Option<String>,
+    /// Destination host: exact (`api.example.com`), an IP literal, `*.example.com` (one
+    /// more label) or `**.example.com` (one or more); required.
+    #[schemars(required)]
     pub(crate) host: Option<String>,
+    /// Port or ports (default: 443 for https, 80 for http).
     pub(crate) port: Option<WirePorts>,
+    /// `http` or `https` (default: either).
     pub(crate) scheme: Option<WireScheme>,
+    /// `"read"`, `"write"`, a method or a list of methods (default: any).
     pub(crate) method: Option<WireMethods>,
+    /// Segment-aware glob on the decoded path: `*` one segment, `**` any number.
     pub(crate) path: Option<String>,
+    /// What a matching request gets; required.
+    #[schemars(required)]
     pub(crate) action: Option<WireAction>,
+    /// A sentence for logs and 403 bodies.
     pub(crate) reason: Option<String>,
+    /// CIDRs this rule's destinations may resolve to although private.
     pub(crate) allow_private: Option<Vec<String>>,
+    /// The synthetic response of a stage rule.
     pub(crate) respond: Option<WireRespond>,
 }
 
 /// `[rule.respond]`: the synthetic response of a stage rule.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Respond")]
 pub(crate) struct WireRespond {
+    /// HTTP status (default 202).
     pub(crate) status: Option<i64>,
+    /// Content-Type of the body.
     pub(crate) content_type: Option<String>,
+    /// Extra response headers.
     #[serde(default)]
     pub(crate) headers: std::collections::BTreeMap<String, String>,
+    /// Body template; `{{placeholder:KIND:POINTER}}` tokens stand for origin-assigned values.
     pub(crate) body: Option<String>,
 }
 
 /// `port = 443` or `port = [443, 8443]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged, expecting = "a port number or a list of port numbers")]
+#[schemars(rename = "Ports")]
 pub(crate) enum WirePorts {
     One(i64),
     Many(Vec<i64>),
@@ -63,11 +92,12 @@ impl WirePorts {
 }
 
 /// `method = "read"`, `method = "POST"` or `method = ["POST", "PUT"]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(
     untagged,
     expecting = "\"read\", \"write\", a method name or a list of method names"
 )]
+#[schemars(rename = "Methods")]
 pub(crate) enum WireMethods {
     One(String),
     Many(Vec<String>),
@@ -82,9 +112,12 @@ impl WireMethods {
     }
 }
 
-/// `action` / `default` as written; `tunnel` parses so the loader can refuse it clearly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// What a request gets: `pass` (forwarded now), `stage` (held as an effect until commit;
+/// the client gets a synthetic answer), `deny` (403), `tunnel` (CONNECT without
+/// interception; host-level rules only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(rename = "Action")]
 pub(crate) enum WireAction {
     Pass,
     Stage,
@@ -93,8 +126,9 @@ pub(crate) enum WireAction {
 }
 
 /// `scheme` as written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(rename = "Scheme")]
 pub(crate) enum WireScheme {
     Http,
     Https,

@@ -486,6 +486,7 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
         PolicyCommand::Replay { file, run, admin } => {
             policy_tools::replay(&file, &run, &admin).await
         }
+        PolicyCommand::Schema => print_json(&airlock_policy::json_schema()),
         PolicyCommand::Reload { file, admin } => policy_tools::reload(&file, &admin).await,
         PolicyCommand::Check { file, json } => {
             let policy = airlock_policy::Policy::load(&file)?;

@@ -198,6 +198,8 @@ pub(super) enum PolicyCommand {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Print the JSON Schema of the policy file format (docs/policy.schema.json)
+    Schema,
     /// Validate FILE and swap it in on the running server (POST /v1/policy); an invalid
     /// file changes nothing
     Reload {
