@@ -22,6 +22,7 @@ mod error;
 mod explain;
 mod matcher;
 mod respond;
+mod warnings;
 mod wire;
 
 pub use decision::{reason_code, Action, ConnectDecision, Decision};

@@ -488,17 +488,28 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
         }
         PolicyCommand::Schema => print_json(&airlock_policy::json_schema()),
         PolicyCommand::Reload { file, admin } => policy_tools::reload(&file, &admin).await,
-        PolicyCommand::Check { file, json } => {
+        PolicyCommand::Check { file, json, strict } => {
             let policy = airlock_policy::Policy::load(&file)?;
             let lints = policy.lints();
+            let warnings = policy.warnings();
             if json {
                 print_json(&serde_json::json!({
                     "file": file.display().to_string(),
                     "revision": policy.revision(),
                     "rules": policy.rules().len(),
                     "lints": lints,
+                    "warnings": warnings,
                 }))?;
             } else {
+                for warning in &warnings {
+                    outln!(
+                        "{}: warning: {} (#{}): {}",
+                        file.display(),
+                        warning.rule,
+                        warning.index,
+                        warning.message
+                    );
+                }
                 for lint in &lints {
                     outln!(
                         "{}: rule \"{}\" (#{}): {}",
@@ -509,12 +520,16 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                     );
                 }
                 outln!(
-                    "{}: {} rule(s), revision {}, {} lint(s)",
+                    "{}: {} rule(s), revision {}, {} lint(s), {} warning(s)",
                     file.display(),
                     policy.rules().len(),
                     policy.revision(),
-                    lints.len()
+                    lints.len(),
+                    warnings.len()
                 );
+            }
+            if strict && !warnings.is_empty() && lints.is_empty() {
+                return Err(anyhow!("{} warning(s) (--strict)", warnings.len()));
             }
             if lints.is_empty() {
                 Ok(())

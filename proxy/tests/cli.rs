@@ -82,6 +82,16 @@ fn policy_check_passes_the_example_and_flags_a_shadowed_rule() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("4 rule(s)"));
+    let strict = airlock()
+        .args(["policy", "check", "--strict"])
+        .arg(example_policy())
+        .output()
+        .expect("run airlock");
+    assert!(
+        strict.status.success(),
+        "the example has no advisory warnings either: {}",
+        String::from_utf8_lossy(&strict.stdout)
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let shadowed = dir.path().join("shadowed.toml");
     std::fs::write(
@@ -102,6 +112,10 @@ fn policy_check_passes_the_example_and_flags_a_shadowed_rule() {
     assert!(
         stdout.contains("rule \"posts\" (#2): never reached") && stdout.contains("\"everything\""),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("warning: everything (#1): passes every method"),
+        "advisory warnings are printed too: {stdout}"
     );
 }
 

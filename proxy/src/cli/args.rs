@@ -146,6 +146,10 @@ pub(super) enum PolicyCommand {
         /// Print JSON
         #[arg(long)]
         json: bool,
+        /// Fail on advisory warnings too (over-broad wildcards, pass rules that pass
+        /// writes, wide or pointless allow_private, a pass default)
+        #[arg(long)]
+        strict: bool,
     },
     /// Run a table of requests against a policy: expected action, rule and reason code,
     /// and which rules no case reaches
