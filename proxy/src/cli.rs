@@ -350,6 +350,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.stage_body_limit = args.stage_body_limit;
     config.header_read_timeout = std::time::Duration::from_secs(args.header_read_timeout.max(1));
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
+    config.resolve = args.resolve;
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;
     Ok(())

@@ -54,6 +54,9 @@ pub struct ServeConfig {
     /// command as the server's user. `airlock run`'s embedded server sets it, for the
     /// commands its own user gave.
     pub danger_allow_snapshot_commands: bool,
+    /// Static DNS answers (`--resolve HOST=IP,…`): these hosts are never looked up; their
+    /// addresses are checked like any resolver's answers.
+    pub resolve: Vec<(String, Vec<std::net::IpAddr>)>,
 }
 
 impl ServeConfig {
@@ -72,6 +75,7 @@ impl ServeConfig {
             release_timeout: Duration::from_secs(60),
             header_read_timeout: Duration::from_secs(30),
             danger_allow_snapshot_commands: false,
+            resolve: Vec::new(),
         }
     }
 }

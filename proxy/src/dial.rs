@@ -119,6 +119,8 @@ pub struct Dialer {
     policy: Arc<PolicyStore>,
     own: Arc<Vec<SocketAddr>>,
     connect_timeout: Duration,
+    /// `--resolve` answers, by lower-case host.
+    static_answers: Arc<std::collections::HashMap<String, Vec<IpAddr>>>,
 }
 
 impl Dialer {
@@ -129,7 +131,20 @@ impl Dialer {
             policy,
             own: Arc::new(own),
             connect_timeout,
+            static_answers: Arc::default(),
         }
+    }
+
+    /// Answers these hosts from `answers` instead of DNS (`--resolve`). The answers are
+    /// checked exactly as resolver answers are.
+    pub fn with_static_answers(mut self, answers: Vec<(String, Vec<IpAddr>)>) -> Self {
+        self.static_answers = Arc::new(
+            answers
+                .into_iter()
+                .map(|(host, ips)| (host.to_ascii_lowercase(), ips))
+                .collect(),
+        );
+        self
     }
 
     /// Whether dialing `addr` would reach one of airlock's own listeners: the same port
@@ -149,13 +164,19 @@ impl Dialer {
     /// Resolves `host:port` once and returns the addresses that pass the checks.
     pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, DialError> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
-        let answers: Vec<SocketAddr> = tokio::net::lookup_host((bare, port))
-            .await
-            .map_err(|source| DialError::Resolve {
-                host: host.to_owned(),
-                source,
-            })?
-            .collect();
+        let answers: Vec<SocketAddr> = match self
+            .static_answers
+            .get(&bare.trim_end_matches('.').to_ascii_lowercase())
+        {
+            Some(ips) => ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect(),
+            None => tokio::net::lookup_host((bare, port))
+                .await
+                .map_err(|source| DialError::Resolve {
+                    host: host.to_owned(),
+                    source,
+                })?
+                .collect(),
+        };
         if answers.is_empty() {
             return Err(DialError::Resolve {
                 host: host.to_owned(),
@@ -238,4 +259,28 @@ pub fn find_dial_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Opti
         current = e.source();
     }
     None
+}
+
+/// Parses one `--resolve HOST=IP[,IP…]` argument.
+///
+/// # Errors
+/// A message naming what is wrong: no `=`, an empty host, or an address that does not parse.
+pub fn parse_resolve(raw: &str) -> Result<(String, Vec<IpAddr>), String> {
+    let (host, ips) = raw
+        .split_once('=')
+        .ok_or_else(|| format!("{raw:?}: expected HOST=IP[,IP...]"))?;
+    if host.is_empty() {
+        return Err(format!("{raw:?}: the host is empty"));
+    }
+    let ips = ips
+        .split(',')
+        .map(|ip| {
+            ip.trim()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<IpAddr>()
+                .map_err(|e| format!("{raw:?}: {ip:?} is not an IP address ({e})"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((host.to_owned(), ips))
 }

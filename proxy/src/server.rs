@@ -238,7 +238,8 @@ impl Server {
             policy.clone(),
             vec![proxy_addr, admin_addr],
             config.connect_timeout,
-        );
+        )
+        .with_static_answers(config.resolve.clone());
         let shared = Arc::new(Shared {
             ledger: ledger.clone(),
             policy,

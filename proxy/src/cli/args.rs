@@ -274,4 +274,9 @@ pub(super) struct ServeArgs {
     /// `airlock run`): anyone holding the admin token can then run any command as this user
     #[arg(long)]
     pub(super) danger_allow_snapshot_commands: bool,
+    /// Answer DNS for HOST with these addresses instead of the system resolver
+    /// (HOST=IP[,IP…], repeatable; like curl's --resolve). The answers go through the same
+    /// checks as any other: private and special-purpose addresses still need allow_private
+    #[arg(long, value_name = "HOST=IP[,IP]", value_parser = crate::dial::parse_resolve)]
+    pub(super) resolve: Vec<(String, Vec<std::net::IpAddr>)>,
 }

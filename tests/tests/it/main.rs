@@ -10,6 +10,7 @@ mod pass;
 mod protocols;
 mod reload;
 mod run;
+mod ssrf;
 mod stage;
 mod tls;
 mod websocket;

@@ -1,0 +1,117 @@
+//! POLICY.md invariant 1, end to end with a stubbed resolver (`--resolve`): host names that
+//! resolve to loopback, metadata, RFC 1918, CGNAT, ULA or IPv6 forms embedding IPv4 are
+//! refused after resolution even though a rule passes the host; a rule's `allow_private`
+//! opens exactly its range; airlock's own listeners stay refused.
+
+use std::sync::Arc;
+
+use airlock_tests::{curl, Fixture, Origin, Received, Reply};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_names_resolving_to_private_addresses_are_refused_unless_allowed() {
+    let fx = Fixture::new();
+    let origin = Origin::start(None, Arc::new(|_: &Received| Reply::text(200, "origin")))
+        .await
+        .expect("origin");
+    let port = origin.addr().port();
+    let policy = |ports: &str| {
+        format!(
+            r#"version = 1
+default = "deny"
+
+[[rule]]
+id = "opted-in"
+host = "allowed.ok.test"
+port = [{ports}]
+method = "read"
+action = "pass"
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "anything-under-ssrf"
+host = "*.ssrf.test"
+port = [{ports}]
+method = "read"
+action = "pass"
+"#
+        )
+    };
+    let refused = [
+        ("loopback", "127.0.0.1"),
+        ("mapped", "::ffff:127.0.0.1"),
+        ("nat64", "64:ff9b::7f00:1"),
+        ("sixtofour", "2002:7f00:1::1"),
+        ("teredo", "2001:0:4136:e378:8000:63bf:80ff:fffe"),
+        ("metadata", "169.254.169.254"),
+        ("tenant", "10.1.2.3"),
+        ("cgnat", "100.64.0.1"),
+        ("ula", "fd00::1"),
+        ("unspecified", "0.0.0.0"),
+    ];
+    let mut args: Vec<String> = refused
+        .iter()
+        .flat_map(|(name, ip)| ["--resolve".to_owned(), format!("{name}.ssrf.test={ip}")])
+        .collect();
+    args.extend(["--resolve".into(), "allowed.ok.test=127.0.0.1".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let airlock = fx.start(&policy(&port.to_string()), &args);
+    let (_run, env) = airlock.create_run().await;
+
+    for (name, ip) in refused {
+        let out = curl(&env, &[&format!("http://{name}.ssrf.test:{port}/")]).await;
+        assert_eq!(
+            out.status, 403,
+            "{name} ({ip}) must be refused: {}",
+            out.stderr
+        );
+        assert_eq!(
+            out.header("airlock-error").as_deref(),
+            Some("private_address"),
+            "{name} ({ip})"
+        );
+    }
+    assert!(
+        origin.received().is_empty(),
+        "no refused name reached the origin"
+    );
+
+    // The rule that names the range opens it: the same loopback origin, reached by name.
+    let out = curl(&env, &[&format!("http://allowed.ok.test:{port}/x")]).await;
+    assert_eq!(out.status, 200, "{}", out.stderr);
+    assert_eq!(out.body, b"origin");
+    let received = origin.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(
+        received[0].header("host"),
+        Some(format!("allowed.ok.test:{port}").as_str())
+    );
+
+    // Even opted in, airlock's own listeners are never dialed.
+    let proxy_port = airlock.proxy.rsplit(':').next().expect("port");
+    airlock
+        .admin
+        .post_text(
+            "/v1/policy",
+            "application/toml",
+            policy(&format!("{port}, {proxy_port}")),
+        )
+        .await
+        .expect("policy naming the proxy's port");
+    let out = curl(&env, &[&format!("http://allowed.ok.test:{proxy_port}/")]).await;
+    assert_eq!(out.status, 403);
+    assert_eq!(
+        out.header("airlock-error").as_deref(),
+        Some("airlock_listener")
+    );
+}
+
+#[test]
+fn a_bad_resolve_argument_is_refused_at_start_with_the_reason() {
+    let out = std::process::Command::new(airlock_tests::airlock_bin())
+        .args(["serve", "--resolve", "api.example.com=not-an-ip"])
+        .output()
+        .expect("run airlock");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not an IP address"), "{stderr}");
+}
