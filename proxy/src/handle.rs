@@ -175,6 +175,9 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let in_flight = InFlight::new(&shared);
+    if let Err(error) = crate::headers::check_head_limits(req.headers(), req.uri()) {
+        return error.into_response();
+    }
     let (parts, body) = req.into_parts();
     let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
     let path_and_query = parts

@@ -79,3 +79,39 @@ pub fn wants_trailers(headers: &HeaderMap) -> bool {
         .flat_map(|v| v.split(','))
         .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
 }
+
+/// Checks a request head against [`crate::listener::MAX_HEADERS`] and
+/// [`crate::listener::MAX_HEADER_LIST_BYTES`] (CASES.md C08: 431 with a reason, never a
+/// reset).
+///
+/// # Errors
+/// [`crate::respond::ProxyError::HeadersTooLarge`] naming the limit passed.
+pub fn check_head_limits(
+    headers: &http::HeaderMap,
+    uri: &http::Uri,
+) -> Result<(), crate::respond::ProxyError> {
+    use crate::listener::{MAX_HEADERS, MAX_HEADER_LIST_BYTES};
+    if headers.len() > MAX_HEADERS {
+        return Err(crate::respond::ProxyError::HeadersTooLarge {
+            reason: format!(
+                "the request has {} header fields; the limit is {MAX_HEADERS}",
+                headers.len()
+            ),
+            limit: MAX_HEADERS as u64,
+        });
+    }
+    let bytes: usize = uri.to_string().len()
+        + headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum::<usize>();
+    if bytes > MAX_HEADER_LIST_BYTES as usize {
+        return Err(crate::respond::ProxyError::HeadersTooLarge {
+            reason: format!(
+                "the request's header section is {bytes} bytes; the limit is {MAX_HEADER_LIST_BYTES}"
+            ),
+            limit: u64::from(MAX_HEADER_LIST_BYTES),
+        });
+    }
+    Ok(())
+}

@@ -20,14 +20,25 @@ use crate::handle::{handle, Target};
 use crate::respond::ProxyError;
 use crate::server::Shared;
 
-/// Most header fields in one request or response, on every side (CASES.md C08).
+/// Most header fields in one request or response, on every side (CASES.md C08). A request
+/// past it gets 431 with a JSON reason from airlock; hyper's own parser limits are set
+/// higher ([`PARSER_MAX_HEADERS`]) so that it hands such requests over instead of failing
+/// the connection.
 pub const MAX_HEADERS: usize = 512;
+
+/// hyper's field-count backstop: above it hyper answers a bare 431 itself.
+pub const PARSER_MAX_HEADERS: usize = 4 * MAX_HEADERS;
+
+/// hyper's header-bytes backstop (HTTP/1.1 read buffer, h2 header list): four times
+/// [`MAX_HEADER_LIST_BYTES`]; between the two airlock answers 431 with a reason.
+pub const PARSER_MAX_HEADER_BYTES: u32 = 4 * MAX_HEADER_LIST_BYTES;
 
 /// How long a tunnel waits for the client's first byte.
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Largest request header section accepted, in bytes (HTTP/1.1 read buffer and h2 header
-/// list alike; CASES.md C08 asks for the same generous limit on every side).
+/// Largest request header section accepted, in bytes: field names and values plus 4 bytes
+/// each (`": "`, CRLF) and the request target, counted alike for HTTP/1.1 and h2 (CASES.md
+/// C08 asks for the same generous limit on every side).
 pub const MAX_HEADER_LIST_BYTES: u32 = 256 * 1024;
 
 /// Runs the accept loop until the task is dropped.
@@ -56,8 +67,8 @@ fn http1_builder(header_read_timeout: Duration) -> hyper::server::conn::http1::B
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(header_read_timeout)
-        .max_buf_size(MAX_HEADER_LIST_BYTES as usize)
-        .max_headers(MAX_HEADERS)
+        .max_buf_size(PARSER_MAX_HEADER_BYTES as usize)
+        .max_headers(PARSER_MAX_HEADERS)
         .keep_alive(true);
     builder
 }
@@ -336,7 +347,7 @@ async fn intercept(
             hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
         builder
             .timer(hyper_util::rt::TokioTimer::new())
-            .max_header_list_size(MAX_HEADER_LIST_BYTES);
+            .max_header_list_size(PARSER_MAX_HEADER_BYTES);
         builder.serve_connection(TokioIo::new(tls), service).await
     } else {
         http1_builder(header_timeout)

@@ -54,6 +54,14 @@ pub enum ProxyError {
         /// The limit in bytes.
         limit: u64,
     },
+    /// The request's header section is over a limit (CASES.md C08).
+    #[error("request header fields too large")]
+    HeadersTooLarge {
+        /// Which limit and by how much.
+        reason: String,
+        /// The limit (fields or bytes, as `reason` says).
+        limit: u64,
+    },
     /// The client paused too long while sending a body airlock reads whole.
     #[error("request body timed out")]
     BodyTimeout {
@@ -97,6 +105,7 @@ impl ProxyError {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::AuthorityMismatch { .. } => StatusCode::MISDIRECTED_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::RunNotOpen { .. } => StatusCode::CONFLICT,
             Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
@@ -112,6 +121,7 @@ impl ProxyError {
             Self::BadRequest { code, .. } | Self::DestinationRefused { code, .. } => code,
             Self::AuthorityMismatch { .. } => "authority_mismatch",
             Self::BodyTooLarge { .. } => "body_too_large",
+            Self::HeadersTooLarge { .. } => "header_fields_too_large",
             Self::BodyTimeout { .. } => "body_timeout",
             Self::RunNotOpen { .. } => "run_not_open",
             Self::Upstream { .. } => "upstream_unreachable",
@@ -157,6 +167,13 @@ impl ProxyError {
                 (
                     format!("the request body is over the staging limit of {limit} bytes; nothing was staged"),
                     "send a smaller body, or ask the operator to raise --stage-body-limit",
+                )
+            }
+            Self::HeadersTooLarge { reason, limit } => {
+                body["limit"] = serde_json::json!(limit);
+                (
+                    reason.clone(),
+                    "send fewer or smaller header fields (large cookies are the usual cause)",
                 )
             }
             Self::BodyTimeout { seconds } => (
