@@ -54,6 +54,9 @@ pub struct ServeConfig {
     /// command as the server's user. `airlock run`'s embedded server sets it, for the
     /// commands its own user gave.
     pub danger_allow_snapshot_commands: bool,
+    /// The operator's baseline policy file (deny rules only, evaluated first and not
+    /// overridable by the project policy), when one is given.
+    pub baseline_path: Option<PathBuf>,
 }
 
 impl ServeConfig {
@@ -72,6 +75,7 @@ impl ServeConfig {
             release_timeout: Duration::from_secs(60),
             header_read_timeout: Duration::from_secs(30),
             danger_allow_snapshot_commands: false,
+            baseline_path: None,
         }
     }
 }

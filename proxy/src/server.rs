@@ -119,6 +119,11 @@ pub struct Shared {
     pub commit_locks: std::sync::Mutex<
         std::collections::HashMap<airlock_ledger::RunId, Arc<tokio::sync::Mutex<()>>>,
     >,
+    /// The SSRF-checked dialer, for `tunnel` rules (the upstream clients hold their own
+    /// clones).
+    pub dialer: Dialer,
+    /// Per-run state of rule obligations: request windows, upload totals, run profiles.
+    pub enforce: crate::enforce::Enforcer,
 }
 
 impl Shared {
@@ -187,7 +192,11 @@ impl Server {
         }
         let data_dir =
             std::fs::canonicalize(&config.data_dir).map_err(data_err(&config.data_dir))?;
-        let policy = Arc::new(Policy::load(&config.policy_path)?);
+        let mut policy = Policy::load(&config.policy_path)?;
+        if let Some(path) = &config.baseline_path {
+            policy = policy.with_baseline(Policy::load(path)?, &path.display().to_string())?;
+        }
+        let policy = Arc::new(policy);
         let policy_text = std::fs::read_to_string(&config.policy_path).unwrap_or_default();
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
@@ -242,6 +251,7 @@ impl Server {
             vec![proxy_addr, admin_addr],
             config.connect_timeout,
         );
+        let tunnel_dialer = dialer.clone();
         let shared = Arc::new(Shared {
             policy_text,
             ledger: ledger.clone(),
@@ -269,6 +279,8 @@ impl Server {
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             metrics: crate::metrics::Metrics::default(),
             placeholders: std::sync::Mutex::default(),
+            dialer: tunnel_dialer,
+            enforce: crate::enforce::Enforcer::default(),
         });
         Ok(Self {
             shared,

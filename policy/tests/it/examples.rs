@@ -3,14 +3,7 @@
 use airlock_policy::{Action, Policy, RequestFacts, Scheme};
 
 fn facts<'a>(host: &'a str, method: &'a str, path: &'a str, has_body: bool) -> RequestFacts<'a> {
-    RequestFacts {
-        scheme: Scheme::Https,
-        host,
-        port: 443,
-        method,
-        path,
-        has_body,
-    }
+    RequestFacts::new(Scheme::Https, host, 443, method, path, has_body)
 }
 
 #[test]

@@ -168,6 +168,15 @@ pub(super) enum PolicyCommand {
         /// Print JSON
         #[arg(long)]
         json: bool,
+        /// A request header, `NAME:VALUE` (repeatable)
+        #[arg(long = "header", value_name = "NAME:VALUE")]
+        headers: Vec<String>,
+        /// The request body, read from FILE (implies --body; for json/graphql/jsonrpc matchers)
+        #[arg(long, value_name = "FILE")]
+        data: Option<PathBuf>,
+        /// The profile of the run making the request
+        #[arg(long)]
+        profile: Option<String>,
         /// Request method, e.g. POST
         method: String,
         /// Absolute URL, e.g. https://api.example.com/repos/o/r/pulls
@@ -235,4 +244,8 @@ pub(super) struct ServeArgs {
     /// `airlock run`): anyone holding the admin token can then run any command as this user
     #[arg(long)]
     pub(super) danger_allow_snapshot_commands: bool,
+    /// Operator baseline policy (TOML, deny rules only): evaluated before the project
+    /// policy, which cannot override it
+    #[arg(long, value_name = "FILE")]
+    pub(super) baseline: Option<PathBuf>,
 }

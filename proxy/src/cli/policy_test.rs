@@ -7,13 +7,16 @@
 //! method = "GET"
 //! url = "https://api.example.com/repos/o/r"
 //! body = false                      # optional: the request carries a body
+//! data = '{"action": "opened"}'     # optional: the body itself (for json/graphql/jsonrpc)
+//! headers = { "x-github-event" = "push" }  # optional
+//! profile = "ci"                    # optional: the run's profile
 //! expect = { action = "pass", rule = "api-read", reason_code = "rule_pass" }
 //! ```
 //! `rule` and `reason_code` are optional; `rule = ""` expects the default.
 
 use std::path::Path;
 
-use airlock_policy::{Policy, RequestFacts, RuleOutcome, Scheme};
+use airlock_policy::{Policy, RequestBody, RequestFacts, RuleOutcome, Scheme};
 use anyhow::{anyhow, Context as _};
 use serde::Deserialize;
 
@@ -35,6 +38,13 @@ struct Case {
     #[serde(default)]
     body: bool,
     expect: Expect,
+    /// Request headers, `{ "x-github-event" = "push" }`.
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    /// The request body, as text (implies `body = true`).
+    data: Option<String>,
+    /// The profile of the run making the request.
+    profile: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,13 +105,25 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
                 )
             })?;
         let method = case.method.to_ascii_uppercase();
+        let header_pairs: Vec<(&str, &str)> = case
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        let body_bytes = case.data.as_deref().map(str::as_bytes);
         let explanation = policy.explain(&RequestFacts {
-            scheme,
-            host: &target.host,
-            port: target.port,
-            method: &method,
-            path: uri.path(),
-            has_body: case.body,
+            query: uri.query().unwrap_or(""),
+            headers: &header_pairs,
+            body: body_bytes.map_or(RequestBody::NotRead, RequestBody::Read),
+            profile: case.profile.as_deref(),
+            ..RequestFacts::new(
+                scheme,
+                &target.host,
+                target.port,
+                &method,
+                uri.path(),
+                case.body || body_bytes.is_some(),
+            )
         });
         for rule in &explanation.rules {
             if rule.outcome == RuleOutcome::Matched {
