@@ -305,7 +305,8 @@ mod tests {
             ("user-agent", "git/*"),
         ]))
         .expect("matcher");
-        let table: [(&[(&str, &str)], Quantifier, bool); 5] = [
+        type Case<'a> = (&'a [(&'a str, &'a str)], Quantifier, bool);
+        let table: [Case<'_>; 5] = [
             (
                 &[("x-github-event", "push"), ("User-Agent", "git/2.4")],
                 Quantifier::All,

@@ -217,7 +217,8 @@ fn query_matcher_table() {
 #[test]
 fn header_and_json_matchers_together() {
     let policy = policy(GITHUB);
-    let table: [(&[(&str, &str)], &str, Action); 5] = [
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, Action);
+    let table: [Case<'_>; 5] = [
         (
             &[("x-github-event", "push")],
             r#"{"ref":"refs/heads/main","forced":false}"#,
