@@ -662,6 +662,44 @@ fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                     .unwrap_or_default()
             );
             outln!("reason:   {}", decision.reason);
+            if let Some(rule) = decision.rule.as_deref().and_then(|id| policy.rule(id)) {
+                let mut obligations = Vec::new();
+                if !rule.strip().is_empty() {
+                    obligations.push(format!("strip {}", rule.strip().join(", ")));
+                }
+                let limits = rule.limits();
+                for (name, value) in [
+                    ("body_bytes", limits.body_bytes),
+                    (
+                        "requests_per_minute",
+                        limits.requests_per_minute.map(u64::from),
+                    ),
+                    ("upload_bytes_per_run", limits.upload_bytes_per_run),
+                    ("query_bytes", limits.query_bytes),
+                ] {
+                    if let Some(value) = value {
+                        obligations.push(format!("limit {name} = {value}"));
+                    }
+                }
+                for redaction in rule.redact() {
+                    obligations.push(match redaction {
+                        airlock_policy::Redaction::JsonPointer(p) => format!("redact {p}"),
+                        airlock_policy::Redaction::Header(h) => format!("redact header:{h}"),
+                    });
+                }
+                if decision.action == airlock_policy::Action::Stage {
+                    obligations.push(format!(
+                        "review {}",
+                        match rule.review() {
+                            airlock_policy::Review::Auto => "auto",
+                            airlock_policy::Review::Required => "required",
+                        }
+                    ));
+                }
+                if !obligations.is_empty() {
+                    outln!("obligations: {}", obligations.join("; "));
+                }
+            }
             Ok(())
         }
     }

@@ -65,3 +65,18 @@ fn webhooks_example_loads_and_decides() {
         );
     }
 }
+
+#[test]
+fn github_example_loads_without_lints() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies/github.toml");
+    let policy = Policy::load(&path).expect("the example policy loads");
+    assert!(policy.lints().is_empty(), "{:?}", policy.lints());
+    assert_eq!(
+        policy
+            .decide(&facts("GET", "api.github.com", "/repos/o/r/issues", false))
+            .action,
+        Action::Deny,
+        "without state=open the issues rule does not match"
+    );
+}

@@ -12,11 +12,13 @@
 //! profile = "ci"                    # optional: the run's profile
 //! expect = { action = "pass", rule = "api-read", reason_code = "rule_pass" }
 //! ```
-//! `rule` and `reason_code` are optional; `rule = ""` expects the default.
+//! `rule` and `reason_code` are optional; `rule = ""` expects the default. A case with
+//! `method = "CONNECT"` and `url = "https://host:port"` is decided as a CONNECT; its
+//! `expect.action` is `tunnel`, `deny` or `intercept`.
 
 use std::path::Path;
 
-use airlock_policy::{Policy, RequestBody, RequestFacts, RuleOutcome, Scheme};
+use airlock_policy::{ConnectDecision, Policy, RequestBody, RequestFacts, RuleOutcome, Scheme};
 use anyhow::{anyhow, Context as _};
 use serde::Deserialize;
 
@@ -111,6 +113,43 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
             .map(|(name, value)| (name.as_str(), value.as_str()))
             .collect();
         let body_bytes = case.data.as_deref().map(str::as_bytes);
+        if method == "CONNECT" {
+            let connect =
+                policy.decide_connect_for(&target.host, target.port, case.profile.as_deref());
+            let (action, rule, code) = match &connect {
+                ConnectDecision::Intercept => ("intercept", None, ""),
+                ConnectDecision::Deny(d) | ConnectDecision::Tunnel(d) => {
+                    (d.action.as_str(), d.rule.clone(), d.reason_code)
+                }
+            };
+            if let Some(rule) = &rule {
+                covered.insert(rule.clone());
+            }
+            let mut wrong = Vec::new();
+            if action != case.expect.action {
+                wrong.push(format!("action {action} (expected {})", case.expect.action));
+            }
+            if let Some(want) = &case.expect.rule {
+                let actual = rule.clone().unwrap_or_default();
+                if &actual != want {
+                    wrong.push(format!("rule {actual:?} (expected {want:?})"));
+                }
+            }
+            if let Some(want) = &case.expect.reason_code {
+                if code != want {
+                    wrong.push(format!("reason_code {code} (expected {want})"));
+                }
+            }
+            if !wrong.is_empty() {
+                failures.push(format!(
+                    "case {:?} (CONNECT {}): {}",
+                    case.name,
+                    target.authority(),
+                    wrong.join(", ")
+                ));
+            }
+            continue;
+        }
         let explanation = policy.explain(&RequestFacts {
             query: uri.query().unwrap_or(""),
             headers: &header_pairs,
