@@ -255,6 +255,27 @@ async fn decide_and_act(
     } else {
         decided!(info);
     }
+    // The winning rule's obligations (limits, strip) before anything is passed or staged.
+    let rule = decision
+        .rule
+        .as_deref()
+        .and_then(|id| shared.policy.rule(id))
+        .filter(|rule| {
+            // In a policy in audit mode a deny rule's id may name a pass: its
+            // obligations are not the pass's.
+            rule.action() == decision.action
+                && matches!(decision.action, Action::Pass | Action::Stage)
+        });
+    let body = match rule {
+        Some(rule) => {
+            match crate::enforce::apply(shared, run, target, rule, &mut parts, body).await {
+                Ok(body) => body,
+                Err(crate::enforce::Refused::Error(error)) => return Err(error),
+                Err(crate::enforce::Refused::Response(response)) => return Ok(response),
+            }
+        }
+        None => body,
+    };
     if let Some(protocol) = crate::upgrade::requested(&parts.headers) {
         return match decision.action {
             Action::Pass => crate::upgrade::relay(shared, run, url, decision.rule, protocol, parts).await,
@@ -275,22 +296,6 @@ async fn decide_and_act(
             }),
         };
     }
-    // The winning rule's obligations (limits, strip) before anything is passed or staged.
-    let rule = decision
-        .rule
-        .as_deref()
-        .and_then(|id| shared.policy.rule(id))
-        .filter(|_| matches!(decision.action, Action::Pass | Action::Stage));
-    let body = match rule {
-        Some(rule) => {
-            match crate::enforce::apply(shared, run, target, rule, &mut parts, body).await {
-                Ok(body) => body,
-                Err(crate::enforce::Refused::Error(error)) => return Err(error),
-                Err(crate::enforce::Refused::Response(response)) => return Ok(response),
-            }
-        }
-        None => body,
-    };
     match decision.action {
         Action::Deny | Action::Tunnel => Err(ProxyError::Denied {
             rule: decision.rule,

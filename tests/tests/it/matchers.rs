@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use airlock_tests::{curl, ok_origin, Airlock, Fixture};
+use std::time::Duration;
+
+use airlock_tests::{curl, ok_origin, poll_until, Airlock, Fixture};
 use serde_json::{json, Value};
 
 /// Creates a run with `profile`; returns `(id, env)`.
@@ -346,4 +348,50 @@ action = "pass"
         airlock.log().contains("would-block-admin"),
         "audit line logged"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_in_audit_mode_passes_what_it_would_deny_and_says_so() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let policy = format!(
+        r#"version = 1
+default = "deny"
+mode = "audit"
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "no-deletes"
+host = "127.0.0.1"
+port = {port}
+method = ["DELETE"]
+action = "deny"
+"#
+    );
+    let airlock = fx.start(&policy, &[]);
+    let (run, env) = airlock.create_run().await;
+    let url = format!("https://127.0.0.1:{port}/items/1");
+    let out = curl(&env, &["-X", "DELETE", &url]).await;
+    assert_eq!(out.status, 200, "{}", out.stderr);
+    let out = curl(&env, &[&url]).await;
+    assert_eq!(out.status, 200, "the default deny is audited too");
+    assert_eq!(origin.received().len(), 2);
+    let log = airlock.log();
+    assert!(log.contains("audit") && log.contains("no-deletes"), "{log}");
+    // The read names the rule that would have denied it.
+    let found = poll_until(Duration::from_secs(10), || async {
+        let reads = airlock
+            .admin
+            .get(&format!("/v1/runs/{run}/reads"))
+            .await
+            .ok()?;
+        reads["reads"]
+            .as_array()?
+            .iter()
+            .any(|r| r["rule"] == "no-deletes")
+            .then_some(())
+    })
+    .await;
+    assert!(found.is_some());
 }
