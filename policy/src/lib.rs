@@ -3,9 +3,13 @@
 //! A policy is TOML text (see `POLICY.md`) compiled by [`Policy::from_toml_str`]
 //! or [`Policy::load`] into typed matchers. [`Policy::decide`] answers one
 //! HTTP request, [`Policy::decide_connect`] answers a CONNECT before the
-//! tunnel opens, and [`Policy::allows_private`] tells the dialer whether a
-//! resolved private address was opted in. Evaluation is top-down, first match
-//! wins, then the default (`deny` unless the file says otherwise).
+//! tunnel opens (intercept, tunnel or deny), [`Policy::body_limit`] tells the proxy
+//! whether (and how far) to read a body for a body matcher first, and
+//! [`Policy::allows_private`] tells the dialer whether a resolved private address was
+//! opted in. Evaluation: the operator's baseline denies ([`Policy::with_baseline`]),
+//! then rules top-down, first match wins (audit-mode rules are recorded and passed
+//! over), then the default (`deny` unless the file says otherwise). The winning rule's
+//! obligations are accessors on [`Rule`] (`strip`, `limits`, `redact`, `review`).
 //!
 //! The crate does no I/O beyond reading the policy file in [`Policy::load`].
 
