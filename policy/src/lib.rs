@@ -26,6 +26,7 @@ mod decision;
 mod error;
 mod eval;
 mod explain;
+mod extra;
 mod graphql;
 mod matcher;
 mod obligation;
@@ -405,9 +406,9 @@ fn compile_rule(mut wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProbl
         Some(WireAction::Tunnel) => Action::Tunnel,
     };
     if action == Action::Tunnel {
-        eval::check_tunnel(&wire)?;
+        extra::check_tunnel(&wire)?;
     }
-    let extra = eval::compile_extra(&mut wire, action)?;
+    let extra = extra::compile_extra(&mut wire, action)?;
     let host = wire
         .host
         .ok_or_else(|| FieldProblem::new("host", "required"))

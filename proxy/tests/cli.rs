@@ -194,7 +194,7 @@ fn policy_test_runs_the_github_example_with_content_matchers_and_explain_says_wh
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("11 case(s), 0 failed; 7 of 7 rule(s) covered"),
+        stdout.contains("13 case(s), 0 failed; 9 of 9 rule(s) covered"),
         "{stdout}"
     );
 

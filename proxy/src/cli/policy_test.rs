@@ -12,7 +12,8 @@
 //! profile = "ci"                    # optional: the run's profile
 //! expect = { action = "pass", rule = "api-read", reason_code = "rule_pass" }
 //! ```
-//! `rule` and `reason_code` are optional; `rule = ""` expects the default. A case with
+//! `rule`, `reason_code` and `audit` (ids of audit-mode rules that must have matched) are
+//! optional; `rule = ""` expects the default. A case with
 //! `method = "CONNECT"` and `url = "https://host:port"` is decided as a CONNECT; its
 //! `expect.action` is `tunnel`, `deny` or `intercept`.
 
@@ -55,6 +56,9 @@ struct Expect {
     action: String,
     rule: Option<String>,
     reason_code: Option<String>,
+    /// Ids of the audit-mode rules that must have matched (`""`: the default, in a
+    /// policy in audit mode), in order.
+    audit: Option<Vec<String>>,
 }
 
 /// The outcome of a cases file: failures (one line each) and rules no case reached.
@@ -165,7 +169,10 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
             )
         });
         for rule in &explanation.rules {
-            if rule.outcome == RuleOutcome::Matched {
+            if matches!(
+                rule.outcome,
+                RuleOutcome::Matched | RuleOutcome::Audited | RuleOutcome::Failed { .. }
+            ) {
                 covered.insert(rule.id.clone());
             }
         }
@@ -190,6 +197,16 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
                     "reason_code {} (expected {code})",
                     decision.reason_code
                 ));
+            }
+        }
+        if let Some(want) = &case.expect.audit {
+            let actual: Vec<String> = decision
+                .audit
+                .iter()
+                .map(|m| m.rule.clone().unwrap_or_default())
+                .collect();
+            if &actual != want {
+                wrong.push(format!("audit {actual:?} (expected {want:?})"));
             }
         }
         if !wrong.is_empty() {
