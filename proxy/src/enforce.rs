@@ -250,6 +250,40 @@ pub fn log_audit(run: &RunId, url: &str, decision: &Decision) {
     }
 }
 
+/// The audit matches of a request's decision, carried in its extensions to the read
+/// journal (`Read::audit`).
+#[derive(Debug, Clone)]
+struct AuditNote(Vec<String>);
+
+/// Attaches `decision`'s audit matches to the request, for [`take_audit`].
+pub fn note_audit(parts: &mut Parts, decision: &Decision) {
+    if decision.audit.is_empty() {
+        return;
+    }
+    let notes = decision
+        .audit
+        .iter()
+        .map(|m| {
+            format!(
+                "{} would {} ({})",
+                m.rule.as_deref().unwrap_or("<default>"),
+                m.action.as_str(),
+                m.reason_code
+            )
+        })
+        .collect();
+    parts.extensions.insert(AuditNote(notes));
+}
+
+/// The audit matches [`note_audit`] attached (empty when none).
+pub fn take_audit(parts: &mut Parts) -> Vec<String> {
+    parts
+        .extensions
+        .remove::<AuditNote>()
+        .map(|note| note.0)
+        .unwrap_or_default()
+}
+
 /// Applies the winning rule's obligations to a request about to be passed or staged:
 /// limits (in the order query, rate, body, upload) and `strip`. Returns the body to go
 /// on with (buffered when a body limit needed it).

@@ -229,6 +229,7 @@ async fn decide_and_act(
         Err(crate::enforce::Refused::Response(response)) => return Ok(response),
     };
     crate::enforce::log_audit(run, url, &decision);
+    crate::enforce::note_audit(&mut parts, &decision);
     let counter = match decision.action {
         Action::Pass => &shared.metrics.passed,
         Action::Stage => &shared.metrics.staged,

@@ -84,6 +84,7 @@ pub async fn open(
                 rule,
                 created_at_ms: started,
                 error,
+                audit: Vec::new(),
             };
             let ledger = shared.ledger.clone();
             let _ = tokio::task::spawn_blocking(move || ledger.journal_read(read)).await;

@@ -334,7 +334,7 @@ action = "pass"
         header(port)
     );
     let airlock = fx.start(&policy, &[]);
-    let (_ci, ci_env) = create_run_with_profile(&airlock, "ci").await;
+    let (ci, ci_env) = create_run_with_profile(&airlock, "ci").await;
     let (_dev, dev_env) = create_run_with_profile(&airlock, "dev").await;
     let url = format!("https://127.0.0.1:{port}/admin/x");
     let out = curl(&ci_env, &[&url]).await;
@@ -348,6 +348,20 @@ action = "pass"
         airlock.log().contains("would-block-admin"),
         "audit line logged"
     );
+    let recorded = poll_until(Duration::from_secs(10), || async {
+        let reads = airlock
+            .admin
+            .get(&format!("/v1/runs/{ci}/reads"))
+            .await
+            .ok()?;
+        reads["reads"]
+            .as_array()?
+            .iter()
+            .any(|r| r["audit"][0] == "would-block-admin would deny (rule_deny)")
+            .then_some(())
+    })
+    .await;
+    assert!(recorded.is_some(), "the read records the audit match");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,7 +403,11 @@ action = "deny"
         reads["reads"]
             .as_array()?
             .iter()
-            .any(|r| r["rule"] == "no-deletes")
+            .any(|r| {
+                r["rule"] == "no-deletes"
+                    && r["audit"][0] == "no-deletes would deny (rule_deny)"
+                    && r["method"] == "DELETE"
+            })
             .then_some(())
     })
     .await;
