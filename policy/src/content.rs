@@ -220,6 +220,33 @@ impl HeaderMatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_pattern_without_star_matches_only_itself(pattern in "[^*]{0,12}", value in ".{0,12}") {
+            prop_assert_eq!(ValueGlob::new(&pattern).matches(&value), pattern == value);
+        }
+
+        #[test]
+        fn star_infix_star_matches_every_string_containing_the_infix(
+            before in ".{0,8}", infix in "[^*]{0,6}", after in ".{0,8}"
+        ) {
+            let glob = ValueGlob::new(&format!("*{infix}*"));
+            let value = format!("{before}{infix}{after}");
+            prop_assert!(glob.matches(&value));
+        }
+
+        #[test]
+        fn encoded_queries_decode_back(name in "[a-z]{1,8}", value in ".{0,16}") {
+            let encoded: String = value
+                .bytes()
+                .map(|b| format!("%{b:02X}"))
+                .collect();
+            let parsed = parse_query(&format!("{name}={encoded}")).expect("valid");
+            prop_assert_eq!(parsed, vec![(name, value)]);
+        }
+    }
 
     fn query(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
         pairs

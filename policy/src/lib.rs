@@ -100,8 +100,8 @@ pub struct RequestFacts<'a> {
     pub has_body: bool,
     /// The raw query string without the `?` (`""` when there is none), still encoded.
     pub query: &'a str,
-    /// The request's header lines as sent (names in any case, values as text; lines
-    /// whose value is not text are left out).
+    /// The request's header lines as sent (names in any case; values as text, bytes
+    /// that are not UTF-8 replaced by U+FFFD so that no line is left out).
     pub headers: &'a [(&'a str, &'a str)],
     /// The request body, when the proxy read it for a body matcher (see
     /// [`Policy::body_limit`]).

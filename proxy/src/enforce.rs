@@ -184,10 +184,16 @@ pub async fn decide(
     body: ProxyBody,
 ) -> Result<(Decision, ProxyBody), Refused> {
     let profile = profile_of(shared, run)?;
-    let headers: Vec<(&str, &str)> = parts
+    // Every header line is offered, non-ASCII values decoded lossily: a value that is
+    // not text must not make a header look absent to a deny rule.
+    let values: Vec<(&str, std::borrow::Cow<'_, str>)> = parts
         .headers
         .iter()
-        .filter_map(|(name, value)| value.to_str().ok().map(|v| (name.as_str(), v)))
+        .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value.as_bytes())))
+        .collect();
+    let headers: Vec<(&str, &str)> = values
+        .iter()
+        .map(|(name, value)| (*name, value.as_ref()))
         .collect();
     let mut facts = RequestFacts {
         query: parts.uri.query().unwrap_or(""),
