@@ -114,5 +114,9 @@ action = "pass"
     assert_eq!(body["rule"], "no-secrets-here");
     let out = curl(&env, &[&format!("https://127.0.0.1:{port}/public")]).await;
     assert_eq!(out.status, 200);
+    let manifest = curl(&env, &["http://airlock.invalid/.well-known/airlock/policy"]).await;
+    let manifest = manifest.json();
+    assert_eq!(manifest["baseline"][0]["id"], "no-secrets", "{manifest}");
+    assert_eq!(manifest["baseline"][1]["id"], "no-secrets-here");
     assert_eq!(origin.received().len(), 1);
 }
