@@ -413,3 +413,70 @@ action = "deny"
     .await;
     assert!(found.is_some());
 }
+
+const PYTHON_MCP_CLIENT: &str = r#"
+import sys, requests
+url = sys.argv[1]
+r = requests.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=20)
+print(r.status_code)
+r = requests.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                             "params": {"name": "create_issue", "arguments": {"title": "t"}}}, timeout=20)
+print(r.status_code)
+print(r.headers.get("airlock-effect"))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_mcp_tool_calls_are_staged_by_tool_name_while_listing_passes() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let policy = format!(
+        r#"{}
+[[rule]]
+id = "mcp-create"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/mcp"
+jsonrpc = {{ method = "tools/call", tool = "create_*" }}
+limit = {{ body_bytes = 65536 }}
+action = "stage"
+
+[[rule]]
+id = "mcp-rest"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/mcp"
+action = "pass"
+"#,
+        header(port)
+    );
+    let airlock = fx.start(&policy, &[]);
+    let (run, env) = airlock.create_run().await;
+    let out = airlock_tests::run_client_async(
+        "python3",
+        &[
+            "-c",
+            PYTHON_MCP_CLIENT,
+            &format!("https://127.0.0.1:{port}/mcp"),
+        ],
+        &env,
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[..2], ["200", "202"], "{stdout}");
+    assert!(lines[2].starts_with("eff_"), "{stdout}");
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1);
+    assert_eq!(effects[0]["rule"], "mcp-create");
+    let received = origin.received();
+    assert_eq!(received.len(), 1, "only tools/list reached the origin");
+    assert!(String::from_utf8_lossy(&received[0].body).contains("tools/list"));
+}
