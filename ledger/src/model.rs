@@ -453,4 +453,8 @@ pub struct Read {
     /// Why it did not complete, when it did not.
     #[serde(default)]
     pub error: Option<String>,
+    /// Audit matches on the way to the decision (rules in audit mode, or the denial a
+    /// policy in audit mode turned into this pass), each `RULE would ACTION (CODE)`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<String>,
 }

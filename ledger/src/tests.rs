@@ -195,6 +195,7 @@ fn reads_are_journaled_in_order() {
                 rule: None,
                 created_at_ms: now_ms(),
                 error: None,
+                audit: Vec::new(),
             })
             .expect("read");
     }

@@ -14,6 +14,9 @@ pub enum Action {
     Stage,
     /// Refuse with 403.
     Deny,
+    /// CONNECT only: splice bytes to the origin without intercepting TLS (host level
+    /// only; [`crate::Policy::decide`] never returns it).
+    Tunnel,
 }
 
 impl Action {
@@ -23,6 +26,7 @@ impl Action {
             Action::Pass => "pass",
             Action::Stage => "stage",
             Action::Deny => "deny",
+            Action::Tunnel => "tunnel",
         }
     }
 }
@@ -50,6 +54,32 @@ pub mod reason_code {
     /// The path has an encoded slash, a dot segment or another spelling an
     /// origin may read differently; refused before any rule is consulted.
     pub const NON_CANONICAL_PATH: &str = "non_canonical_path";
+    /// A rule with `action = "tunnel"` matched a CONNECT.
+    pub const RULE_TUNNEL: &str = "rule_tunnel";
+    /// A deny rule of the operator's baseline file matched; no project rule can override it.
+    pub const BASELINE_DENY: &str = "baseline_deny";
+    /// A rule with a body matcher was reached and the body was over its
+    /// `limit.body_bytes` (fail closed, invariant 6).
+    pub const BODY_TOO_LARGE: &str = "body_too_large";
+    /// A rule with a body matcher was reached and the body could not be parsed the way
+    /// the matcher needs, or was not read (fail closed, invariant 6).
+    pub const BODY_UNPARSEABLE: &str = "body_unparseable";
+    /// A rule with a `query` matcher was reached and the query string has malformed
+    /// percent-encoding or is not UTF-8 once decoded (fail closed, invariant 6).
+    pub const QUERY_UNPARSEABLE: &str = "query_unparseable";
+    /// The policy is in audit mode: the request would have been denied and passes instead.
+    pub const AUDIT_PASS: &str = "audit_pass";
+}
+
+/// A rule in audit mode that matched, or the decision an audit-mode policy overrode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditMatch {
+    /// The rule's id (`None`: the policy default).
+    pub rule: Option<String>,
+    /// What it would have done.
+    pub action: Action,
+    /// The reason code it would have given.
+    pub reason_code: &'static str,
 }
 
 /// The outcome for one request: exactly one action, and why.
@@ -65,6 +95,10 @@ pub struct Decision {
     pub reason: String,
     /// A stable machine code; see [`reason_code`].
     pub reason_code: &'static str,
+    /// Rules in audit mode that matched on the way (they did not decide), and, in a
+    /// policy with `mode = "audit"`, the denial that was turned into a pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditMatch>,
 }
 
 impl Decision {
@@ -74,12 +108,14 @@ impl Decision {
             Action::Pass => (reason_code::RULE_PASS, "allowed"),
             Action::Stage => (reason_code::RULE_STAGE, "staged"),
             Action::Deny => (reason_code::RULE_DENY, "denied"),
+            Action::Tunnel => (reason_code::RULE_TUNNEL, "tunneled"),
         };
         Decision {
             action,
             rule: Some(id.to_owned()),
             reason: reason.map_or_else(|| format!("{verb} by rule \"{id}\""), str::to_owned),
             reason_code,
+            audit: Vec::new(),
         }
     }
 
@@ -88,10 +124,10 @@ impl Decision {
         let reason_code = match action {
             Action::Pass => reason_code::DEFAULT_PASS,
             Action::Stage => reason_code::DEFAULT_STAGE,
-            Action::Deny => reason_code::DEFAULT_DENY,
+            Action::Deny | Action::Tunnel => reason_code::DEFAULT_DENY,
         };
         let verb = match action {
-            Action::Deny => "allows",
+            Action::Deny | Action::Tunnel => "allows",
             Action::Pass | Action::Stage => "matches",
         };
         Decision {
@@ -99,6 +135,7 @@ impl Decision {
             rule: None,
             reason: format!("no rule {verb} {what}; default is {action}"),
             reason_code,
+            audit: Vec::new(),
         }
     }
 
@@ -109,6 +146,32 @@ impl Decision {
             rule: None,
             reason: format!("{problem}; refusing a path the origin may read differently"),
             reason_code: reason_code::NON_CANONICAL_PATH,
+            audit: Vec::new(),
+        }
+    }
+
+    /// A rule that could not be evaluated (fail closed): deny naming it.
+    pub(crate) fn failed(id: &str, reason_code: &'static str, problem: &str) -> Decision {
+        Decision {
+            action: Action::Deny,
+            rule: Some(id.to_owned()),
+            reason: format!("rule \"{id}\" cannot be evaluated: {problem}"),
+            reason_code,
+            audit: Vec::new(),
+        }
+    }
+
+    /// A deny of the operator's baseline.
+    pub(crate) fn baseline(id: &str, reason: Option<&str>) -> Decision {
+        Decision {
+            action: Action::Deny,
+            rule: Some(id.to_owned()),
+            reason: reason.map_or_else(
+                || format!("denied by baseline rule \"{id}\" (set by the operator)"),
+                str::to_owned,
+            ),
+            reason_code: reason_code::BASELINE_DENY,
+            audit: Vec::new(),
         }
     }
 }
@@ -121,4 +184,7 @@ pub enum ConnectDecision {
     Intercept,
     /// Refuse the CONNECT; no inner request could be allowed.
     Deny(Decision),
+    /// Splice bytes to the origin without interception (a `tunnel` rule; the decision
+    /// names it).
+    Tunnel(Decision),
 }

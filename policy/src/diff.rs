@@ -20,7 +20,7 @@ use crate::{Action, Policy, RequestFacts, Rule, Scheme};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
-    /// More permissive: deny → stage, deny → pass, stage → pass.
+    /// More permissive: deny → stage → pass → tunnel.
     Widens,
     /// Less permissive.
     Narrows,
@@ -85,6 +85,8 @@ fn permissiveness(action: Action) -> u8 {
         Action::Deny => 0,
         Action::Stage => 1,
         Action::Pass => 2,
+        // Bytes pass uninspected: wider than any pass.
+        Action::Tunnel => 3,
     }
 }
 
@@ -100,18 +102,18 @@ struct Probe {
 
 impl Probe {
     fn facts(&self) -> RequestFacts<'_> {
-        RequestFacts {
-            scheme: if self.scheme == "https" {
+        RequestFacts::new(
+            if self.scheme == "https" {
                 Scheme::Https
             } else {
                 Scheme::Http
             },
-            host: &self.host,
-            port: self.port,
-            method: &self.method,
-            path: &self.path,
-            has_body: matches!(self.method.as_str(), "POST" | "PUT" | "PATCH"),
-        }
+            &self.host,
+            self.port,
+            &self.method,
+            &self.path,
+            matches!(self.method.as_str(), "POST" | "PUT" | "PATCH"),
+        )
     }
 
     fn url(&self) -> String {

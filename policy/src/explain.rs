@@ -3,8 +3,9 @@
 
 use serde::Serialize;
 
+use crate::eval::{Check, Context};
 use crate::matcher::{CanonicalPath, Host};
-use crate::{Action, Decision, Policy, RequestFacts, Rule};
+use crate::{Action, Decision, Mode, Policy, RequestFacts, Rule};
 
 /// How one rule fared for a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -14,11 +15,20 @@ pub enum RuleOutcome {
     Matched,
     /// The rule did not match: the first condition that failed.
     Mismatch {
-        /// `scheme`, `host`, `port`, `method` or `path`.
+        /// `scheme`, `host`, `port`, `profiles`, `method`, `path`, `query`, `headers`,
+        /// `json`, `graphql`, `jsonrpc`, or `action` (a tunnel rule, which decides
+        /// CONNECTs only).
         field: &'static str,
     },
     /// An earlier rule decided first.
     NotReached,
+    /// The rule could not be evaluated and denied (fail closed): the reason code.
+    Failed {
+        /// `body_too_large`, `body_unparseable` or `query_unparseable`.
+        reason_code: &'static str,
+    },
+    /// The rule is in audit mode and matched (or failed): recorded, and evaluation went on.
+    Audited,
 }
 
 /// One rule's line in an explanation.
@@ -31,6 +41,13 @@ pub struct RuleTrace {
     /// How it fared.
     #[serde(flatten)]
     pub outcome: RuleOutcome,
+    /// Why, when the matcher can say more than its name (query, headers, body matchers,
+    /// profiles, failures).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// True for a rule of the operator's baseline (evaluated first).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub baseline: bool,
 }
 
 /// Every rule considered for a request, in order, and the decision.
@@ -54,35 +71,6 @@ pub struct Lint {
 }
 
 impl Rule {
-    /// The first condition of this rule that `request` fails, or `None` when it matches.
-    fn first_mismatch(
-        &self,
-        request: &RequestFacts<'_>,
-        host: &Host,
-        path: &CanonicalPath,
-    ) -> Option<&'static str> {
-        if self.scheme.is_some_and(|scheme| scheme != request.scheme) {
-            return Some("scheme");
-        }
-        if !self.host.matches(host) {
-            return Some("host");
-        }
-        if !self.port.matches(request.scheme, request.port) {
-            return Some("port");
-        }
-        if self
-            .method
-            .as_ref()
-            .is_some_and(|m| !m.matches(request.method, request.has_body))
-        {
-            return Some("method");
-        }
-        if self.path.as_ref().is_some_and(|p| !p.matches(path)) {
-            return Some("path");
-        }
-        None
-    }
-
     /// Whether this rule matches every request `later` could match (same host pattern and
     /// ports, no narrower scheme, no method or path condition of its own).
     fn covers(&self, later: &Rule) -> bool {
@@ -91,6 +79,12 @@ impl Rule {
             && (self.scheme.is_none() || self.scheme == later.scheme)
             && self.method.is_none()
             && self.path.is_none()
+            && self.query.is_none()
+            && self.headers.is_none()
+            && self.body.is_none()
+            && self.profiles.is_none()
+            && self.mode == Mode::Enforce
+            && (self.action == Action::Tunnel) == (later.action == Action::Tunnel)
     }
 }
 
@@ -101,35 +95,65 @@ impl Policy {
         let decision = self.decide(request);
         let host = Host::parse(request.host);
         let path = CanonicalPath::parse(request.path).ok();
+        let cx = match (&host, &path) {
+            (Some(host), Some(path)) => Some(Context::new(request, host, path)),
+            _ => None,
+        };
         let mut decided = false;
-        let rules = self
-            .rules
+        let mut rules = Vec::with_capacity(self.baseline.len() + self.rules.len());
+        let all = self
+            .baseline
             .iter()
-            .map(|rule| {
-                let outcome = if decided {
-                    RuleOutcome::NotReached
-                } else {
-                    match (&host, &path) {
-                        (Some(host), Some(path)) => {
-                            match rule.first_mismatch(request, host, path) {
-                                None => {
-                                    decided = true;
-                                    RuleOutcome::Matched
+            .map(|rule| (rule, true))
+            .chain(self.rules.iter().map(|rule| (rule, false)));
+        for (rule, baseline) in all {
+            let mut detail = None;
+            let outcome = if decided {
+                RuleOutcome::NotReached
+            } else if rule.action == Action::Tunnel && !baseline {
+                detail = Some("a tunnel rule decides CONNECTs only".to_owned());
+                RuleOutcome::Mismatch { field: "action" }
+            } else {
+                match (&cx, &host) {
+                    (Some(cx), _) => {
+                        let check = rule.check(cx);
+                        let audited = rule.mode == Mode::Audit && !baseline;
+                        match check {
+                            Check::Mismatch { field, detail: why } => {
+                                detail = why;
+                                RuleOutcome::Mismatch { field }
+                            }
+                            _ if audited => RuleOutcome::Audited,
+                            Check::Match => {
+                                decided = true;
+                                RuleOutcome::Matched
+                            }
+                            Check::NeedsBody => {
+                                decided = true;
+                                detail = Some("the body was not given (--data FILE)".to_owned());
+                                RuleOutcome::Failed {
+                                    reason_code: crate::reason_code::BODY_UNPARSEABLE,
                                 }
-                                Some(field) => RuleOutcome::Mismatch { field },
+                            }
+                            Check::Fail { code, problem } => {
+                                decided = true;
+                                detail = Some(problem);
+                                RuleOutcome::Failed { reason_code: code }
                             }
                         }
-                        (None, _) => RuleOutcome::Mismatch { field: "host" },
-                        (_, None) => RuleOutcome::NotReached,
                     }
-                };
-                RuleTrace {
-                    id: rule.id.clone(),
-                    action: rule.action,
-                    outcome,
+                    (None, None) => RuleOutcome::Mismatch { field: "host" },
+                    (None, Some(_)) => RuleOutcome::NotReached,
                 }
-            })
-            .collect();
+            };
+            rules.push(RuleTrace {
+                id: rule.id.clone(),
+                action: rule.action,
+                outcome,
+                detail,
+                baseline,
+            });
+        }
         Explanation { decision, rules }
     }
 
@@ -147,6 +171,16 @@ impl Policy {
                     message: format!(
                         "never reached: rule \"{}\" before it matches every request it could match; move it above \"{}\" or remove it",
                         earlier.id, earlier.id
+                    ),
+                });
+            }
+            if rule.has_body_matcher() && rule.limits().body_bytes.is_none() {
+                out.push(Lint {
+                    rule: rule.id.clone(),
+                    index: index + 1,
+                    message: format!(
+                        "body matcher without limit.body_bytes: bodies over the default {} bytes are denied (body_too_large); set limit = {{ body_bytes = N }} to choose",
+                        crate::DEFAULT_BODY_MATCH_BYTES
                     ),
                 });
             }
@@ -180,14 +214,7 @@ action = "stage"
 "#;
 
     fn facts<'a>(host: &'a str, method: &'a str, path: &'a str) -> RequestFacts<'a> {
-        RequestFacts {
-            scheme: Scheme::Https,
-            host,
-            port: 443,
-            method,
-            path,
-            has_body: method == "POST",
-        }
+        RequestFacts::new(Scheme::Https, host, 443, method, path, method == "POST")
     }
 
     #[test]

@@ -3,9 +3,13 @@
 //! A policy is TOML text (see `POLICY.md`) compiled by [`Policy::from_toml_str`]
 //! or [`Policy::load`] into typed matchers. [`Policy::decide`] answers one
 //! HTTP request, [`Policy::decide_connect`] answers a CONNECT before the
-//! tunnel opens, and [`Policy::allows_private`] tells the dialer whether a
-//! resolved private address was opted in. Evaluation is top-down, first match
-//! wins, then the default (`deny` unless the file says otherwise).
+//! tunnel opens (intercept, tunnel or deny), [`Policy::body_limit`] tells the proxy
+//! whether (and how far) to read a body for a body matcher first, and
+//! [`Policy::allows_private`] tells the dialer whether a resolved private address was
+//! opted in. Evaluation: the operator's baseline denies ([`Policy::with_baseline`]),
+//! then rules top-down, first match wins (audit-mode rules are recorded and passed
+//! over), then the default (`deny` unless the file says otherwise). The winning rule's
+//! obligations are accessors on [`Rule`] (`strip`, `limits`, `redact`, `review`).
 //!
 //! The crate does no I/O beyond reading the policy file in [`Policy::load`].
 
@@ -16,23 +20,31 @@ use std::path::Path;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
+mod body;
+mod content;
 mod decision;
 mod diff;
 mod error;
+mod eval;
 mod explain;
+mod extra;
+mod graphql;
 mod matcher;
+mod obligation;
 mod respond;
 mod warnings;
 mod wire;
 
-pub use decision::{reason_code, Action, ConnectDecision, Decision};
+pub use body::DEFAULT_BODY_MATCH_BYTES;
+pub use decision::{reason_code, Action, AuditMatch, ConnectDecision, Decision};
 pub use diff::{Change, ChangeKind, PolicyDiff};
 pub use error::PolicyError;
 pub use explain::{Explanation, Lint, RuleOutcome, RuleTrace};
+pub use obligation::{Limits, Mode, Redaction, Review, REDACTED};
 pub use respond::{Part, PlaceholderKind, Respond};
 
 use error::FieldProblem;
-use matcher::{CanonicalPath, Host, HostPattern, MethodMatcher, PathPattern, PortMatcher};
+use matcher::{Host, HostPattern, MethodMatcher, PathPattern, PortMatcher};
 use wire::{PolicyFile, WireAction, WireRule, WireScheme};
 
 /// Number of hex characters of the sha256 kept as the policy revision.
@@ -89,6 +101,55 @@ pub struct RequestFacts<'a> {
     pub path: &'a str,
     /// True when the request framing carries a body (a GET with a body is a write).
     pub has_body: bool,
+    /// The raw query string without the `?` (`""` when there is none), still encoded.
+    pub query: &'a str,
+    /// The request's header lines as sent (names in any case; values as text, bytes
+    /// that are not UTF-8 replaced by U+FFFD so that no line is left out).
+    pub headers: &'a [(&'a str, &'a str)],
+    /// The request body, when the proxy read it for a body matcher (see
+    /// [`Policy::body_limit`]).
+    pub body: RequestBody<'a>,
+    /// The profile of the run making the request (`POST /v1/runs {"profile": …}`).
+    pub profile: Option<&'a str>,
+}
+
+impl<'a> RequestFacts<'a> {
+    /// Facts with no query, no headers, body not read and no profile: the line only.
+    pub fn new(
+        scheme: Scheme,
+        host: &'a str,
+        port: u16,
+        method: &'a str,
+        path: &'a str,
+        has_body: bool,
+    ) -> RequestFacts<'a> {
+        RequestFacts {
+            scheme,
+            host,
+            port,
+            method,
+            path,
+            has_body,
+            query: "",
+            headers: &[],
+            body: RequestBody::NotRead,
+            profile: None,
+        }
+    }
+}
+
+/// What the proxy knows of a request's body when it asks for a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequestBody<'a> {
+    /// Not read: a rule with a body matcher reached with this denies
+    /// (`body_unparseable`), so callers read the body when [`Policy::body_limit`] says so.
+    #[default]
+    NotRead,
+    /// The whole body (after any `Content-Encoding` was removed).
+    Read(&'a [u8]),
+    /// The body was longer than [`Policy::body_limit`]; a body matcher reached with this
+    /// denies (`body_too_large`).
+    TooLarge,
 }
 
 /// One compiled `[[rule]]`.
@@ -104,6 +165,15 @@ pub struct Rule {
     reason: Option<String>,
     allow_private: Vec<IpNet>,
     respond: Option<Respond>,
+    query: Option<content::QueryMatcher>,
+    headers: Option<content::HeaderMatcher>,
+    body: Option<body::BodyMatcher>,
+    mode: Mode,
+    strip: Vec<String>,
+    limits: Limits,
+    redact: Vec<Redaction>,
+    review: Review,
+    profiles: Option<Vec<String>>,
 }
 
 impl Rule {
@@ -132,25 +202,13 @@ impl Rule {
         &self.allow_private
     }
 
-    fn matches(&self, request: &RequestFacts<'_>, host: &Host, path: &CanonicalPath) -> bool {
-        self.scheme.is_none_or(|scheme| scheme == request.scheme)
-            && self.host.matches(host)
-            && self.port.matches(request.scheme, request.port)
-            && self
-                .method
-                .as_ref()
-                .is_none_or(|method| method.matches(request.method, request.has_body))
-            && self
-                .path
-                .as_ref()
-                .is_none_or(|pattern| pattern.matches(path))
-    }
-
-    /// Whether a CONNECT to `host:port` could reach this rule. CONNECT counts
-    /// as https, except that a `scheme = "http"` rule without `port` means 80.
-    fn matches_connect(&self, host: &Host, port: u16) -> bool {
+    /// Whether a CONNECT to `host:port` by a run of `profile` could reach this rule.
+    /// CONNECT counts as https, except that a `scheme = "http"` rule without `port` means 80.
+    fn matches_connect(&self, host: &Host, port: u16, profile: Option<&str>) -> bool {
         let connect_scheme = self.scheme.unwrap_or(Scheme::Https);
-        self.host.matches(host) && self.port.matches(connect_scheme, port)
+        self.host.matches(host)
+            && self.port.matches(connect_scheme, port)
+            && self.applies_to_profile(profile)
     }
 
     /// Whether any request to `host:port`, of any scheme the rule allows, could match.
@@ -162,9 +220,14 @@ impl Rule {
         port_matches && self.host.matches(host)
     }
 
-    /// True when only host and port decide the rule (no method or path condition).
+    /// True when only host and port decide the rule (no method, path, query, header or
+    /// body condition).
     fn is_host_level(&self) -> bool {
-        self.method.is_none() && self.path.is_none()
+        self.method.is_none()
+            && self.path.is_none()
+            && self.query.is_none()
+            && self.headers.is_none()
+            && self.body.is_none()
     }
 }
 
@@ -176,6 +239,8 @@ pub struct Policy {
     default: Action,
     allow_private: Vec<IpNet>,
     revision: String,
+    mode: Mode,
+    baseline: Vec<Rule>,
 }
 
 impl Policy {
@@ -213,74 +278,6 @@ impl Policy {
     /// Top-level `allow_private` networks.
     pub fn allow_private(&self) -> &[IpNet] {
         &self.allow_private
-    }
-
-    /// Decides one HTTP request (plain http absolute-form or an inner request of an intercepted CONNECT).
-    ///
-    /// A non-canonical path is denied before any rule is consulted; then rules
-    /// are tried top-down and the first match wins; then the default applies.
-    pub fn decide(&self, request: &RequestFacts<'_>) -> Decision {
-        let path = match CanonicalPath::parse(request.path) {
-            Ok(path) => path,
-            Err(problem) => return Decision::non_canonical_path(problem.describe()),
-        };
-        let host = Host::parse(request.host);
-        if let Some(host) = &host {
-            if let Some(rule) = self
-                .rules
-                .iter()
-                .find(|rule| rule.matches(request, host, &path))
-            {
-                return Decision::from_rule(rule.action, &rule.id, rule.reason.as_deref());
-            }
-        }
-        let what = format!(
-            "{} {}://{}:{}{}",
-            request.method.to_ascii_uppercase(),
-            request.scheme,
-            display_host(host.as_ref()),
-            request.port,
-            request.path,
-        );
-        Decision::from_default(self.default, &what)
-    }
-
-    /// Decides a CONNECT host:port before the tunnel is answered.
-    ///
-    /// Rules are walked top-down considering host and port only: a pass or
-    /// stage rule means some inner request may be allowed (intercept); a deny
-    /// rule with no method or path condition denies every inner request
-    /// (deny now, `rule_deny`); a conditional deny rule is skipped. When no
-    /// rule decides, a `deny` default denies (`default_deny`) and any other
-    /// default intercepts.
-    pub fn decide_connect(&self, host: &str, port: u16) -> ConnectDecision {
-        let parsed = Host::parse(host);
-        if let Some(parsed) = &parsed {
-            for rule in self
-                .rules
-                .iter()
-                .filter(|rule| rule.matches_connect(parsed, port))
-            {
-                match rule.action {
-                    Action::Pass | Action::Stage => return ConnectDecision::Intercept,
-                    Action::Deny if rule.is_host_level() => {
-                        return ConnectDecision::Deny(Decision::from_rule(
-                            Action::Deny,
-                            &rule.id,
-                            rule.reason.as_deref(),
-                        ))
-                    }
-                    Action::Deny => {}
-                }
-            }
-        }
-        match self.default {
-            Action::Deny => ConnectDecision::Deny(Decision::from_default(
-                Action::Deny,
-                &format!("CONNECT {}:{port}", display_host(parsed.as_ref())),
-            )),
-            Action::Pass | Action::Stage => ConnectDecision::Intercept,
-        }
     }
 
     /// True when some allow_private CIDR (top level, or of any rule that matches host:port) contains ip.
@@ -375,11 +372,16 @@ fn compile(file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
         default,
         allow_private,
         revision: String::new(),
+        mode: Mode::from_wire(file.mode),
+        baseline: Vec::new(),
     })
 }
 
-fn compile_rule(wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProblem> {
-    let id = wire.id.ok_or_else(|| FieldProblem::new("id", "required"))?;
+fn compile_rule(mut wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProblem> {
+    let id = wire
+        .id
+        .take()
+        .ok_or_else(|| FieldProblem::new("id", "required"))?;
     if !valid_id(&id) {
         return Err(FieldProblem::new(
             "id",
@@ -398,19 +400,18 @@ fn compile_rule(wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProblem> 
         None => {
             return Err(FieldProblem::new(
                 "action",
-                "required: \"pass\", \"stage\" or \"deny\"",
+                "required: \"pass\", \"stage\", \"deny\" or \"tunnel\"",
             ))
         }
         Some(WireAction::Pass) => Action::Pass,
         Some(WireAction::Stage) => Action::Stage,
         Some(WireAction::Deny) => Action::Deny,
-        Some(WireAction::Tunnel) => {
-            return Err(FieldProblem::new(
-                "action",
-                "\"tunnel\" is not supported yet; use \"pass\", \"stage\" or \"deny\"",
-            ))
-        }
+        Some(WireAction::Tunnel) => Action::Tunnel,
     };
+    if action == Action::Tunnel {
+        extra::check_tunnel(&wire)?;
+    }
+    let extra = extra::compile_extra(&mut wire, action)?;
     let host = wire
         .host
         .ok_or_else(|| FieldProblem::new("host", "required"))
@@ -452,6 +453,15 @@ fn compile_rule(wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProblem> 
         Some(respond) => Some(compile_respond(respond)?),
     };
     Ok(Rule {
+        query: extra.query,
+        headers: extra.headers,
+        body: extra.body,
+        mode: extra.mode,
+        strip: extra.strip,
+        limits: extra.limits,
+        redact: extra.redact,
+        review: extra.review,
+        profiles: extra.profiles,
         respond,
         id,
         host,

@@ -272,7 +272,7 @@ pub(crate) fn is_read(method: &str, has_body: bool) -> bool {
 }
 
 /// RFC 9110 `tchar`.
-fn is_token_byte(b: u8) -> bool {
+pub(crate) fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
@@ -497,7 +497,7 @@ fn segment_matches(segment: &PathSegment, candidate: &[u8]) -> bool {
 
 /// `parts` are the pieces between `*`s: the first anchors the start, the last
 /// the end, the middle ones are found left to right (greedy is optimal here).
-fn glob_matches(parts: &[Vec<u8>], candidate: &[u8]) -> bool {
+pub(crate) fn glob_matches(parts: &[Vec<u8>], candidate: &[u8]) -> bool {
     let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
         return true;
     };

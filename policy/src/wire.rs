@@ -24,6 +24,8 @@ pub(crate) struct PolicyFile {
     /// The rules, in evaluation order.
     #[serde(default, rename = "rule")]
     pub(crate) rules: Vec<WireRule>,
+    /// `mode = "enforce"` (default) or `"audit"`: see [`crate::Mode`].
+    pub(crate) mode: Option<WireMode>,
 }
 
 /// One `[[rule]]` table.
@@ -55,6 +57,89 @@ pub(crate) struct WireRule {
     pub(crate) allow_private: Option<Vec<String>>,
     /// The synthetic response of a stage rule.
     pub(crate) respond: Option<WireRespond>,
+    /// `query = { state = "open" }`: decoded query parameter globs.
+    pub(crate) query: Option<std::collections::BTreeMap<String, String>>,
+    /// `headers = { "x-github-event" = "push" }`: header value globs.
+    pub(crate) headers: Option<std::collections::BTreeMap<String, String>>,
+    /// `json = { "/action" = "opened" }`: JSON pointer equals/glob.
+    pub(crate) json: Option<std::collections::BTreeMap<String, WireScalar>>,
+    /// `graphql = { operation = "mutation", name = "createPullRequest" }`.
+    pub(crate) graphql: Option<WireGraphql>,
+    /// `jsonrpc = { method = "tools/call", tool = "create_issue" }`.
+    pub(crate) jsonrpc: Option<WireJsonRpc>,
+    /// `mode = "enforce"` (default) or `"audit"`.
+    pub(crate) mode: Option<WireMode>,
+    /// Header names removed before forwarding or staging.
+    pub(crate) strip: Option<Vec<String>>,
+    /// `limit = { body_bytes, requests_per_minute, upload_bytes_per_run, query_bytes }`.
+    pub(crate) limit: Option<WireLimit>,
+    /// `redact = ["/password", "header:authorization"]`.
+    pub(crate) redact: Option<Vec<String>>,
+    /// `review = "required"` (default) or `"auto"`, stage rules only.
+    pub(crate) review: Option<WireReview>,
+    /// `profiles = ["ci"]`: the rule applies only to runs created with one of them.
+    pub(crate) profiles: Option<Vec<String>>,
+}
+
+/// A JSON matcher value: a string (glob on string values), a number or a boolean (equality).
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "a string (glob), an integer, a float or a boolean"
+)]
+#[schemars(rename = "Scalar")]
+pub(crate) enum WireScalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+/// `graphql = { operation, name }`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Graphql")]
+pub(crate) struct WireGraphql {
+    pub(crate) operation: Option<String>,
+    pub(crate) name: Option<String>,
+}
+
+/// `jsonrpc = { method, tool }`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "JsonRpc")]
+pub(crate) struct WireJsonRpc {
+    pub(crate) method: Option<String>,
+    pub(crate) tool: Option<String>,
+}
+
+/// `limit = { ... }`; all optional, all positive integers.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Limit")]
+pub(crate) struct WireLimit {
+    pub(crate) body_bytes: Option<i64>,
+    pub(crate) requests_per_minute: Option<i64>,
+    pub(crate) upload_bytes_per_run: Option<i64>,
+    pub(crate) query_bytes: Option<i64>,
+}
+
+/// `mode` as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "Mode")]
+pub(crate) enum WireMode {
+    Enforce,
+    Audit,
+}
+
+/// `review` as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "Review")]
+pub(crate) enum WireReview {
+    Required,
+    Auto,
 }
 
 /// `[rule.respond]`: the synthetic response of a stage rule.

@@ -453,6 +453,12 @@ async fn show_effect(
     });
     out["headers"] = headers_json(&effect.headers);
     out["body"] = body_json(&body);
+    crate::enforce::redact_view(
+        &shared.policy.current(),
+        effect.rule.as_deref(),
+        &body,
+        &mut out,
+    );
     out["body_digest"] = json!(effect.body_digest);
     out["policy_revision"] = json!(effect.policy_revision);
     out["decisions"] = json!(effect.decisions);

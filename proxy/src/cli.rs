@@ -351,6 +351,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.header_read_timeout = std::time::Duration::from_secs(args.header_read_timeout.max(1));
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     config.resolve = args.resolve;
+    config.baseline_path = args.baseline;
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;
     Ok(())
@@ -577,6 +578,9 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
             file,
             body,
             json,
+            headers,
+            data,
+            profile,
             method,
             url,
         } => {
@@ -599,13 +603,38 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
             };
             let target = crate::handle::Target::parse(scheme, authority.as_str(), default_port)
                 .ok_or_else(|| anyhow!("{url:?} names no valid host"))?;
+            let header_pairs: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|line| {
+                    line.split_once(':')
+                        .map(|(name, value)| (name.trim(), value.trim()))
+                        .ok_or_else(|| anyhow!("--header {line:?} is not NAME:VALUE"))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let data = data
+                .map(|path| {
+                    std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+                })
+                .transpose()?;
+            let body = body || data.is_some();
+            let upper = method.to_ascii_uppercase();
             let explanation = policy.explain(&airlock_policy::RequestFacts {
-                scheme,
-                host: &target.host,
-                port: target.port,
-                method: &method.to_ascii_uppercase(),
-                path: uri.path(),
-                has_body: body,
+                query: uri.query().unwrap_or(""),
+                headers: &header_pairs,
+                body: data
+                    .as_deref()
+                    .map_or(airlock_policy::RequestBody::NotRead, |bytes| {
+                        airlock_policy::RequestBody::Read(bytes)
+                    }),
+                profile: profile.as_deref(),
+                ..airlock_policy::RequestFacts::new(
+                    scheme,
+                    &target.host,
+                    target.port,
+                    &upper,
+                    uri.path(),
+                    body,
+                )
             });
             if json {
                 return print_json(&serde_json::to_value(&explanation)?);
@@ -621,12 +650,35 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                     airlock_policy::RuleOutcome::Matched => "MATCHED".to_owned(),
                     airlock_policy::RuleOutcome::Mismatch { field } => format!("no match: {field}"),
                     airlock_policy::RuleOutcome::NotReached => "not reached".to_owned(),
+                    airlock_policy::RuleOutcome::Failed { reason_code } => {
+                        format!("FAILED CLOSED: {reason_code}")
+                    }
+                    airlock_policy::RuleOutcome::Audited => {
+                        "matched in audit mode (logged; evaluation went on)".to_owned()
+                    }
+                };
+                let detail = rule
+                    .detail
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default();
+                let label = if rule.baseline {
+                    format!("B{}", i + 1)
+                } else {
+                    format!("#{}", i + 1)
                 };
                 outln!(
-                    "  #{:<3} {:<24} {:<6} {verdict}",
-                    i + 1,
+                    "  {label:<4} {:<24} {:<6} {verdict}{detail}",
                     rule.id,
                     rule.action.as_str()
+                );
+            }
+            for matched in &explanation.decision.audit {
+                outln!(
+                    "audit:    rule {} would have decided {} ({})",
+                    matched.rule.as_deref().unwrap_or("<default>"),
+                    matched.action.as_str(),
+                    matched.reason_code
                 );
             }
             let decision = &explanation.decision;
@@ -641,6 +693,44 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                     .unwrap_or_default()
             );
             outln!("reason:   {}", decision.reason);
+            if let Some(rule) = decision.rule.as_deref().and_then(|id| policy.rule(id)) {
+                let mut obligations = Vec::new();
+                if !rule.strip().is_empty() {
+                    obligations.push(format!("strip {}", rule.strip().join(", ")));
+                }
+                let limits = rule.limits();
+                for (name, value) in [
+                    ("body_bytes", limits.body_bytes),
+                    (
+                        "requests_per_minute",
+                        limits.requests_per_minute.map(u64::from),
+                    ),
+                    ("upload_bytes_per_run", limits.upload_bytes_per_run),
+                    ("query_bytes", limits.query_bytes),
+                ] {
+                    if let Some(value) = value {
+                        obligations.push(format!("limit {name} = {value}"));
+                    }
+                }
+                for redaction in rule.redact() {
+                    obligations.push(match redaction {
+                        airlock_policy::Redaction::JsonPointer(p) => format!("redact {p}"),
+                        airlock_policy::Redaction::Header(h) => format!("redact header:{h}"),
+                    });
+                }
+                if decision.action == airlock_policy::Action::Stage {
+                    obligations.push(format!(
+                        "review {}",
+                        match rule.review() {
+                            airlock_policy::Review::Auto => "auto",
+                            airlock_policy::Review::Required => "required",
+                        }
+                    ));
+                }
+                if !obligations.is_empty() {
+                    outln!("obligations: {}", obligations.join("; "));
+                }
+            }
             Ok(())
         }
     }

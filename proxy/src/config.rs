@@ -57,6 +57,9 @@ pub struct ServeConfig {
     /// Static DNS answers (`--resolve HOST=IP,…`): these hosts are never looked up; their
     /// addresses are checked like any resolver's answers.
     pub resolve: Vec<(String, Vec<std::net::IpAddr>)>,
+    /// The operator's baseline policy file (deny rules only, evaluated first and not
+    /// overridable by the project policy), when one is given.
+    pub baseline_path: Option<PathBuf>,
 }
 
 impl ServeConfig {
@@ -76,6 +79,7 @@ impl ServeConfig {
             header_read_timeout: Duration::from_secs(30),
             danger_allow_snapshot_commands: false,
             resolve: Vec::new(),
+            baseline_path: None,
         }
     }
 }

@@ -32,6 +32,7 @@ pub async fn forward(
     mut parts: Parts,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    let audit = crate::enforce::take_audit(&mut parts);
     let trailers = crate::headers::wants_trailers(&parts.headers);
     strip_hop_by_hop(&mut parts.headers);
     if trailers {
@@ -77,6 +78,7 @@ pub async fn forward(
                 rule,
                 created_at_ms: started,
                 error,
+                audit: audit.clone(),
             };
             match content {
                 // Journaled and analysed by the lineage worker, off the request path.

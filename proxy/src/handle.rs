@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use airlock_ledger::{Dependency, IssuedPlaceholder, RunId};
-use airlock_policy::{Action, RequestFacts, Scheme};
+use airlock_policy::{Action, Scheme};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{header, Request, Response};
@@ -247,20 +247,19 @@ async fn decide_and_act(
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     check_authority(&parts, target)?;
-    let facts = RequestFacts {
-        scheme: target.scheme,
-        host: &target.host,
-        port: target.port,
-        method: parts.method.as_str(),
-        path: parts.uri.path(),
-        has_body: has_body(&parts),
+    let mut parts = parts;
+    let (decision, body) = match crate::enforce::decide(shared, run, target, &parts, body).await {
+        Ok(decided) => decided,
+        Err(crate::enforce::Refused::Error(error)) => return Err(error),
+        Err(crate::enforce::Refused::Response(response)) => return Ok(response),
     };
     let policy = shared.policy.current();
-    let decision = policy.decide(&facts);
+    crate::enforce::log_audit(run, url, &decision);
+    crate::enforce::note_audit(&mut parts, &decision);
     let counter = match decision.action {
         Action::Pass => &shared.metrics.passed,
         Action::Stage => &shared.metrics.staged,
-        Action::Deny => &shared.metrics.denied,
+        Action::Deny | Action::Tunnel => &shared.metrics.denied,
     };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // Passed requests are the bulk of traffic: their line is at debug level, so a busy
@@ -283,6 +282,27 @@ async fn decide_and_act(
     } else {
         decided!(info);
     }
+    // The winning rule's obligations (limits, strip) before anything is passed or staged.
+    let rule = decision
+        .rule
+        .as_deref()
+        .and_then(|id| policy.rule(id))
+        .filter(|rule| {
+            // In a policy in audit mode a deny rule's id may name a pass: its
+            // obligations are not the pass's.
+            rule.action() == decision.action
+                && matches!(decision.action, Action::Pass | Action::Stage)
+        });
+    let body = match rule {
+        Some(rule) => {
+            match crate::enforce::apply(shared, run, target, rule, &mut parts, body).await {
+                Ok(body) => body,
+                Err(crate::enforce::Refused::Error(error)) => return Err(error),
+                Err(crate::enforce::Refused::Response(response)) => return Ok(response),
+            }
+        }
+        None => body,
+    };
     if let Some(protocol) = crate::upgrade::requested(&parts.headers) {
         return match decision.action {
             Action::Pass => crate::upgrade::relay(shared, run, url, decision.rule, protocol, parts).await,
@@ -295,7 +315,7 @@ async fn decide_and_act(
                 reason_code: "upgrade_not_stageable".to_owned(),
                 policy_revision: policy.revision().to_owned(),
             }),
-            Action::Deny => Err(ProxyError::Denied {
+            Action::Deny | Action::Tunnel => Err(ProxyError::Denied {
                 rule: decision.rule,
                 reason: decision.reason,
                 reason_code: decision.reason_code.to_owned(),
@@ -304,7 +324,7 @@ async fn decide_and_act(
         };
     }
     match decision.action {
-        Action::Deny => Err(ProxyError::Denied {
+        Action::Deny | Action::Tunnel => Err(ProxyError::Denied {
             rule: decision.rule,
             reason: decision.reason,
             reason_code: decision.reason_code.to_owned(),
@@ -314,7 +334,7 @@ async fn decide_and_act(
             let issued = issued_placeholders(shared, run).await?;
             let body = read_bounded(shared, &parts, body).await?;
             let depends_on = find_dependencies(&issued, &parts, Some(&body));
-            stage(
+            let staged = stage(
                 shared,
                 run,
                 url,
@@ -323,7 +343,11 @@ async fn decide_and_act(
                 body,
                 depends_on,
             )
-            .await
+            .await?;
+            if let Some(rule) = rule {
+                crate::enforce::auto_approve(shared, rule, &staged).await;
+            }
+            Ok(staged)
         }
         Action::Pass => {
             // A placeholder must never reach a real origin: a request that carries one

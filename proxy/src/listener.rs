@@ -203,8 +203,15 @@ async fn connect(shared: Arc<Shared>, run: RunId, req: Request<Incoming>) -> Res
     let decision = if target.host == crate::manifest::MANIFEST_HOST {
         ConnectDecision::Intercept
     } else {
-        policy.decide_connect(&target.host, target.port)
+        let profile = match crate::enforce::profile_of(&shared, &run) {
+            Ok(profile) => profile,
+            Err(error) => return error.into_response(),
+        };
+        policy.decide_connect_for(&target.host, target.port, profile.as_deref())
     };
+    if let ConnectDecision::Tunnel(decision) = decision {
+        return crate::tunnel::open(shared, run, target, decision, req).await;
+    }
     if let ConnectDecision::Deny(decision) = decision {
         info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
               policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "CONNECT denied");

@@ -15,7 +15,9 @@ pub const MANIFEST_HOST: &str = "airlock.invalid";
 /// The manifest's path on that host.
 pub const MANIFEST_PATH: &str = "/.well-known/airlock/policy";
 
-/// The manifest JSON: `{run, policy_revision, default, rules: [as written], about}`.
+/// The manifest JSON: `{run, policy_revision, default, rules: [as written], mode,
+/// baseline: [{id, action, reason}], about}` (the baseline's denies come first and cannot
+/// be overridden).
 /// Policy files hold no secret values (credentials are named, never inlined), so the rules
 /// are shown as written.
 pub fn manifest(shared: &Shared, run: &str) -> Value {
@@ -30,6 +32,12 @@ pub fn manifest(shared: &Shared, run: &str) -> Value {
         "policy_generation": policy.generation,
         "default": written.get("default").cloned().unwrap_or(json!("deny")),
         "rules": written.get("rule").cloned().unwrap_or(json!([])),
+        "mode": written.get("mode").cloned().unwrap_or(json!("enforce")),
+        "baseline": shared.policy.current().baseline().iter().map(|rule| json!({
+            "id": rule.id(),
+            "action": "deny",
+            "reason": rule.reason(),
+        })).collect::<Vec<_>>(),
         "about": "Requests pass, are staged (held until a reviewer approves and the run is committed; you get 202 at once) or are denied (403 with the rule and reason). Rules are tried top-down; the first match wins.",
     })
 }

@@ -83,6 +83,8 @@ pub struct ReloadError {
 pub struct PolicyStore {
     current: ArcSwap<Snapshot>,
     path: PathBuf,
+    /// The operator baseline (`--baseline`), re-read and applied on every load.
+    baseline: Option<PathBuf>,
     generation: AtomicU64,
     /// Serialises reloads, and remembers the file content last seen so an unchanged file
     /// is not reloaded (which would undo a policy posted to the admin API).
@@ -98,13 +100,14 @@ struct FileSeen {
 }
 
 impl PolicyStore {
-    /// Loads the policy file at `path` as generation 1.
+    /// Loads the policy file at `path` as generation 1, with the operator `baseline`
+    /// (deny rules evaluated first) when one is given.
     ///
     /// # Errors
-    /// The file cannot be read, or does not parse or compile.
-    pub fn load(path: &Path) -> Result<PolicyStore, PolicyError> {
+    /// A file cannot be read, or does not parse or compile.
+    pub fn load(path: &Path, baseline: Option<&Path>) -> Result<PolicyStore, PolicyError> {
         let text = read_policy(path)?;
-        let policy = Policy::from_toml_str(&text, &path.display().to_string())?;
+        let policy = compile(&text, &path.display().to_string(), baseline)?;
         let digest = Sha256::digest(text.as_bytes()).into();
         Ok(PolicyStore {
             current: ArcSwap::from_pointee(Snapshot {
@@ -115,6 +118,7 @@ impl PolicyStore {
                 loaded_at_ms: now_ms(),
             }),
             path: path.to_owned(),
+            baseline: baseline.map(Path::to_owned),
             generation: AtomicU64::new(1),
             reload: Mutex::new(FileSeen {
                 digest: Some(digest),
@@ -201,7 +205,8 @@ impl PolicyStore {
         origin: &str,
         source: ReloadSource,
     ) -> Result<Reloaded, ReloadError> {
-        let policy = Policy::from_toml_str(&text, origin).map_err(|error| self.failed(error))?;
+        let policy =
+            compile(&text, origin, self.baseline.as_deref()).map_err(|error| self.failed(error))?;
         let current = self.current();
         if policy.revision() == current.revision() {
             return Ok(Reloaded {
@@ -276,6 +281,15 @@ impl PolicyStore {
                 let _ = tokio::task::spawn_blocking(move || store.reload_file(force)).await;
             }
         })
+    }
+}
+
+/// Compiles a project policy and applies the baseline file (read afresh) to it.
+fn compile(text: &str, origin: &str, baseline: Option<&Path>) -> Result<Policy, PolicyError> {
+    let policy = Policy::from_toml_str(text, origin)?;
+    match baseline {
+        Some(path) => policy.with_baseline(Policy::load(path)?, &path.display().to_string()),
+        None => Ok(policy),
     }
 }
 

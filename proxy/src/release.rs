@@ -377,13 +377,33 @@ fn substituted(
             if scheme == Scheme::Http { 80 } else { 443 },
         )
         .ok_or_else(|| format!("after substitution {url} names no valid host"))?;
+        let profile = shared
+            .ledger
+            .run(&effect.run_id)
+            .ok()
+            .flatten()
+            .and_then(|run| run.profile);
+        let header_pairs: Vec<(&str, &str)> = headers
+            .iter()
+            .filter_map(|(name, value)| {
+                std::str::from_utf8(value)
+                    .ok()
+                    .map(|value| (name.as_str(), value))
+            })
+            .collect();
         let decision = shared.policy.current().decide(&RequestFacts {
-            scheme,
-            host: &target.host,
-            port: target.port,
-            method: &effect.method,
-            path: uri.path(),
-            has_body: !body.is_empty(),
+            query: uri.query().unwrap_or(""),
+            headers: &header_pairs,
+            body: airlock_policy::RequestBody::Read(&body),
+            profile: profile.as_deref(),
+            ..RequestFacts::new(
+                scheme,
+                &target.host,
+                target.port,
+                &effect.method,
+                uri.path(),
+                !body.is_empty(),
+            )
         });
         if decision.action == Action::Deny {
             return Err(format!(

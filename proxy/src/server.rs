@@ -117,6 +117,11 @@ pub struct Shared {
     pub commit_locks: std::sync::Mutex<
         std::collections::HashMap<airlock_ledger::RunId, Arc<tokio::sync::Mutex<()>>>,
     >,
+    /// The SSRF-checked dialer, for `tunnel` rules (the upstream clients hold their own
+    /// clones).
+    pub dialer: Dialer,
+    /// Per-run state of rule obligations: request windows, upload totals, run profiles.
+    pub enforce: crate::enforce::Enforcer,
 }
 
 impl Shared {
@@ -185,7 +190,10 @@ impl Server {
         }
         let data_dir =
             std::fs::canonicalize(&config.data_dir).map_err(data_err(&config.data_dir))?;
-        let policy = Arc::new(PolicyStore::load(&config.policy_path)?);
+        let policy = Arc::new(PolicyStore::load(
+            &config.policy_path,
+            config.baseline_path.as_deref(),
+        )?);
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
         let ledger_path = data_dir.join(LEDGER_DIR);
@@ -240,6 +248,7 @@ impl Server {
             config.connect_timeout,
         )
         .with_static_answers(config.resolve.clone());
+        let tunnel_dialer = dialer.clone();
         let shared = Arc::new(Shared {
             ledger: ledger.clone(),
             policy,
@@ -266,6 +275,8 @@ impl Server {
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             metrics: crate::metrics::Metrics::default(),
             placeholders: std::sync::Mutex::default(),
+            dialer: tunnel_dialer,
+            enforce: crate::enforce::Enforcer::default(),
         });
         Ok(Self {
             shared,

@@ -46,6 +46,7 @@ pub async fn relay(
     protocol: String,
     mut parts: Parts,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    let audit = crate::enforce::take_audit(&mut parts);
     let Some(client_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
         return Err(ProxyError::BadRequest {
             code: "upgrade_unsupported",
@@ -91,6 +92,7 @@ pub async fn relay(
         response_bytes: 0,
         response_digest: None,
         rule,
+        audit,
         created_at_ms: airlock_ledger::now_ms(),
         error: (status != StatusCode::SWITCHING_PROTOCOLS)
             .then(|| format!("the origin did not switch to {protocol}")),

@@ -190,3 +190,51 @@ fn policy_test_runs_the_examples_cases_with_full_coverage() {
         "{stdout}"
     );
 }
+
+#[test]
+fn policy_test_runs_the_github_example_with_content_matchers_and_explain_says_why() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let out = airlock()
+        .args(["policy", "test"])
+        .arg(examples.join("github.toml"))
+        .arg(examples.join("github.cases.toml"))
+        .arg("--require-coverage")
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("13 case(s), 0 failed; 9 of 9 rule(s) covered"),
+        "{stdout}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, r#"{"query": "{ viewer { login } }"}"#).expect("write");
+    let out = airlock()
+        .args(["policy", "explain"])
+        .arg(examples.join("github.toml"))
+        .args(["--data"])
+        .arg(&body)
+        .args(["POST", "https://api.github.com/graphql"])
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("no match: graphql (the operation is a query, not a mutation)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("decision: pass (rule_pass) by rule \"gh-graphql-queries\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("limit body_bytes = 262144; limit requests_per_minute = 120"),
+        "{stdout}"
+    );
+}

@@ -12,6 +12,10 @@ fn verdict(decision: &ConnectDecision) -> Verdict<'_> {
             assert_eq!(decision.action, Action::Deny);
             ("deny", decision.rule.as_deref(), decision.reason_code)
         }
+        ConnectDecision::Tunnel(decision) => {
+            assert_eq!(decision.action, Action::Tunnel);
+            ("tunnel", decision.rule.as_deref(), decision.reason_code)
+        }
     }
 }
 
@@ -94,11 +98,11 @@ action = "pass"
             decision.reason,
             "no rule allows CONNECT unknown.example.com:443; default is deny"
         ),
-        ConnectDecision::Intercept => panic!("should deny"),
+        other => panic!("should deny: {other:?}"),
     }
     match policy.decide_connect("blocked.example.com", 443) {
         ConnectDecision::Deny(decision) => assert_eq!(decision.reason, "never"),
-        ConnectDecision::Intercept => panic!("should deny"),
+        other => panic!("should deny: {other:?}"),
     }
 }
 

@@ -29,8 +29,32 @@ fn messages() {
             "policy.toml: rule \"first\" (#2): field \"id\": duplicate id; first used by rule #1",
         ),
         (
-            rule("id = \"t\"\nhost = \"a.example.com\"\naction = \"tunnel\""),
-            "policy.toml: rule \"t\" (#2): field \"action\": \"tunnel\" is not supported yet; use \"pass\", \"stage\" or \"deny\"",
+            rule("id = \"t\"\nhost = \"a.example.com\"\naction = \"tunnel\"\npath = \"/x\""),
+            "policy.toml: rule \"t\" (#2): field \"path\": a tunnel rule is host level only: airlock does not see inside the tunnel, so it cannot match, stage, inject, strip, limit, redact or audit anything there; use action = \"pass\" (intercepted) instead",
+        ),
+        (
+            rule("id = \"t\"\nhost = \"a.example.com\"\naction = \"tunnel\"\nstrip = [\"cookie\"]"),
+            "policy.toml: rule \"t\" (#2): field \"strip\": a tunnel rule is host level only: airlock does not see inside the tunnel, so it cannot match, stage, inject, strip, limit, redact or audit anything there; use action = \"pass\" (intercepted) instead",
+        ),
+        (
+            rule("id = \"j\"\nhost = \"a.example.com\"\naction = \"stage\"\njson = { action = \"x\" }"),
+            "policy.toml: rule \"j\" (#2): field \"json\": \"action\" is not a JSON pointer (RFC 6901): write \"/action\"",
+        ),
+        (
+            rule("id = \"r\"\nhost = \"a.example.com\"\naction = \"pass\"\nreview = \"auto\""),
+            "policy.toml: rule \"r\" (#2): field \"review\": only a stage rule creates effects to review",
+        ),
+        (
+            rule("id = \"l\"\nhost = \"a.example.com\"\naction = \"pass\"\nlimit = { requests_per_minute = 0 }"),
+            "policy.toml: rule \"l\" (#2): field \"limit\": requests_per_minute = 0: must be a positive integer",
+        ),
+        (
+            rule("id = \"g\"\nhost = \"a.example.com\"\naction = \"pass\"\ngraphql = { operation = \"write\" }"),
+            "policy.toml: rule \"g\" (#2): field \"graphql\": operation \"write\" is not \"query\", \"mutation\" or \"subscription\"",
+        ),
+        (
+            rule("id = \"p\"\nhost = \"a.example.com\"\naction = \"pass\"\nprofiles = []"),
+            "policy.toml: rule \"p\" (#2): field \"profiles\": empty list matches no run; remove \"profiles\" to match every run",
         ),
         (
             rule("id = \"cidr\"\nhost = \"a.example.com\"\naction = \"pass\"\nallow_private = [\"10.0.0.0/33\"]"),
@@ -54,7 +78,7 @@ fn messages() {
         ),
         (
             rule("id = \"noaction\"\nhost = \"a.example.com\""),
-            "policy.toml: rule \"noaction\" (#2): field \"action\": required: \"pass\", \"stage\" or \"deny\"",
+            "policy.toml: rule \"noaction\" (#2): field \"action\": required: \"pass\", \"stage\", \"deny\" or \"tunnel\"",
         ),
         (
             rule("id = \"port\"\nhost = \"a.example.com\"\nport = 0\naction = \"pass\""),

@@ -3,14 +3,7 @@
 use airlock_policy::{Action, Policy, RequestFacts, Scheme};
 
 fn facts<'a>(host: &'a str, method: &'a str, path: &'a str, has_body: bool) -> RequestFacts<'a> {
-    RequestFacts {
-        scheme: Scheme::Https,
-        host,
-        port: 443,
-        method,
-        path,
-        has_body,
-    }
+    RequestFacts::new(Scheme::Https, host, 443, method, path, has_body)
 }
 
 #[test]
@@ -71,4 +64,19 @@ fn webhooks_example_loads_and_decides() {
             request.path
         );
     }
+}
+
+#[test]
+fn github_example_loads_without_lints() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies/github.toml");
+    let policy = Policy::load(&path).expect("the example policy loads");
+    assert!(policy.lints().is_empty(), "{:?}", policy.lints());
+    assert_eq!(
+        policy
+            .decide(&facts("GET", "api.github.com", "/repos/o/r/issues", false))
+            .action,
+        Action::Deny,
+        "without state=open the issues rule does not match"
+    );
 }

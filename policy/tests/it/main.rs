@@ -24,14 +24,9 @@ pub(crate) fn decide(
     path: &str,
     has_body: bool,
 ) -> Decision {
-    policy.decide(&RequestFacts {
-        scheme,
-        host,
-        port,
-        method,
-        path,
-        has_body,
-    })
+    policy.decide(&RequestFacts::new(
+        scheme, host, port, method, path, has_body,
+    ))
 }
 
 /// `(action, rule id, reason code)` of a decision, for compact table asserts.
@@ -46,3 +41,4 @@ pub(crate) fn summary(decision: &Decision) -> Summary<'_> {
     )
 }
 mod examples;
+mod matchers;

@@ -172,6 +172,15 @@ pub(super) enum PolicyCommand {
         /// Print JSON
         #[arg(long)]
         json: bool,
+        /// A request header, `NAME:VALUE` (repeatable)
+        #[arg(long = "header", value_name = "NAME:VALUE")]
+        headers: Vec<String>,
+        /// The request body, read from FILE (implies --body; for json/graphql/jsonrpc matchers)
+        #[arg(long, value_name = "FILE")]
+        data: Option<PathBuf>,
+        /// The profile of the run making the request
+        #[arg(long)]
+        profile: Option<String>,
         /// Request method, e.g. POST
         method: String,
         /// Absolute URL, e.g. https://api.example.com/repos/o/r/pulls
@@ -279,4 +288,8 @@ pub(super) struct ServeArgs {
     /// checks as any other: private and special-purpose addresses still need allow_private
     #[arg(long, value_name = "HOST=IP[,IP]", value_parser = crate::dial::parse_resolve)]
     pub(super) resolve: Vec<(String, Vec<std::net::IpAddr>)>,
+    /// Operator baseline policy (TOML, deny rules only): evaluated before the project
+    /// policy, which cannot override it
+    #[arg(long, value_name = "FILE")]
+    pub(super) baseline: Option<PathBuf>,
 }

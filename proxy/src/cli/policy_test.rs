@@ -7,13 +7,19 @@
 //! method = "GET"
 //! url = "https://api.example.com/repos/o/r"
 //! body = false                      # optional: the request carries a body
+//! data = '{"action": "opened"}'     # optional: the body itself (for json/graphql/jsonrpc)
+//! headers = { "x-github-event" = "push" }  # optional
+//! profile = "ci"                    # optional: the run's profile
 //! expect = { action = "pass", rule = "api-read", reason_code = "rule_pass" }
 //! ```
-//! `rule` and `reason_code` are optional; `rule = ""` expects the default.
+//! `rule`, `reason_code` and `audit` (ids of audit-mode rules that must have matched) are
+//! optional; `rule = ""` expects the default. A case with
+//! `method = "CONNECT"` and `url = "https://host:port"` is decided as a CONNECT; its
+//! `expect.action` is `tunnel`, `deny` or `intercept`.
 
 use std::path::Path;
 
-use airlock_policy::{Policy, RequestFacts, RuleOutcome, Scheme};
+use airlock_policy::{ConnectDecision, Policy, RequestBody, RequestFacts, RuleOutcome, Scheme};
 use anyhow::{anyhow, Context as _};
 use serde::Deserialize;
 
@@ -35,6 +41,13 @@ struct Case {
     #[serde(default)]
     body: bool,
     expect: Expect,
+    /// Request headers, `{ "x-github-event" = "push" }`.
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    /// The request body, as text (implies `body = true`).
+    data: Option<String>,
+    /// The profile of the run making the request.
+    profile: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -43,6 +56,9 @@ struct Expect {
     action: String,
     rule: Option<String>,
     reason_code: Option<String>,
+    /// Ids of the audit-mode rules that must have matched (`""`: the default, in a
+    /// policy in audit mode), in order.
+    audit: Option<Vec<String>>,
 }
 
 /// The outcome of a cases file: failures (one line each) and rules no case reached.
@@ -95,16 +111,68 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
                 )
             })?;
         let method = case.method.to_ascii_uppercase();
+        let header_pairs: Vec<(&str, &str)> = case
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        let body_bytes = case.data.as_deref().map(str::as_bytes);
+        if method == "CONNECT" {
+            let connect =
+                policy.decide_connect_for(&target.host, target.port, case.profile.as_deref());
+            let (action, rule, code) = match &connect {
+                ConnectDecision::Intercept => ("intercept", None, ""),
+                ConnectDecision::Deny(d) | ConnectDecision::Tunnel(d) => {
+                    (d.action.as_str(), d.rule.clone(), d.reason_code)
+                }
+            };
+            if let Some(rule) = &rule {
+                covered.insert(rule.clone());
+            }
+            let mut wrong = Vec::new();
+            if action != case.expect.action {
+                wrong.push(format!("action {action} (expected {})", case.expect.action));
+            }
+            if let Some(want) = &case.expect.rule {
+                let actual = rule.clone().unwrap_or_default();
+                if &actual != want {
+                    wrong.push(format!("rule {actual:?} (expected {want:?})"));
+                }
+            }
+            if let Some(want) = &case.expect.reason_code {
+                if code != want {
+                    wrong.push(format!("reason_code {code} (expected {want})"));
+                }
+            }
+            if !wrong.is_empty() {
+                failures.push(format!(
+                    "case {:?} (CONNECT {}): {}",
+                    case.name,
+                    target.authority(),
+                    wrong.join(", ")
+                ));
+            }
+            continue;
+        }
         let explanation = policy.explain(&RequestFacts {
-            scheme,
-            host: &target.host,
-            port: target.port,
-            method: &method,
-            path: uri.path(),
-            has_body: case.body,
+            query: uri.query().unwrap_or(""),
+            headers: &header_pairs,
+            body: body_bytes.map_or(RequestBody::NotRead, RequestBody::Read),
+            profile: case.profile.as_deref(),
+            ..RequestFacts::new(
+                scheme,
+                &target.host,
+                target.port,
+                &method,
+                uri.path(),
+                case.body || body_bytes.is_some(),
+            )
         });
         for rule in &explanation.rules {
-            if rule.outcome == RuleOutcome::Matched {
+            if matches!(
+                rule.outcome,
+                RuleOutcome::Matched | RuleOutcome::Audited | RuleOutcome::Failed { .. }
+            ) {
                 covered.insert(rule.id.clone());
             }
         }
@@ -129,6 +197,16 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
                     "reason_code {} (expected {code})",
                     decision.reason_code
                 ));
+            }
+        }
+        if let Some(want) = &case.expect.audit {
+            let actual: Vec<String> = decision
+                .audit
+                .iter()
+                .map(|m| m.rule.clone().unwrap_or_default())
+                .collect();
+            if &actual != want {
+                wrong.push(format!("audit {actual:?} (expected {want:?})"));
             }
         }
         if !wrong.is_empty() {

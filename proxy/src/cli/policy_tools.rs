@@ -107,7 +107,13 @@ pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow:
     let list = |value: &Value, key: &str| value[key].as_array().cloned().unwrap_or_default();
     for read in list(&reads, "reads") {
         let has_body = read["request_bytes"].as_u64().unwrap_or(0) > 0;
-        replayed.push(redecide(&policy, "read", &read, Action::Pass, has_body)?);
+        // A tunnel is journaled as a CONNECT read.
+        let was = if read["method"] == "CONNECT" {
+            Action::Tunnel
+        } else {
+            Action::Pass
+        };
+        replayed.push(redecide(&policy, "read", &read, was, has_body)?);
     }
     for effect in list(&effects, "effects") {
         let has_body = effect["body_len"].as_u64().unwrap_or(0) > 0;
@@ -184,22 +190,27 @@ fn redecide(
         .ok_or_else(|| anyhow!("the ledger holds a URL without a valid host: {url:?}"))?;
     let decision = if method == "CONNECT" {
         match policy.decide_connect(&target.host, target.port) {
-            airlock_policy::ConnectDecision::Deny(decision) => decision,
+            airlock_policy::ConnectDecision::Deny(decision)
+            | airlock_policy::ConnectDecision::Tunnel(decision) => decision,
             airlock_policy::ConnectDecision::Intercept => airlock_policy::Decision {
                 action: Action::Pass,
                 rule: None,
                 reason: "the CONNECT would be intercepted".into(),
                 reason_code: "connect_intercept",
+                audit: Vec::new(),
             },
         }
     } else {
         policy.decide(&RequestFacts {
-            scheme,
-            host: &target.host,
-            port: target.port,
-            method: &method,
-            path: uri.path(),
-            has_body,
+            query: uri.query().unwrap_or(""),
+            ..RequestFacts::new(
+                scheme,
+                &target.host,
+                target.port,
+                &method,
+                uri.path(),
+                has_body,
+            )
         })
     };
     Ok(Replayed {

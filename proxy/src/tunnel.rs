@@ -1,0 +1,111 @@
+//! `action = "tunnel"`: a CONNECT spliced to the origin without interception.
+//!
+//! The origin is dialed first, through the same SSRF-checked [`Dialer`](crate::dial::Dialer)
+//! as every pass (invariant 1), so a refused or unreachable destination gets a JSON error
+//! instead of `200`. Then bytes flow both ways unchanged: the client sees the origin's own
+//! certificate. When the tunnel closes it is journaled as a read (method `CONNECT`, the
+//! rule, bytes each way), so a run's record shows where its opaque traffic went.
+
+use std::sync::Arc;
+
+use airlock_ledger::{Read, RunId};
+use airlock_policy::Decision;
+use http::{Request, Response, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tracing::{debug, info, info_span, Instrument};
+
+use crate::body::ProxyBody;
+use crate::dial::DialError;
+use crate::handle::Target;
+use crate::respond::ProxyError;
+use crate::server::Shared;
+
+/// Dials `target` and, once connected, answers the CONNECT with `200` and splices.
+pub async fn open(
+    shared: Arc<Shared>,
+    run: RunId,
+    target: Target,
+    decision: Decision,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let rule = decision.rule.clone();
+    info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
+          policy.rule = rule.as_deref().unwrap_or("<default>"), "CONNECT tunneled without interception");
+    let uri: Uri = match format!("https://{}", target.authority()).parse() {
+        Ok(uri) => uri,
+        Err(_) => {
+            return ProxyError::BadRequest {
+                code: "bad_connect_target",
+                reason: format!("{} is not a valid host:port", target.authority()),
+            }
+            .into_response()
+        }
+    };
+    let mut dialer = shared.dialer.clone();
+    let origin = match tower::Service::call(&mut dialer, uri).await {
+        Ok(io) => io.into_inner(),
+        Err(error) => return dial_error(error).into_response(),
+    };
+    let started = airlock_ledger::now_ms();
+    let span =
+        info_span!("tunnel", run.id = %run, origin.host = %target.host, origin.port = target.port);
+    tokio::spawn(
+        async move {
+            let upgraded = match hyper::upgrade::on(req).await {
+                Ok(upgraded) => upgraded,
+                Err(error) => {
+                    debug!(error = %error, "CONNECT upgrade failed");
+                    return;
+                }
+            };
+            let mut client = TokioIo::new(upgraded);
+            let mut origin = origin;
+            let copied = tokio::io::copy_bidirectional(&mut client, &mut origin).await;
+            let (sent, received, error) = match copied {
+                Ok((sent, received)) => (sent, received, None),
+                Err(error) => (0, 0, Some(error.to_string())),
+            };
+            info!(
+                bytes.sent = sent,
+                bytes.received = received,
+                "tunnel closed"
+            );
+            let read = Read {
+                run_id: run,
+                seq: 0,
+                method: "CONNECT".to_owned(),
+                url: target.url(""),
+                status: Some(200),
+                request_bytes: sent,
+                response_bytes: received,
+                response_digest: None,
+                rule,
+                created_at_ms: started,
+                error,
+                audit: Vec::new(),
+            };
+            let ledger = shared.ledger.clone();
+            let _ = tokio::task::spawn_blocking(move || ledger.journal_read(read)).await;
+        }
+        .instrument(span),
+    );
+    Response::new(Empty::new().map_err(|never| match never {}).boxed())
+}
+
+fn dial_error(error: DialError) -> ProxyError {
+    match error {
+        DialError::OwnListener { .. } => ProxyError::DestinationRefused {
+            code: "airlock_listener",
+            reason: error.to_string(),
+        },
+        DialError::Private { .. } => ProxyError::DestinationRefused {
+            code: "private_address",
+            reason: error.to_string(),
+        },
+        other => ProxyError::Upstream {
+            reason: crate::handle::error_chain(&other).unwrap_or_else(|| other.to_string()),
+        },
+    }
+}
