@@ -42,7 +42,8 @@ pub struct Explanation {
     pub rules: Vec<RuleTrace>,
 }
 
-/// A rule that can never decide a request.
+/// A rule that can never decide a request, or a credential no rule uses (then `rule` is
+/// `credential.NAME` and `index` is 0).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Lint {
     /// The rule's id.
@@ -147,6 +148,23 @@ impl Policy {
                     message: format!(
                         "never reached: rule \"{}\" before it matches every request it could match; move it above \"{}\" or remove it",
                         earlier.id, earlier.id
+                    ),
+                });
+            }
+        }
+        for credential in self.credentials() {
+            if !self
+                .rules
+                .iter()
+                .any(|rule| rule.inject() == Some(credential.name()))
+            {
+                out.push(Lint {
+                    rule: format!("credential.{}", credential.name()),
+                    index: 0,
+                    message: format!(
+                        "credential \"{}\" is never used: no rule injects it; add inject = \"{}\" to a rule or remove it",
+                        credential.name(),
+                        credential.name()
                     ),
                 });
             }

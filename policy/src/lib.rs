@@ -16,6 +16,7 @@ use std::path::Path;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
+mod credential;
 mod decision;
 mod error;
 mod explain;
@@ -23,6 +24,7 @@ mod matcher;
 mod respond;
 mod wire;
 
+pub use credential::{Credential, CredentialSource, Placement};
 pub use decision::{reason_code, Action, ConnectDecision, Decision};
 pub use error::PolicyError;
 pub use explain::{Explanation, Lint, RuleOutcome, RuleTrace};
@@ -101,12 +103,20 @@ pub struct Rule {
     reason: Option<String>,
     allow_private: Vec<IpNet>,
     respond: Option<Respond>,
+    inject: Option<String>,
 }
 
 impl Rule {
     /// The synthetic response of a stage rule, when it declares one.
     pub fn respond(&self) -> Option<&Respond> {
         self.respond.as_ref()
+    }
+
+    /// The credential this rule injects (`inject = "NAME"`), when it injects one. The
+    /// loader guarantees it names a credential of the policy and that the rule stays
+    /// inside its bind.
+    pub fn inject(&self) -> Option<&str> {
+        self.inject.as_deref()
     }
 
     /// The rule's stable id, as used in logs, 403 bodies and the ledger.
@@ -173,6 +183,7 @@ pub struct Policy {
     default: Action,
     allow_private: Vec<IpNet>,
     revision: String,
+    credentials: std::collections::BTreeMap<String, Credential>,
 }
 
 impl Policy {
@@ -306,6 +317,17 @@ impl Policy {
     pub fn rule(&self, id: &str) -> Option<&Rule> {
         self.rules.iter().find(|rule| rule.id == id)
     }
+
+    /// The `[credential.NAME]` specs, by name (no secret values: airlock reads those at
+    /// start).
+    pub fn credentials(&self) -> impl Iterator<Item = &Credential> {
+        self.credentials.values()
+    }
+
+    /// The credential named `name`.
+    pub fn credential(&self, name: &str) -> Option<&Credential> {
+        self.credentials.get(name)
+    }
 }
 
 fn display_host(host: Option<&Host>) -> String {
@@ -320,7 +342,7 @@ fn revision_of(text: &str) -> String {
 }
 
 /// Checks the whole file and builds the policy (revision filled in by the caller).
-fn compile(file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
+fn compile(mut file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
     let field_error = |problem: FieldProblem| PolicyError::Field {
         origin: origin.to_owned(),
         field: problem.field,
@@ -353,18 +375,23 @@ fn compile(file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
         }
     };
     let allow_private = parse_nets(&file.allow_private).map_err(field_error)?;
+    let credentials = credential::compile_all(std::mem::take(&mut file.credential), origin)?;
 
     let mut rules: Vec<Rule> = Vec::with_capacity(file.rules.len());
     for (position, wire) in file.rules.into_iter().enumerate() {
         let index = position + 1;
         let raw_id = wire.id.clone();
-        let rule = compile_rule(wire, &rules).map_err(|problem| PolicyError::Rule {
+        let mut wire = wire;
+        let inject = wire.inject.take();
+        let rule_error = |problem: FieldProblem| PolicyError::Rule {
             origin: origin.to_owned(),
             index,
-            id: raw_id.filter(|id| valid_id(id)),
+            id: raw_id.clone().filter(|id| valid_id(id)),
             field: problem.field,
             problem: problem.problem,
-        })?;
+        };
+        let mut rule = compile_rule(wire, &rules).map_err(rule_error)?;
+        rule.inject = credential::check_inject(inject, &rule, &credentials).map_err(rule_error)?;
         rules.push(rule);
     }
     Ok(Policy {
@@ -372,6 +399,7 @@ fn compile(file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
         default,
         allow_private,
         revision: String::new(),
+        credentials,
     })
 }
 
@@ -459,6 +487,7 @@ fn compile_rule(wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProblem> 
         action,
         reason: wire.reason,
         allow_private,
+        inject: None,
     })
 }
 
@@ -517,7 +546,7 @@ fn compile_respond(wire: wire::WireRespond) -> Result<Respond, FieldProblem> {
 }
 
 /// `[a-z0-9][a-z0-9._-]*`
-fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     let mut bytes = id.bytes();
     bytes
         .next()

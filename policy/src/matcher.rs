@@ -501,5 +501,7 @@ fn glob_matches(parts: &[Vec<u8>], candidate: &[u8]) -> bool {
     true
 }
 
+mod cover;
+
 #[cfg(test)]
 mod tests;

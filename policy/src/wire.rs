@@ -16,6 +16,9 @@ pub(crate) struct PolicyFile {
     pub(crate) allow_private: Vec<String>,
     #[serde(default, rename = "rule")]
     pub(crate) rules: Vec<WireRule>,
+    /// `[credential.NAME]` tables, by name.
+    #[serde(default)]
+    pub(crate) credential: std::collections::BTreeMap<String, WireCredential>,
 }
 
 /// One `[[rule]]` table.
@@ -32,6 +35,7 @@ pub(crate) struct WireRule {
     pub(crate) reason: Option<String>,
     pub(crate) allow_private: Option<Vec<String>>,
     pub(crate) respond: Option<WireRespond>,
+    pub(crate) inject: Option<String>,
 }
 
 /// `[rule.respond]`: the synthetic response of a stage rule.
@@ -98,4 +102,43 @@ pub(crate) enum WireAction {
 pub(crate) enum WireScheme {
     Http,
     Https,
+}
+
+/// One `[credential.NAME]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WireCredential {
+    pub(crate) source: Option<WireSource>,
+    pub(crate) bind: Option<WireBind>,
+    pub(crate) place: Option<WirePlace>,
+    pub(crate) placeholder: Option<bool>,
+}
+
+/// `source = { env = "VAR" }`, `{ file = "PATH" }` or `{ command = ["prog", "arg"] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WireSource {
+    pub(crate) env: Option<String>,
+    pub(crate) file: Option<String>,
+    pub(crate) command: Option<Vec<String>>,
+}
+
+/// `bind = { hosts = [...], methods = [...], paths = [...] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WireBind {
+    pub(crate) hosts: Option<Vec<String>>,
+    pub(crate) methods: Option<WireMethods>,
+    pub(crate) paths: Option<Vec<String>>,
+}
+
+/// `place = { header = "authorization", format = "Bearer {}" }`, `{ basic = "user" }` or
+/// `{ query = "param" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WirePlace {
+    pub(crate) header: Option<String>,
+    pub(crate) format: Option<String>,
+    pub(crate) basic: Option<String>,
+    pub(crate) query: Option<String>,
 }

@@ -485,6 +485,11 @@ fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                 }))?;
             } else {
                 for lint in &lints {
+                    if lint.index == 0 {
+                        // A lint about a `[credential.NAME]` table, not a rule.
+                        outln!("{}: {}: {}", file.display(), lint.rule, lint.message);
+                        continue;
+                    }
                     outln!(
                         "{}: rule \"{}\" (#{}): {}",
                         file.display(),
