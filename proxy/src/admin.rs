@@ -234,7 +234,8 @@ async fn create_run(
     let ledger = shared.ledger.clone();
     let run = blocking(move || ledger.create_run(request.profile)).await?;
     let ca = shared.data_dir.join(crate::ca::CA_CERT_FILE);
-    let env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    let mut env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    env.extend(shared.credentials.placeholder_env(&shared.policy, &run.id));
     let mut body = run_json(&shared, &run, &[]);
     body["token"] = json!(run.token);
     body["proxy_url"] = json!(proxy_url(shared.proxy_addr, run.id.as_str(), &run.token));
@@ -312,7 +313,9 @@ async fn run_env(
 ) -> ApiResult<Json<Value>> {
     let (run, _) = load_run(&shared, &id).await?;
     let ca = shared.data_dir.join(crate::ca::CA_CERT_FILE);
-    let env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    let mut env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    // Credential placeholders: opaque stand-ins, never the values.
+    env.extend(shared.credentials.placeholder_env(&shared.policy, &run.id));
     Ok(Json(
         json!({ "run": run.id, "env": env, "shell": shell_exports(&env) }),
     ))

@@ -204,6 +204,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         decision["by"].as_str().unwrap_or("")
                     );
                 }
+                for flag in run["flags"].as_array().into_iter().flatten() {
+                    outln!(
+                        "flag     {}: {}",
+                        flag["code"].as_str().unwrap_or(""),
+                        flag["detail"].as_str().unwrap_or("")
+                    );
+                }
                 if let Some(report) = &workspace {
                     outln!("\n{}", crate::run::summary(report).trim_end());
                 }

@@ -54,6 +54,9 @@ pub enum StartError {
     /// The upstream TLS configuration is invalid.
     #[error(transparent)]
     Upstream(#[from] crate::upstream::UpstreamError),
+    /// A credential's value cannot be read from its source.
+    #[error(transparent)]
+    Credential(#[from] crate::credentials::CredentialError),
 }
 
 /// How long a graceful shutdown waits for requests in flight.
@@ -119,6 +122,8 @@ pub struct Shared {
     pub commit_locks: std::sync::Mutex<
         std::collections::HashMap<airlock_ledger::RunId, Arc<tokio::sync::Mutex<()>>>,
     >,
+    /// The policy's credential values, read at start, and the placeholder key.
+    pub credentials: crate::credentials::Credentials,
 }
 
 impl Shared {
@@ -189,6 +194,7 @@ impl Server {
             std::fs::canonicalize(&config.data_dir).map_err(data_err(&config.data_dir))?;
         let policy = Arc::new(Policy::load(&config.policy_path)?);
         let policy_text = std::fs::read_to_string(&config.policy_path).unwrap_or_default();
+        let credentials = crate::credentials::Credentials::resolve(&policy, &data_dir)?;
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
         let ledger_path = data_dir.join(LEDGER_DIR);
@@ -269,6 +275,7 @@ impl Server {
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             metrics: crate::metrics::Metrics::default(),
             placeholders: std::sync::Mutex::default(),
+            credentials,
         });
         Ok(Self {
             shared,
