@@ -431,6 +431,8 @@ async fn show_effect(
     let mut out = effect_summary(&effect);
     out["placeholders"] = json!(effect.placeholders);
     out["depends_on"] = json!(effect.depends_on);
+    // The credential added at release: its name only, never its value.
+    out["inject"] = json!(effect.inject);
     out["lineage"] = json!({
         "analyzed": analysis.is_some(),
         "fingerprints": analysis.as_ref().map(|a| a.fingerprints),
