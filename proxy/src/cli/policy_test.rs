@@ -43,6 +43,8 @@ struct Expect {
     action: String,
     rule: Option<String>,
     reason_code: Option<String>,
+    /// The credential the deciding rule injects; `""` = none.
+    inject: Option<String>,
 }
 
 /// The outcome of a cases file: failures (one line each) and rules no case reached.
@@ -129,6 +131,17 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
                     "reason_code {} (expected {code})",
                     decision.reason_code
                 ));
+            }
+        }
+        if let Some(expected) = &case.expect.inject {
+            let actual = decision
+                .rule
+                .as_deref()
+                .and_then(|id| policy.rule(id))
+                .and_then(|rule| rule.inject())
+                .unwrap_or_default();
+            if actual != expected {
+                wrong.push(format!("inject {actual:?} (expected {expected:?})"));
             }
         }
         if !wrong.is_empty() {
