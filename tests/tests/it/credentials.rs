@@ -372,6 +372,18 @@ async fn a_placeholder_is_swapped_on_bound_hosts_and_refused_and_flagged_elsewhe
     );
     assert!(log.contains("WARN"));
 
+    // The manifest tells the agent where its placeholder works, never the value.
+    let manifest = curl(&env, &["http://airlock.invalid/.well-known/airlock/policy"]).await;
+    assert_eq!(manifest.status, 200);
+    let manifest = manifest.json();
+    assert_eq!(manifest["credentials"][0]["name"], "gh-bot");
+    assert_eq!(
+        manifest["credentials"][0]["placeholder_env"],
+        "AIRLOCK_CREDENTIAL_GH_BOT"
+    );
+    assert_eq!(manifest["credentials"][0]["hosts"], json!(["127.0.0.1"]));
+    assert!(!manifest.to_string().contains(SECRET));
+
     airlock
         .post(&format!("/v1/effects/{effect_id}/approve"), None)
         .await
