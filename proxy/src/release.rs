@@ -467,7 +467,11 @@ async fn release_one(
         |(status, mut headers, mut captured, total)| {
             // An echoed secret is masked before the ledger stores the origin's answer.
             if !scrubber.is_empty() {
-                scrubber.scrub(&mut captured);
+                if (captured.len() as u64) < total {
+                    scrubber.scrub_cut(&mut captured);
+                } else {
+                    scrubber.scrub(&mut captured);
+                }
                 for header in &mut headers {
                     let mut value = header.value.as_bytes().to_vec();
                     if scrubber.scrub(&mut value) {

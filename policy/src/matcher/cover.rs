@@ -108,6 +108,77 @@ fn segment_covers(broad: &PathSegment, narrow: &PathSegment) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::matcher::{CanonicalPath, Host};
+    use proptest::prelude::*;
+
+    /// Labels from a tiny alphabet, so that patterns and hosts often meet.
+    fn small_label() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["a", "b", "ab"]).prop_map(str::to_owned)
+    }
+
+    fn host_pattern_text() -> impl Strategy<Value = String> {
+        (
+            prop::sample::select(vec!["", "*.", "**."]),
+            prop::collection::vec(small_label(), 0..3),
+        )
+            .prop_map(|(wild, labels)| {
+                let mut name = labels.join(".");
+                name.push_str(if name.is_empty() { "x.com" } else { ".x.com" });
+                format!("{wild}{name}")
+            })
+    }
+
+    fn path_pattern_text() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec!["a", "b", "*", "**", "a*", "*b"]),
+            0..4,
+        )
+        .prop_map(|segments| format!("/{}", segments.join("/")))
+    }
+
+    fn path_text() -> impl Strategy<Value = String> {
+        prop::collection::vec(prop::sample::select(vec!["a", "b", "ab", "ba"]), 0..5)
+            .prop_map(|segments| format!("/{}", segments.join("/")))
+    }
+
+    proptest! {
+        /// `covers` is sound: whatever the narrower pattern matches, the broader one does.
+        #[test]
+        fn host_coverage_is_sound(
+            broad in host_pattern_text(),
+            narrow in host_pattern_text(),
+            labels in prop::collection::vec(small_label(), 0..4),
+        ) {
+            let (broad, narrow) = (host(&broad), host(&narrow));
+            let mut name = labels.join(".");
+            name.push_str(if name.is_empty() { "x.com" } else { ".x.com" });
+            let request = Host::parse(&name).expect("host");
+            if broad.covers(&narrow) && narrow.matches(&request) {
+                prop_assert!(broad.matches(&request), "{broad} covers {narrow} but not {name}");
+            }
+        }
+
+        #[test]
+        fn path_coverage_is_sound(
+            broad in path_pattern_text(),
+            narrow in path_pattern_text(),
+            request in path_text(),
+        ) {
+            let (broad_text, narrow_text) = (broad.clone(), narrow.clone());
+            let (Ok(broad), Ok(narrow)) = (PathPattern::parse(&broad), PathPattern::parse(&narrow)) else {
+                return Ok(());
+            };
+            let Ok(request_path) = CanonicalPath::parse(&request) else {
+                return Ok(());
+            };
+            if broad.covers(&narrow) && narrow.matches(&request_path) {
+                prop_assert!(
+                    broad.matches(&request_path),
+                    "{broad_text} covers {narrow_text} but not {request}"
+                );
+            }
+        }
+    }
 
     fn host(raw: &str) -> HostPattern {
         HostPattern::parse(raw).expect("host pattern")

@@ -72,6 +72,25 @@ impl Scrubber {
         masked
     }
 
+    /// Masks every occurrence in `bytes`, the first part of a longer text that was cut
+    /// off, and also a trailing start of a needle that the cut may have split.
+    pub fn scrub_cut(&self, bytes: &mut [u8]) {
+        self.scrub(bytes);
+        let longest_start = self
+            .needles
+            .iter()
+            .flat_map(|needle| {
+                (1..needle.len().min(bytes.len() + 1))
+                    .filter(|&len| bytes.ends_with(&needle[..len]))
+                    .max()
+            })
+            .max();
+        if let Some(len) = longest_start {
+            let total = bytes.len();
+            bytes[total - len..].fill(MASK);
+        }
+    }
+
     /// Masks every occurrence in the values of `headers`.
     pub fn scrub_headers(&self, headers: &mut HeaderMap) {
         for value in headers.values_mut() {
@@ -270,6 +289,16 @@ mod tests {
         // keep = 11: the first frame releases all but its last 11 bytes at once.
         assert_eq!(data[0], Bytes::from_static(b"012345678"));
         assert_eq!(data.concat(), b"0123456789abcdefghijklm".to_vec());
+    }
+
+    #[test]
+    fn a_needle_cut_off_at_the_end_is_masked_too() {
+        let mut cut = b"seen: s3cr3t-to".to_vec();
+        scrubber().scrub_cut(&mut cut);
+        assert_eq!(cut, b"seen: *********".to_vec());
+        let mut clean = b"seen: nothing".to_vec();
+        scrubber().scrub_cut(&mut clean);
+        assert_eq!(clean, b"seen: nothing".to_vec());
     }
 
     #[test]
