@@ -622,6 +622,30 @@ fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                     .unwrap_or_default()
             );
             outln!("reason:   {}", decision.reason);
+            let injected = decision
+                .rule
+                .as_deref()
+                .and_then(|id| policy.rule(id))
+                .and_then(|rule| rule.inject())
+                .and_then(|name| policy.credential(name));
+            if let Some(credential) = injected {
+                let placed = match credential.place() {
+                    airlock_policy::Placement::Header { name, .. } => format!("header {name}"),
+                    airlock_policy::Placement::Basic { .. } => "basic authorization".to_owned(),
+                    airlock_policy::Placement::Query { param } => {
+                        format!("query parameter {param}")
+                    }
+                };
+                let when = if decision.action == airlock_policy::Action::Stage {
+                    "at release"
+                } else {
+                    "when forwarding"
+                };
+                outln!(
+                    "inject:   credential \"{}\" in {placed}, {when}",
+                    credential.name()
+                );
+            }
             Ok(())
         }
     }

@@ -229,6 +229,19 @@ fn the_credentials_example_checks_clean_and_its_cases_cover_every_rule() {
         "{stdout}"
     );
 
+    // explain says which credential the decision adds, and when.
+    let out = airlock()
+        .args(["policy", "explain"])
+        .arg(&policy)
+        .args(["--body", "POST", "https://api.github.com/repos/o/r/pulls"])
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("inject:   credential \"gh-bot\" in header authorization, at release"),
+        "{stdout}"
+    );
+
     // An unused credential is a lint, named as such.
     let unused = scratch.path().join("unused.toml");
     std::fs::write(
