@@ -36,6 +36,10 @@ pub use store::{placeholder_var, CredentialError, Credentials, Secret};
 /// to a host outside the credential's bind.
 pub const OFF_HOST_CODE: &str = "credential_placeholder_off_host";
 
+/// The reason code of a request an injecting rule matched but that is outside the
+/// credential's bind (the loader refuses such rules; this is the check at the door).
+pub const OUTSIDE_BIND_CODE: &str = "credential_outside_bind";
+
 /// Prefix of every credential placeholder.
 pub const PLACEHOLDER_PREFIX: &str = "airlock-ph-";
 
@@ -96,7 +100,7 @@ fn plan_with(
                         "credential \"{name}\" is not bound to {} {}{}",
                         facts.method, facts.host, facts.path
                     ),
-                    reason_code: "credential_outside_bind".to_owned(),
+                    reason_code: OUTSIDE_BIND_CODE.to_owned(),
                     policy_revision: policy.revision().to_owned(),
                 });
             }
