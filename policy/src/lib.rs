@@ -378,10 +378,10 @@ fn compile(mut file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
     let credentials = credential::compile_all(std::mem::take(&mut file.credential), origin)?;
 
     let mut rules: Vec<Rule> = Vec::with_capacity(file.rules.len());
-    for (position, wire) in file.rules.into_iter().enumerate() {
+    for (position, mut wire) in file.rules.into_iter().enumerate() {
         let index = position + 1;
         let raw_id = wire.id.clone();
-        let mut wire = wire;
+        // Checked once the rule is compiled: its reach must stay inside the credential's bind.
         let inject = wire.inject.take();
         let rule_error = |problem: FieldProblem| PolicyError::Rule {
             origin: origin.to_owned(),
