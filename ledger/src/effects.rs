@@ -45,6 +45,7 @@ impl Ledger {
                 release: None,
                 placeholders,
                 depends_on: new.depends_on,
+                inject: new.inject.map(str::to_owned),
             };
             for placeholder in &effect.placeholders {
                 let issued = IssuedPlaceholder {

@@ -28,6 +28,7 @@ pub use model::{
     IssuedPlaceholder, NewEffect, Placeholder, PlaceholderSpec, Read, ReleaseRecord, Run, RunId,
     RunState, ValueKind,
 };
+pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use workspace::{
     Changes, DecisionKind, Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord,
 };
@@ -246,6 +247,7 @@ impl Ledger {
             profile,
             created_at_ms: now_ms(),
             decisions: Vec::new(),
+            flags: Vec::new(),
         };
         self.runs.insert(run.id.0.as_bytes(), encode(&run))?;
         self.flush()?;
@@ -286,6 +288,26 @@ impl Ledger {
         Ok(self
             .run(&id)?
             .filter(|run| constant_time_eq(run.token.as_bytes(), token.as_bytes())))
+    }
+
+    /// Adds `flag` to the run (kept up to [`MAX_RUN_FLAGS`]; later flags are dropped and
+    /// `false` is returned). Flushed.
+    ///
+    /// Errors: [`LedgerError::NotFound`] for an unknown run, and storage faults.
+    pub fn flag_run(&self, id: &RunId, flag: RunFlag) -> Result<bool> {
+        let stored = {
+            let _guard = self.lock();
+            let mut run = self.must_run(id)?;
+            if run.flags.len() >= MAX_RUN_FLAGS {
+                false
+            } else {
+                run.flags.push(flag);
+                self.put_run(&run)?;
+                true
+            }
+        };
+        self.flush()?;
+        Ok(stored)
     }
 
     fn put_run(&self, run: &Run) -> Result<()> {

@@ -266,6 +266,24 @@ pub struct Run {
     /// Decisions written for the run, oldest first.
     #[serde(default)]
     pub decisions: Vec<DecisionRecord>,
+    /// Alerts raised about the run, oldest first (e.g. a credential placeholder sent to a
+    /// host outside its bind); at most [`MAX_RUN_FLAGS`] are kept.
+    #[serde(default)]
+    pub flags: Vec<RunFlag>,
+}
+
+/// Most flags kept on one run: later ones are counted in metrics and logged, not stored.
+pub const MAX_RUN_FLAGS: usize = 100;
+
+/// An alert raised about a run, for its operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFlag {
+    /// Stable code, e.g. `credential_placeholder_off_host`.
+    pub code: String,
+    /// What happened, for a human (never a secret value).
+    pub detail: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
 }
 
 impl fmt::Debug for Run {
@@ -276,6 +294,7 @@ impl fmt::Debug for Run {
             .field("state", &self.state)
             .field("profile", &self.profile)
             .field("created_at_ms", &self.created_at_ms)
+            .field("flags", &self.flags)
             .finish()
     }
 }
@@ -347,6 +366,10 @@ pub struct Effect {
     /// Earlier effects whose placeholders this request carries (effect -> effect lineage).
     #[serde(default)]
     pub depends_on: Vec<Dependency>,
+    /// The credential (`[credential.NAME]` of the policy) airlock adds when it releases the
+    /// effect; only the name is stored, never the value.
+    #[serde(default)]
+    pub inject: Option<String>,
 }
 
 /// The type a placeholder imitates.
@@ -425,6 +448,8 @@ pub struct NewEffect<'a> {
     pub placeholders: Vec<PlaceholderSpec>,
     /// Placeholders of earlier effects the request carries.
     pub depends_on: Vec<Dependency>,
+    /// The name of the credential to add at release (never its value).
+    pub inject: Option<&'a str>,
 }
 
 /// A request the policy let pass, journaled for lineage.

@@ -22,6 +22,7 @@ fn stage(ledger: &Ledger, run: &RunId, body: &[u8]) -> Result<Effect> {
         policy_revision: "abc",
         placeholders: Vec::new(),
         depends_on: Vec::new(),
+        inject: None,
     })
 }
 
@@ -204,4 +205,24 @@ fn reads_are_journaled_in_order() {
         reads.iter().map(|r| r.seq).collect::<Vec<_>>(),
         vec![1, 2, 3]
     );
+}
+
+#[test]
+fn flags_are_kept_on_the_run_up_to_the_cap() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    let flag = |n: usize| RunFlag {
+        code: "credential_placeholder_off_host".into(),
+        detail: format!("attempt {n}"),
+        at_ms: 1,
+    };
+    assert!(ledger.flag_run(&run.id, flag(0)).expect("flag"));
+    let stored = ledger.run(&run.id).expect("read").expect("run");
+    assert_eq!(stored.flags, vec![flag(0)]);
+    for n in 1..MAX_RUN_FLAGS {
+        assert!(ledger.flag_run(&run.id, flag(n)).expect("flag"));
+    }
+    assert!(!ledger.flag_run(&run.id, flag(999)).expect("flag"));
+    let stored = ledger.run(&run.id).expect("read").expect("run");
+    assert_eq!(stored.flags.len(), MAX_RUN_FLAGS);
 }

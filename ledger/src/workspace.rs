@@ -412,6 +412,7 @@ mod tests {
                 policy_revision: "r",
                 placeholders: Vec::new(),
                 depends_on: Vec::new(),
+                inject: None,
             })
             .expect("stage")
     }

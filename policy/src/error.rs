@@ -51,6 +51,18 @@ pub enum PolicyError {
         /// What is wrong, lower-case, no trailing period.
         problem: String,
     },
+    /// A field of one `[credential.NAME]` table is invalid.
+    #[error("{origin}: credential \"{name}\": field \"{field}\": {problem}")]
+    Credential {
+        /// Where the text came from.
+        origin: String,
+        /// The credential's name (the `NAME` of `[credential.NAME]`).
+        name: String,
+        /// The key inside the table.
+        field: &'static str,
+        /// What is wrong, lower-case, no trailing period.
+        problem: String,
+    },
 }
 
 impl PolicyError {
@@ -60,7 +72,8 @@ impl PolicyError {
             PolicyError::Read { origin, .. }
             | PolicyError::Parse { origin, .. }
             | PolicyError::Field { origin, .. }
-            | PolicyError::Rule { origin, .. } => origin,
+            | PolicyError::Rule { origin, .. }
+            | PolicyError::Credential { origin, .. } => origin,
         }
     }
 }

@@ -59,7 +59,8 @@ pub struct Explanation {
     pub rules: Vec<RuleTrace>,
 }
 
-/// A rule that can never decide a request.
+/// A rule that can never decide a request, or a credential no rule uses (then `rule` is
+/// `credential.NAME` and `index` is 0).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Lint {
     /// The rule's id.
@@ -181,6 +182,23 @@ impl Policy {
                     message: format!(
                         "body matcher without limit.body_bytes: bodies over the default {} bytes are denied (body_too_large); set limit = {{ body_bytes = N }} to choose",
                         crate::DEFAULT_BODY_MATCH_BYTES
+                    ),
+                });
+            }
+        }
+        for credential in self.credentials() {
+            if !self
+                .rules
+                .iter()
+                .any(|rule| rule.inject() == Some(credential.name()))
+            {
+                out.push(Lint {
+                    rule: format!("credential.{}", credential.name()),
+                    index: 0,
+                    message: format!(
+                        "credential \"{}\" is never used: no rule injects it; add inject = \"{}\" to a rule or remove it",
+                        credential.name(),
+                        credential.name()
                     ),
                 });
             }

@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 
 mod body;
 mod content;
+mod credential;
 mod decision;
 mod diff;
 mod error;
@@ -36,6 +37,7 @@ mod warnings;
 mod wire;
 
 pub use body::DEFAULT_BODY_MATCH_BYTES;
+pub use credential::{Credential, CredentialSource, Placement};
 pub use decision::{reason_code, Action, AuditMatch, ConnectDecision, Decision};
 pub use diff::{Change, ChangeKind, PolicyDiff};
 pub use error::PolicyError;
@@ -174,12 +176,20 @@ pub struct Rule {
     redact: Vec<Redaction>,
     review: Review,
     profiles: Option<Vec<String>>,
+    inject: Option<String>,
 }
 
 impl Rule {
     /// The synthetic response of a stage rule, when it declares one.
     pub fn respond(&self) -> Option<&Respond> {
         self.respond.as_ref()
+    }
+
+    /// The credential this rule injects (`inject = "NAME"`), when it injects one. The
+    /// loader guarantees it names a credential of the policy and that the rule stays
+    /// inside its bind.
+    pub fn inject(&self) -> Option<&str> {
+        self.inject.as_deref()
     }
 
     /// The rule's stable id, as used in logs, 403 bodies and the ledger.
@@ -241,6 +251,7 @@ pub struct Policy {
     revision: String,
     mode: Mode,
     baseline: Vec<Rule>,
+    credentials: std::collections::BTreeMap<String, Credential>,
 }
 
 impl Policy {
@@ -306,6 +317,17 @@ impl Policy {
     pub fn rule(&self, id: &str) -> Option<&Rule> {
         self.rules.iter().find(|rule| rule.id == id)
     }
+
+    /// The `[credential.NAME]` specs, by name (no secret values: airlock reads those at
+    /// start).
+    pub fn credentials(&self) -> impl Iterator<Item = &Credential> {
+        self.credentials.values()
+    }
+
+    /// The credential named `name`.
+    pub fn credential(&self, name: &str) -> Option<&Credential> {
+        self.credentials.get(name)
+    }
 }
 
 fn display_host(host: Option<&Host>) -> String {
@@ -320,7 +342,7 @@ fn revision_of(text: &str) -> String {
 }
 
 /// Checks the whole file and builds the policy (revision filled in by the caller).
-fn compile(file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
+fn compile(mut file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
     let field_error = |problem: FieldProblem| PolicyError::Field {
         origin: origin.to_owned(),
         field: problem.field,
@@ -353,18 +375,23 @@ fn compile(file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
         }
     };
     let allow_private = parse_nets(&file.allow_private).map_err(field_error)?;
+    let credentials = credential::compile_all(std::mem::take(&mut file.credential), origin)?;
 
     let mut rules: Vec<Rule> = Vec::with_capacity(file.rules.len());
-    for (position, wire) in file.rules.into_iter().enumerate() {
+    for (position, mut wire) in file.rules.into_iter().enumerate() {
         let index = position + 1;
         let raw_id = wire.id.clone();
-        let rule = compile_rule(wire, &rules).map_err(|problem| PolicyError::Rule {
+        // Checked once the rule is compiled: its reach must stay inside the credential's bind.
+        let inject = wire.inject.take();
+        let rule_error = |problem: FieldProblem| PolicyError::Rule {
             origin: origin.to_owned(),
             index,
-            id: raw_id.filter(|id| valid_id(id)),
+            id: raw_id.clone().filter(|id| valid_id(id)),
             field: problem.field,
             problem: problem.problem,
-        })?;
+        };
+        let mut rule = compile_rule(wire, &rules).map_err(rule_error)?;
+        rule.inject = credential::check_inject(inject, &rule, &credentials).map_err(rule_error)?;
         rules.push(rule);
     }
     Ok(Policy {
@@ -374,6 +401,7 @@ fn compile(file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
         revision: String::new(),
         mode: Mode::from_wire(file.mode),
         baseline: Vec::new(),
+        credentials,
     })
 }
 
@@ -472,6 +500,7 @@ fn compile_rule(mut wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProbl
         action,
         reason: wire.reason,
         allow_private,
+        inject: None,
     })
 }
 
@@ -530,7 +559,7 @@ fn compile_respond(wire: wire::WireRespond) -> Result<Respond, FieldProblem> {
 }
 
 /// `[a-z0-9][a-z0-9._-]*`
-fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     let mut bytes = id.bytes();
     bytes
         .next()

@@ -526,5 +526,7 @@ pub(crate) fn glob_matches(parts: &[Vec<u8>], candidate: &[u8]) -> bool {
     true
 }
 
+mod cover;
+
 #[cfg(test)]
 mod tests;

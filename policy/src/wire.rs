@@ -26,6 +26,9 @@ pub(crate) struct PolicyFile {
     pub(crate) rules: Vec<WireRule>,
     /// `mode = "enforce"` (default) or `"audit"`: see [`crate::Mode`].
     pub(crate) mode: Option<WireMode>,
+    /// `[credential.NAME]` tables, by name.
+    #[serde(default)]
+    pub(crate) credential: std::collections::BTreeMap<String, WireCredential>,
 }
 
 /// One `[[rule]]` table.
@@ -79,6 +82,8 @@ pub(crate) struct WireRule {
     pub(crate) review: Option<WireReview>,
     /// `profiles = ["ci"]`: the rule applies only to runs created with one of them.
     pub(crate) profiles: Option<Vec<String>>,
+    /// `inject = "NAME"`: the credential this rule adds (see `[credential.NAME]`).
+    pub(crate) inject: Option<String>,
 }
 
 /// A JSON matcher value: a string (glob on string values), a number or a boolean (equality).
@@ -217,4 +222,47 @@ pub(crate) enum WireAction {
 pub(crate) enum WireScheme {
     Http,
     Https,
+}
+
+/// One `[credential.NAME]` table.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Credential")]
+pub(crate) struct WireCredential {
+    pub(crate) source: Option<WireSource>,
+    pub(crate) bind: Option<WireBind>,
+    pub(crate) place: Option<WirePlace>,
+    pub(crate) placeholder: Option<bool>,
+}
+
+/// `source = { env = "VAR" }`, `{ file = "PATH" }` or `{ command = ["prog", "arg"] }`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Source")]
+pub(crate) struct WireSource {
+    pub(crate) env: Option<String>,
+    pub(crate) file: Option<String>,
+    pub(crate) command: Option<Vec<String>>,
+}
+
+/// `bind = { hosts = [...], methods = [...], paths = [...] }`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Bind")]
+pub(crate) struct WireBind {
+    pub(crate) hosts: Option<Vec<String>>,
+    pub(crate) methods: Option<WireMethods>,
+    pub(crate) paths: Option<Vec<String>>,
+}
+
+/// `place = { header = "authorization", format = "Bearer {}" }`, `{ basic = "user" }` or
+/// `{ query = "param" }`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Place")]
+pub(crate) struct WirePlace {
+    pub(crate) header: Option<String>,
+    pub(crate) format: Option<String>,
+    pub(crate) basic: Option<String>,
+    pub(crate) query: Option<String>,
 }

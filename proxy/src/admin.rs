@@ -237,7 +237,9 @@ async fn create_run(
     let ledger = shared.ledger.clone();
     let run = blocking(move || ledger.create_run(request.profile)).await?;
     let ca = shared.data_dir.join(crate::ca::CA_CERT_FILE);
-    let env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    let mut env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    let policy = shared.policy.current();
+    env.extend(policy.credentials.placeholder_env(&policy, &run.id));
     let mut body = run_json(&shared, &run, &[]);
     body["token"] = json!(run.token);
     body["proxy_url"] = json!(proxy_url(shared.proxy_addr, run.id.as_str(), &run.token));
@@ -326,7 +328,10 @@ async fn run_env(
 ) -> ApiResult<Json<Value>> {
     let (run, _) = load_run(&shared, &id).await?;
     let ca = shared.data_dir.join(crate::ca::CA_CERT_FILE);
-    let env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    let mut env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    // Credential placeholders: opaque stand-ins, never the values.
+    let policy = shared.policy.current();
+    env.extend(policy.credentials.placeholder_env(&policy, &run.id));
     Ok(Json(
         json!({ "run": run.id, "env": env, "shell": shell_exports(&env) }),
     ))
@@ -442,6 +447,8 @@ async fn show_effect(
     let mut out = effect_summary(&effect);
     out["placeholders"] = json!(effect.placeholders);
     out["depends_on"] = json!(effect.depends_on);
+    // The credential added at release: its name only, never its value.
+    out["inject"] = json!(effect.inject);
     out["lineage"] = json!({
         "analyzed": analysis.is_some(),
         "fingerprints": analysis.as_ref().map(|a| a.fingerprints),

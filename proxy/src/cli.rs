@@ -207,6 +207,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         decision["by"].as_str().unwrap_or("")
                     );
                 }
+                for flag in run["flags"].as_array().into_iter().flatten() {
+                    outln!(
+                        "flag     {}: {}",
+                        flag["code"].as_str().unwrap_or(""),
+                        flag["detail"].as_str().unwrap_or("")
+                    );
+                }
                 if let Some(report) = &workspace {
                     outln!("\n{}", crate::run::summary(report).trim_end());
                 }
@@ -513,6 +520,11 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                     );
                 }
                 for lint in &lints {
+                    if lint.index == 0 {
+                        // A lint about a `[credential.NAME]` table, not a rule.
+                        outln!("{}: {}: {}", file.display(), lint.rule, lint.message);
+                        continue;
+                    }
                     outln!(
                         "{}: rule \"{}\" (#{}): {}",
                         file.display(),
@@ -730,6 +742,30 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                 if !obligations.is_empty() {
                     outln!("obligations: {}", obligations.join("; "));
                 }
+            }
+            let injected = decision
+                .rule
+                .as_deref()
+                .and_then(|id| policy.rule(id))
+                .and_then(|rule| rule.inject())
+                .and_then(|name| policy.credential(name));
+            if let Some(credential) = injected {
+                let placed = match credential.place() {
+                    airlock_policy::Placement::Header { name, .. } => format!("header {name}"),
+                    airlock_policy::Placement::Basic { .. } => "basic authorization".to_owned(),
+                    airlock_policy::Placement::Query { param } => {
+                        format!("query parameter {param}")
+                    }
+                };
+                let when = if decision.action == airlock_policy::Action::Stage {
+                    "at release"
+                } else {
+                    "when forwarding"
+                };
+                outln!(
+                    "inject:   credential \"{}\" in {placed}, {when}",
+                    credential.name()
+                );
             }
             Ok(())
         }

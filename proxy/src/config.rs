@@ -24,6 +24,9 @@ pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 pub const ADDRESSES_FILE: &str = "addresses.json";
 /// Directory in the data directory holding the sled ledger.
 pub const LEDGER_DIR: &str = "ledger";
+/// File in the data directory holding the key credential placeholders are derived from
+/// (hex, mode 0600).
+pub const PLACEHOLDER_KEY_FILE: &str = "placeholder.key";
 
 /// Default staging body limit: 10 MiB.
 pub const DEFAULT_STAGE_BODY_LIMIT: u64 = 10 * 1024 * 1024;

@@ -45,6 +45,8 @@ pub async fn forward(
         reason: format!("{url} is not a valid URI"),
     })?;
     parts.version = http::Version::HTTP_11;
+    // The rule's credential and the run's placeholders, placed only now (never journaled).
+    let scrubber = crate::credentials::apply(&mut parts)?.filter(|s| !s.is_empty());
     let sent = Arc::new(AtomicU64::new(0));
     let sent_in_body = sent.clone();
     let request_body = MeteredBody::new(
@@ -128,6 +130,9 @@ pub async fn forward(
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     strip_reserved(&mut parts.headers);
+    if let Some(scrubber) = &scrubber {
+        scrubber.scrub_headers(&mut parts.headers);
+    }
     let status = parts.status.as_u16();
     let content_encoding = parts
         .headers
@@ -139,6 +144,12 @@ pub async fn forward(
         .iter()
         .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
         .collect();
+    let body: ProxyBody = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
+    let body: ProxyBody = match scrubber {
+        // An echoed secret is masked before the client, the journal or lineage sees it.
+        Some(scrubber) => crate::credentials::scrub::ScrubBody::new(body, scrubber).boxed(),
+        None => body,
+    };
     let body = MeteredBody::new(
         body,
         true,
@@ -158,7 +169,6 @@ pub async fn forward(
         }),
     )
     .capture(READ_CAPTURE_BYTES)
-    .map_err(|e| Box::new(e) as BoxError)
     .boxed();
     Ok(Response::from_parts(parts, body))
 }

@@ -247,15 +247,52 @@ async fn decide_and_act(
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     check_authority(&parts, target)?;
+    // One policy snapshot for the whole request: a reload cannot split it.
+    let policy = shared.policy.current();
+    // A run's credential placeholder never leaves for a host outside its bind, whatever
+    // the rules say (POLICY.md "Credentials").
+    if let Some(credential) =
+        crate::credentials::find_off_host(&policy, run, &target.host, &parts, None)
+    {
+        return Err(crate::credentials::refuse_off_host(
+            shared,
+            &policy,
+            run,
+            &target.host,
+            credential,
+        ));
+    }
     let mut parts = parts;
     let (decision, body) = match crate::enforce::decide(shared, run, target, &parts, body).await {
         Ok(decided) => decided,
         Err(crate::enforce::Refused::Error(error)) => return Err(error),
         Err(crate::enforce::Refused::Response(response)) => return Ok(response),
     };
-    let policy = shared.policy.current();
     crate::enforce::log_audit(run, url, &decision);
     crate::enforce::note_audit(&mut parts, &decision);
+    // What a passed request gets placed on it on the way out: the rule's credential and
+    // the run's placeholders swapped for their values.
+    let credential_plan = if decision.action == Action::Pass {
+        let inject = decision
+            .rule
+            .as_deref()
+            .and_then(|id| policy.rule(id))
+            .and_then(|rule| rule.inject());
+        let facts = airlock_policy::RequestFacts::new(
+            target.scheme,
+            &target.host,
+            target.port,
+            parts.method.as_str(),
+            parts.uri.path(),
+            has_body(&parts),
+        );
+        crate::credentials::plan(&policy, run, &facts, inject)?
+    } else {
+        None
+    };
+    if let Some(plan) = credential_plan {
+        parts.extensions.insert(plan);
+    }
     let counter = match decision.action {
         Action::Pass => &shared.metrics.passed,
         Action::Stage => &shared.metrics.staged,
@@ -333,6 +370,17 @@ async fn decide_and_act(
         Action::Stage => {
             let issued = issued_placeholders(shared, run).await?;
             let body = read_bounded(shared, &parts, body).await?;
+            if let Some(credential) =
+                crate::credentials::find_off_host(&policy, run, &target.host, &parts, Some(&body))
+            {
+                return Err(crate::credentials::refuse_off_host(
+                    shared,
+                    &policy,
+                    run,
+                    &target.host,
+                    credential,
+                ));
+            }
             let depends_on = find_dependencies(&issued, &parts, Some(&body));
             let staged = stage(
                 shared,
@@ -350,6 +398,7 @@ async fn decide_and_act(
             Ok(staged)
         }
         Action::Pass => {
+            let body = search_pass_body(shared, run, target, &parts, body).await?;
             // A placeholder must never reach a real origin: a request that carries one
             // depends on a staged effect, so it is staged too (DESIGN.md lineage).
             let issued = issued_placeholders(shared, run).await?;
@@ -389,6 +438,45 @@ async fn decide_and_act(
             .await
         }
     }
+}
+
+/// Searches a passed body headed to `target` for credential placeholders bound elsewhere:
+/// read whole when some credential's placeholder is not bound to the host and the body
+/// is within the staging limit (a larger declared body streams on unsearched). Refuses
+/// the request when one is found.
+async fn search_pass_body(
+    shared: &Arc<Shared>,
+    run: &RunId,
+    target: &Target,
+    parts: &Parts,
+    body: ProxyBody,
+) -> Result<ProxyBody, ProxyError> {
+    let policy = shared.policy.current();
+    if !has_body(parts) || !crate::credentials::any_off_host(&policy, &target.host) {
+        return Ok(body);
+    }
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > shared.limits.stage_body_bytes) {
+        debug!(run.id = %run, "a passed body over the staging limit was not searched for credential placeholders");
+        return Ok(body);
+    }
+    let bytes = read_bounded(shared, parts, body).await?;
+    if let Some(credential) =
+        crate::credentials::find_off_host(&policy, run, &target.host, parts, Some(&bytes))
+    {
+        return Err(crate::credentials::refuse_off_host(
+            shared,
+            &policy,
+            run,
+            &target.host,
+            credential,
+        ));
+    }
+    Ok(full_body(bytes))
 }
 
 /// How long a client may pause while sending a body airlock reads whole (staging).

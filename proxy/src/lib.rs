@@ -10,6 +10,7 @@ pub mod ca;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod credentials;
 pub mod demo;
 pub mod denials;
 pub mod dial;

@@ -16,8 +16,10 @@ pub const MANIFEST_HOST: &str = "airlock.invalid";
 pub const MANIFEST_PATH: &str = "/.well-known/airlock/policy";
 
 /// The manifest JSON: `{run, policy_revision, default, rules: [as written], mode,
-/// baseline: [{id, action, reason}], about}` (the baseline's denies come first and cannot
-/// be overridden).
+/// baseline: [{id, action, reason}], credentials, about}`. The baseline's denies come first
+/// and cannot be overridden; `credentials` lists each `[credential.NAME]` as `{name, hosts,
+/// placed_in, placeholder_env}` (where airlock adds it, and the variable holding the run's
+/// placeholder, if any) — never a value.
 /// Policy files hold no secret values (credentials are named, never inlined), so the rules
 /// are shown as written.
 pub fn manifest(shared: &Shared, run: &str) -> Value {
@@ -38,7 +40,22 @@ pub fn manifest(shared: &Shared, run: &str) -> Value {
             "action": "deny",
             "reason": rule.reason(),
         })).collect::<Vec<_>>(),
-        "about": "Requests pass, are staged (held until a reviewer approves and the run is committed; you get 202 at once) or are denied (403 with the rule and reason). Rules are tried top-down; the first match wins.",
+        "credentials": policy.credentials().map(|credential| {
+            let placed_in = match credential.place() {
+                airlock_policy::Placement::Header { name, .. } => format!("header {name}"),
+                airlock_policy::Placement::Basic { .. } => "header authorization (basic)".to_owned(),
+                airlock_policy::Placement::Query { param } => format!("query parameter {param}"),
+            };
+            json!({
+                "name": credential.name(),
+                "hosts": credential.bind_hosts(),
+                "placed_in": placed_in,
+                "placeholder_env": credential
+                    .placeholder()
+                    .then(|| crate::credentials::placeholder_var(credential.name())),
+            })
+        }).collect::<Vec<_>>(),
+        "about": "Requests pass, are staged (held until a reviewer approves and the run is committed; you get 202 at once) or are denied (403 with the rule and reason). Rules are tried top-down; the first match wins. Credentials are added by airlock on their hosts (a rule's inject): send no token of your own; where a tool needs one, use the placeholder in placeholder_env, which works only on the credential's hosts.",
     })
 }
 

@@ -21,6 +21,9 @@ pub struct Metrics {
     /// (`unknown_ca`, `bad_certificate`, `certificate_unknown`): they do not trust
     /// airlock's CA, typically because they bundle their own roots (CASES.md C13).
     untrusted_ca: Mutex<BTreeMap<String, u64>>,
+    /// Per credential: requests refused because they carried its placeholder to a host
+    /// outside its bind.
+    placeholder_off_host: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Metrics {
@@ -28,6 +31,15 @@ impl Metrics {
     pub fn client_untrusted_ca(&self, host: &str) {
         let mut map = self.untrusted_ca.lock().unwrap_or_else(|e| e.into_inner());
         *map.entry(host.to_owned()).or_insert(0) += 1;
+    }
+
+    /// Counts a request refused for carrying `credential`'s placeholder off its bind.
+    pub fn credential_placeholder_off_host(&self, credential: &str) {
+        let mut map = self
+            .placeholder_off_host
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *map.entry(credential.to_owned()).or_insert(0) += 1;
     }
 
     /// The Prometheus text exposition; `in_flight` is the current number of requests.
@@ -63,6 +75,18 @@ impl Metrics {
             let host = host.replace('\\', "\\\\").replace('"', "\\\"");
             out.push_str(&format!(
                 "airlock_client_untrusted_ca_total{{host=\"{host}\"}} {count}\n"
+            ));
+        }
+        drop(map);
+        out.push_str("# HELP airlock_credential_placeholder_off_host_total Requests refused for carrying a credential placeholder to a host outside its bind (exfiltration attempts).\n");
+        out.push_str("# TYPE airlock_credential_placeholder_off_host_total counter\n");
+        let map = self
+            .placeholder_off_host
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (credential, count) in map.iter() {
+            out.push_str(&format!(
+                "airlock_credential_placeholder_off_host_total{{credential=\"{credential}\"}} {count}\n"
             ));
         }
         out

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use airlock_policy::{Policy, PolicyError};
 use arc_swap::ArcSwap;
+
+use crate::credentials::{CredentialError, Credentials};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
@@ -35,6 +37,8 @@ pub struct Snapshot {
     pub source: ReloadSource,
     /// When it was swapped in, ms since the Unix epoch.
     pub loaded_at_ms: u64,
+    /// The values of the policy's credentials, read when it was loaded (never logged).
+    pub credentials: Credentials,
 }
 
 impl std::ops::Deref for Snapshot {
@@ -66,13 +70,24 @@ pub struct Reloaded {
     pub changed: bool,
 }
 
+/// Why a policy could not be loaded: the file, or one of its credentials' sources.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The policy (or baseline) file cannot be read, parsed or compiled.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// A credential's value cannot be read.
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+}
+
 /// A failed reload: the error, with the revision and generation that stay in force.
 #[derive(Debug, thiserror::Error)]
 #[error("{error} (policy {revision}, generation {generation}, stays in force)")]
 pub struct ReloadError {
     /// Why the new policy was refused.
     #[source]
-    pub error: Box<PolicyError>,
+    pub error: Box<LoadError>,
     /// The revision still in force.
     pub revision: String,
     /// The generation still in force.
@@ -85,6 +100,8 @@ pub struct PolicyStore {
     path: PathBuf,
     /// The operator baseline (`--baseline`), re-read and applied on every load.
     baseline: Option<PathBuf>,
+    /// The data directory (the placeholder key lives there).
+    data_dir: PathBuf,
     generation: AtomicU64,
     /// Serialises reloads, and remembers the file content last seen so an unchanged file
     /// is not reloaded (which would undo a policy posted to the admin API).
@@ -105,9 +122,14 @@ impl PolicyStore {
     ///
     /// # Errors
     /// A file cannot be read, or does not parse or compile.
-    pub fn load(path: &Path, baseline: Option<&Path>) -> Result<PolicyStore, PolicyError> {
+    pub fn load(
+        path: &Path,
+        baseline: Option<&Path>,
+        data_dir: &Path,
+    ) -> Result<PolicyStore, LoadError> {
         let text = read_policy(path)?;
         let policy = compile(&text, &path.display().to_string(), baseline)?;
+        let credentials = Credentials::resolve(&policy, data_dir)?;
         let digest = Sha256::digest(text.as_bytes()).into();
         Ok(PolicyStore {
             current: ArcSwap::from_pointee(Snapshot {
@@ -116,9 +138,11 @@ impl PolicyStore {
                 generation: 1,
                 source: ReloadSource::File,
                 loaded_at_ms: now_ms(),
+                credentials,
             }),
             path: path.to_owned(),
             baseline: baseline.map(Path::to_owned),
+            data_dir: data_dir.to_owned(),
             generation: AtomicU64::new(1),
             reload: Mutex::new(FileSeen {
                 digest: Some(digest),
@@ -163,14 +187,14 @@ impl PolicyStore {
             Err(error) if seen.unreadable && !force => {
                 let current = self.current();
                 return Err(ReloadError {
-                    error: Box::new(error),
+                    error: Box::new(error.into()),
                     revision: current.revision().to_owned(),
                     generation: current.generation,
                 });
             }
             Err(error) => {
                 seen.unreadable = true;
-                return Err(self.failed(error));
+                return Err(self.failed(error.into()));
             }
         };
         let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
@@ -184,7 +208,7 @@ impl PolicyStore {
         }
         seen.digest = Some(digest);
         let origin = self.path.display().to_string();
-        self.swap(text, &origin, ReloadSource::File)
+        self.swap(text, &origin, ReloadSource::File, force)
     }
 
     /// Validates `text` and swaps it in (the admin API's `POST /v1/policy`). The policy
@@ -195,20 +219,26 @@ impl PolicyStore {
     /// The text is invalid; the last good policy stays in force.
     pub fn replace(&self, text: String) -> Result<Reloaded, ReloadError> {
         let _serial = self.reload.lock().unwrap_or_else(|e| e.into_inner());
-        self.swap(text, "<POST /v1/policy>", ReloadSource::Admin)
+        self.swap(text, "<POST /v1/policy>", ReloadSource::Admin, false)
     }
 
     /// Compiles and swaps; the caller holds the reload lock.
+    ///
+    /// Credentials are read afresh with every policy; `force` swaps even when the text is
+    /// unchanged, so `SIGHUP` also picks up rotated credential values.
     fn swap(
         &self,
         text: String,
         origin: &str,
         source: ReloadSource,
+        force: bool,
     ) -> Result<Reloaded, ReloadError> {
-        let policy =
-            compile(&text, origin, self.baseline.as_deref()).map_err(|error| self.failed(error))?;
+        let policy = compile(&text, origin, self.baseline.as_deref())
+            .map_err(|error| self.failed(error.into()))?;
+        let credentials = Credentials::resolve(&policy, &self.data_dir)
+            .map_err(|error| self.failed(error.into()))?;
         let current = self.current();
-        if policy.revision() == current.revision() {
+        if !force && policy.revision() == current.revision() {
             return Ok(Reloaded {
                 revision: current.revision().to_owned(),
                 generation: current.generation,
@@ -223,6 +253,7 @@ impl PolicyStore {
             generation,
             source,
             loaded_at_ms: now_ms(),
+            credentials,
         }));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         info!(policy.revision = %revision, policy.generation = generation,
@@ -234,7 +265,7 @@ impl PolicyStore {
         })
     }
 
-    fn failed(&self, error: PolicyError) -> ReloadError {
+    fn failed(&self, error: LoadError) -> ReloadError {
         self.reload_failures.fetch_add(1, Ordering::Relaxed);
         let current = self.current();
         let failure = ReloadError {

@@ -458,7 +458,20 @@ async fn release_one(
         );
         return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
     };
-    let prepared = match substituted(shared, &effect, parents, issued, body) {
+    let prepared = substituted(shared, &effect, parents, issued, body).and_then(
+        |(mut url, mut headers, body)| {
+            // The credential is added only now: the ledger holds its name, never its value.
+            let scrubber = crate::credentials::apply_release(
+                shared,
+                &effect,
+                &mut url,
+                &mut headers,
+                !body.is_empty(),
+            )?;
+            Ok(((url, headers, body), scrubber))
+        },
+    );
+    let (prepared, scrubber) = match prepared {
         Ok(prepared) => prepared,
         Err(reason) => {
             warn!(effect.id = %effect.id, reason = %reason, "effect not sent");
@@ -470,7 +483,25 @@ async fn release_one(
     let ledger = shared.ledger.clone();
     let id = effect.id.clone();
     blocking(move || ledger.mark_releasing(&id)).await?;
-    let outcome = send(shared, &effect.method, prepared).await;
+    let outcome = send(shared, &effect.method, prepared).await.map(
+        |(status, mut headers, mut captured, total)| {
+            // An echoed secret is masked before the ledger stores the origin's answer.
+            if !scrubber.is_empty() {
+                if (captured.len() as u64) < total {
+                    scrubber.scrub_cut(&mut captured);
+                } else {
+                    scrubber.scrub(&mut captured);
+                }
+                for header in &mut headers {
+                    let mut value = header.value.as_bytes().to_vec();
+                    if scrubber.scrub(&mut value) {
+                        header.value = airlock_ledger::HeaderText::from_bytes(&value);
+                    }
+                }
+            }
+            (status, headers, captured, total)
+        },
+    );
     let ledger = shared.ledger.clone();
     let id = effect.id.clone();
     let settled = match outcome {

@@ -54,6 +54,9 @@ pub enum StartError {
     /// The upstream TLS configuration is invalid.
     #[error(transparent)]
     Upstream(#[from] crate::upstream::UpstreamError),
+    /// A credential's value cannot be read from its source.
+    #[error(transparent)]
+    Credential(#[from] crate::credentials::CredentialError),
 }
 
 /// How long a graceful shutdown waits for requests in flight.
@@ -177,6 +180,15 @@ pub fn load_or_create_admin_token(dir: &Path) -> Result<String, StartError> {
     }
 }
 
+impl From<crate::policy_store::LoadError> for StartError {
+    fn from(error: crate::policy_store::LoadError) -> Self {
+        match error {
+            crate::policy_store::LoadError::Policy(error) => StartError::Policy(error),
+            crate::policy_store::LoadError::Credential(error) => StartError::Credential(error),
+        }
+    }
+}
+
 impl Server {
     /// Prepares the data directory, loads the policy and CA, opens the ledger, recovers
     /// interrupted releases (`releasing` -> `unknown`) and binds both listeners.
@@ -193,6 +205,7 @@ impl Server {
         let policy = Arc::new(PolicyStore::load(
             &config.policy_path,
             config.baseline_path.as_deref(),
+            &data_dir,
         )?);
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;

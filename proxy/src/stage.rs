@@ -58,6 +58,11 @@ pub async fn stage(
     let method = parts.method.to_string();
     let url_owned = url.to_owned();
     let rule_owned = rule.map(str::to_owned);
+    // Only the credential's name is stored; its value is added at release.
+    let inject = rule
+        .and_then(|id| policy.rule(id))
+        .and_then(|rule| rule.inject())
+        .map(str::to_owned);
     let revision = policy.revision().to_owned();
     let staged = tokio::task::spawn_blocking(move || {
         ledger.stage(NewEffect {
@@ -70,6 +75,7 @@ pub async fn stage(
             policy_revision: &revision,
             placeholders: specs,
             depends_on,
+            inject: inject.as_deref(),
         })
     })
     .await

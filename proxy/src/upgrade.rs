@@ -66,6 +66,9 @@ pub async fn relay(
         reason: format!("{url} is not a valid URI"),
     })?;
     parts.version = http::Version::HTTP_11;
+    // The rule's credential and the run's placeholders go on the handshake (the messages
+    // that follow it are relayed unchanged and unscrubbed).
+    let scrubber = crate::credentials::apply(&mut parts)?;
     let method = parts.method.to_string();
     let request = Request::from_parts(
         parts,
@@ -102,6 +105,9 @@ pub async fn relay(
     }
     let (mut head, body) = response.into_parts();
     strip_reserved(&mut head.headers);
+    if let Some(scrubber) = &scrubber {
+        scrubber.scrub_headers(&mut head.headers);
+    }
     if status != StatusCode::SWITCHING_PROTOCOLS {
         strip_hop_by_hop(&mut head.headers);
         return Ok(Response::from_parts(

@@ -238,3 +238,87 @@ fn policy_test_runs_the_github_example_with_content_matchers_and_explain_says_wh
         "{stdout}"
     );
 }
+
+#[test]
+fn the_credentials_example_checks_clean_and_its_cases_cover_every_rule() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let policy = dir.join("github-token.toml");
+    let out = airlock()
+        .args(["policy", "check"])
+        .arg(&policy)
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("0 lint(s)"), "{stdout}");
+
+    let out = airlock()
+        .args(["policy", "test"])
+        .arg(&policy)
+        .arg(dir.join("github-token.cases.toml"))
+        .arg("--require-coverage")
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("6 case(s), 0 failed; 5 of 5 rule(s) covered"),
+        "{stdout}"
+    );
+
+    // A wrong credential expectation fails and says what the rule injects.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let wrong = scratch.path().join("wrong.toml");
+    std::fs::write(
+        &wrong,
+        "[[case]]\nname = \"wrong\"\nmethod = \"GET\"\nurl = \"https://api.github.com/user\"\nexpect = { action = \"pass\", inject = \"\" }\n",
+    )
+    .expect("write");
+    let out = airlock()
+        .args(["policy", "test"])
+        .arg(&policy)
+        .arg(&wrong)
+        .output()
+        .expect("run airlock");
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("inject \"gh-bot\" (expected \"\")"),
+        "{stdout}"
+    );
+
+    // explain says which credential the decision adds, and when.
+    let out = airlock()
+        .args(["policy", "explain"])
+        .arg(&policy)
+        .args(["--body", "POST", "https://api.github.com/repos/o/r/pulls"])
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("inject:   credential \"gh-bot\" in header authorization, at release"),
+        "{stdout}"
+    );
+
+    // An unused credential is a lint, named as such.
+    let unused = scratch.path().join("unused.toml");
+    std::fs::write(
+        &unused,
+        "version = 1\n[credential.spare]\nsource = { env = \"X\" }\nbind = { hosts = [\"a.example.com\"] }\nplace = { query = \"k\" }\n",
+    )
+    .expect("write");
+    let out = airlock()
+        .args(["policy", "check"])
+        .arg(&unused)
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("credential.spare: credential \"spare\" is never used"),
+        "{stdout}"
+    );
+}

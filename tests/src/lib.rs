@@ -59,13 +59,20 @@ impl Fixture {
 
     /// Writes `policy` and starts airlock with it (extra `args` appended to `serve`).
     pub fn start(&self, policy: &str, args: &[&str]) -> Airlock {
+        self.start_with_env(policy, args, &[])
+    }
+
+    /// Like [`Fixture::start`], with `env` added to airlock's own environment (how a test
+    /// hands airlock credential values; the test process's environment is never changed).
+    pub fn start_with_env(&self, policy: &str, args: &[&str], env: &[(&str, &str)]) -> Airlock {
         let policy_path = self.dir.path().join("policy.toml");
         std::fs::write(&policy_path, policy).expect("write policy");
-        Airlock::spawn(
+        Airlock::spawn_with_env(
             &self.data_dir(),
             &policy_path,
             &self.dir.path().join("origin-ca.pem"),
             args,
+            env,
         )
         .expect("airlock starts")
     }
@@ -123,6 +130,8 @@ pub struct Airlock {
     pub admin: AdminClient,
     /// The admin base URL.
     pub admin_url: String,
+    /// Variables added to airlock's environment.
+    env: Vec<(String, String)>,
 }
 
 impl Drop for Airlock {
@@ -139,7 +148,22 @@ impl Airlock {
         upstream_ca: &Path,
         args: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::spawn_with_env(data, policy, upstream_ca, args, &[])
+    }
+
+    /// [`Airlock::spawn`] with `env` added to airlock's environment.
+    pub fn spawn_with_env(
+        data: &Path,
+        policy: &Path,
+        upstream_ca: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let mut airlock = Self {
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             child: None,
             data: data.to_owned(),
             policy: policy.to_owned(),
@@ -180,6 +204,7 @@ impl Airlock {
             .arg(&self.upstream_ca)
             .args(&self.args)
             .env("AIRLOCK_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

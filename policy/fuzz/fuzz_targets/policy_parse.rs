@@ -1,9 +1,10 @@
 //! Fuzz target: any text into the policy parser; whatever compiles is then asked to decide,
-//! explain, lint and diff requests whose host and path come from the same input. Nothing
+//! explain, lint and diff requests whose host, path, query, header and body come from the
+//! same input. Nothing
 //! may panic, and explain must agree with decide.
 #![no_main]
 
-use airlock_policy::{Policy, RequestFacts, Scheme};
+use airlock_policy::{Policy, RequestBody, RequestFacts, Scheme};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,16 +16,23 @@ fuzz_target!(|data: &[u8]| {
     let Ok(policy) = Policy::from_toml_str(policy_text, "<fuzz>") else {
         return;
     };
-    let (host, path) = probe.split_once(' ').unwrap_or((probe, "/"));
+    // "host path?query header-name:value"
+    let mut words = probe.splitn(3, ' ');
+    let host = words.next().unwrap_or_default();
+    let target = words.next().unwrap_or("/");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let header = words.next().and_then(|h| h.split_once(':'));
+    let headers: Vec<(&str, &str)> = header.into_iter().collect();
     for (method, has_body) in [("GET", false), ("POST", true), ("GET", true)] {
-        let facts = RequestFacts {
-            scheme: Scheme::Https,
-            host,
-            port: 443,
-            method,
-            path,
-            has_body,
-        };
+        let mut facts = RequestFacts::new(Scheme::Https, host, 443, method, path, has_body);
+        facts.query = query;
+        facts.headers = &headers;
+        facts.profile = Some("fuzz");
+        if has_body {
+            // The policy text doubles as a body: JSON, GraphQL and JSON-RPC matchers see
+            // arbitrary bytes too.
+            facts.body = RequestBody::Read(policy_text.as_bytes());
+        }
         let decision = policy.decide(&facts);
         assert_eq!(policy.explain(&facts).decision, decision);
     }

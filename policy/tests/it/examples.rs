@@ -74,9 +74,54 @@ fn github_example_loads_without_lints() {
     assert!(policy.lints().is_empty(), "{:?}", policy.lints());
     assert_eq!(
         policy
-            .decide(&facts("GET", "api.github.com", "/repos/o/r/issues", false))
+            .decide(&facts("api.github.com", "GET", "/repos/o/r/issues", false))
             .action,
         Action::Deny,
         "without state=open the issues rule does not match"
     );
+}
+
+#[test]
+fn github_token_example_loads_and_injects_only_inside_its_bind() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/policies/github-token.toml");
+    let policy = Policy::load(&path).expect("the example policy loads");
+    assert!(policy.lints().is_empty(), "{:?}", policy.lints());
+    let credential = policy.credential("gh-bot").expect("gh-bot");
+    assert!(credential.placeholder());
+    let cases = [
+        (
+            facts("api.github.com", "GET", "/user", false),
+            Action::Pass,
+            Some("gh-bot"),
+        ),
+        (
+            facts("api.github.com", "POST", "/repos/o/r/pulls", true),
+            Action::Stage,
+            Some("gh-bot"),
+        ),
+        (
+            facts("api.github.com", "GET", "/repos/o/r/hooks/1", false),
+            Action::Deny,
+            None,
+        ),
+        (
+            facts("codeload.github.com", "GET", "/o/r/tar.gz/main", false),
+            Action::Pass,
+            None,
+        ),
+    ];
+    for (request, action, inject) in cases {
+        let decision = policy.decide(&request);
+        assert_eq!(decision.action, action, "{request:?}");
+        let injected = decision
+            .rule
+            .as_deref()
+            .and_then(|id| policy.rule(id))
+            .and_then(|rule| rule.inject());
+        assert_eq!(injected, inject, "{request:?}");
+        if let Some(name) = injected {
+            assert!(policy.credential(name).is_some_and(|c| c.binds(&request)));
+        }
+    }
 }

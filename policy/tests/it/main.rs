@@ -1,6 +1,7 @@
 //! Integration tests of airlock-policy's public API (one test binary).
 
 mod connect;
+mod credentials;
 mod decide;
 mod errors;
 

@@ -22,6 +22,7 @@ pub(super) fn run_json(shared: &Shared, run: &Run, effects: &[Effect]) -> Value 
         "created_at_ms": run.created_at_ms,
         "effects": counts,
         "decisions": run.decisions,
+        "flags": run.flags,
         "proxy": crate::env::reachable(shared.proxy_addr).to_string(),
     })
 }

@@ -59,6 +59,8 @@ struct Expect {
     /// Ids of the audit-mode rules that must have matched (`""`: the default, in a
     /// policy in audit mode), in order.
     audit: Option<Vec<String>>,
+    /// The credential the deciding rule injects; `""` = none.
+    inject: Option<String>,
 }
 
 /// The outcome of a cases file: failures (one line each) and rules no case reached.
@@ -207,6 +209,17 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
                 .collect();
             if &actual != want {
                 wrong.push(format!("audit {actual:?} (expected {want:?})"));
+            }
+        }
+        if let Some(expected) = &case.expect.inject {
+            let actual = decision
+                .rule
+                .as_deref()
+                .and_then(|id| policy.rule(id))
+                .and_then(|rule| rule.inject())
+                .unwrap_or_default();
+            if actual != expected {
+                wrong.push(format!("inject {actual:?} (expected {expected:?})"));
             }
         }
         if !wrong.is_empty() {

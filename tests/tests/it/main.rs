@@ -5,6 +5,7 @@ mod bad_input;
 mod cases;
 mod cli;
 mod crash;
+mod credentials;
 mod lineage;
 mod matchers;
 mod pass;

@@ -286,3 +286,46 @@ async fn case_c06_websocket_inside_an_intercepted_tunnel_and_plain_ws() {
     );
     assert!(airlock.effects(&run).await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passed_handshake_carries_the_rules_credential() {
+    let fx = Fixture::new();
+    let (ws_port, ws_seen) = echo_origin(None).await;
+    let policy = format!(
+        r#"version = 1
+allow_private = ["127.0.0.0/8"]
+
+[credential.ws-bot]
+source = {{ env = "AIRLOCK_TEST_WS_TOKEN" }}
+bind = {{ hosts = ["127.0.0.1"] }}
+place = {{ header = "authorization", format = "Bearer {{}}" }}
+
+[[rule]]
+id = "ws-pass"
+host = "127.0.0.1"
+port = {ws_port}
+method = "read"
+action = "pass"
+inject = "ws-bot"
+"#
+    );
+    let airlock = fx.start_with_env(
+        &policy,
+        &[],
+        &[("AIRLOCK_TEST_WS_TOKEN", "ws-s3cret-value")],
+    );
+    let (run, _) = airlock.create_run().await;
+    let token = airlock.run_token(&run).await;
+    let authority = format!("127.0.0.1:{ws_port}");
+    let plain = tunnel(&airlock, &run, &token, &authority).await;
+    exercise(plain, &format!("ws://{authority}/chat")).await;
+    let seen = ws_seen.lock().expect("seen").clone();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0]
+            .iter()
+            .any(|(n, v)| n == "authorization" && v == "Bearer ws-s3cret-value"),
+        "{:?}",
+        seen[0]
+    );
+}
