@@ -45,6 +45,7 @@ impl Ledger {
                 release: None,
                 placeholders,
                 depends_on: new.depends_on,
+                approval: None,
             };
             for placeholder in &effect.placeholders {
                 let issued = IssuedPlaceholder {
@@ -148,6 +149,10 @@ impl Ledger {
             .into());
         }
         effect.state = to;
+        effect.approval = match verdict {
+            Verdict::Approve => Some(crate::approval::Approval::of(&effect, by)),
+            Verdict::Reject => None,
+        };
         effect.decisions.push(DecisionRecord {
             kind: if verdict == Verdict::Approve {
                 "approve"

@@ -5,6 +5,7 @@
 //! operation that a client or the commit authority acts on (staging, decisions,
 //! `releasing`, release outcomes) is flushed to disk before it returns.
 
+mod approval;
 mod effects;
 mod error;
 mod lineage;
@@ -16,6 +17,7 @@ use std::sync::Mutex;
 
 use serde::{de::DeserializeOwned, Serialize};
 
+pub use approval::{Approval, ApprovalMismatch};
 pub use error::{LedgerError, Refused};
 pub use lineage::{
     fingerprint, placeholder_edges, read_content as lineage_read_content, readiness, Edge,
@@ -358,6 +360,10 @@ impl Ledger {
         for effect in undecided {
             let mut effect = effect.clone();
             effect.state = EffectState::Approved;
+            effect.approval = Some(approval::Approval::of(
+                &effect,
+                &format!("{by} (approve_pending)"),
+            ));
             effect.decisions.push(DecisionRecord {
                 kind: "approve".into(),
                 by: format!("{by} (approve_pending)"),

@@ -347,6 +347,10 @@ pub struct Effect {
     /// Earlier effects whose placeholders this request carries (effect -> effect lineage).
     #[serde(default)]
     pub depends_on: Vec<Dependency>,
+    /// The approval in force, bound to the body digest the reviewer saw (`None` unless the
+    /// effect is approved, and for effects approved before approvals were recorded).
+    #[serde(default)]
+    pub approval: Option<crate::approval::Approval>,
 }
 
 /// The type a placeholder imitates.

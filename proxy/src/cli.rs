@@ -131,6 +131,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Demo => crate::demo::run().await,
+        Command::Ui { url_only, admin } => {
+            let client = connect(&admin)?;
+            let url = client.login_url();
+            if url_only {
+                outln!("{url}");
+            } else {
+                outln!("Open the review UI (this link signs you in; it carries the token, keep it private):");
+                outln!("  {url}");
+            }
+            Ok(())
+        }
         Command::Policy { command } => policy_command(command),
         Command::Run(args) => crate::run::run(*args).await,
         Command::Savepoint { run, name, admin } => crate::run::savepoint(&admin, &run, name).await,
@@ -347,6 +358,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.stage_body_limit = args.stage_body_limit;
     config.header_read_timeout = std::time::Duration::from_secs(args.header_read_timeout.max(1));
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
+    config.reviewer_tokens = args.reviewer_tokens;
+    config.notify_webhook = args.notify_webhook;
+    config.ui_base_url = args.ui_base_url;
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;
     Ok(())

@@ -54,6 +54,15 @@ pub struct ServeConfig {
     /// command as the server's user. `airlock run`'s embedded server sets it, for the
     /// commands its own user gave.
     pub danger_allow_snapshot_commands: bool,
+    /// Named reviewer tokens (`NAME`, token file) beside the admin token (named `admin`):
+    /// each reviewer signs in to the review UI or calls the API with their own token, and
+    /// their decisions carry their name.
+    pub reviewer_tokens: Vec<(String, PathBuf)>,
+    /// Webhook told (POST JSON `{run, pending, link}`) when a run is sealed with effects
+    /// waiting for review.
+    pub notify_webhook: Option<String>,
+    /// Base URL of the review UI for links in notifications [default: `http://ADMIN`].
+    pub ui_base_url: Option<String>,
 }
 
 impl ServeConfig {
@@ -72,6 +81,9 @@ impl ServeConfig {
             release_timeout: Duration::from_secs(60),
             header_read_timeout: Duration::from_secs(30),
             danger_allow_snapshot_commands: false,
+            reviewer_tokens: Vec::new(),
+            notify_webhook: None,
+            ui_base_url: None,
         }
     }
 }

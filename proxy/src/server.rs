@@ -54,6 +54,12 @@ pub enum StartError {
     /// The upstream TLS configuration is invalid.
     #[error(transparent)]
     Upstream(#[from] crate::upstream::UpstreamError),
+    /// A reviewer token cannot be used.
+    #[error(transparent)]
+    Reviewer(#[from] crate::ui::ReviewerError),
+    /// The notification webhook is invalid.
+    #[error(transparent)]
+    Notify(#[from] crate::notify::NotifyError),
 }
 
 /// How long a graceful shutdown waits for requests in flight.
@@ -119,6 +125,8 @@ pub struct Shared {
     pub commit_locks: std::sync::Mutex<
         std::collections::HashMap<airlock_ledger::RunId, Arc<tokio::sync::Mutex<()>>>,
     >,
+    /// Reviewers (named tokens), notifications and the review UI's URL.
+    pub review: crate::ui::Review,
 }
 
 impl Shared {
@@ -237,6 +245,19 @@ impl Server {
             .map(|run| run.id)
             .collect();
         let tls = client_tls(config.upstream_ca.as_deref())?;
+        let review = crate::ui::Review {
+            reviewers: crate::ui::load_reviewers(&admin_token, &config.reviewer_tokens)?,
+            base_url: config
+                .ui_base_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", crate::env::reachable(admin_addr)))
+                .trim_end_matches('/')
+                .to_owned(),
+            notifier: match &config.notify_webhook {
+                Some(url) => Some(crate::notify::Notifier::new(url, tls.clone())?),
+                None => None,
+            },
+        };
         let dialer = Dialer::new(
             policy.clone(),
             vec![proxy_addr, admin_addr],
@@ -269,6 +290,7 @@ impl Server {
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             metrics: crate::metrics::Metrics::default(),
             placeholders: std::sync::Mutex::default(),
+            review,
         });
         Ok(Self {
             shared,
@@ -349,6 +371,7 @@ impl Server {
               "airlock listening");
         resume_commits(&shared);
         crate::workspace::resume_all(&shared);
+        info!(url = %format!("{}/login", shared.review.base_url), "review UI (sign in with a reviewer token; `airlock ui` prints a sign-in link)");
         let admin = crate::admin::router(shared.clone());
         let proxy = crate::listener::serve(shared.clone(), self.proxy);
         let admin_server = async move {

@@ -33,6 +33,7 @@ fn effect(i: usize, deps: &[usize]) -> Effect {
                 found_in: "url".into(),
             })
             .collect(),
+        approval: None,
     }
 }
 

@@ -11,4 +11,5 @@ mod protocols;
 mod run;
 mod stage;
 mod tls;
+mod ui;
 mod websocket;
