@@ -10,8 +10,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use airlock_ledger::{EffectId, LedgerError, RunId, Verdict};
-use axum::extract::{Path, Query, Request, State};
+use airlock_ledger::{EffectId, LedgerError, RunId};
+use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 use crate::server::Shared;
 
+mod actions;
 mod body;
 mod effect_page;
 mod graph;
@@ -296,14 +297,14 @@ pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/runs/{id}", get(pages::run_page))
         .route(
             "/runs/{id}/commit",
-            get(pages::commit_confirm).post(commit_run),
+            get(pages::commit_confirm).post(actions::commit_run),
         )
-        .route("/runs/{id}/abort", post(abort_run))
-        .route("/runs/{id}/approve-rule", post(approve_rule))
+        .route("/runs/{id}/abort", post(actions::abort_run))
+        .route("/runs/{id}/approve-rule", post(actions::approve_rule))
         .route("/effects/{id}", get(effect_page::effect_page))
-        .route("/effects/{id}/approve", post(approve_effect))
-        .route("/effects/{id}/reject", post(reject_effect))
-        .route("/logout", post(logout))
+        .route("/effects/{id}/approve", post(actions::approve_effect))
+        .route("/effects/{id}/reject", post(actions::reject_effect))
+        .route("/logout", post(actions::logout))
         .route_layer(axum::middleware::from_fn_with_state(
             shared,
             require_session,
@@ -481,41 +482,6 @@ async fn login_post(State(shared): State<Arc<Shared>>, Form(form): Form<LoginQue
     )
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct ActionForm {
-    #[serde(default)]
-    csrf: String,
-    #[serde(default)]
-    back: Option<String>,
-    #[serde(default)]
-    rule: Option<String>,
-    #[serde(default)]
-    approve_pending: Option<String>,
-}
-
-fn check_csrf(session: &Session, form: &ActionForm) -> UiResult<()> {
-    if session::same(&form.csrf, &session.csrf) {
-        Ok(())
-    } else {
-        Err(UiError::new(
-            StatusCode::FORBIDDEN,
-            "the form's CSRF token does not match this session; reload the page and try again",
-        ))
-    }
-}
-
-async fn logout(
-    axum::Extension(session): axum::Extension<Session>,
-    Form(form): Form<ActionForm>,
-) -> UiResult<Response> {
-    check_csrf(&session, &form)?;
-    let mut response = redirect("/login");
-    if let Ok(value) = HeaderValue::from_str(&session::clear_cookie()) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    Ok(response)
-}
-
 fn parse_run(id: &str) -> UiResult<RunId> {
     RunId::parse(id).ok_or_else(|| {
         UiError::new(
@@ -532,122 +498,6 @@ fn parse_effect(id: &str) -> UiResult<EffectId> {
             format!("{id:?} is not an effect id (eff_<ulid>)"),
         )
     })
-}
-
-async fn decide(
-    shared: Arc<Shared>,
-    session: Session,
-    id: String,
-    form: ActionForm,
-    verdict: Verdict,
-) -> UiResult<Response> {
-    check_csrf(&session, &form)?;
-    let effect_id = parse_effect(&id)?;
-    let ledger = shared.ledger.clone();
-    let by = session.reviewer.name.clone();
-    let effect = blocking(move || ledger.decide_effect(&effect_id, verdict, &by)).await?;
-    let back = safe_next(form.back.as_deref());
-    let back = if back == "/" {
-        format!("/runs/{}#{}", effect.run_id, effect.id)
-    } else {
-        back
-    };
-    Ok(redirect(&back))
-}
-
-async fn approve_effect(
-    State(shared): State<Arc<Shared>>,
-    axum::Extension(session): axum::Extension<Session>,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> UiResult<Response> {
-    decide(shared, session, id, form, Verdict::Approve).await
-}
-
-async fn reject_effect(
-    State(shared): State<Arc<Shared>>,
-    axum::Extension(session): axum::Extension<Session>,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> UiResult<Response> {
-    decide(shared, session, id, form, Verdict::Reject).await
-}
-
-/// Approves every `staged` effect of the run that the rule named in the form staged
-/// (an empty rule: the policy default).
-async fn approve_rule(
-    State(shared): State<Arc<Shared>>,
-    axum::Extension(session): axum::Extension<Session>,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> UiResult<Response> {
-    check_csrf(&session, &form)?;
-    let run_id = parse_run(&id)?;
-    let rule = form.rule.clone().filter(|r| !r.is_empty());
-    let ledger = shared.ledger.clone();
-    let by = session.reviewer.name.clone();
-    let run = run_id.clone();
-    blocking(move || {
-        for effect in ledger.effects(&run)? {
-            if effect.state == airlock_ledger::EffectState::Staged && effect.rule == rule {
-                ledger.decide_effect(&effect.id, Verdict::Approve, &by)?;
-            }
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(redirect(&format!("/runs/{run_id}")))
-}
-
-async fn commit_run(
-    State(shared): State<Arc<Shared>>,
-    axum::Extension(session): axum::Extension<Session>,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> UiResult<Response> {
-    check_csrf(&session, &form)?;
-    let run_id = parse_run(&id)?;
-    let approve_pending = form.approve_pending.is_some();
-    let by = session.reviewer.name.clone();
-    let run = run_id.clone();
-    // As in the API: once decided, the commit finishes even if the browser goes away.
-    let task =
-        tokio::spawn(
-            async move { crate::release::commit(&shared, &run, approve_pending, &by).await },
-        );
-    match task.await {
-        Ok(Ok(_report)) => Ok(redirect(&format!("/runs/{run_id}#effects"))),
-        Ok(Err(crate::release::CommitError::Ledger(error))) => Err(error.into()),
-        Ok(Err(other)) => Err(UiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            other.to_string(),
-        )),
-        Err(error) => Err(UiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            error.to_string(),
-        )),
-    }
-}
-
-async fn abort_run(
-    State(shared): State<Arc<Shared>>,
-    axum::Extension(session): axum::Extension<Session>,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> UiResult<Response> {
-    check_csrf(&session, &form)?;
-    let run_id = parse_run(&id)?;
-    let ledger = shared.ledger.clone();
-    let closing = shared.clone();
-    let by = session.reviewer.name.clone();
-    let run = run_id.clone();
-    blocking(move || {
-        let run = ledger.abort(&run, &by)?;
-        closing.close_run(&run.id);
-        Ok(())
-    })
-    .await?;
-    Ok(redirect(&format!("/runs/{run_id}")))
 }
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` UTC.
