@@ -325,3 +325,25 @@ async fn webhook_is_told_when_a_run_is_sealed_with_pending_effects() {
         .expect("reads");
     assert_eq!(reads["reads"].as_array().map(Vec::len), Some(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn airlock_ui_prints_a_sign_in_link_that_works() {
+    let s = Scenario::start(&[]).await;
+    let out = std::process::Command::new(airlock_tests::airlock_bin())
+        .args(["ui", "--url-only", "--data"])
+        .arg(s.fx.data_dir())
+        .env_remove("AIRLOCK_ADMIN")
+        .env_remove("AIRLOCK_TOKEN")
+        .output()
+        .expect("airlock ui");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(url, format!("{}/login?token={}", s.admin_url(), s.token));
+    let signed_in = get(&url, None).await;
+    assert_eq!(signed_in.status, 303);
+    assert!(signed_in.header("set-cookie").is_some());
+}
