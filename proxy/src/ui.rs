@@ -517,17 +517,4 @@ fn time_utc(ms: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reviewer_args_and_next_paths() {
-        assert_eq!(parse_reviewer_arg("alice=/tmp/a").expect("ok").0, "alice");
-        assert!(parse_reviewer_arg("al ice=/tmp/a").is_err());
-        assert!(parse_reviewer_arg("alice").is_err());
-        assert_eq!(safe_next(Some("//evil.example")), "/");
-        assert_eq!(safe_next(Some("https://evil.example")), "/");
-        assert_eq!(safe_next(Some("/runs/x")), "/runs/x");
-        assert_eq!(time_utc(0), "1970-01-01 00:00:00");
-    }
-}
+mod tests;
