@@ -234,6 +234,14 @@ async fn reviewer_rejects_the_leak_and_commits_the_rest_in_chromium() {
     }
     assert_eq!(row_state(&client, &s.export).await, "rejected");
     shot(&client, &dir, "run-page.png").await;
+    // The embedded script runs under the page's Content-Security-Policy: `?` shows the keys.
+    find(&client, "body")
+        .await
+        .send_keys("?")
+        .await
+        .expect("press ?");
+    let help = text_of(&client, "div.help").await;
+    assert!(help.contains("approve"), "{help}");
 
     // Commit: the confirmation lists exactly what will be released, in order.
     click(&client, "a.button.primary").await;
