@@ -46,6 +46,7 @@ impl Ledger {
                 placeholders,
                 depends_on: new.depends_on,
                 inject: new.inject.map(str::to_owned),
+                approval: None,
             };
             for placeholder in &effect.placeholders {
                 let issued = IssuedPlaceholder {
@@ -149,6 +150,10 @@ impl Ledger {
             .into());
         }
         effect.state = to;
+        effect.approval = match verdict {
+            Verdict::Approve => Some(crate::approval::Approval::of(&effect, by)),
+            Verdict::Reject => None,
+        };
         effect.decisions.push(DecisionRecord {
             kind: if verdict == Verdict::Approve {
                 "approve"

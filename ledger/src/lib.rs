@@ -5,6 +5,7 @@
 //! operation that a client or the commit authority acts on (staging, decisions,
 //! `releasing`, release outcomes) is flushed to disk before it returns.
 
+mod approval;
 mod denials;
 mod effects;
 mod error;
@@ -17,6 +18,7 @@ use std::sync::Mutex;
 
 use serde::{de::DeserializeOwned, Serialize};
 
+pub use approval::{Approval, ApprovalMismatch};
 pub use denials::{Denial, DENIALS_KEPT_PER_RUN};
 pub use error::{LedgerError, Refused};
 pub use lineage::{
@@ -385,6 +387,10 @@ impl Ledger {
         for effect in undecided {
             let mut effect = effect.clone();
             effect.state = EffectState::Approved;
+            effect.approval = Some(approval::Approval::of(
+                &effect,
+                &format!("{by} (approve_pending)"),
+            ));
             effect.decisions.push(DecisionRecord {
                 kind: "approve".into(),
                 by: format!("{by} (approve_pending)"),

@@ -370,6 +370,10 @@ pub struct Effect {
     /// effect; only the name is stored, never the value.
     #[serde(default)]
     pub inject: Option<String>,
+    /// The approval in force, bound to the body digest the reviewer saw (`None` unless the
+    /// effect is approved, and for effects approved before approvals were recorded).
+    #[serde(default)]
+    pub approval: Option<crate::approval::Approval>,
 }
 
 /// The type a placeholder imitates.

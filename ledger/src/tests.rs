@@ -226,3 +226,61 @@ fn flags_are_kept_on_the_run_up_to_the_cap() {
     let stored = ledger.run(&run.id).expect("read").expect("run");
     assert_eq!(stored.flags.len(), MAX_RUN_FLAGS);
 }
+
+#[test]
+fn approval_is_bound_to_the_body_digest_and_a_changed_request_is_refused() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    let staged = stage(&ledger, &run.id, b"{\"n\":1}").expect("stage");
+    let approved = ledger
+        .decide_effect(&staged.id, Verdict::Approve, "alice")
+        .expect("approve");
+    let approval = approved.approval.clone().expect("approval recorded");
+    assert_eq!(approval.by, "alice");
+    assert_eq!(approval.body_digest, staged.body_digest);
+    assert!(approval.at_ms > 0);
+    approved
+        .check_approval(b"{\"n\":1}")
+        .expect("the approved body passes");
+
+    // The stored body no longer matches the effect's digest.
+    let err = approved.check_approval(b"{\"n\":2}").expect_err("body");
+    assert!(matches!(err, ApprovalMismatch::Body { .. }), "{err}");
+
+    // The effect's request is changed after approval (no API does this; written directly).
+    let mut changed = approved.clone();
+    let new_body = b"{\"n\":2}";
+    changed.body_digest = Digest::of(new_body);
+    ledger.put_effect(&changed).expect("put");
+    let reloaded = ledger.effect(&changed.id).expect("load").expect("some");
+    let err = reloaded.check_approval(new_body).expect_err("changed");
+    assert!(matches!(err, ApprovalMismatch::Changed { .. }), "{err}");
+    assert!(
+        err.to_string().contains("approved by") || err.to_string().contains("alice approved"),
+        "{err}"
+    );
+
+    // Approving again binds the new request; rejecting clears the approval.
+    let again = ledger
+        .decide_effect(&changed.id, Verdict::Approve, "bob")
+        .expect("approve again");
+    again
+        .check_approval(new_body)
+        .expect("bound to the new body");
+    let rejected = ledger
+        .decide_effect(&changed.id, Verdict::Reject, "bob")
+        .expect("reject");
+    assert_eq!(rejected.approval, None);
+}
+
+#[test]
+fn approve_pending_records_the_approval_too() {
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    let staged = stage(&ledger, &run.id, b"x").expect("stage");
+    ledger.begin_commit(&run.id, true, "carol").expect("commit");
+    let effect = ledger.effect(&staged.id).expect("load").expect("some");
+    let approval = effect.approval.expect("approval");
+    assert_eq!(approval.by, "carol (approve_pending)");
+    assert_eq!(approval.body_digest, staged.body_digest);
+}

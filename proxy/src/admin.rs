@@ -144,6 +144,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/healthz",
             get(|| async { Json(json!({ "status": "ok" })) }),
         )
+        .merge(crate::ui::router(shared.clone()))
         .merge(api)
         .with_state(shared)
 }
@@ -151,7 +152,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
 async fn require_token(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    request: axum::extract::Request,
+    mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let presented = headers
@@ -159,11 +160,12 @@ async fn require_token(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let ok = presented.is_some_and(|token| {
-        let (a, b) = (token.as_bytes(), shared.admin_token.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-    });
-    if ok {
+    // The admin token (named `admin`) or a named reviewer token; the name is recorded
+    // with the reviewer's decisions.
+    let reviewer =
+        presented.and_then(|token| crate::ui::reviewer_for_token(&shared.review.reviewers, token));
+    if let Some(reviewer) = reviewer {
+        request.extensions_mut().insert(reviewer.clone());
         next.run(request).await
     } else {
         let mut response = ApiError::new(
@@ -349,6 +351,7 @@ async fn seal_run(
         Ok((run, effects))
     })
     .await?;
+    crate::notify::run_sealed(&shared, &run.id);
     Ok(Json(run_json(&shared, &run, &effects)))
 }
 
@@ -361,6 +364,7 @@ struct CommitRequest {
 
 async fn commit_run(
     State(shared): State<Arc<Shared>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
     Query(query): Query<CommitRequest>,
     body: axum::body::Bytes,
@@ -371,7 +375,7 @@ async fn commit_run(
     // Once decided, a commit finishes whatever happens to this HTTP exchange: it runs in
     // its own task, which a client that hangs up cannot cancel.
     let task = tokio::spawn(async move {
-        crate::release::commit(&shared, &run_id, approve_pending, "admin").await
+        crate::release::commit(&shared, &run_id, approve_pending, &reviewer.name).await
     });
     let report = task.await.map_err(|e| {
         ApiError::new(
@@ -469,6 +473,7 @@ async fn show_effect(
     out["body_digest"] = json!(effect.body_digest);
     out["policy_revision"] = json!(effect.policy_revision);
     out["decisions"] = json!(effect.decisions);
+    out["approval"] = json!(effect.approval);
     if let Some(release) = &effect.release {
         out["release"] = json!({
             "started_at_ms": release.started_at_ms,
@@ -517,25 +522,33 @@ async fn run_lineage(
     })))
 }
 
-async fn decide(shared: Arc<Shared>, id: String, verdict: Verdict) -> ApiResult<Json<Value>> {
+async fn decide(
+    shared: Arc<Shared>,
+    reviewer: crate::ui::Reviewer,
+    id: String,
+    verdict: Verdict,
+) -> ApiResult<Json<Value>> {
     let effect_id = parse_effect(&id)?;
     let ledger = shared.ledger.clone();
-    let effect = blocking(move || ledger.decide_effect(&effect_id, verdict, "admin")).await?;
+    let effect =
+        blocking(move || ledger.decide_effect(&effect_id, verdict, &reviewer.name)).await?;
     Ok(Json(effect_summary(&effect)))
 }
 
 async fn approve_effect(
     State(shared): State<Arc<Shared>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    decide(shared, id, Verdict::Approve).await
+    decide(shared, reviewer, id, Verdict::Approve).await
 }
 
 async fn reject_effect(
     State(shared): State<Arc<Shared>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    decide(shared, id, Verdict::Reject).await
+    decide(shared, reviewer, id, Verdict::Reject).await
 }
 
 async fn ca_pem(State(shared): State<Arc<Shared>>) -> Response {

@@ -134,6 +134,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Demo => crate::demo::run().await,
+        Command::Ui { url_only, admin } => {
+            let client = connect(&admin)?;
+            let url = client.login_url();
+            if url_only {
+                outln!("{url}");
+            } else {
+                outln!("Open the review UI (this link signs you in; it carries the token, keep it private):");
+                outln!("  {url}");
+            }
+            Ok(())
+        }
         Command::Policy { command } => policy_command(command).await,
         Command::Run(args) => crate::run::run(*args).await,
         Command::Savepoint { run, name, admin } => crate::run::savepoint(&admin, &run, name).await,
@@ -359,6 +370,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     config.resolve = args.resolve;
     config.baseline_path = args.baseline;
+    config.reviewer_tokens = args.reviewer_tokens;
+    config.notify_webhook = args.notify_webhook;
+    config.ui_base_url = args.ui_base_url;
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;
     Ok(())

@@ -63,6 +63,15 @@ pub struct ServeConfig {
     /// The operator's baseline policy file (deny rules only, evaluated first and not
     /// overridable by the project policy), when one is given.
     pub baseline_path: Option<PathBuf>,
+    /// Named reviewer tokens (`NAME`, token file) beside the admin token (named `admin`):
+    /// each reviewer signs in to the review UI or calls the API with their own token, and
+    /// their decisions carry their name.
+    pub reviewer_tokens: Vec<(String, PathBuf)>,
+    /// Webhook told (POST JSON `{run, pending, link}`) when a run is sealed with effects
+    /// waiting for review.
+    pub notify_webhook: Option<String>,
+    /// Base URL of the review UI for links in notifications [default: `http://ADMIN`].
+    pub ui_base_url: Option<String>,
 }
 
 impl ServeConfig {
@@ -83,6 +92,9 @@ impl ServeConfig {
             danger_allow_snapshot_commands: false,
             resolve: Vec::new(),
             baseline_path: None,
+            reviewer_tokens: Vec::new(),
+            notify_webhook: None,
+            ui_base_url: None,
         }
     }
 }

@@ -458,6 +458,14 @@ async fn release_one(
         );
         return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
     };
+    // The approval is bound to the exact request the reviewer saw.
+    if let Err(mismatch) = effect.check_approval(&body) {
+        let reason = mismatch.to_string();
+        warn!(effect.id = %effect.id, reason = %reason, "effect not sent: its approval does not match");
+        let ledger = shared.ledger.clone();
+        let id = effect.id.clone();
+        return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
+    }
     let prepared = substituted(shared, &effect, parents, issued, body).and_then(
         |(mut url, mut headers, body)| {
             // The credential is added only now: the ledger holds its name, never its value.

@@ -57,6 +57,12 @@ pub enum StartError {
     /// A credential's value cannot be read from its source.
     #[error(transparent)]
     Credential(#[from] crate::credentials::CredentialError),
+    /// A reviewer token cannot be used.
+    #[error(transparent)]
+    Reviewer(#[from] crate::ui::ReviewerError),
+    /// The notification webhook is invalid.
+    #[error(transparent)]
+    Notify(#[from] crate::notify::NotifyError),
 }
 
 /// How long a graceful shutdown waits for requests in flight.
@@ -125,6 +131,8 @@ pub struct Shared {
     pub dialer: Dialer,
     /// Per-run state of rule obligations: request windows, upload totals, run profiles.
     pub enforce: crate::enforce::Enforcer,
+    /// Reviewers (named tokens), notifications and the review UI's URL.
+    pub review: crate::ui::Review,
 }
 
 impl Shared {
@@ -255,6 +263,19 @@ impl Server {
             .map(|run| run.id)
             .collect();
         let tls = client_tls(config.upstream_ca.as_deref())?;
+        let review = crate::ui::Review {
+            reviewers: crate::ui::load_reviewers(&admin_token, &config.reviewer_tokens)?,
+            base_url: config
+                .ui_base_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", crate::env::reachable(admin_addr)))
+                .trim_end_matches('/')
+                .to_owned(),
+            notifier: match &config.notify_webhook {
+                Some(url) => Some(crate::notify::Notifier::new(url, tls.clone())?),
+                None => None,
+            },
+        };
         let dialer = Dialer::new(
             policy.clone(),
             vec![proxy_addr, admin_addr],
@@ -290,6 +311,7 @@ impl Server {
             placeholders: std::sync::Mutex::default(),
             dialer: tunnel_dialer,
             enforce: crate::enforce::Enforcer::default(),
+            review,
         });
         Ok(Self {
             shared,
@@ -371,6 +393,7 @@ impl Server {
         resume_commits(&shared);
         let _watch = AbortOnDrop(shared.policy.watch());
         crate::workspace::resume_all(&shared);
+        info!(url = %format!("{}/login", shared.review.base_url), "review UI (sign in with a reviewer token; `airlock ui` prints a sign-in link)");
         let admin = crate::admin::router(shared.clone());
         let proxy = crate::listener::serve(shared.clone(), self.proxy);
         let admin_server = async move {

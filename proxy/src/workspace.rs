@@ -439,6 +439,7 @@ async fn apply(
             // A kept run stages nothing more; sealing a sealed run changes nothing.
             let (shared2, run2) = (shared.clone(), run.clone());
             blocking(move || Ok(shared2.ledger.seal(&run2, "airlock run")?)).await?;
+            crate::notify::run_sealed(shared, run);
             outcome = "files kept; effects held for review".to_owned();
         }
         DecisionKind::Rollback | DecisionKind::RollbackTo => {

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod review;
+
 pub use airlock::client::{AdminClient, ClientError};
 pub use airlock::origin::{Handler, Origin, OriginCa, Received, Reply};
 use anyhow::{bail, Context as _};

@@ -34,6 +34,7 @@ fn effect(i: usize, deps: &[usize]) -> Effect {
             })
             .collect(),
         inject: None,
+        approval: None,
     }
 }
 

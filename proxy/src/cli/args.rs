@@ -57,6 +57,14 @@ pub(super) enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Print the review UI's sign-in link (it carries the token: open it, do not share it)
+    Ui {
+        /// Print only the URL
+        #[arg(long)]
+        url_only: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Create, list or show runs
     Runs {
         #[command(subcommand)]
@@ -292,4 +300,15 @@ pub(super) struct ServeArgs {
     /// policy, which cannot override it
     #[arg(long, value_name = "FILE")]
     pub(super) baseline: Option<PathBuf>,
+    /// A named reviewer token, NAME=FILE (repeatable): the reviewer signs in to the review
+    /// UI or calls the API with the token in FILE, and decisions record NAME
+    #[arg(long = "reviewer-token", value_name = "NAME=FILE", value_parser = crate::ui::parse_reviewer_arg)]
+    pub(super) reviewer_tokens: Vec<(String, PathBuf)>,
+    /// Webhook told (POST JSON {run, pending, link}) when a run is sealed with effects
+    /// waiting for review; sent by airlock directly, not through the proxy
+    #[arg(long, value_name = "URL")]
+    pub(super) notify_webhook: Option<String>,
+    /// Base URL of the review UI for links in notifications [default: http://ADMIN]
+    #[arg(long, value_name = "URL")]
+    pub(super) ui_base_url: Option<String>,
 }

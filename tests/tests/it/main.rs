@@ -16,4 +16,5 @@ mod ssrf;
 mod stage;
 mod tls;
 mod tunnel;
+mod ui;
 mod websocket;

@@ -1,0 +1,82 @@
+//! Approvals bound to the exact request: who approved an effect, when, and the SHA-256
+//! digest of the body they saw. Release checks the binding, so an effect whose request
+//! changed after it was approved is never sent on the old approval.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{now_ms, Digest, Effect};
+
+/// A reviewer's approval of one effect as it stood.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    /// The reviewer: the name of the admin token that approved (`admin` for the default
+    /// token), or the actor that approved on a reviewer's behalf (`admin (approve_pending)`).
+    pub by: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Digest of the request body the reviewer approved.
+    pub body_digest: Digest,
+}
+
+impl Approval {
+    /// An approval of `effect` as it stands now, by `by`.
+    pub fn of(effect: &Effect, by: &str) -> Self {
+        Self {
+            by: by.to_owned(),
+            at_ms: now_ms(),
+            body_digest: effect.body_digest.clone(),
+        }
+    }
+}
+
+/// Why an approved effect may not be released on its approval.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalMismatch {
+    /// The request recorded now is not the one the reviewer approved.
+    #[error(
+        "the request changed after it was approved: {by} approved body {approved}, the effect now carries {now}; approve it again to release it"
+    )]
+    Changed {
+        /// Who approved.
+        by: String,
+        /// The digest the reviewer approved.
+        approved: Digest,
+        /// The digest the effect carries now.
+        now: Digest,
+    },
+    /// The stored body does not hash to the effect's digest (storage was altered).
+    #[error("the stored body hashes to {actual}, not to the effect's digest {expected}")]
+    Body {
+        /// The effect's recorded digest.
+        expected: Digest,
+        /// The digest of the body found in storage.
+        actual: Digest,
+    },
+}
+
+impl Effect {
+    /// Checks that `body` (the body about to be released, before placeholder substitution)
+    /// is the request the reviewer approved: its SHA-256 equals the effect's digest, and the
+    /// effect's digest equals the approval's.
+    ///
+    /// Errors: [`ApprovalMismatch::Changed`] or [`ApprovalMismatch::Body`].
+    pub fn check_approval(&self, body: &[u8]) -> Result<(), ApprovalMismatch> {
+        let actual = Digest::of(body);
+        if actual != self.body_digest {
+            return Err(ApprovalMismatch::Body {
+                expected: self.body_digest.clone(),
+                actual,
+            });
+        }
+        match &self.approval {
+            Some(approval) if approval.body_digest != self.body_digest => {
+                Err(ApprovalMismatch::Changed {
+                    by: approval.by.clone(),
+                    approved: approval.body_digest.clone(),
+                    now: self.body_digest.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}

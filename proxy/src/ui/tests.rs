@@ -1,0 +1,146 @@
+//! Unit tests of the review UI: arguments, redirects, the commit plan, the lineage graph.
+
+use airlock_ledger::{Dependency, Digest, Effect, EffectId, EffectState, RunId};
+
+use super::graph::svg;
+use super::pages::plan;
+use super::*;
+
+fn effect(seq: u64, state: EffectState, parents: &[u64]) -> Effect {
+    Effect {
+        id: EffectId(format!("eff_{seq:026}")),
+        run_id: RunId("run_0".into()),
+        seq,
+        method: "POST".into(),
+        url: format!("https://api.example.com/items/{seq}"),
+        headers: Vec::new(),
+        body_digest: Digest::of(b""),
+        body_len: 0,
+        rule: Some("items".into()),
+        policy_revision: String::new(),
+        created_at_ms: 0,
+        state,
+        state_reason: None,
+        decisions: Vec::new(),
+        release: None,
+        placeholders: Vec::new(),
+        depends_on: parents
+            .iter()
+            .map(|p| Dependency {
+                effect: EffectId(format!("eff_{p:026}")),
+                value: p.to_string(),
+                found_in: "url".into(),
+            })
+            .collect(),
+        approval: None,
+        inject: None,
+    }
+}
+
+#[test]
+fn reviewer_args_and_next_paths() {
+    assert_eq!(parse_reviewer_arg("alice=/tmp/a").expect("ok").0, "alice");
+    assert!(parse_reviewer_arg("al ice=/tmp/a").is_err());
+    assert!(parse_reviewer_arg("alice").is_err());
+    assert_eq!(safe_next(Some("//evil.example")), "/");
+    assert_eq!(safe_next(Some("https://evil.example")), "/");
+    assert_eq!(safe_next(Some("/\\evil.example")), "/");
+    assert_eq!(safe_next(Some("/runs/x")), "/runs/x");
+    assert_eq!(time_utc(0), "1970-01-01 00:00:00");
+}
+
+#[test]
+fn reviewers_need_long_distinct_tokens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let short = dir.path().join("short");
+    std::fs::write(&short, "abc\n").expect("write");
+    let same = dir.path().join("same");
+    std::fs::write(&same, "admin-token-0123456789\n").expect("write");
+    let alice = dir.path().join("alice");
+    std::fs::write(&alice, "alice-token-0123456789\n").expect("write");
+    let admin = "admin-token-0123456789";
+    assert!(matches!(
+        load_reviewers(admin, &[("bob".into(), short)]),
+        Err(ReviewerError::Short { .. })
+    ));
+    assert!(matches!(
+        load_reviewers(admin, &[("bob".into(), same)]),
+        Err(ReviewerError::Duplicate(_))
+    ));
+    let reviewers = load_reviewers(admin, &[("alice".into(), alice)]).expect("admin and alice");
+    assert_eq!(
+        reviewer_for_token(&reviewers, "alice-token-0123456789").map(|r| r.name.as_str()),
+        Some("alice")
+    );
+    assert_eq!(
+        reviewer_for_token(&reviewers, admin).map(|r| r.name.as_str()),
+        Some("admin")
+    );
+    assert!(reviewer_for_token(&reviewers, "nobody").is_none());
+    assert!(
+        !format!("{:?}", reviewers[1]).contains("0123456789"),
+        "tokens never show in Debug"
+    );
+}
+
+#[test]
+fn commit_plan_releases_parents_first_and_skips_dependents_of_rejected() {
+    let effects = vec![
+        effect(1, EffectState::Approved, &[]),
+        effect(2, EffectState::Rejected, &[]),
+        effect(3, EffectState::Approved, &[2]),
+        effect(4, EffectState::Approved, &[3]),
+        effect(5, EffectState::Approved, &[1]),
+        effect(6, EffectState::Staged, &[]),
+    ];
+    let strict = plan(&effects, false);
+    let seqs = |list: &[&Effect]| list.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&strict.release), vec![1, 5]);
+    assert_eq!(
+        strict.skip.iter().map(|(e, _)| e.seq).collect::<Vec<_>>(),
+        vec![3, 4]
+    );
+    assert!(strict.skip[0].1.contains("#2"), "{}", strict.skip[0].1);
+    assert_eq!(seqs(&strict.not_sent), vec![2, 6]);
+    assert_eq!(seqs(&strict.undecided), vec![6]);
+    let lenient = plan(&effects, true);
+    assert_eq!(seqs(&lenient.release), vec![1, 5, 6]);
+}
+
+#[test]
+fn lineage_graph_lays_out_many_nodes_without_overlap() {
+    // 60 effects: chains of three (depths 1, 2, 3), so three effect columns.
+    let effects: Vec<Effect> = (1..=60)
+        .map(|seq| match seq % 3 {
+            1 => effect(seq, EffectState::Staged, &[]),
+            _ => effect(seq, EffectState::Staged, &[seq - 1]),
+        })
+        .collect();
+    let edges: Vec<airlock_ledger::Edge> = effects
+        .iter()
+        .flat_map(airlock_ledger::placeholder_edges)
+        .collect();
+    let out = svg(&[], &effects, &edges).into_string();
+    assert_eq!(out.matches("<rect").count(), 60, "one box per effect");
+    assert_eq!(out.matches("class=\"edge placeholder\"").count(), 40);
+    // Every box has its own place.
+    let mut places: Vec<(String, String)> = out
+        .split("<rect x=\"")
+        .skip(1)
+        .map(|rest| {
+            let x = rest.split('"').next().unwrap_or_default().to_owned();
+            let y = rest
+                .split("y=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or_default()
+                .to_owned();
+            (x, y)
+        })
+        .collect();
+    places.sort();
+    places.dedup();
+    assert_eq!(places.len(), 60);
+    let columns: std::collections::BTreeSet<&String> = places.iter().map(|(x, _)| x).collect();
+    assert_eq!(columns.len(), 3, "one column per dependency depth");
+}

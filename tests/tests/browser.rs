@@ -1,0 +1,292 @@
+//! The review UI in a real headless Chromium, driven over WebDriver (chromedriver) with
+//! fantoccini: sign in, open the runs list and the run, reject the effect that leaks the
+//! read, approve the rest, commit, and see the released states and the origin's answers.
+//! Screenshots of the runs list, the run page and an effect page are saved in
+//! `target/ui-screenshots/` (the test prints the folder).
+//!
+//! Needs Debian's `chromium` and `chromedriver` (package `chromium-driver`). Without
+//! them the test is skipped with a message, except under CI (`CI` set), where it fails.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_tests::review::Scenario;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+fn on_path(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// chromedriver, killed when dropped.
+struct Driver {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_driver(chromedriver: &Path) -> Driver {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "chromedriver did not listen within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Driver { child, addr }
+}
+
+/// `target/ui-screenshots` beside this test executable (`target/<profile>/deps/browser-…`).
+fn screenshot_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_owned();
+    let dir = target.join("ui-screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    dir
+}
+
+async fn shot(client: &Client, dir: &Path, name: &str) {
+    client
+        .execute("window.scrollTo(0, 0); return null;", vec![])
+        .await
+        .expect("scroll to the top");
+    let png = client.screenshot().await.expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    std::fs::write(dir.join(name), png).expect("write screenshot");
+}
+
+async fn find(client: &Client, css: &str) -> fantoccini::elements::Element {
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+}
+
+/// Clicks what `css` finds, which loads a new page, and waits until the new page is
+/// there (the old document carried a marker the new one lacks).
+async fn click(client: &Client, css: &str) {
+    client
+        .execute("window.airlockOldPage = true; return null;", vec![])
+        .await
+        .expect("mark the page");
+    find(client, css)
+        .await
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let loaded = client
+            .execute(
+                "return window.airlockOldPage === undefined && document.readyState === 'complete';",
+                vec![],
+            )
+            .await;
+        if matches!(loaded, Ok(serde_json::Value::Bool(true))) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "clicking {css} loaded no new page"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn text_of(client: &Client, css: &str) -> String {
+    find(client, css).await.text().await.expect("text")
+}
+
+/// The state shown in an effect's row of the run page.
+async fn row_state(client: &Client, effect: &str) -> String {
+    text_of(client, &format!("tr[id='{effect}'] .badge")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviewer_rejects_the_leak_and_commits_the_rest_in_chromium() {
+    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
+    let chromedriver = on_path(&["chromedriver"]);
+    let (Some(chromium), Some(chromedriver)) = (chromium, chromedriver) else {
+        assert!(
+            !in_ci,
+            "CI is set but chromium and chromedriver are not both on PATH: .ci/run installs the Debian packages chromium and chromium-driver"
+        );
+        println!(
+            "SKIPPED reviewer_rejects_the_leak_and_commits_the_rest_in_chromium: chromium and chromedriver \
+             are not on PATH (apt-get install chromium chromium-driver)"
+        );
+        return;
+    };
+    // fantoccini's rustls connector uses the process-wide provider; airlock uses ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let s = Scenario::start(&[]).await;
+    let admin = s.admin_url().to_owned();
+    // Two more runs, so the list shows more than one state.
+    let other = s
+        .airlock
+        .post("/v1/runs", Some(json!({"profile": "docs-bot"})))
+        .await
+        .expect("a second run");
+    s.airlock
+        .post(
+            &format!("/v1/runs/{}/abort", other["id"].as_str().expect("id")),
+            None,
+        )
+        .await
+        .expect("abort it");
+    s.airlock
+        .post("/v1/runs", Some(json!({"profile": "triage"})))
+        .await
+        .expect("a third run");
+    let driver = start_driver(&chromedriver);
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        json!({
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1280,1000", "--hide-scrollbars", "--no-first-run", "--no-proxy-server"],
+        }),
+    );
+    let client = ClientBuilder::rustls()
+        .expect("rustls client")
+        .capabilities(caps)
+        .connect(&format!("http://{}", driver.addr))
+        .await
+        .expect("a WebDriver session");
+    let dir = screenshot_dir();
+    println!("screenshots: {}", dir.display());
+
+    // Sign in through the form the UI redirects to.
+    client.goto(&format!("{admin}/")).await.expect("open");
+    let token_field = find(&client, "input#token").await;
+    token_field
+        .send_keys(&s.token)
+        .await
+        .expect("type the token");
+    click(&client, "section.login button[type=submit]").await;
+
+    // The runs list.
+    let runs = text_of(&client, "table#runs").await;
+    assert!(runs.contains(&s.run), "{runs}");
+    assert!(runs.contains("4 staged"), "{runs}");
+    assert!(runs.contains("carry data from reads"), "{runs}");
+    shot(&client, &dir, "runs-list.png").await;
+
+    // The run, and the effect that leaks the read.
+    click(&client, &format!("a[href='/runs/{}']", s.run)).await;
+    find(&client, "svg.lineage").await;
+    click(&client, &format!("tr[id='{}'] td a", s.export)).await;
+    let marks = client
+        .find_all(Locator::Css("pre.body mark"))
+        .await
+        .expect("marks");
+    assert!(
+        !marks.is_empty(),
+        "the read's rows are highlighted in the body"
+    );
+    let lineage = text_of(&client, "section#lineage").await;
+    assert!(lineage.contains("read #1"), "{lineage}");
+    shot(&client, &dir, "effect-page.png").await;
+    click(&client, "div.actions button.reject").await;
+    let heading = text_of(&client, "h1").await;
+    assert!(heading.contains("rejected"), "{heading}");
+
+    // Back to the run: approve the rest, one by one.
+    click(&client, &format!("p.crumbs a[href='/runs/{}']", s.run)).await;
+    for effect in [&s.status, &s.item, &s.comment] {
+        click(&client, &format!("tr[id='{effect}'] button.approve")).await;
+        let state = row_state(&client, effect).await;
+        assert_eq!(state, "approved", "{effect}");
+    }
+    assert_eq!(row_state(&client, &s.export).await, "rejected");
+    shot(&client, &dir, "run-page.png").await;
+    // The embedded script runs under the page's Content-Security-Policy: `?` shows the keys.
+    find(&client, "body")
+        .await
+        .send_keys("?")
+        .await
+        .expect("press ?");
+    let help = text_of(&client, "div.help").await;
+    assert!(help.contains("approve"), "{help}");
+
+    // Commit: the confirmation lists exactly what will be released, in order.
+    click(&client, "a.button.primary").await;
+    let plan = text_of(&client, "table#release-plan").await;
+    let positions: Vec<usize> = ["/hooks/status", "/items ", "/comments"]
+        .iter()
+        .map(|p| {
+            plan.find(p)
+                .unwrap_or_else(|| panic!("{p} planned: {plan}"))
+        })
+        .collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{plan}");
+    assert!(!plan.contains("/hooks/export"), "{plan}");
+    let not_sent = text_of(&client, "table#not-sent").await;
+    assert!(not_sent.contains("/hooks/export"), "{not_sent}");
+    shot(&client, &dir, "commit-confirm.png").await;
+    click(&client, "form button.primary").await;
+
+    // Released states and the origin's answers.
+    let heading = text_of(&client, "h1").await;
+    assert!(heading.contains("committed"), "{heading}");
+    for effect in [&s.status, &s.item, &s.comment] {
+        assert_eq!(row_state(&client, effect).await, "released", "{effect}");
+        let origin = text_of(&client, &format!("tr[id='{effect}'] td.origin")).await;
+        assert!(origin == "200" || origin == "201", "{effect}: {origin}");
+    }
+    assert_eq!(row_state(&client, &s.export).await, "rejected");
+    shot(&client, &dir, "run-committed.png").await;
+    click(&client, &format!("tr[id='{}'] td a", s.comment)).await;
+    let origin = text_of(&client, "section#origin").await;
+    assert!(origin.contains("HTTP 201"), "{origin}");
+    assert!(origin.contains("\"ok\": true"), "{origin}");
+    shot(&client, &dir, "effect-released.png").await;
+
+    client.close().await.expect("close the session");
+    drop(driver);
+    assert_eq!(
+        s.origin_requests(),
+        vec![
+            "GET /contacts",
+            "POST /hooks/status",
+            "POST /items",
+            "POST /items/4242/comments"
+        ],
+        "the origin received exactly the approved effects"
+    );
+    println!("screenshots saved in {}", dir.display());
+}

@@ -1,0 +1,349 @@
+//! The review UI over plain HTTP (curl): access control, the review flow, reviewer
+//! identities bound to approvals, and the notification webhook. The same flow in a real
+//! browser is in tests/tests/browser.rs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_tests::review::Scenario;
+use airlock_tests::{curl, poll_until, CurlResult, Origin, Received, Reply};
+use serde_json::{json, Value};
+
+/// curl against the admin listener directly (no proxy environment).
+async fn get(url: &str, cookie: Option<&str>) -> CurlResult {
+    let mut args = vec![url.to_owned()];
+    if let Some(cookie) = cookie {
+        args.extend(["-H".to_owned(), format!("Cookie: {cookie}")]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    curl(&BTreeMap::new(), &args).await
+}
+
+async fn post_form(url: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> CurlResult {
+    let mut args = vec!["-X".to_owned(), "POST".to_owned(), url.to_owned()];
+    if let Some(cookie) = cookie {
+        args.extend(["-H".to_owned(), format!("Cookie: {cookie}")]);
+    }
+    for (name, value) in fields {
+        args.extend(["--data-urlencode".to_owned(), format!("{name}={value}")]);
+    }
+    if fields.is_empty() {
+        args.extend(["--data".to_owned(), String::new()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    curl(&BTreeMap::new(), &args).await
+}
+
+/// Signs in with `token`; returns the `name=value` of the session cookie.
+async fn sign_in(admin: &str, token: &str) -> String {
+    let out = get(&format!("{admin}/login?token={token}"), None).await;
+    assert_eq!(out.status, 303, "sign-in redirects: {}", out.headers);
+    let cookie = out.header("set-cookie").expect("a session cookie");
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Strict"), "{cookie}");
+    cookie.split(';').next().expect("name=value").to_owned()
+}
+
+fn text(out: &CurlResult) -> String {
+    String::from_utf8_lossy(&out.body).into_owned()
+}
+
+/// The CSRF token in a page's forms.
+fn csrf(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF token")
+        + 19;
+    page[at..].split('"').next().expect("value").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_session_every_page_and_action_is_refused_and_the_proxy_never_serves_the_ui() {
+    let s = Scenario::start(&[]).await;
+    let admin = s.admin_url();
+    for path in [
+        "/".to_owned(),
+        format!("/runs/{}", s.run),
+        format!("/runs/{}/commit", s.run),
+        format!("/effects/{}", s.export),
+    ] {
+        let out = get(&format!("{admin}{path}"), None).await;
+        assert_eq!(out.status, 303, "{path} without a session");
+        let location = out.header("location").expect("to the sign-in page");
+        assert!(location.starts_with("/login?next="), "{location}");
+        assert!(!text(&out).contains(&s.run), "{path} shows nothing");
+    }
+    // Forged or absent sessions cannot act.
+    for cookie in [None, Some("airlock_session=admin.99999999999999.00ff")] {
+        let out = post_form(
+            &format!("{admin}/effects/{}/approve", s.export),
+            cookie,
+            &[("csrf", "x")],
+        )
+        .await;
+        assert_eq!(out.status, 401, "approve without a session");
+        let out = post_form(&format!("{admin}/runs/{}/commit", s.run), cookie, &[]).await;
+        assert_eq!(out.status, 401, "commit without a session");
+    }
+    // A wrong token gets no session.
+    let out = get(&format!("{admin}/login?token=not-the-token"), None).await;
+    assert_eq!(out.status, 401);
+    assert!(out.header("set-cookie").is_none());
+    // The JSON API still needs the bearer token; a session cookie is not enough.
+    let cookie = sign_in(admin, &s.token).await;
+    let out = get(&format!("{admin}/v1/runs"), Some(&cookie)).await;
+    assert_eq!(out.status, 401, "the API wants the bearer token");
+    // The proxy listener never serves the UI: not directly…
+    let proxy = format!("http://{}", s.airlock.proxy);
+    let out = get(&format!("{proxy}/login?token={}", s.token), None).await;
+    assert_ne!(out.status, 200, "{}", text(&out));
+    assert!(out.header("set-cookie").is_none());
+    assert!(!text(&out).contains("Sign in"), "{}", text(&out));
+    // …nor as a proxied request to the admin address.
+    let (_, env) = s.airlock.create_run().await;
+    let out = curl(&env, &[&format!("{admin}/login?token={}", s.token)]).await;
+    assert_ne!(out.status, 200, "{}", text(&out));
+    assert!(out.header("set-cookie").is_none());
+    assert!(s.origin_requests().iter().all(|r| r == "GET /contacts"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_flow_over_http_rejects_the_leak_and_releases_the_rest() {
+    let s = Scenario::start(&[]).await;
+    let admin = s.admin_url();
+    let cookie = sign_in(admin, &s.token).await;
+
+    let list = get(&format!("{admin}/"), Some(&cookie)).await;
+    assert_eq!(list.status, 200);
+    assert!(list.header("content-security-policy").is_some());
+    let page = text(&list);
+    assert!(page.contains(&s.run) && page.contains("4 staged"), "{page}");
+    assert!(
+        page.contains("carry data from reads"),
+        "the leak is flagged"
+    );
+    let sealed_only = text(&get(&format!("{admin}/?state=sealed"), Some(&cookie)).await);
+    assert!(!sealed_only.contains(&s.run), "the state filter applies");
+
+    let run_page = text(&get(&format!("{admin}/runs/{}", s.run), Some(&cookie)).await);
+    for effect in [&s.status, &s.export, &s.item, &s.comment] {
+        assert!(run_page.contains(effect.as_str()), "{effect} listed");
+    }
+    assert!(run_page.contains("<svg"), "lineage graph");
+    assert!(
+        run_page.contains("read #1 GET /contacts"),
+        "the read feeds an effect"
+    );
+
+    let effect_page = text(&get(&format!("{admin}/effects/{}", s.export), Some(&cookie)).await);
+    let api = s
+        .airlock
+        .admin
+        .get(&format!("/v1/effects/{}", s.export))
+        .await
+        .expect("effect");
+    assert!(
+        effect_page.contains("<mark>"),
+        "the shared passage is highlighted: {}",
+        api["lineage"]
+    );
+    assert!(effect_page.contains("synthetic response"));
+    assert!(effect_page.contains("JSON"), "the body is recognised");
+
+    // A form without the session's CSRF token changes nothing.
+    let token = csrf(&run_page);
+    let forged = post_form(
+        &format!("{admin}/effects/{}/reject", s.export),
+        Some(&cookie),
+        &[("csrf", "0000")],
+    )
+    .await;
+    assert_eq!(forged.status, 403);
+    let reject = post_form(
+        &format!("{admin}/effects/{}/reject", s.export),
+        Some(&cookie),
+        &[("csrf", &token)],
+    )
+    .await;
+    assert_eq!(reject.status, 303, "{}", text(&reject));
+    for rule in ["hooks", "create-item", "item-writes"] {
+        let out = post_form(
+            &format!("{admin}/runs/{}/approve-rule", s.run),
+            Some(&cookie),
+            &[("csrf", &token), ("rule", rule)],
+        )
+        .await;
+        assert_eq!(out.status, 303, "{}", text(&out));
+    }
+    let confirm = text(&get(&format!("{admin}/runs/{}/commit", s.run), Some(&cookie)).await);
+    let plan = confirm
+        .split("id=\"release-plan\"")
+        .nth(1)
+        .expect("a release plan");
+    let plan = plan.split("</table>").next().expect("table");
+    let order: Vec<usize> = [&s.status, &s.item, &s.comment]
+        .iter()
+        .map(|id| plan.find(id.as_str()).expect("planned"))
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "parents first, staging order"
+    );
+    assert!(
+        !plan.contains(s.export.as_str()),
+        "the rejected export is not planned"
+    );
+    let commit = post_form(
+        &format!("{admin}/runs/{}/commit", s.run),
+        Some(&cookie),
+        &[("csrf", &token)],
+    )
+    .await;
+    assert_eq!(commit.status, 303, "{}", text(&commit));
+
+    let after = text(&get(&format!("{admin}/runs/{}", s.run), Some(&cookie)).await);
+    assert!(after.contains("state-committed"), "{after}");
+    let comment_page = text(&get(&format!("{admin}/effects/{}", s.comment), Some(&cookie)).await);
+    assert!(
+        comment_page.contains("Origin&#39;s response")
+            || comment_page.contains("Origin's response")
+    );
+    assert!(
+        comment_page.contains("HTTP <strong>201</strong>"),
+        "{comment_page}"
+    );
+    assert_eq!(
+        s.origin_requests(),
+        vec![
+            "GET /contacts",
+            "POST /hooks/status",
+            "POST /items",
+            "POST /items/4242/comments"
+        ],
+        "the origin got exactly the approved effects"
+    );
+    // Decisions carry the reviewer's name and the approved body's digest.
+    let effect = s
+        .airlock
+        .admin
+        .get(&format!("/v1/effects/{}", s.status))
+        .await
+        .expect("effect");
+    assert_eq!(effect["approval"]["by"], "admin");
+    assert_eq!(effect["approval"]["body_digest"], effect["body_digest"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_reviewer_tokens_sign_decisions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alice = dir.path().join("alice.token");
+    std::fs::write(&alice, "alice-secret-token-0123456789\n").expect("write");
+    let arg = format!("alice={}", alice.display());
+    let s = Scenario::start(&["--reviewer-token", &arg]).await;
+    let admin = s.admin_url();
+    // In the UI…
+    let cookie = sign_in(admin, "alice-secret-token-0123456789").await;
+    let page = text(&get(&format!("{admin}/runs/{}", s.run), Some(&cookie)).await);
+    assert!(
+        page.contains("signed in as <strong>alice</strong>"),
+        "{page}"
+    );
+    let out = post_form(
+        &format!("{admin}/effects/{}/approve", s.status),
+        Some(&cookie),
+        &[("csrf", &csrf(&page))],
+    )
+    .await;
+    assert_eq!(out.status, 303);
+    // …and in the API, with the bearer token.
+    let bob_style = airlock_tests::AdminClient::new(admin, "alice-secret-token-0123456789");
+    bob_style
+        .post(&format!("/v1/effects/{}/reject", s.export), None)
+        .await
+        .expect("alice rejects through the API");
+    let status = s
+        .airlock
+        .admin
+        .get(&format!("/v1/effects/{}", s.status))
+        .await
+        .expect("effect");
+    assert_eq!(status["approval"]["by"], "alice");
+    assert_eq!(status["decisions"][0]["by"], "alice");
+    let export = s
+        .airlock
+        .admin
+        .get(&format!("/v1/effects/{}", s.export))
+        .await
+        .expect("effect");
+    assert_eq!(export["decisions"][0]["by"], "alice");
+    assert_eq!(export["approval"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_is_told_when_a_run_is_sealed_with_pending_effects() {
+    let hook = Origin::start(
+        None,
+        Arc::new(|_: &Received| Reply::json(200, &json!({"ok": true}))),
+    )
+    .await
+    .expect("webhook receiver");
+    let url = format!("http://127.0.0.1:{}/chat/hook", hook.addr().port());
+    let s = Scenario::start(&[
+        "--notify-webhook",
+        &url,
+        "--ui-base-url",
+        "https://review.example.test/",
+    ])
+    .await;
+    assert!(hook.received().is_empty(), "nothing before the seal");
+    s.airlock
+        .post(&format!("/v1/runs/{}/seal", s.run), None)
+        .await
+        .expect("seal");
+    let got = poll_until(Duration::from_secs(20), || {
+        let received = hook.received();
+        async move { received.first().cloned() }
+    })
+    .await
+    .expect("the webhook is called");
+    assert_eq!(got.method, "POST");
+    assert_eq!(got.path, "/chat/hook");
+    let body: Value = serde_json::from_slice(&got.body).expect("JSON");
+    assert_eq!(body["run"], s.run.as_str());
+    assert_eq!(body["pending"], 4);
+    assert_eq!(
+        body["link"],
+        format!("https://review.example.test/runs/{}", s.run).as_str()
+    );
+    // Sent directly: not journaled as a read of any run, and the origin saw only the read.
+    let reads = s
+        .airlock
+        .admin
+        .get(&format!("/v1/runs/{}/reads", s.run))
+        .await
+        .expect("reads");
+    assert_eq!(reads["reads"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn airlock_ui_prints_a_sign_in_link_that_works() {
+    let s = Scenario::start(&[]).await;
+    let out = std::process::Command::new(airlock_tests::airlock_bin())
+        .args(["ui", "--url-only", "--data"])
+        .arg(s.fx.data_dir())
+        .env_remove("AIRLOCK_ADMIN")
+        .env_remove("AIRLOCK_TOKEN")
+        .output()
+        .expect("airlock ui");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(url, format!("{}/login?token={}", s.admin_url(), s.token));
+    let signed_in = get(&url, None).await;
+    assert_eq!(signed_in.status, 303);
+    assert!(signed_in.header("set-cookie").is_some());
+}
