@@ -31,7 +31,40 @@ pub(crate) struct WireRule {
     pub(crate) action: Option<WireAction>,
     pub(crate) reason: Option<String>,
     pub(crate) allow_private: Option<Vec<String>>,
-    pub(crate) respond: Option<WireRespond>,
+    pub(crate) respond: Option<WireRespondField>,
+}
+
+/// `respond = "github"` (an adapter by name) or a `[rule.respond]` table (a template).
+///
+/// Deserialised by hand rather than `untagged`, so a mistake inside the table keeps
+/// toml's own message (unknown key, wrong type) instead of "did not match any variant".
+#[derive(Debug)]
+pub(crate) enum WireRespondField {
+    Adapter(String),
+    Template(WireRespond),
+}
+
+impl<'de> Deserialize<'de> for WireRespondField {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = WireRespondField;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an adapter name (like \"github\") or a [rule.respond] table")
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Self::Value, E> {
+                Ok(WireRespondField::Adapter(value.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                WireRespond::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(WireRespondField::Template)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// `[rule.respond]`: the synthetic response of a stage rule.

@@ -4,6 +4,7 @@
 //! `main.rs` is a thin CLI over this library; tests and the demo run [`Server`] in-process
 //! or as the `airlock` binary.
 
+pub mod adapters;
 pub mod admin;
 pub mod body;
 pub mod ca;

@@ -33,6 +33,9 @@ fn effect(i: usize, deps: &[usize]) -> Effect {
                 found_in: "url".into(),
             })
             .collect(),
+        summary: None,
+        adapter: None,
+        compensates: None,
     }
 }
 
