@@ -297,6 +297,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Compensate { run, admin } => crate::compensate::cli(&run, &admin).await,
         Command::Abort { run, admin } => {
             let client = connect(&admin)?;
             let run = client.post(&format!("/v1/runs/{run}/abort"), None).await?;

@@ -10,6 +10,7 @@ pub mod body;
 pub mod ca;
 pub mod cli;
 pub mod client;
+pub mod compensate;
 pub mod config;
 pub mod demo;
 pub mod dial;
