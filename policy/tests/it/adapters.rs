@@ -58,3 +58,26 @@ fn a_pass_rule_cannot_name_an_adapter() {
     .to_string();
     assert!(error.contains("only a stage rule"), "{error}");
 }
+
+#[test]
+fn the_forge_example_names_its_adapters() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies/forge.toml");
+    let policy = Policy::load(&path).expect("the example policy loads");
+    let adapters: Vec<(&str, Option<&str>)> = policy
+        .rules()
+        .iter()
+        .map(|rule| (rule.id(), rule.adapter()))
+        .collect();
+    assert_eq!(
+        adapters,
+        [
+            ("github-reads", None),
+            ("git-push", Some("git")),
+            ("api-reads", None),
+            ("api-graphql", Some("graphql")),
+            ("api-writes", Some("github")),
+            ("slack", Some("slack")),
+        ]
+    );
+}
