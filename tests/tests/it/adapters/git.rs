@@ -138,6 +138,28 @@ async fn git_push_is_staged_git_exits_0_and_commit_releases_it() {
         Some(head),
         "the remote has the commit"
     );
+    assert_eq!(ref_of(&root, "refs/heads/main"), Some(main.clone()));
+
+    // The compensation deletes the branch the push created, once approved and committed.
+    let compensation = airlock
+        .post(&format!("/v1/runs/{run}/compensate"), None)
+        .await
+        .expect("compensate");
+    assert_eq!(
+        compensation["effects"][0]["summary"],
+        "undo push (approximate): delete refs/heads/agent/cleanup"
+    );
+    let target = compensation["compensation_run"]
+        .as_str()
+        .expect("a run")
+        .to_owned();
+    let report = super::approve_all_and_commit(&airlock, &target).await;
+    assert_eq!(report["state"], "committed", "{report}");
+    assert_eq!(
+        ref_of(&root, "refs/heads/agent/cleanup"),
+        None,
+        "the branch is gone"
+    );
     assert_eq!(ref_of(&root, "refs/heads/main"), Some(main));
 }
 
@@ -203,4 +225,51 @@ async fn a_push_to_a_remote_that_moved_fails_with_gits_reason() {
         moved,
         "the other push stands"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_push_is_compensated_by_putting_the_ref_back() {
+    if !git_http::available() {
+        eprintln!("git is not installed: skipped");
+        return;
+    }
+    let fx = Fixture::new();
+    let root = fx.dir.path().join("git");
+    std::fs::create_dir_all(&root).expect("root");
+    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
+        .await
+        .expect("origin");
+    let port = origin.addr().port();
+    let work = fx.dir.path().join("work");
+    let main = repositories(
+        &root,
+        &work,
+        &format!("https://127.0.0.1:{port}/remote.git"),
+    );
+    let airlock = fx.start(&policy(port), &[]);
+    let (run, env) = airlock.create_run().await;
+    std::fs::write(work.join("AGENT"), "agent\n").expect("write");
+    git(&work, &["add", "AGENT"]);
+    git(&work, &["commit", "-q", "-m", "agent change"]);
+    let out = push(&work, &env, "main").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = super::approve_all_and_commit(&airlock, &run).await;
+    assert_eq!(report["state"], "committed", "{report}");
+    assert_ne!(ref_of(&root, "refs/heads/main"), Some(main.clone()));
+
+    let compensation = airlock
+        .post(&format!("/v1/runs/{run}/compensate"), None)
+        .await
+        .expect("compensate");
+    let target = compensation["compensation_run"]
+        .as_str()
+        .expect("a run")
+        .to_owned();
+    let report = super::approve_all_and_commit(&airlock, &target).await;
+    assert_eq!(report["state"], "committed", "{report}");
+    assert_eq!(ref_of(&root, "refs/heads/main"), Some(main), "main is back");
 }
