@@ -106,6 +106,30 @@ async fn compensate_stages_inverses_of_released_effects_in_reverse_order() {
         "the release fails: {report}"
     );
 
+    for args in [
+        vec!["runs", "show", run.as_str()],
+        vec!["effects", run.as_str()],
+    ] {
+        let out = Command::new(airlock_bin())
+            .args(&args)
+            .arg("--data")
+            .arg(fx.data_dir())
+            .env_remove("AIRLOCK_ADMIN")
+            .env_remove("AIRLOCK_TOKEN")
+            .output()
+            .expect("airlock");
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            shown.contains("open PR acme/widgets#? 'Fix' from fix → main"),
+            "{args:?} shows summaries: {shown}"
+        );
+    }
+
     let out = Command::new(airlock_bin())
         .args(["compensate", &run, "--data"])
         .arg(fx.data_dir())
