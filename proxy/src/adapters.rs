@@ -235,6 +235,13 @@ pub trait Adapter: Send + Sync {
     /// Recognises the endpoint and plans the effect: summary and placeholders.
     fn plan(&self, call: &Call<'_>) -> Plan;
 
+    /// The answer to a request that provably changes nothing at the origin and that the
+    /// client sends only to probe it (git's receive-pack probe: a body that is a lone
+    /// flush packet), given without staging an effect. `None` (the default) stages it.
+    fn answer_without_effect(&self, _call: &Call<'_>) -> Option<Synthetic> {
+        None
+    }
+
     /// The synthetic response of a staged effect; `effect.placeholders` holds the values
     /// allocated for the plan's pointers. Deterministic: read-your-staged-writes renders
     /// the same object again.

@@ -52,6 +52,10 @@ pub async fn stage(
         template: template.as_ref(),
     };
     let mut adapter = adapters::for_rule(shared, rule);
+    if let Some(answer) = adapter.answer_without_effect(&call) {
+        info!(run.id = %run, url = %url, adapter = adapter.name(), "a probe that changes nothing was answered without staging");
+        return Ok(answer.into_response(None));
+    }
     let mut plan = adapter.plan(&call);
     if plan.endpoint.is_none() {
         // An endpoint the rule's adapter does not know is answered like a webhook.

@@ -244,6 +244,25 @@ impl Adapter for Git {
         Plan::new("receive-pack", summary(&push, &remote), &[])
     }
 
+    fn answer_without_effect(&self, call: &Call<'_>) -> Option<Synthetic> {
+        // git sends a large push chunked, after probing the URL with a lone flush packet
+        // (remote-curl.c `probe_rpc`); receive-pack reads no command from it and does nothing.
+        (call.method == "POST"
+            && call.path().ends_with("/git-receive-pack")
+            && call.body == b"0000")
+            .then(|| Synthetic {
+                status: 200,
+                headers: vec![
+                    (
+                        "content-type".into(),
+                        "application/x-git-receive-pack-result".into(),
+                    ),
+                    ("cache-control".into(), "no-cache".into()),
+                ],
+                body: Vec::new(),
+            })
+    }
+
     fn respond(&self, call: &Call<'_>, _effect: &Effect) -> Synthetic {
         let push = parse_push(call.body).unwrap_or_default();
         Synthetic {

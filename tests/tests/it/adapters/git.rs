@@ -273,3 +273,51 @@ async fn an_update_push_is_compensated_by_putting_the_ref_back() {
     assert_eq!(report["state"], "committed", "{report}");
     assert_eq!(ref_of(&root, "refs/heads/main"), Some(main), "main is back");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_over_gits_post_buffer_is_staged_and_released() {
+    if !git_http::available() {
+        eprintln!("git is not installed: skipped");
+        return;
+    }
+    let fx = Fixture::new();
+    let root = fx.dir.path().join("git");
+    std::fs::create_dir_all(&root).expect("root");
+    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
+        .await
+        .expect("origin");
+    let port = origin.addr().port();
+    let work = fx.dir.path().join("work");
+    repositories(
+        &root,
+        &work,
+        &format!("https://127.0.0.1:{port}/remote.git"),
+    );
+    let airlock = fx.start(&policy(port), &[]);
+    let (run, env) = airlock.create_run().await;
+    // 3 MiB that do not compress: git sends the pack chunked, after a probe request.
+    let mut noise = Vec::with_capacity(3 << 20);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while noise.len() < 3 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(work.join("blob.bin"), &noise).expect("write");
+    git(&work, &["checkout", "-q", "-b", "agent/big"]);
+    git(&work, &["add", "blob.bin"]);
+    git(&work, &["commit", "-q", "-m", "big"]);
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    let out = push(&work, &env, "agent/big").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1, "one effect, no probe: {effects:?}");
+    let report = super::approve_all_and_commit(&airlock, &run).await;
+    assert_eq!(report["state"], "committed", "{report}");
+    assert_eq!(ref_of(&root, "refs/heads/agent/big"), Some(head));
+}
