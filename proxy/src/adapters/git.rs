@@ -123,6 +123,62 @@ pub fn parse_push(body: &[u8]) -> Option<PushRequest> {
     (!push.commands.is_empty()).then_some(push)
 }
 
+/// Objects and commits in the pack that follows the commands, when it can be walked
+/// (git's `Documentation/gitformat-pack.txt`: `PACK`, version, object count, then per
+/// object a type-and-size header, a delta base for delta types, and a zlib stream).
+/// Commits stored as deltas are not counted.
+pub fn pack_stats(body: &[u8]) -> Option<(u32, u32)> {
+    let (_, start) = pkt_lines(body);
+    let pack = body.get(start..)?;
+    if pack.len() < 12 || &pack[..4] != b"PACK" {
+        return None;
+    }
+    let objects = u32::from_be_bytes([pack[8], pack[9], pack[10], pack[11]]);
+    let mut at = 12;
+    let mut commits = 0;
+    let mut scratch = vec![0u8; 64 * 1024];
+    for _ in 0..objects {
+        let mut byte = *pack.get(at)?;
+        at += 1;
+        let kind = (byte >> 4) & 7;
+        while byte & 0x80 != 0 {
+            byte = *pack.get(at)?;
+            at += 1;
+        }
+        match kind {
+            6 => {
+                // OFS_DELTA: a variable-length offset.
+                while pack.get(at)? & 0x80 != 0 {
+                    at += 1;
+                }
+                at += 1;
+            }
+            7 => at += 20,
+            _ => {}
+        }
+        if kind == 1 {
+            commits += 1;
+        }
+        let mut inflate = flate2::Decompress::new(true);
+        loop {
+            let (before_in, before_out) = (inflate.total_in(), inflate.total_out());
+            let status = inflate
+                .decompress(pack.get(at..)?, &mut scratch, flate2::FlushDecompress::None)
+                .ok()?;
+            at += usize::try_from(inflate.total_in() - before_in).ok()?;
+            match status {
+                flate2::Status::StreamEnd => break,
+                // No progress: a truncated or corrupt stream.
+                _ if inflate.total_in() == before_in && inflate.total_out() == before_out => {
+                    return None
+                }
+                _ => {}
+            }
+        }
+    }
+    Some((objects, commits))
+}
+
 fn is_object_id(text: &str) -> bool {
     matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -210,15 +266,18 @@ pub fn check_report(push: &PushRequest, response: &[u8]) -> Result<(), String> {
     }
 }
 
-/// `push N ref update(s): REF OLD..NEW, …`
-pub fn summary(push: &PushRequest, remote: &str) -> String {
+/// `push N ref update(s) [(C commit(s), O object(s))] to REMOTE: REF OLD..NEW, …`
+pub fn summary(push: &PushRequest, remote: &str, pack: Option<(u32, u32)>) -> String {
     let updates: Vec<String> = push
         .commands
         .iter()
         .map(|c| format!("{} {}..{}", c.name, short(&c.old), short(&c.new)))
         .collect();
+    let contents = pack.map_or(String::new(), |(objects, commits)| {
+        format!(" ({commits} commit(s), {objects} object(s))")
+    });
     format!(
-        "push {} ref update(s) to {remote}: {}",
+        "push {} ref update(s){contents} to {remote}: {}",
         push.commands.len(),
         updates.join(", ")
     )
@@ -241,7 +300,11 @@ impl Adapter for Git {
             call.authority(),
             call.path().trim_end_matches("/git-receive-pack")
         );
-        Plan::new("receive-pack", summary(&push, &remote), &[])
+        Plan::new(
+            "receive-pack",
+            summary(&push, &remote, pack_stats(call.body)),
+            &[],
+        )
     }
 
     fn answer_without_effect(&self, call: &Call<'_>) -> Option<Synthetic> {

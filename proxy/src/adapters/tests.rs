@@ -22,6 +22,11 @@ fn commands_and_capabilities_are_parsed() {
     assert_eq!(push.commands[1].name, "refs/heads/other");
     assert!(push.capabilities.contains(&"side-band-64k".to_owned()));
     assert!(parse_push(b"hello").is_none());
+    assert_eq!(
+        super::git::pack_stats(&push_body("report-status")),
+        None,
+        "no valid pack"
+    );
 }
 
 #[test]

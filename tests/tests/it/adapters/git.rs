@@ -125,7 +125,7 @@ async fn git_push_is_staged_git_exits_0_and_commit_releases_it() {
     );
     let summary = effects[0]["summary"].as_str().expect("summary");
     assert!(
-        summary.starts_with("push 1 ref update(s)")
+        summary.starts_with("push 1 ref update(s) (1 commit(s), 3 object(s))")
             && summary.contains(&format!("refs/heads/agent/cleanup 0000000..{}", &head[..7])),
         "{summary}"
     );
