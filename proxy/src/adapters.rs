@@ -377,11 +377,19 @@ pub async fn answer_read(
     }
     let ledger = shared.ledger.clone();
     let run_id = run.clone();
+    let parent_ids = parents.to_vec();
     let staged = tokio::task::spawn_blocking(move || -> Option<Vec<Staged>> {
         let effects = ledger.effects(&run_id).ok()?;
+        // Only effects of the parents' adapters can answer: their bodies are loaded.
+        let adapters: Vec<Option<String>> = effects
+            .iter()
+            .filter(|e| parent_ids.contains(&e.id))
+            .map(|e| e.adapter.clone())
+            .collect();
         Some(
             effects
                 .into_iter()
+                .filter(|effect| adapters.contains(&effect.adapter))
                 .filter_map(|effect| {
                     let body = ledger.body(&effect.body_digest).ok()??;
                     Some(Staged { effect, body })
