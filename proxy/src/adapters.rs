@@ -428,9 +428,7 @@ pub async fn answer_read(
             answer
                 .headers
                 .push(("airlock-staged-read".into(), adapter.name().into()));
-            if method == "HEAD" {
-                answer.body.clear();
-            }
+            // For HEAD, hyper sends the head (Content-Length of the GET) without the body.
             tracing::info!(run.id = %run, url = %url, adapter = adapter.name(), "read answered from staged state");
             return Some(answer.into_response(Some(parent.as_str())));
         }

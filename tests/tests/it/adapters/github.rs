@@ -164,6 +164,9 @@ pr = ok(s.post(f"{repo}/pulls", json={"title": "Fix flaky test", "head": "agent/
 n = pr["number"]
 again = ok(s.get(f"{repo}/pulls/{n}"))
 assert again["number"] == n and again["title"] == "Fix flaky test", again
+head = s.head(f"{repo}/pulls/{n}")
+assert head.status_code == 200 and int(head.headers["content-length"]) > 0 and not head.content, head.headers
+assert head.headers["airlock-staged-read"] == "github", head.headers
 comment = ok(s.post(f"{repo}/issues/{n}/comments", json={"body": "CI is green now"}))
 labels = ok(s.post(f"{repo}/issues/{n}/labels", json={"labels": ["bug"]}))
 comments = ok(s.get(f"{repo}/issues/{n}/comments"))
