@@ -110,7 +110,7 @@ pub async fn stage(
         }
     };
     info!(run.id = %run, effect.id = %effect.id, effect.seq = effect.seq, url = %url,
-          effect.depends_on = effect.depends_on.len(), "effect staged");
+          effect.depends_on = effect.depends_on.len(), effect.adapter = adapter.name(), "effect staged");
     if !effect.placeholders.is_empty() {
         // The run now has more placeholders to look for.
         shared
