@@ -2,8 +2,8 @@
 
 use crate::error::{LedgerError, Refused};
 use crate::model::{
-    now_ms, DecisionRecord, Digest, Effect, EffectId, EffectState, IssuedPlaceholder, NewEffect,
-    ReleaseRecord, RunId, RunState,
+    now_ms, DecisionRecord, Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder,
+    NewEffect, ReleaseRecord, RunId, RunState,
 };
 use crate::{decode, encode, index_key, run_prefix, Ledger, ReleaseOutcome, Result, Verdict};
 
@@ -14,6 +14,12 @@ impl Ledger {
     /// Errors: [`Refused::RunNotOpen`] when the run is sealed, committing, finished or
     /// aborted; [`LedgerError::NotFound`] for an unknown run.
     pub fn stage(&self, new: NewEffect<'_>) -> Result<Effect> {
+        self.stage_with(new, EffectNotes::default())
+    }
+
+    /// [`Ledger::stage`] with an adapter's notes (summary, adapter name, compensated
+    /// effect) stored on the effect. Same errors.
+    pub fn stage_with(&self, new: NewEffect<'_>, notes: EffectNotes) -> Result<Effect> {
         let digest = Digest::of(new.body);
         let effect = {
             let _guard = self.lock();
@@ -47,6 +53,9 @@ impl Ledger {
                 depends_on: new.depends_on,
                 inject: new.inject.map(str::to_owned),
                 approval: None,
+                summary: notes.summary,
+                adapter: notes.adapter,
+                compensates: notes.compensates,
             };
             for placeholder in &effect.placeholders {
                 let issued = IssuedPlaceholder {

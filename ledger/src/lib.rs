@@ -26,9 +26,9 @@ pub use lineage::{
     EdgeKind, EdgeSource, EffectLineage, Notable, ReadContent, Readiness,
 };
 pub use model::{
-    now_ms, DecisionRecord, Dependency, Digest, Effect, EffectId, EffectState, Header, HeaderText,
-    IssuedPlaceholder, NewEffect, Placeholder, PlaceholderSpec, Read, ReleaseRecord, Run, RunId,
-    RunState, ValueKind,
+    now_ms, DecisionRecord, Dependency, Digest, Effect, EffectId, EffectNotes, EffectState, Header,
+    HeaderText, IssuedPlaceholder, NewEffect, Placeholder, PlaceholderSpec, Read, ReleaseRecord,
+    Run, RunId, RunState, ValueKind,
 };
 pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use workspace::{

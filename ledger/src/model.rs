@@ -374,6 +374,28 @@ pub struct Effect {
     /// effect is approved, and for effects approved before approvals were recorded).
     #[serde(default)]
     pub approval: Option<crate::approval::Approval>,
+    /// The adapter's one-line account of the effect for reviewers (absent for effects
+    /// staged before adapters existed).
+    #[serde(default)]
+    pub summary: Option<String>,
+    /// The adapter that answered the effect (`webhook`, `github`, …), when one did.
+    #[serde(default)]
+    pub adapter: Option<String>,
+    /// The released effect this one compensates (an approximate inverse), when it is a
+    /// compensation.
+    #[serde(default)]
+    pub compensates: Option<EffectId>,
+}
+
+/// What an adapter adds to a staged effect, for [`crate::Ledger::stage_with`].
+#[derive(Debug, Clone, Default)]
+pub struct EffectNotes {
+    /// One-line account for reviewers.
+    pub summary: Option<String>,
+    /// The adapter's name.
+    pub adapter: Option<String>,
+    /// The effect this one compensates.
+    pub compensates: Option<EffectId>,
 }
 
 /// The type a placeholder imitates.

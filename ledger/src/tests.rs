@@ -284,3 +284,56 @@ fn approve_pending_records_the_approval_too() {
     assert_eq!(approval.by, "carol (approve_pending)");
     assert_eq!(approval.body_digest, staged.body_digest);
 }
+
+#[test]
+fn an_adapters_notes_are_kept_and_old_records_read_without_them() {
+    let (dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    let original = stage(&ledger, &run.id, b"x").expect("staged");
+    let noted = ledger
+        .stage_with(
+            NewEffect {
+                run_id: &run.id,
+                method: "POST",
+                url: "https://api.example/repos/o/r/pulls",
+                headers: Vec::new(),
+                body: b"{}",
+                rule: None,
+                policy_revision: "abc",
+                placeholders: Vec::new(),
+                depends_on: Vec::new(),
+                inject: None,
+            },
+            EffectNotes {
+                summary: Some("open PR o/r#? 'x'".into()),
+                adapter: Some("github".into()),
+                compensates: Some(original.id.clone()),
+            },
+        )
+        .expect("staged with notes");
+    drop(ledger);
+    // sled's flusher thread lets go of the directory lock a moment after the drop.
+    let mut reopened = Ledger::open(dir.path());
+    for _ in 0..100 {
+        if reopened.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        reopened = Ledger::open(dir.path());
+    }
+    let ledger = reopened.expect("reopen");
+    let read = ledger.effect(&noted.id).expect("read").expect("present");
+    assert_eq!(read.summary.as_deref(), Some("open PR o/r#? 'x'"));
+    assert_eq!(read.adapter.as_deref(), Some("github"));
+    assert_eq!(read.compensates, Some(original.id));
+    // A record written before adapters existed has no notes.
+    let mut old = serde_json::to_value(&read).expect("json");
+    for key in ["summary", "adapter", "compensates"] {
+        old.as_object_mut().expect("object").remove(key);
+    }
+    let old: Effect = serde_json::from_value(old).expect("old records still read");
+    assert_eq!(
+        (old.summary, old.adapter, old.compensates),
+        (None, None, None)
+    );
+}

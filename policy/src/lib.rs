@@ -49,6 +49,9 @@ use error::FieldProblem;
 use matcher::{Host, HostPattern, MethodMatcher, PathPattern, PortMatcher};
 use wire::{PolicyFile, WireAction, WireRule, WireScheme};
 
+/// The adapters a stage rule may name with `respond = "NAME"` (docs/adapters.md).
+pub const ADAPTERS: &[&str] = &["webhook", "github", "graphql", "slack", "git"];
+
 /// Number of hex characters of the sha256 kept as the policy revision.
 const REVISION_HEX_LEN: usize = 12;
 
@@ -177,9 +180,17 @@ pub struct Rule {
     review: Review,
     profiles: Option<Vec<String>>,
     inject: Option<String>,
+    adapter: Option<String>,
 }
 
 impl Rule {
+    /// The adapter a stage rule names with `respond = "NAME"` (one of [`ADAPTERS`]), if
+    /// any. `None` means the `webhook` adapter, with the rule's `[rule.respond]` template
+    /// when it has one.
+    pub fn adapter(&self) -> Option<&str> {
+        self.adapter.as_deref()
+    }
+
     /// The synthetic response of a stage rule, when it declares one.
     pub fn respond(&self) -> Option<&Respond> {
         self.respond.as_ref()
@@ -470,15 +481,27 @@ fn compile_rule(mut wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProbl
         }
         Some(nets) => parse_nets(&nets)?,
     };
-    let respond = match wire.respond {
-        None => None,
+    let (respond, adapter) = match wire.respond {
+        None => (None, None),
         Some(_) if action != Action::Stage => {
             return Err(FieldProblem::new(
                 "respond",
                 "only a stage rule answers with a synthetic response",
             ))
         }
-        Some(respond) => Some(compile_respond(respond)?),
+        Some(wire::WireRespondField::Template(respond)) => (Some(compile_respond(respond)?), None),
+        Some(wire::WireRespondField::Adapter(name)) => {
+            if !ADAPTERS.contains(&name.as_str()) {
+                return Err(FieldProblem::new(
+                    "respond",
+                    format!(
+                        "unknown adapter \"{name}\"; known adapters: {}",
+                        ADAPTERS.join(", ")
+                    ),
+                ));
+            }
+            (None, Some(name))
+        }
     };
     Ok(Rule {
         query: extra.query,
@@ -501,6 +524,7 @@ fn compile_rule(mut wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProbl
         reason: wire.reason,
         allow_private,
         inject: None,
+        adapter,
     })
 }
 

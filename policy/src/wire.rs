@@ -58,8 +58,8 @@ pub(crate) struct WireRule {
     pub(crate) reason: Option<String>,
     /// CIDRs this rule's destinations may resolve to although private.
     pub(crate) allow_private: Option<Vec<String>>,
-    /// The synthetic response of a stage rule.
-    pub(crate) respond: Option<WireRespond>,
+    /// The synthetic response of a stage rule: an adapter's name or a template table.
+    pub(crate) respond: Option<WireRespondField>,
     /// `query = { state = "open" }`: decoded query parameter globs.
     pub(crate) query: Option<std::collections::BTreeMap<String, String>>,
     /// `headers = { "x-github-event" = "push" }`: header value globs.
@@ -84,6 +84,56 @@ pub(crate) struct WireRule {
     pub(crate) profiles: Option<Vec<String>>,
     /// `inject = "NAME"`: the credential this rule adds (see `[credential.NAME]`).
     pub(crate) inject: Option<String>,
+}
+
+/// `respond = "github"` (an adapter by name) or a `[rule.respond]` table (a template).
+///
+/// Deserialised by hand rather than `untagged`, so a mistake inside the table keeps
+/// toml's own message (unknown key, wrong type) instead of "did not match any variant".
+#[derive(Debug)]
+pub(crate) enum WireRespondField {
+    Adapter(String),
+    Template(WireRespond),
+}
+
+impl<'de> Deserialize<'de> for WireRespondField {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = WireRespondField;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an adapter name (like \"github\") or a [rule.respond] table")
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Self::Value, E> {
+                Ok(WireRespondField::Adapter(value.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                WireRespond::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(WireRespondField::Template)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl schemars::JsonSchema for WireRespondField {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RespondField".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let table = generator.subschema_for::<WireRespond>();
+        schemars::json_schema!({
+            "description": "An adapter by name (docs/adapters.md), or a [rule.respond] template table.",
+            "anyOf": [
+                { "type": "string", "enum": crate::ADAPTERS },
+                table,
+            ]
+        })
+    }
 }
 
 /// A JSON matcher value: a string (glob on string values), a number or a boolean (equality).

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::server::Shared;
 
+mod compensate;
 mod policy;
 mod render;
 mod workspace;
@@ -128,6 +129,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/policy", get(policy::show).post(policy::replace))
         .route("/metrics", get(metrics))
         .merge(workspace::routes())
+        .merge(compensate::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             require_token,

@@ -225,6 +225,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         flag["detail"].as_str().unwrap_or("")
                     );
                 }
+                let listed = client
+                    .get(&format!(
+                        "/v1/runs/{}/effects",
+                        run["id"].as_str().unwrap_or("")
+                    ))
+                    .await?;
+                for effect in listed["effects"].as_array().into_iter().flatten() {
+                    outln!(
+                        "  #{:<3} {:<10} {}",
+                        effect["seq"].as_u64().unwrap_or(0),
+                        effect["state"].as_str().unwrap_or(""),
+                        effect["summary"].as_str().unwrap_or("")
+                    );
+                }
                 if let Some(report) = &workspace {
                     outln!("\n{}", crate::run::summary(report).trim_end());
                 }
@@ -318,6 +332,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Compensate { run, admin } => crate::compensate::cli(&run, &admin).await,
         Command::Abort { run, admin } => {
             let client = connect(&admin)?;
             let run = client.post(&format!("/v1/runs/{run}/abort"), None).await?;

@@ -1,7 +1,8 @@
 //! `airlock demo`: the main job end to end on loopback with embedded defaults — a local
 //! HTTPS origin, airlock, a run, a curl "agent" that reads customer rows, posts webhooks
-//! and opens an item with a comment; a reviewer who reads the lineage, rejects the webhook
-//! that leaks the rows and commits the rest; and what the origin received.
+//! and opens an item with a comment, pushes a branch and opens a pull request (`forge`); a
+//! reviewer who reads the lineage, rejects the webhook that leaks the rows and commits the
+//! rest; and what the origin received.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,8 @@ use serde_json::{json, Value};
 
 use crate::client::AdminClient;
 use crate::origin::{Origin, OriginCa, Reply};
+
+mod forge;
 
 fn policy(port: u16) -> String {
     format!(
@@ -101,16 +104,25 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
     let origin_ca = OriginCa::new().context("cannot make the origin's CA")?;
     let origin_ca_file = dir.join("origin-ca.pem");
     std::fs::write(&origin_ca_file, origin_ca.cert_pem())?;
+    let forge = Arc::new(forge::Forge::new(dir)?);
+    let forge_origin = forge.clone();
     let origin = Origin::start(
         Some(&origin_ca),
-        Arc::new(|req| match (req.method.as_str(), req.path.as_str()) {
-            ("GET", "/customers") => Reply::json(200, &customers()),
-            ("POST", "/items") => Reply::json(201, &json!({"id": 1042, "state": "open"})),
-            ("POST", path) if path.starts_with("/items/") => {
-                Reply::json(201, &json!({"id": 7, "ok": true}))
+        Arc::new(move |req| {
+            if let Some(reply) = forge_origin.answer(req) {
+                return reply;
             }
-            ("POST", path) if path.starts_with("/hooks/") => Reply::json(200, &json!({"ok": true})),
-            _ => Reply::text(404, "not found\n"),
+            match (req.method.as_str(), req.path.as_str()) {
+                ("GET", "/customers") => Reply::json(200, &customers()),
+                ("POST", "/items") => Reply::json(201, &json!({"id": 1042, "state": "open"})),
+                ("POST", path) if path.starts_with("/items/") => {
+                    Reply::json(201, &json!({"id": 7, "ok": true}))
+                }
+                ("POST", path) if path.starts_with("/hooks/") => {
+                    Reply::json(200, &json!({"ok": true}))
+                }
+                _ => Reply::text(404, "not found\n"),
+            }
         }),
     )
     .await?;
@@ -120,7 +132,7 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
     say(&format!("an HTTPS origin runs on {base}: GET /customers, POST /hooks/..., POST /items, POST /items/ID/comments"));
 
     let policy_file = dir.join("policy.toml");
-    std::fs::write(&policy_file, policy(port))?;
+    std::fs::write(&policy_file, policy(port) + &forge::policy(port))?;
     let mut config = crate::ServeConfig::new(dir.join("data"), policy_file);
     config.listen = "127.0.0.1:0".parse()?;
     config.admin = "127.0.0.1:0".parse()?;
@@ -226,6 +238,10 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
     .await?;
     println!("   HTTP {status}");
 
+    forge
+        .agent(&env, &base, async |args: &[&str]| curl(&env, args).await)
+        .await?;
+
     say("the agent tries something no rule allows: DELETE /customers  -> denied");
     let (status, body) = curl(&env, &["-X", "DELETE", &format!("{base}/customers")]).await?;
     let denial: Value = serde_json::from_str(&body).unwrap_or_default();
@@ -306,8 +322,8 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
     );
     for req in origin.received() {
         let body = String::from_utf8_lossy(&req.body);
-        let shown = if body.len() > 70 {
-            format!("{}…", &body[..70])
+        let shown = if body.chars().count() > 70 {
+            format!("{}…", body.chars().take(70).collect::<String>())
         } else {
             body.into_owned()
         };
@@ -325,11 +341,17 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
     let received = origin.received();
     let exported = received.iter().any(|r| r.path == "/hooks/export");
     let commented = received.iter().any(|r| r.path == "/items/1042/comments");
-    if exported || !commented || received.iter().filter(|r| r.method == "POST").count() != 3 {
+    let posts = received
+        .iter()
+        .filter(|r| r.method == "POST" && !forge::Forge::owns(&r.path))
+        .count();
+    if exported || !commented || posts != 3 {
         bail!("the origin should receive the status webhook, the item and its comment (with the real id 1042), and never the export");
     }
+    let forged = forge.check(&received)?;
     say("done: reads passed; the status webhook, the item and its comment left once each, after approval,");
-    println!("   the comment with the item's real id 1042; the export with customer rows and the DELETE never left.");
+    println!("   the comment with the item's real id 1042; the export with customer rows and the DELETE never left;");
+    println!("   {forged}.");
     serving.abort();
     tokio::time::sleep(Duration::from_millis(50)).await;
     Ok(())

@@ -406,6 +406,23 @@ async fn decide_and_act(
                 return forward(shared, run, url, decision.rule, parts, body).await;
             }
             let mut depends_on = find_dependencies(&issued, &parts, None);
+            if !depends_on.is_empty() && !has_body(&parts) {
+                // Read-your-staged-writes: the adapter of the staged effect may answer
+                // from staged state (docs/adapters.md).
+                let parents: Vec<_> = depends_on.iter().map(|d| d.effect.clone()).collect();
+                if let Some(answer) = crate::adapters::answer_read(
+                    shared,
+                    run,
+                    parts.method.as_str(),
+                    url,
+                    &parts.headers,
+                    &parents,
+                )
+                .await
+                {
+                    return Ok(answer);
+                }
+            }
             if depends_on.is_empty() && !has_body(&parts) {
                 return forward(shared, run, url, decision.rule, parts, body).await;
             }

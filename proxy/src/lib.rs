@@ -4,11 +4,13 @@
 //! `main.rs` is a thin CLI over this library; tests and the demo run [`Server`] in-process
 //! or as the `airlock` binary.
 
+pub mod adapters;
 pub mod admin;
 pub mod body;
 pub mod ca;
 pub mod cli;
 pub mod client;
+pub mod compensate;
 pub mod config;
 pub mod credentials;
 pub mod demo;

@@ -16,6 +16,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+pub mod git_http;
+
 /// A request as the origin received it.
 #[derive(Debug, Clone)]
 pub struct Received {

@@ -49,6 +49,8 @@ pub struct EffectOutcome {
     pub status: Option<u16>,
     /// Why it is in its state, when that needs saying.
     pub reason: Option<String>,
+    /// One line for reviewers (the adapter's summary, else `METHOD host/path`).
+    pub summary: String,
 }
 
 /// What a commit did, reported honestly: released, failed, unknown, rejected, skipped.
@@ -84,6 +86,7 @@ impl CommitReport {
                     state: e.state,
                     status: e.release.as_ref().and_then(|r| r.status),
                     reason: e.state_reason.clone(),
+                    summary: crate::adapters::summary_of(e),
                 })
                 .collect(),
         }
@@ -491,6 +494,7 @@ async fn release_one(
     let ledger = shared.ledger.clone();
     let id = effect.id.clone();
     blocking(move || ledger.mark_releasing(&id)).await?;
+    let sent_body = prepared.2.clone();
     let outcome = send(shared, &effect.method, prepared).await.map(
         |(status, mut headers, mut captured, total)| {
             // An echoed secret is masked before the ledger stores the origin's answer.
@@ -514,7 +518,9 @@ async fn release_one(
     let id = effect.id.clone();
     let settled = match outcome {
         Ok((status, headers, captured, total)) => {
-            let error = (status >= 400).then(|| format!("the origin answered {status}"));
+            let error = (status >= 400)
+                .then(|| format!("the origin answered {status}"))
+                .or_else(|| adapter_failure(&effect, &sent_body, status, &captured));
             let resolved = if error.is_none() {
                 resolve(&effect, &captured)
             } else {
@@ -616,4 +622,11 @@ async fn send(
                 shared.limits.release_timeout
             )
         })?
+}
+
+/// The effect's adapter judges the origin's answer: a `200` can still say the update was
+/// refused (git's `ng`, Slack's `ok: false`).
+fn adapter_failure(effect: &Effect, body: &[u8], status: u16, response: &[u8]) -> Option<String> {
+    let call = crate::adapters::Call::of_effect(effect, body);
+    crate::adapters::of_effect(effect).release_failure(&call, status, response)
 }

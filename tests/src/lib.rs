@@ -14,6 +14,8 @@ pub use airlock::origin::{Handler, Origin, OriginCa, Received, Reply};
 use anyhow::{bail, Context as _};
 use serde_json::Value;
 
+pub mod git_http;
+
 /// The `airlock` binary under test: `$AIRLOCK_BIN`, or `target/<profile>/airlock` beside
 /// this test executable (built by `cargo test --workspace`, which builds the `airlock`
 /// package's binary for its own integration tests).

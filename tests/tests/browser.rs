@@ -246,7 +246,7 @@ async fn reviewer_rejects_the_leak_and_commits_the_rest_in_chromium() {
     // Commit: the confirmation lists exactly what will be released, in order.
     click(&client, "a.button.primary").await;
     let plan = text_of(&client, "table#release-plan").await;
-    let positions: Vec<usize> = ["/hooks/status", "/items ", "/comments"]
+    let positions: Vec<usize> = ["/hooks/status", "/items:", "/comments"]
         .iter()
         .map(|p| {
             plan.find(p)

@@ -35,6 +35,9 @@ fn effect(i: usize, deps: &[usize]) -> Effect {
             .collect(),
         inject: None,
         approval: None,
+        summary: None,
+        adapter: None,
+        compensates: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Integration tests of airlock-policy's public API (one test binary).
 
+mod adapters;
 mod connect;
 mod credentials;
 mod decide;

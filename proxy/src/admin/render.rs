@@ -41,6 +41,9 @@ pub(super) fn effect_summary(effect: &Effect) -> Value {
         "body_len": effect.body_len,
         "created_at_ms": effect.created_at_ms,
         "release_status": effect.release.as_ref().and_then(|r| r.status),
+        "summary": crate::adapters::summary_of(effect),
+        "adapter": effect.adapter.as_deref().unwrap_or("webhook"),
+        "compensates": effect.compensates,
     })
 }
 

@@ -143,6 +143,14 @@ pub(super) enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Stage approximate compensations (close the PR, delete the message, …) for a
+    /// committed run's released effects, in reverse order, in a new run for review
+    Compensate {
+        /// The committed or partially committed run
+        run: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]

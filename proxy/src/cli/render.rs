@@ -36,6 +36,13 @@ pub fn effects_table(effects: &[Value]) -> String {
             effect["url"].as_str().unwrap_or(""),
             status
         ));
+        if let Some(summary) = effect.get("summary").and_then(Value::as_str) {
+            out.push_str(&format!(
+                "     {:<30} {summary}
+",
+                ""
+            ));
+        }
         if let Some(reason) = effect
             .get("reason")
             .or_else(|| effect.get("state_reason"))
@@ -63,6 +70,17 @@ pub fn render_effect(effect: &Value) -> String {
         "state    {}\n",
         effect["state"].as_str().unwrap_or("")
     ));
+    if let Some(summary) = effect["summary"].as_str() {
+        out.push_str(&format!(
+            "summary  {summary} ({})\n",
+            effect["adapter"].as_str().unwrap_or("webhook")
+        ));
+    }
+    if let Some(compensates) = effect["compensates"].as_str() {
+        out.push_str(&format!(
+            "compensates {compensates} (approximate: the original effect already happened)\n"
+        ));
+    }
     if let Some(reason) = effect["state_reason"].as_str() {
         out.push_str(&format!("reason   {reason}\n"));
     }

@@ -34,6 +34,9 @@ fn effect(seq: u64, state: EffectState, parents: &[u64]) -> Effect {
             .collect(),
         approval: None,
         inject: None,
+        summary: None,
+        adapter: None,
+        compensates: None,
     }
 }
 

@@ -1,0 +1,323 @@
+//! `git push` through airlock to git's own smart-HTTP server: staged and answered with a
+//! report-status so git exits 0; released on commit; refused cleanly when the remote
+//! moved meanwhile.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use airlock_tests::git_http::{self, git};
+use airlock_tests::{run_client_async, Fixture, Origin};
+
+fn policy(port: u16) -> String {
+    format!(
+        r#"version = 1
+default = "deny"
+allow_private = ["127.0.0.0/8"]
+
+# git reads first: GET info/refs?service=git-receive-pack
+[[rule]]
+id = "git-reads"
+host = "127.0.0.1"
+port = {port}
+method = "read"
+action = "pass"
+
+[[rule]]
+id = "git-push"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/remote.git/git-receive-pack"
+action = "stage"
+respond = "git"
+"#
+    )
+}
+
+/// A bare `remote.git` under `root` with one commit on `main`, and a clone of it in
+/// `work` whose `origin` is the HTTPS URL `url`.
+fn repositories(root: &Path, work: &Path, url: &str) -> String {
+    let seed = root.join("seed");
+    std::fs::create_dir_all(&seed).expect("seed dir");
+    git(&seed, &["init", "-q", "-b", "main"]);
+    std::fs::write(seed.join("README"), "hello\n").expect("write");
+    git(&seed, &["add", "README"]);
+    git(&seed, &["commit", "-q", "-m", "first"]);
+    git(root, &["clone", "-q", "--bare", "seed", "remote.git"]);
+    git(
+        root,
+        &[
+            "clone",
+            "-q",
+            "remote.git",
+            work.to_str().expect("utf-8 path"),
+        ],
+    );
+    git(work, &["remote", "set-url", "origin", url]);
+    git(&root.join("remote.git"), &["rev-parse", "refs/heads/main"])
+}
+
+fn ref_of(root: &Path, name: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--verify", "-q", name])
+        .current_dir(root.join("remote.git"))
+        .output()
+        .expect("git");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+async fn push(work: &Path, env: &BTreeMap<String, String>, refspec: &str) -> std::process::Output {
+    let mut env = env.clone();
+    env.insert("GIT_CONFIG_NOSYSTEM".into(), "1".into());
+    env.insert("GIT_TERMINAL_PROMPT".into(), "0".into());
+    let work = work.to_str().expect("utf-8 path").to_owned();
+    run_client_async("git", &["-C", &work, "push", "origin", refspec], &env).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_push_is_staged_git_exits_0_and_commit_releases_it() {
+    if !git_http::available() {
+        eprintln!("git is not installed: skipped");
+        return;
+    }
+    let fx = Fixture::new();
+    let root = fx.dir.path().join("git");
+    std::fs::create_dir_all(&root).expect("root");
+    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
+        .await
+        .expect("origin");
+    let port = origin.addr().port();
+    let work = fx.dir.path().join("work");
+    let main = repositories(
+        &root,
+        &work,
+        &format!("https://127.0.0.1:{port}/remote.git"),
+    );
+    let airlock = fx.start(&policy(port), &[]);
+    let (run, env) = airlock.create_run().await;
+
+    git(&work, &["checkout", "-q", "-b", "agent/cleanup"]);
+    std::fs::write(work.join("CLEANUP"), "tidy\n").expect("write");
+    git(&work, &["add", "CLEANUP"]);
+    git(&work, &["commit", "-q", "-m", "clean up"]);
+    let head = git(&work, &["rev-parse", "HEAD"]);
+
+    let out = push(&work, &env, "agent/cleanup").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "git push exits 0: {stderr}");
+    assert!(
+        stderr.contains("agent/cleanup -> agent/cleanup"),
+        "git prints the ref update: {stderr}"
+    );
+    assert_eq!(
+        ref_of(&root, "refs/heads/agent/cleanup"),
+        None,
+        "the remote is unchanged"
+    );
+
+    let effects = airlock.effects(&run).await;
+    assert_eq!(
+        effects.len(),
+        1,
+        "only the receive-pack POST is staged: {effects:?}"
+    );
+    let summary = effects[0]["summary"].as_str().expect("summary");
+    assert!(
+        summary.starts_with("push 1 ref update(s) (1 commit(s), 3 object(s))")
+            && summary.contains(&format!("refs/heads/agent/cleanup 0000000..{}", &head[..7])),
+        "{summary}"
+    );
+    assert_eq!(effects[0]["adapter"], "git");
+
+    let report = super::approve_all_and_commit(&airlock, &run).await;
+    assert_eq!(report["state"], "committed", "{report}");
+    assert_eq!(
+        ref_of(&root, "refs/heads/agent/cleanup"),
+        Some(head),
+        "the remote has the commit"
+    );
+    assert_eq!(ref_of(&root, "refs/heads/main"), Some(main.clone()));
+
+    // The compensation deletes the branch the push created, once approved and committed.
+    let compensation = airlock
+        .post(&format!("/v1/runs/{run}/compensate"), None)
+        .await
+        .expect("compensate");
+    assert_eq!(
+        compensation["effects"][0]["summary"],
+        "undo push (approximate): delete refs/heads/agent/cleanup"
+    );
+    let target = compensation["compensation_run"]
+        .as_str()
+        .expect("a run")
+        .to_owned();
+    let report = super::approve_all_and_commit(&airlock, &target).await;
+    assert_eq!(report["state"], "committed", "{report}");
+    assert_eq!(
+        ref_of(&root, "refs/heads/agent/cleanup"),
+        None,
+        "the branch is gone"
+    );
+    assert_eq!(ref_of(&root, "refs/heads/main"), Some(main));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_to_a_remote_that_moved_fails_with_gits_reason() {
+    if !git_http::available() {
+        eprintln!("git is not installed: skipped");
+        return;
+    }
+    let fx = Fixture::new();
+    let root = fx.dir.path().join("git");
+    std::fs::create_dir_all(&root).expect("root");
+    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
+        .await
+        .expect("origin");
+    let port = origin.addr().port();
+    let work = fx.dir.path().join("work");
+    repositories(
+        &root,
+        &work,
+        &format!("https://127.0.0.1:{port}/remote.git"),
+    );
+    let airlock = fx.start(&policy(port), &[]);
+    let (run, env) = airlock.create_run().await;
+
+    std::fs::write(work.join("AGENT"), "agent\n").expect("write");
+    git(&work, &["add", "AGENT"]);
+    git(&work, &["commit", "-q", "-m", "agent change"]);
+    let out = push(&work, &env, "main").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Someone else pushes to main directly while the effect waits for review.
+    let other = fx.dir.path().join("other");
+    git(
+        &root,
+        &["clone", "-q", "remote.git", other.to_str().expect("utf-8")],
+    );
+    std::fs::write(other.join("OTHER"), "other\n").expect("write");
+    git(&other, &["add", "OTHER"]);
+    git(&other, &["commit", "-q", "-m", "other change"]);
+    git(&other, &["push", "-q", "origin", "main"]);
+    let moved = ref_of(&root, "refs/heads/main");
+
+    let report = super::approve_all_and_commit(&airlock, &run).await;
+    assert_eq!(report["state"], "partially_committed", "{report}");
+    let effect = &report["effects"][0];
+    assert_eq!(effect["state"], "failed", "{report}");
+    assert_eq!(
+        effect["status"], 200,
+        "git answers 200 and refuses inside: {report}"
+    );
+    let reason = effect["reason"].as_str().expect("reason");
+    assert!(
+        reason.contains("ng refs/heads/main"),
+        "git's own reason: {reason}"
+    );
+    assert_eq!(
+        ref_of(&root, "refs/heads/main"),
+        moved,
+        "the other push stands"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_push_is_compensated_by_putting_the_ref_back() {
+    if !git_http::available() {
+        eprintln!("git is not installed: skipped");
+        return;
+    }
+    let fx = Fixture::new();
+    let root = fx.dir.path().join("git");
+    std::fs::create_dir_all(&root).expect("root");
+    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
+        .await
+        .expect("origin");
+    let port = origin.addr().port();
+    let work = fx.dir.path().join("work");
+    let main = repositories(
+        &root,
+        &work,
+        &format!("https://127.0.0.1:{port}/remote.git"),
+    );
+    let airlock = fx.start(&policy(port), &[]);
+    let (run, env) = airlock.create_run().await;
+    std::fs::write(work.join("AGENT"), "agent\n").expect("write");
+    git(&work, &["add", "AGENT"]);
+    git(&work, &["commit", "-q", "-m", "agent change"]);
+    let out = push(&work, &env, "main").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = super::approve_all_and_commit(&airlock, &run).await;
+    assert_eq!(report["state"], "committed", "{report}");
+    assert_ne!(ref_of(&root, "refs/heads/main"), Some(main.clone()));
+
+    let compensation = airlock
+        .post(&format!("/v1/runs/{run}/compensate"), None)
+        .await
+        .expect("compensate");
+    let target = compensation["compensation_run"]
+        .as_str()
+        .expect("a run")
+        .to_owned();
+    let report = super::approve_all_and_commit(&airlock, &target).await;
+    assert_eq!(report["state"], "committed", "{report}");
+    assert_eq!(ref_of(&root, "refs/heads/main"), Some(main), "main is back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_over_gits_post_buffer_is_staged_and_released() {
+    if !git_http::available() {
+        eprintln!("git is not installed: skipped");
+        return;
+    }
+    let fx = Fixture::new();
+    let root = fx.dir.path().join("git");
+    std::fs::create_dir_all(&root).expect("root");
+    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
+        .await
+        .expect("origin");
+    let port = origin.addr().port();
+    let work = fx.dir.path().join("work");
+    repositories(
+        &root,
+        &work,
+        &format!("https://127.0.0.1:{port}/remote.git"),
+    );
+    let airlock = fx.start(&policy(port), &[]);
+    let (run, env) = airlock.create_run().await;
+    // 3 MiB that do not compress: git sends the pack chunked, after a probe request.
+    let mut noise = Vec::with_capacity(3 << 20);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while noise.len() < 3 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(work.join("blob.bin"), &noise).expect("write");
+    git(&work, &["checkout", "-q", "-b", "agent/big"]);
+    git(&work, &["add", "blob.bin"]);
+    git(&work, &["commit", "-q", "-m", "big"]);
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    let out = push(&work, &env, "agent/big").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1, "one effect, no probe: {effects:?}");
+    let report = super::approve_all_and_commit(&airlock, &run).await;
+    assert_eq!(report["state"], "committed", "{report}");
+    assert_eq!(ref_of(&root, "refs/heads/agent/big"), Some(head));
+}
