@@ -54,13 +54,36 @@ fn headers_table(headers: &[Header]) -> Markup {
     }
 }
 
-/// The synthetic response the client got, rebuilt as staging built it: the rule's
-/// `respond` template with the effect's placeholders, or the default `202 Accepted`.
-fn synthetic(shared: &Shared, effect: &Effect) -> (u16, String, String, bool) {
+/// The synthetic response the client got, rebuilt as staging built it: by the effect's
+/// adapter (deterministic: the same answer again), else the rule's `respond` template
+/// with the effect's placeholders, or the default `202 Accepted`.
+fn synthetic(shared: &Shared, effect: &Effect, body: &[u8]) -> (u16, String, String, bool) {
     let policy = shared.policy.current();
     let rule = effect.rule.as_deref().and_then(|id| policy.rule(id));
     let respond = rule.and_then(|r| r.respond());
     let same_policy = effect.policy_revision == policy.revision();
+    if let Some(adapter) = effect
+        .adapter
+        .as_deref()
+        .filter(|name| *name != "webhook")
+        .and_then(crate::adapters::by_name)
+    {
+        let answer = adapter.respond(&crate::adapters::Call::of_effect(effect, body), effect);
+        let content_type = answer
+            .headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+            .map(|(_, value)| value.clone())
+            .unwrap_or_default();
+        // Adapters answer from the request and its placeholders alone: the policy's
+        // changes since do not alter the answer.
+        return (
+            answer.status,
+            content_type,
+            String::from_utf8_lossy(&answer.body).into_owned(),
+            true,
+        );
+    }
     if let Some(respond) = respond {
         let values: HashMap<&str, &str> = effect
             .placeholders
@@ -159,7 +182,7 @@ pub(super) async fn effect_page(
     let open = run
         .as_ref()
         .is_some_and(|r| matches!(r.state, RunState::Open | RunState::Sealed));
-    let (syn_status, syn_type, syn_body, same_policy) = synthetic(&shared, &effect);
+    let (syn_status, syn_type, syn_body, same_policy) = synthetic(&shared, &effect, &body);
     let back = format!("/effects/{}", effect.id);
     let page = layout(
         &format!("Effect #{}", effect.seq),
@@ -253,7 +276,7 @@ pub(super) async fn effect_page(
             section #synthetic {
                 h2 { "What the client got (synthetic response)" }
                 p.meta { "HTTP " (syn_status) " · rebuilt from "
-                    @if effect.rule.as_deref().and_then(|r| shared.policy.current().rule(r).and_then(|r| r.respond()).map(|_| ())).is_some() { "the rule's respond template" } @else { "airlock's default answer" }
+                    @if let Some(adapter) = effect.adapter.as_deref().filter(|a| *a != "webhook") { "the " (adapter) " adapter" } @else if effect.rule.as_deref().and_then(|r| shared.policy.current().rule(r).and_then(|r| r.respond()).map(|_| ())).is_some() { "the rule's respond template" } @else { "airlock's default answer" }
                     " and this effect's placeholders"
                     @if !same_policy { " (the policy changed since; this is today's template)" }
                 }

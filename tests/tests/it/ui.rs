@@ -347,3 +347,59 @@ async fn airlock_ui_prints_a_sign_in_link_that_works() {
     assert_eq!(signed_in.status, 303);
     assert!(signed_in.header("set-cookie").is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_effect_page_shows_the_adapters_answer_the_client_got() {
+    let fx = airlock_tests::Fixture::new();
+    let origin = airlock_tests::ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let policy = format!(
+        r#"version = 1
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "pulls"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/repos/*/*/pulls"
+action = "stage"
+respond = "github"
+"#
+    );
+    let airlock = fx.start(&policy, &[]);
+    let (run, env) = airlock.create_run().await;
+    let out = curl(
+        &env,
+        &[
+            "-H",
+            "content-type: application/json",
+            "-d",
+            r#"{"title":"Fix the flaky test","head":"agent/fix","base":"main"}"#,
+            &format!("https://127.0.0.1:{port}/repos/acme/widgets/pulls"),
+        ],
+    )
+    .await;
+    assert_eq!(out.status, 201, "{}", out.stderr);
+    let number = out.json()["number"].as_u64().expect("a PR number");
+    let effects = airlock.effects(&run).await;
+    let effect = effects[0]["id"].as_str().expect("id").to_owned();
+
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let cookie = sign_in(&airlock.admin_url, token.trim()).await;
+    let page = text(
+        &get(
+            &format!("{}/effects/{effect}", airlock.admin_url),
+            Some(&cookie),
+        )
+        .await,
+    );
+    assert!(page.contains("the github adapter"), "{page}");
+    assert!(
+        page.contains(&format!("&quot;number&quot;: {number}"))
+            || page.contains(&format!("\"number\": {number}"))
+            || page.contains(&format!("&quot;number&quot;:{number}")),
+        "the page shows the number the client was given ({number})"
+    );
+    assert!(origin.received().is_empty(), "nothing left");
+}
