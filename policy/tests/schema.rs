@@ -42,3 +42,39 @@ fn the_schema_describes_every_rule_key_and_refuses_unknown_ones() {
     }
     assert_eq!(schema["additionalProperties"], false);
 }
+
+#[test]
+fn docs_policy_md_documents_every_key_of_the_schema() {
+    let schema = airlock_policy::json_schema();
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/policy.md"),
+    )
+    .expect("docs/policy.md");
+    let mut keys = std::collections::BTreeSet::new();
+    let mut collect = |properties: &serde_json::Value| {
+        if let Some(properties) = properties.as_object() {
+            keys.extend(properties.keys().cloned());
+        }
+    };
+    collect(&schema["properties"]);
+    for definition in schema["$defs"].as_object().expect("$defs").values() {
+        collect(&definition["properties"]);
+    }
+    let missing: Vec<&String> = keys
+        .iter()
+        .filter(|key| {
+            // A key is documented when the reference shows it as code: `key`, `key = …`
+            // in an example, or `[key.…]` / `[[key]]` tables.
+            !(docs.contains(&format!("`{key}`"))
+                || docs.contains(&format!("\n{key} = "))
+                || docs.contains(&format!(" {key} = "))
+                || docs.contains(&format!("{{ {key} = "))
+                || docs.contains(&format!("[{key}."))
+                || docs.contains(&format!("[[{key}]]")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/policy.md does not document these policy keys: {missing:?}"
+    );
+}
