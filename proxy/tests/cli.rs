@@ -322,3 +322,108 @@ fn the_credentials_example_checks_clean_and_its_cases_cover_every_rule() {
         "{stdout}"
     );
 }
+
+/// Every `examples/policies/X.toml` checks clean with `--strict`, and every one with an
+/// `X.cases.toml` beside it passes its cases with every rule covered. New examples are
+/// picked up without touching this test.
+#[test]
+fn every_example_policy_checks_strict_and_its_cases_cover_every_rule() {
+    // Examples whose advisory warnings are deliberate: name => the warnings `check`
+    // must print (exactly these). None today.
+    let deliberate: &[(&str, &[&str])] = &[];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let mut policies: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .expect("read examples/policies")
+        .map(|entry| entry.expect("dir entry").path())
+        .filter(|path| {
+            path.extension().is_some_and(|ext| ext == "toml")
+                && !path.to_string_lossy().ends_with(".cases.toml")
+        })
+        .collect();
+    policies.sort();
+    let mut with_cases = Vec::new();
+    for policy in &policies {
+        let name = policy
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .expect("utf-8 name");
+        let warnings = deliberate
+            .iter()
+            .find(|(example, _)| *example == name)
+            .map(|(_, warnings)| *warnings);
+        let mut check = airlock();
+        check.args(["policy", "check"]);
+        if warnings.is_none() {
+            check.arg("--strict");
+        }
+        let out = check.arg(policy).output().expect("run airlock");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        match warnings {
+            None => assert!(
+                stdout.contains("0 lint(s), 0 warning(s)"),
+                "{name}: {stdout}"
+            ),
+            Some(expected) => {
+                let printed: Vec<&str> = stdout
+                    .lines()
+                    .filter(|line| line.starts_with("warning: "))
+                    .collect();
+                assert_eq!(&printed, expected, "{name}: {stdout}");
+            }
+        }
+
+        let cases = dir.join(format!("{name}.cases.toml"));
+        if !cases.exists() {
+            continue;
+        }
+        with_cases.push(name.to_owned());
+        let out = airlock()
+            .args(["policy", "test"])
+            .arg(policy)
+            .arg(&cases)
+            .arg("--require-coverage")
+            .output()
+            .expect("run airlock");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary = stdout
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .split(": ")
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        let (ran, coverage) = summary
+            .split_once("; ")
+            .unwrap_or_else(|| panic!("{name}: {stdout}"));
+        assert!(ran.ends_with(" case(s), 0 failed"), "{name}: {stdout}");
+        let (covered, total) = coverage
+            .trim_end_matches(" rule(s) covered")
+            .split_once(" of ")
+            .unwrap_or_else(|| panic!("{name}: {stdout}"));
+        assert_eq!(covered, total, "{name}: every rule covered: {stdout}");
+    }
+    for expected in [
+        "github",
+        "github-token",
+        "registries",
+        "research",
+        "slack",
+        "webhooks",
+    ] {
+        assert!(
+            with_cases.iter().any(|name| name == expected),
+            "{expected}.toml has cases: {with_cases:?}"
+        );
+    }
+}
