@@ -58,12 +58,40 @@ pub(super) fn diff(old: &Path, new: &Path, json: bool, fail_on_widen: bool) -> a
                     "  {:<7} {:<60} {} -> {}",
                     change.method,
                     change.url,
-                    by(change.old_action, change.old_rule.as_deref()),
-                    by(change.new_action, change.new_rule.as_deref()),
+                    by_with(
+                        change.old_action,
+                        change.old_rule.as_deref(),
+                        change.old_inject.as_deref()
+                    ),
+                    by_with(
+                        change.new_action,
+                        change.new_rule.as_deref(),
+                        change.new_inject.as_deref()
+                    ),
                 );
+                for (name, value) in &change.headers {
+                    outln!("          header {name}: {value}");
+                }
+                if let Some(body) = &change.body {
+                    outln!("          body {body}");
+                }
             }
         }
-        if diff.changes.is_empty() && diff.default.is_none() {
+        for (kind, title) in [
+            (ChangeKind::Widens, "CREDENTIAL REACH WIDENS"),
+            (ChangeKind::Narrows, "credential reach narrows"),
+            (ChangeKind::Rerouted, "credential placement changed"),
+        ] {
+            let group: Vec<_> = diff.credentials.iter().filter(|c| c.kind == kind).collect();
+            if group.is_empty() {
+                continue;
+            }
+            outln!("{title} ({}):", group.len());
+            for change in group {
+                outln!("  {}: {}", change.credential, change.what);
+            }
+        }
+        if diff.changes.is_empty() && diff.default.is_none() && diff.credentials.is_empty() {
             outln!("no decision changes");
         }
     }
@@ -73,6 +101,14 @@ pub(super) fn diff(old: &Path, new: &Path, json: bool, fail_on_widen: bool) -> a
         ));
     }
     Ok(())
+}
+
+/// `pass (rule) +inject gh-bot`: the decision and the credential it adds.
+fn by_with(action: Action, rule: Option<&str>, inject: Option<&str>) -> String {
+    match inject {
+        Some(name) => format!("{} +inject {name}", by(action, rule)),
+        None => by(action, rule),
+    }
 }
 
 fn by(action: Action, rule: Option<&str>) -> String {
