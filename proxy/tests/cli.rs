@@ -240,6 +240,50 @@ fn policy_test_runs_the_github_example_with_content_matchers_and_explain_says_wh
 }
 
 #[test]
+fn policy_test_checks_obligations_and_names_what_differs() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = dir.path().join("obligations.toml");
+    std::fs::write(
+        &cases,
+        r#"[[case]]
+name = "right"
+method = "GET"
+url = "https://api.github.com/repos/o/r/issues?state=open"
+expect = { action = "pass", obligations = { strip = ["cookie"], limit = { query_bytes = 256 } } }
+
+[[case]]
+name = "wrong"
+method = "GET"
+url = "https://api.github.com/repos/o/r/issues?state=open"
+expect = { action = "pass", obligations = { strip = [], review = "auto", limit = { query_bytes = 128, body_bytes = 10 }, redact = ["/x"] } }
+"#,
+    )
+    .expect("write");
+    let out = airlock()
+        .args(["policy", "test"])
+        .arg(examples.join("github.toml"))
+        .arg(&cases)
+        .output()
+        .expect("run airlock");
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("case \"right\""), "{stdout}");
+    for wrong in [
+        r#"obligations.strip {"cookie"} (expected {})"#,
+        r#"obligations.redact {} (expected {"/x"})"#,
+        "obligations.review required (expected auto)",
+        "obligations.limit.body_bytes none (expected 10)",
+        "obligations.limit.query_bytes 256 (expected 128)",
+    ] {
+        assert!(
+            stdout.contains("FAIL case \"wrong\"") && stdout.contains(wrong),
+            "{wrong}: {stdout}"
+        );
+    }
+}
+
+#[test]
 fn the_credentials_example_checks_clean_and_its_cases_cover_every_rule() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
     let policy = dir.join("github-token.toml");
