@@ -20,6 +20,7 @@ use std::path::Path;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
+mod author_lints;
 mod body;
 mod content;
 mod credential;
