@@ -471,3 +471,60 @@ fn every_example_policy_checks_strict_and_its_cases_cover_every_rule() {
         );
     }
 }
+
+/// `policy diff` reports new credential reach: here a copy of the credentials example
+/// whose reads lose the token, against the example itself.
+#[test]
+fn policy_diff_reports_credential_reach_and_fails_the_gate_on_it() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let with_token = examples.join("github-token.toml");
+    let text = std::fs::read_to_string(&with_token).expect("read example");
+    let marker = "id = \"gh-read\"\nhost = \"api.github.com\"\nscheme = \"https\"\nmethod = \"read\"\naction = \"pass\"\ninject = \"gh-bot\"\n";
+    assert!(
+        text.contains(marker),
+        "the example still has its gh-read rule"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let without = dir.path().join("reads-without-token.toml");
+    std::fs::write(
+        &without,
+        text.replace(marker, &marker.replace("inject = \"gh-bot\"\n", "")),
+    )
+    .expect("write");
+    let out = airlock()
+        .args(["policy", "diff"])
+        .arg(&without)
+        .arg(&with_token)
+        .arg("--fail-on-widen")
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "new credential reach widens: {stdout}"
+    );
+    assert!(
+        stdout.contains("CREDENTIAL REACH WIDENS (1):")
+            && stdout.contains("gh-bot: rule \"gh-read\" now injects it"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("pass (gh-read) -> pass (gh-read) +inject gh-bot"),
+        "{stdout}"
+    );
+    // The other way round only narrows: the gate passes.
+    let out = airlock()
+        .args(["policy", "diff"])
+        .arg(&with_token)
+        .arg(&without)
+        .arg("--fail-on-widen")
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("credential reach narrows (1):")
+            && stdout.contains("gh-bot: rule \"gh-read\" no longer injects it"),
+        "{stdout}"
+    );
+}
