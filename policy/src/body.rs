@@ -271,6 +271,78 @@ impl BodyMatcher {
     }
 }
 
+/// A body that matches, for `policy diff`'s probe requests.
+impl BodyMatcher {
+    /// A JSON body that satisfies every condition: each `json` pointer set to a matching
+    /// value (objects created along the way), a GraphQL `query` document of the wanted
+    /// operation type and name, a JSON-RPC `method` and MCP tool name. `None` when the
+    /// pointers conflict (one is inside another's scalar value).
+    pub(crate) fn sample(&self) -> Option<String> {
+        let mut body = Value::Object(serde_json::Map::new());
+        for (pointer, expect) in &self.json {
+            let value = match expect {
+                JsonExpect::Glob(glob) => Value::String(glob.sample()),
+                JsonExpect::Int(n) => Value::from(*n),
+                JsonExpect::Float(n) => Value::from(*n),
+                JsonExpect::Bool(b) => Value::Bool(*b),
+            };
+            set_pointer(&mut body, pointer, value)?;
+        }
+        if let Some((operation, name)) = &self.graphql {
+            let kind = operation.unwrap_or(OperationType::Query).as_str();
+            let name = name.as_ref().map(ValueGlob::sample).unwrap_or_default();
+            set_pointer(
+                &mut body,
+                "/query",
+                Value::String(format!("{kind} {name} {{ x }}")),
+            )?;
+        }
+        if let Some((method, tool)) = &self.jsonrpc {
+            let method = match (method, tool) {
+                (Some(glob), _) => glob.sample(),
+                (None, Some(_)) => "tools/call".to_owned(),
+                (None, None) => "x".to_owned(),
+            };
+            set_pointer(&mut body, "/jsonrpc", Value::String("2.0".into()))?;
+            set_pointer(&mut body, "/id", Value::from(1))?;
+            set_pointer(&mut body, "/method", Value::String(method))?;
+            if let Some(tool) = tool {
+                set_pointer(&mut body, "/params/name", Value::String(tool.sample()))?;
+            }
+        }
+        serde_json::to_string(&body).ok()
+    }
+}
+
+/// Sets the value at an RFC 6901 pointer, creating objects for missing parents (a
+/// numeric token becomes an object key: `Value::pointer` finds it there too).
+fn set_pointer(root: &mut Value, pointer: &str, value: Value) -> Option<()> {
+    if pointer.is_empty() {
+        *root = value;
+        return Some(());
+    }
+    let mut current = root;
+    let tokens: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let (last, parents) = tokens.split_last()?;
+    for token in parents {
+        let Value::Object(map) = current else {
+            return None;
+        };
+        current = map
+            .entry(token.clone())
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    }
+    let Value::Object(map) = current else {
+        return None;
+    };
+    map.insert(last.clone(), value);
+    Some(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -217,6 +217,34 @@ impl HeaderMatcher {
     }
 }
 
+/// Sample values that match, for `policy diff`'s probe requests.
+impl ValueGlob {
+    /// A value that matches: the pattern with each `*` replaced by `x`.
+    pub(crate) fn sample(&self) -> String {
+        self.source.replace('*', "x")
+    }
+}
+
+impl QueryMatcher {
+    /// `(name, value)` pairs that match (one occurrence of each listed name).
+    pub(crate) fn sample(&self) -> Vec<(String, String)> {
+        self.params
+            .iter()
+            .map(|(name, glob)| (name.clone(), glob.sample()))
+            .collect()
+    }
+}
+
+impl HeaderMatcher {
+    /// `(name, value)` header lines that match.
+    pub(crate) fn sample(&self) -> Vec<(String, String)> {
+        self.headers
+            .iter()
+            .map(|(name, glob)| (name.clone(), glob.sample()))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,9 +85,9 @@ impl Placement {
 /// The requests a credential may ever be added to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
-    hosts: Vec<HostPattern>,
-    methods: Option<MethodMatcher>,
-    paths: Vec<PathPattern>,
+    pub(crate) hosts: Vec<HostPattern>,
+    pub(crate) methods: Option<MethodMatcher>,
+    pub(crate) paths: Vec<PathPattern>,
 }
 
 /// One compiled `[credential.NAME]`.
@@ -414,4 +414,11 @@ pub(crate) fn check_inject(
         return Err(FieldProblem::new("inject", problem));
     }
     Ok(Some(name))
+}
+
+impl Credential {
+    /// The bind (hosts, methods, paths), for `policy diff`'s reach comparison.
+    pub(crate) fn bind(&self) -> &Bind {
+        &self.bind
+    }
 }

@@ -2,25 +2,35 @@
 //!
 //! Both policies decide the same set of probe requests, built from every rule of either
 //! file (one request per rule, scheme, port and method it names; its host and path
-//! patterns instantiated with sample labels and segments), plus requests to a host no rule
-//! names. A probe whose action becomes more permissive (deny → stage → pass) *widens*; less
-//! permissive *narrows*; the same action by a different rule is *rerouted* (its
-//! obligations may differ). Rules added, removed or edited are listed by id. The probes
-//! cover every rule, so every rule-level change shows; they are samples, not a proof
-//! about all possible requests.
+//! patterns instantiated with sample labels and segments; for a rule with `query`,
+//! `headers`, `json`, `graphql` or `jsonrpc` conditions, also one carrying values that
+//! satisfy them), plus requests to a host no rule names. A probe whose action becomes more
+//! permissive (deny → stage → pass) *widens*; less permissive *narrows*; the same action
+//! by a different rule is *rerouted* (its obligations may differ). A probe that keeps its
+//! action but now gets a credential injected widens too (new credential reach), and one
+//! that loses it narrows. Credentials are compared as well ([`CredentialChange`]): one
+//! added, a bind widened (host, method or path), a rule that newly injects. Rules added,
+//! removed or edited are listed by id. The probes cover every rule, so every rule-level
+//! change shows; they are samples, not a proof about all possible requests.
+
+mod probe;
+mod reach;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::matcher::{HostPattern, MethodMatcher, PathPattern, PortMatcher};
-use crate::{Action, Policy, RequestFacts, Rule, Scheme};
+use crate::{Action, Policy, Rule};
+use probe::Probe;
+pub use reach::CredentialChange;
 
 /// The direction of one change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
-    /// More permissive: deny → stage → pass → tunnel.
+    /// More permissive: deny → stage → pass → tunnel, or a credential reaches further.
     Widens,
     /// Less permissive.
     Narrows,
@@ -35,7 +45,7 @@ pub struct Change {
     pub kind: ChangeKind,
     /// The probe's method.
     pub method: String,
-    /// The probe's URL.
+    /// The probe's URL (with the sample query, when the probe has one).
     pub url: String,
     /// The action under the old policy.
     pub old_action: Action,
@@ -45,6 +55,15 @@ pub struct Change {
     pub new_action: Action,
     /// The deciding rule under the new policy.
     pub new_rule: Option<String>,
+    /// The probe's sample header lines (for rules with a `headers` matcher); empty
+    /// otherwise.
+    pub headers: Vec<(String, String)>,
+    /// The probe's sample body (for rules with a body matcher), as text.
+    pub body: Option<String>,
+    /// The credential the old decision injects.
+    pub old_inject: Option<String>,
+    /// The credential the new decision injects.
+    pub new_inject: Option<String>,
 }
 
 /// Everything `policy diff` reports.
@@ -68,12 +87,20 @@ pub struct PolicyDiff {
     pub changes: Vec<Change>,
     /// How many probe requests were decided.
     pub probes: usize,
+    /// Changes of credential reach: credentials and binds added or removed, rules that
+    /// newly inject or no longer do. Widenings first.
+    pub credentials: Vec<CredentialChange>,
 }
 
 impl PolicyDiff {
-    /// True when some probe is more permissive under the new policy, or the default is.
+    /// True when some probe is more permissive under the new policy, the default is, or a
+    /// credential reaches further.
     pub fn widens(&self) -> bool {
         self.changes.iter().any(|c| c.kind == ChangeKind::Widens)
+            || self
+                .credentials
+                .iter()
+                .any(|c| c.kind == ChangeKind::Widens)
             || self
                 .default
                 .is_some_and(|(old, new)| permissiveness(new) > permissiveness(old))
@@ -90,40 +117,11 @@ fn permissiveness(action: Action) -> u8 {
     }
 }
 
-/// A probe request (owned).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Probe {
-    scheme: &'static str,
-    host: String,
-    port: u16,
-    method: String,
-    path: String,
-}
-
-impl Probe {
-    fn facts(&self) -> RequestFacts<'_> {
-        RequestFacts::new(
-            if self.scheme == "https" {
-                Scheme::Https
-            } else {
-                Scheme::Http
-            },
-            &self.host,
-            self.port,
-            &self.method,
-            &self.path,
-            matches!(self.method.as_str(), "POST" | "PUT" | "PATCH"),
-        )
-    }
-
-    fn url(&self) -> String {
-        let default = if self.scheme == "https" { 443 } else { 80 };
-        if self.port == default {
-            format!("{}://{}{}", self.scheme, self.host, self.path)
-        } else {
-            format!("{}://{}:{}{}", self.scheme, self.host, self.port, self.path)
-        }
-    }
+/// The credential a decision's rule injects.
+fn injected(policy: &Policy, rule: Option<&str>) -> Option<String> {
+    rule.and_then(|id| policy.rule(id))
+        .and_then(Rule::inject)
+        .map(str::to_owned)
 }
 
 impl Policy {
@@ -131,25 +129,35 @@ impl Policy {
     pub fn diff(&self, new: &Policy) -> PolicyDiff {
         let mut probes = BTreeSet::new();
         for rule in self.rules.iter().chain(&new.rules) {
-            probes_of(rule, &mut probes);
+            probe::probes_of(rule, &mut probes);
         }
         for method in ["GET", "POST"] {
-            probes.insert(Probe {
-                scheme: "https",
-                host: "unlisted.airlock-diff.example".into(),
-                port: 443,
-                method: method.into(),
-                path: "/".into(),
-            });
+            probes.insert(Probe::line(
+                "https",
+                "unlisted.airlock-diff.example",
+                443,
+                method,
+                "/",
+            ));
         }
         let mut changes = Vec::new();
         for probe in &probes {
-            let facts = probe.facts();
+            let headers = probe.header_pairs();
+            let facts = probe.facts(&headers);
             let old = self.decide(&facts);
             let new_decision = new.decide(&facts);
+            let old_inject = injected(self, old.rule.as_deref());
+            let new_inject = injected(new, new_decision.rule.as_deref());
             let kind = match permissiveness(new_decision.action).cmp(&permissiveness(old.action)) {
                 std::cmp::Ordering::Greater => ChangeKind::Widens,
                 std::cmp::Ordering::Less => ChangeKind::Narrows,
+                // The same action, now with a credential it did not have (or another one).
+                std::cmp::Ordering::Equal if new_inject.is_some() && new_inject != old_inject => {
+                    ChangeKind::Widens
+                }
+                std::cmp::Ordering::Equal if old_inject.is_some() && new_inject.is_none() => {
+                    ChangeKind::Narrows
+                }
                 std::cmp::Ordering::Equal if old.rule != new_decision.rule => ChangeKind::Rerouted,
                 std::cmp::Ordering::Equal => continue,
             };
@@ -161,9 +169,18 @@ impl Policy {
                 old_rule: old.rule,
                 new_action: new_decision.action,
                 new_rule: new_decision.rule,
+                headers: probe.headers.clone(),
+                body: probe.body.clone(),
+                old_inject,
+                new_inject,
             });
         }
-        changes.sort_by(|a, b| a.kind.cmp(&b.kind).then(a.url.cmp(&b.url)));
+        changes.sort_by(|a, b| {
+            a.kind
+                .cmp(&b.kind)
+                .then(a.url.cmp(&b.url))
+                .then(a.method.cmp(&b.method))
+        });
         let old_rules: BTreeMap<&str, &Rule> = self.rules.iter().map(|r| (r.id(), r)).collect();
         let new_rules: BTreeMap<&str, &Rule> = new.rules.iter().map(|r| (r.id(), r)).collect();
         let rules_added = new_rules
@@ -207,192 +224,7 @@ impl Policy {
             rules_reordered: common_old != common_new,
             changes,
             probes: probes.len(),
+            credentials: reach::compare(self, new),
         }
-    }
-}
-
-/// The probes that exercise `rule`: each scheme and port it can match, each method it
-/// names (GET and POST for presets or no method), its path pattern instantiated.
-fn probes_of(rule: &Rule, out: &mut BTreeSet<Probe>) {
-    let host = sample_host(&rule.host);
-    let schemes: Vec<Scheme> = match rule.scheme {
-        Some(scheme) => vec![scheme],
-        None => vec![Scheme::Https, Scheme::Http],
-    };
-    let methods: Vec<String> = match &rule.method {
-        Some(MethodMatcher::List(methods)) => methods.clone(),
-        Some(MethodMatcher::Read) => vec!["GET".into()],
-        Some(MethodMatcher::Write) => vec!["POST".into(), "DELETE".into()],
-        None => vec!["GET".into(), "POST".into()],
-    };
-    let paths = match &rule.path {
-        Some(pattern) => vec![sample_path(pattern)],
-        None => vec!["/".to_owned()],
-    };
-    for scheme in schemes {
-        let ports = match &rule.port {
-            PortMatcher::SchemeDefault => vec![scheme.default_port()],
-            PortMatcher::List(ports) => ports.clone(),
-        };
-        for port in ports {
-            for method in &methods {
-                for path in &paths {
-                    out.insert(Probe {
-                        scheme: scheme.as_str(),
-                        host: host.clone(),
-                        port,
-                        method: method.clone(),
-                        path: path.clone(),
-                    });
-                }
-            }
-        }
-    }
-}
-
-fn sample_host(pattern: &HostPattern) -> String {
-    match pattern {
-        HostPattern::Exact(name) => name.clone(),
-        HostPattern::Ip(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
-        HostPattern::Ip(ip) => ip.to_string(),
-        HostPattern::OneLabel(suffix) => format!("sample.{suffix}"),
-        HostPattern::AnyDepth(suffix) => format!("deep.sample.{suffix}"),
-    }
-}
-
-fn sample_path(pattern: &PathPattern) -> String {
-    pattern.sample()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policy(text: &str) -> Policy {
-        Policy::from_toml_str(text, "<test>").expect("valid policy")
-    }
-
-    const OLD: &str = r#"
-version = 1
-[[rule]]
-id = "gh-read"
-host = "api.github.com"
-method = "read"
-action = "pass"
-
-[[rule]]
-id = "gh-pulls"
-host = "api.github.com"
-method = ["POST"]
-path = "/repos/*/*/pulls"
-action = "stage"
-
-[[rule]]
-id = "hooks"
-host = "*.hooks.example"
-action = "stage"
-"#;
-
-    #[test]
-    fn widening_a_stage_rule_to_pass_is_reported_as_a_widening() {
-        let new = OLD.replacen(
-            "path = \"/repos/*/*/pulls\"\naction = \"stage\"",
-            "path = \"/repos/*/*/pulls\"\naction = \"pass\"",
-            1,
-        );
-        let diff = policy(OLD).diff(&policy(&new));
-        assert!(diff.widens());
-        assert_eq!(diff.rules_changed, ["gh-pulls"]);
-        let widened: Vec<_> = diff
-            .changes
-            .iter()
-            .filter(|c| c.kind == ChangeKind::Widens)
-            .map(|c| (c.method.as_str(), c.url.as_str()))
-            .collect();
-        // A rule without `scheme` matches plain http too.
-        assert_eq!(
-            widened,
-            [
-                ("POST", "http://api.github.com/repos/x/x/pulls"),
-                ("POST", "https://api.github.com/repos/x/x/pulls")
-            ]
-        );
-    }
-
-    #[test]
-    fn removing_a_rule_narrows_what_it_allowed_and_names_it() {
-        let new = OLD.replacen(
-            "[[rule]]\nid = \"hooks\"\nhost = \"*.hooks.example\"\naction = \"stage\"\n",
-            "",
-            1,
-        );
-        let diff = policy(OLD).diff(&policy(&new));
-        assert!(!diff.widens());
-        assert_eq!(diff.rules_removed, ["hooks"]);
-        assert!(diff.changes.iter().all(|c| c.kind == ChangeKind::Narrows));
-        assert!(diff
-            .changes
-            .iter()
-            .any(|c| c.url == "https://sample.hooks.example/" && c.new_rule.is_none()));
-    }
-
-    #[test]
-    fn a_default_change_shows_on_unlisted_hosts() {
-        let new = format!(
-            "default = \"stage\"\n{}",
-            OLD.trim_start().replacen("version = 1\n", "", 1)
-        );
-        let new = format!("version = 1\n{new}");
-        let diff = policy(OLD).diff(&policy(&new));
-        assert_eq!(diff.default, Some((Action::Deny, Action::Stage)));
-        assert!(diff.widens());
-        assert!(diff
-            .changes
-            .iter()
-            .any(|c| c.url.starts_with("https://unlisted.") && c.new_action == Action::Stage));
-    }
-
-    #[test]
-    fn identical_policies_have_no_changes() {
-        let diff = policy(OLD).diff(&policy(OLD));
-        assert!(diff.changes.is_empty() && !diff.widens() && !diff.rules_reordered);
-        assert!(diff.rules_added.is_empty() && diff.rules_removed.is_empty());
-    }
-
-    #[test]
-    fn reordering_a_shadowing_rule_is_seen() {
-        let text = r#"
-version = 1
-[[rule]]
-id = "deny-admin"
-host = "api.example.com"
-path = "/admin/**"
-action = "deny"
-
-[[rule]]
-id = "all"
-host = "api.example.com"
-action = "pass"
-"#;
-        let swapped = r#"
-version = 1
-[[rule]]
-id = "all"
-host = "api.example.com"
-action = "pass"
-
-[[rule]]
-id = "deny-admin"
-host = "api.example.com"
-path = "/admin/**"
-action = "deny"
-"#;
-        let diff = policy(text).diff(&policy(swapped));
-        assert!(diff.rules_reordered);
-        assert!(diff.widens(), "{diff:#?}");
-        assert!(diff
-            .changes
-            .iter()
-            .any(|c| c.url == "https://api.example.com/admin/x" && c.new_action == Action::Pass));
     }
 }

@@ -186,6 +186,7 @@ impl Policy {
                 });
             }
         }
+        out.extend(self.body_lints());
         for credential in self.credentials() {
             if !self
                 .rules

@@ -20,6 +20,7 @@ use std::path::Path;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
+mod author_lints;
 mod body;
 mod content;
 mod credential;
@@ -39,7 +40,7 @@ mod wire;
 pub use body::DEFAULT_BODY_MATCH_BYTES;
 pub use credential::{Credential, CredentialSource, Placement};
 pub use decision::{reason_code, Action, AuditMatch, ConnectDecision, Decision};
-pub use diff::{Change, ChangeKind, PolicyDiff};
+pub use diff::{Change, ChangeKind, CredentialChange, PolicyDiff};
 pub use error::PolicyError;
 pub use explain::{Explanation, Lint, RuleOutcome, RuleTrace};
 pub use obligation::{Limits, Mode, Redaction, Review, REDACTED};

@@ -11,7 +11,7 @@ use crate::{Action, Lint, Policy};
 /// stores, tunnels). A wildcard under one of them lets data reach hosts the author does not
 /// control. A sample of the Public Suffix List's private section
 /// (<https://publicsuffix.org/list/>), the ones agents meet most.
-const SHARED_HOSTING: &[&str] = &[
+pub(crate) const SHARED_HOSTING: &[&str] = &[
     "amazonaws.com",
     "appspot.com",
     "azurewebsites.net",
@@ -125,6 +125,7 @@ impl Policy {
                 }
             }
         }
+        out.extend(self.credential_warnings());
         out
     }
 }

@@ -540,6 +540,16 @@ async fn policy_command(command: PolicyCommand) -> anyhow::Result<()> {
                 }))?;
             } else {
                 for warning in &warnings {
+                    if warning.index == 0 {
+                        // About the top level or a `[credential.NAME]` table, not a rule.
+                        outln!(
+                            "{}: warning: {}: {}",
+                            file.display(),
+                            warning.rule,
+                            warning.message
+                        );
+                        continue;
+                    }
                     outln!(
                         "{}: warning: {} (#{}): {}",
                         file.display(),

@@ -240,6 +240,50 @@ fn policy_test_runs_the_github_example_with_content_matchers_and_explain_says_wh
 }
 
 #[test]
+fn policy_test_checks_obligations_and_names_what_differs() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = dir.path().join("obligations.toml");
+    std::fs::write(
+        &cases,
+        r#"[[case]]
+name = "right"
+method = "GET"
+url = "https://api.github.com/repos/o/r/issues?state=open"
+expect = { action = "pass", obligations = { strip = ["cookie"], limit = { query_bytes = 256 } } }
+
+[[case]]
+name = "wrong"
+method = "GET"
+url = "https://api.github.com/repos/o/r/issues?state=open"
+expect = { action = "pass", obligations = { strip = [], review = "auto", limit = { query_bytes = 128, body_bytes = 10 }, redact = ["/x"] } }
+"#,
+    )
+    .expect("write");
+    let out = airlock()
+        .args(["policy", "test"])
+        .arg(examples.join("github.toml"))
+        .arg(&cases)
+        .output()
+        .expect("run airlock");
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("case \"right\""), "{stdout}");
+    for wrong in [
+        r#"obligations.strip {"cookie"} (expected {})"#,
+        r#"obligations.redact {} (expected {"/x"})"#,
+        "obligations.review required (expected auto)",
+        "obligations.limit.body_bytes none (expected 10)",
+        "obligations.limit.query_bytes 256 (expected 128)",
+    ] {
+        assert!(
+            stdout.contains("FAIL case \"wrong\"") && stdout.contains(wrong),
+            "{wrong}: {stdout}"
+        );
+    }
+}
+
+#[test]
 fn the_credentials_example_checks_clean_and_its_cases_cover_every_rule() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
     let policy = dir.join("github-token.toml");
@@ -319,6 +363,168 @@ fn the_credentials_example_checks_clean_and_its_cases_cover_every_rule() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("credential.spare: credential \"spare\" is never used"),
+        "{stdout}"
+    );
+}
+
+/// Every `examples/policies/X.toml` checks clean with `--strict`, and every one with an
+/// `X.cases.toml` beside it passes its cases with every rule covered. New examples are
+/// picked up without touching this test.
+#[test]
+fn every_example_policy_checks_strict_and_its_cases_cover_every_rule() {
+    // Examples whose advisory warnings are deliberate: name => the warnings `check`
+    // must print (exactly these). None today.
+    let deliberate: &[(&str, &[&str])] = &[];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let mut policies: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .expect("read examples/policies")
+        .map(|entry| entry.expect("dir entry").path())
+        .filter(|path| {
+            path.extension().is_some_and(|ext| ext == "toml")
+                && !path.to_string_lossy().ends_with(".cases.toml")
+        })
+        .collect();
+    policies.sort();
+    let mut with_cases = Vec::new();
+    for policy in &policies {
+        let name = policy
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .expect("utf-8 name");
+        let warnings = deliberate
+            .iter()
+            .find(|(example, _)| *example == name)
+            .map(|(_, warnings)| *warnings);
+        let mut check = airlock();
+        check.args(["policy", "check"]);
+        if warnings.is_none() {
+            check.arg("--strict");
+        }
+        let out = check.arg(policy).output().expect("run airlock");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        match warnings {
+            None => assert!(
+                stdout.contains("0 lint(s), 0 warning(s)"),
+                "{name}: {stdout}"
+            ),
+            Some(expected) => {
+                let printed: Vec<&str> = stdout
+                    .lines()
+                    .filter(|line| line.starts_with("warning: "))
+                    .collect();
+                assert_eq!(&printed, expected, "{name}: {stdout}");
+            }
+        }
+
+        let cases = dir.join(format!("{name}.cases.toml"));
+        if !cases.exists() {
+            continue;
+        }
+        with_cases.push(name.to_owned());
+        let out = airlock()
+            .args(["policy", "test"])
+            .arg(policy)
+            .arg(&cases)
+            .arg("--require-coverage")
+            .output()
+            .expect("run airlock");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary = stdout
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .split(": ")
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        let (ran, coverage) = summary
+            .split_once("; ")
+            .unwrap_or_else(|| panic!("{name}: {stdout}"));
+        assert!(ran.ends_with(" case(s), 0 failed"), "{name}: {stdout}");
+        let (covered, total) = coverage
+            .trim_end_matches(" rule(s) covered")
+            .split_once(" of ")
+            .unwrap_or_else(|| panic!("{name}: {stdout}"));
+        assert_eq!(covered, total, "{name}: every rule covered: {stdout}");
+    }
+    for expected in [
+        "github",
+        "github-token",
+        "registries",
+        "research",
+        "slack",
+        "webhooks",
+    ] {
+        assert!(
+            with_cases.iter().any(|name| name == expected),
+            "{expected}.toml has cases: {with_cases:?}"
+        );
+    }
+}
+
+/// `policy diff` reports new credential reach: here a copy of the credentials example
+/// whose reads lose the token, against the example itself.
+#[test]
+fn policy_diff_reports_credential_reach_and_fails_the_gate_on_it() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let with_token = examples.join("github-token.toml");
+    let text = std::fs::read_to_string(&with_token).expect("read example");
+    let marker = "id = \"gh-read\"\nhost = \"api.github.com\"\nscheme = \"https\"\nmethod = \"read\"\naction = \"pass\"\ninject = \"gh-bot\"\n";
+    assert!(
+        text.contains(marker),
+        "the example still has its gh-read rule"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let without = dir.path().join("reads-without-token.toml");
+    std::fs::write(
+        &without,
+        text.replace(marker, &marker.replace("inject = \"gh-bot\"\n", "")),
+    )
+    .expect("write");
+    let out = airlock()
+        .args(["policy", "diff"])
+        .arg(&without)
+        .arg(&with_token)
+        .arg("--fail-on-widen")
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "new credential reach widens: {stdout}"
+    );
+    assert!(
+        stdout.contains("CREDENTIAL REACH WIDENS (1):")
+            && stdout.contains("gh-bot: rule \"gh-read\" now injects it"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("pass (gh-read) -> pass (gh-read) +inject gh-bot"),
+        "{stdout}"
+    );
+    // The other way round only narrows: the gate passes.
+    let out = airlock()
+        .args(["policy", "diff"])
+        .arg(&with_token)
+        .arg(&without)
+        .arg("--fail-on-widen")
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("credential reach narrows (1):")
+            && stdout.contains("gh-bot: rule \"gh-read\" no longer injects it"),
         "{stdout}"
     );
 }

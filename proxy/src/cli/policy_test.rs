@@ -12,8 +12,9 @@
 //! profile = "ci"                    # optional: the run's profile
 //! expect = { action = "pass", rule = "api-read", reason_code = "rule_pass" }
 //! ```
-//! `rule`, `reason_code` and `audit` (ids of audit-mode rules that must have matched) are
-//! optional; `rule = ""` expects the default. A case with
+//! `rule`, `reason_code`, `audit` (ids of audit-mode rules that must have matched),
+//! `inject` and `obligations` (`{ strip, review, limit, redact }`, only the keys given are
+//! checked) are optional; `rule = ""` expects the default. A case with
 //! `method = "CONNECT"` and `url = "https://host:port"` is decided as a CONNECT; its
 //! `expect.action` is `tunnel`, `deny` or `intercept`.
 
@@ -61,6 +62,111 @@ struct Expect {
     audit: Option<Vec<String>>,
     /// The credential the deciding rule injects; `""` = none.
     inject: Option<String>,
+    /// The deciding rule's obligations; only the keys given are checked.
+    obligations: Option<ExpectObligations>,
+}
+
+/// `expect.obligations = { strip = [...], review = "auto", limit = {...}, redact = [...] }`:
+/// the obligations of the deciding rule (none for the default). Only the keys given are
+/// checked; `strip` and `redact` as sets (header names in any case), `limit` key by key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectObligations {
+    strip: Option<Vec<String>>,
+    review: Option<String>,
+    limit: Option<ExpectLimit>,
+    redact: Option<Vec<String>>,
+}
+
+/// The `limit` keys a case may check (docs/policy.md "Obligations of the winning rule").
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectLimit {
+    body_bytes: Option<u64>,
+    requests_per_minute: Option<u64>,
+    upload_bytes_per_run: Option<u64>,
+    query_bytes: Option<u64>,
+}
+
+/// What differs between the deciding rule's obligations and `want`, one entry each.
+fn obligation_mismatches(
+    rule: Option<&airlock_policy::Rule>,
+    want: &ExpectObligations,
+) -> Vec<String> {
+    use airlock_policy::{Limits, Redaction, Review};
+    let mut wrong = Vec::new();
+    let set =
+        |items: Vec<String>| -> std::collections::BTreeSet<String> { items.into_iter().collect() };
+    if let Some(expected) = &want.strip {
+        let actual = set(rule.map_or_else(Vec::new, |r| {
+            r.strip().iter().map(|h| h.to_ascii_lowercase()).collect()
+        }));
+        let expected = set(expected.iter().map(|h| h.to_ascii_lowercase()).collect());
+        if actual != expected {
+            wrong.push(format!(
+                "obligations.strip {actual:?} (expected {expected:?})"
+            ));
+        }
+    }
+    if let Some(expected) = &want.redact {
+        let actual = set(rule.map_or_else(Vec::new, |r| {
+            r.redact()
+                .iter()
+                .map(|redaction| match redaction {
+                    Redaction::JsonPointer(pointer) => pointer.clone(),
+                    Redaction::Header(name) => format!("header:{name}"),
+                })
+                .collect()
+        }));
+        let expected = set(expected
+            .iter()
+            .map(|entry| match entry.strip_prefix("header:") {
+                Some(name) => format!("header:{}", name.to_ascii_lowercase()),
+                None => entry.clone(),
+            })
+            .collect());
+        if actual != expected {
+            wrong.push(format!(
+                "obligations.redact {actual:?} (expected {expected:?})"
+            ));
+        }
+    }
+    if let Some(expected) = &want.review {
+        let actual = match rule.map_or(Review::Required, |r| r.review()) {
+            Review::Required => "required",
+            Review::Auto => "auto",
+        };
+        if actual != expected {
+            wrong.push(format!("obligations.review {actual} (expected {expected})"));
+        }
+    }
+    if let Some(expected) = &want.limit {
+        let limits = rule.map_or_else(Limits::default, |r| *r.limits());
+        let show = |value: Option<u64>| value.map_or_else(|| "none".to_owned(), |v| v.to_string());
+        for (name, actual, expected) in [
+            ("body_bytes", limits.body_bytes, expected.body_bytes),
+            (
+                "requests_per_minute",
+                limits.requests_per_minute.map(u64::from),
+                expected.requests_per_minute,
+            ),
+            (
+                "upload_bytes_per_run",
+                limits.upload_bytes_per_run,
+                expected.upload_bytes_per_run,
+            ),
+            ("query_bytes", limits.query_bytes, expected.query_bytes),
+        ] {
+            if expected.is_some() && actual != expected {
+                wrong.push(format!(
+                    "obligations.limit.{name} {} (expected {})",
+                    show(actual),
+                    show(expected)
+                ));
+            }
+        }
+    }
+    wrong
 }
 
 /// The outcome of a cases file: failures (one line each) and rules no case reached.
@@ -221,6 +327,10 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
             if actual != expected {
                 wrong.push(format!("inject {actual:?} (expected {expected:?})"));
             }
+        }
+        if let Some(want) = &case.expect.obligations {
+            let rule = decision.rule.as_deref().and_then(|id| policy.rule(id));
+            wrong.extend(obligation_mismatches(rule, want));
         }
         if !wrong.is_empty() {
             failures.push(format!(

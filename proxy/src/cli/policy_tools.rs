@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use airlock_policy::{Action, ChangeKind, Policy, RequestFacts, Scheme};
+use airlock_policy::{Action, ChangeKind, Policy, RequestBody, RequestFacts, Scheme};
 use anyhow::{anyhow, Context as _};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -58,12 +58,40 @@ pub(super) fn diff(old: &Path, new: &Path, json: bool, fail_on_widen: bool) -> a
                     "  {:<7} {:<60} {} -> {}",
                     change.method,
                     change.url,
-                    by(change.old_action, change.old_rule.as_deref()),
-                    by(change.new_action, change.new_rule.as_deref()),
+                    by_with(
+                        change.old_action,
+                        change.old_rule.as_deref(),
+                        change.old_inject.as_deref()
+                    ),
+                    by_with(
+                        change.new_action,
+                        change.new_rule.as_deref(),
+                        change.new_inject.as_deref()
+                    ),
                 );
+                for (name, value) in &change.headers {
+                    outln!("          header {name}: {value}");
+                }
+                if let Some(body) = &change.body {
+                    outln!("          body {body}");
+                }
             }
         }
-        if diff.changes.is_empty() && diff.default.is_none() {
+        for (kind, title) in [
+            (ChangeKind::Widens, "CREDENTIAL REACH WIDENS"),
+            (ChangeKind::Narrows, "credential reach narrows"),
+            (ChangeKind::Rerouted, "credential placement changed"),
+        ] {
+            let group: Vec<_> = diff.credentials.iter().filter(|c| c.kind == kind).collect();
+            if group.is_empty() {
+                continue;
+            }
+            outln!("{title} ({}):", group.len());
+            for change in group {
+                outln!("  {}: {}", change.credential, change.what);
+            }
+        }
+        if diff.changes.is_empty() && diff.default.is_none() && diff.credentials.is_empty() {
             outln!("no decision changes");
         }
     }
@@ -73,6 +101,14 @@ pub(super) fn diff(old: &Path, new: &Path, json: bool, fail_on_widen: bool) -> a
         ));
     }
     Ok(())
+}
+
+/// `pass (rule) +inject gh-bot`: the decision and the credential it adds.
+fn by_with(action: Action, rule: Option<&str>, inject: Option<&str>) -> String {
+    match inject {
+        Some(name) => format!("{} +inject {name}", by(action, rule)),
+        None => by(action, rule),
+    }
 }
 
 fn by(action: Action, rule: Option<&str>) -> String {
@@ -93,69 +129,163 @@ struct Replayed {
     now: Action,
     now_rule: Option<String>,
     now_reason_code: &'static str,
+    /// Why the request could only be re-decided approximately (`None`: from everything a
+    /// `headers`, `query` or body matcher looks at).
+    approximate: Option<&'static str>,
+}
+
+/// What the ledger kept of one request, beyond its method and URL.
+struct Recorded {
+    headers: Vec<(String, String)>,
+    /// The body, when the ledger kept it (effects).
+    body: Option<Vec<u8>>,
+    has_body: bool,
+    approximate: Option<&'static str>,
+}
+
+/// Why reads are re-decided approximately.
+const READS_KEEP_NO_CONTENT: &str = "reads keep no headers or body";
+/// Why denials are re-decided approximately.
+const DENIALS_KEEP_NO_CONTENT: &str = "denials keep no headers or body";
+/// Why an effect with masked fields is re-decided approximately.
+const EFFECT_MASKED: &str =
+    "credential headers or `redact` fields are masked in the ledger's view of this effect";
+
+/// The header lines and body of an effect's full record (`GET /v1/effects/{id}`).
+fn effect_content(full: &Value) -> Recorded {
+    let mut masked = full["redacted"].as_array().is_some_and(|r| !r.is_empty());
+    let headers: Vec<(String, String)> = full["headers"]
+        .as_array()
+        .map(|headers| {
+            headers
+                .iter()
+                .filter_map(|h| {
+                    Some((
+                        h["name"].as_str()?.to_owned(),
+                        h["value"].as_str()?.to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if headers
+        .iter()
+        .any(|(_, value)| value == airlock_policy::REDACTED)
+    {
+        masked = true;
+    }
+    let body = match (
+        full["body"]["text"].as_str(),
+        full["body"]["base64"].as_str(),
+    ) {
+        (Some(text), _) => Some(text.as_bytes().to_vec()),
+        (None, Some(encoded)) => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()
+        }
+        (None, None) => None,
+    };
+    let body_len = full["body_len"].as_u64().unwrap_or(0);
+    Recorded {
+        headers,
+        has_body: body_len > 0 || body.as_ref().is_some_and(|b| !b.is_empty()),
+        body: body.filter(|b| !b.is_empty()),
+        approximate: masked.then_some(EFFECT_MASKED),
+    }
 }
 
 /// `policy replay FILE --run RUN`: every pass (read), stage (effect) and deny (denial)
-/// the run's ledger holds, decided again by `file`; prints those whose decision changes.
+/// the run's ledger holds, decided again by `file` for the run's profile; prints those
+/// whose decision changes, and which requests could only be re-decided approximately.
+/// Effects are re-decided from their full record (headers and body, `GET
+/// /v1/effects/{id}`); reads and denials keep only the method, URL and whether there was
+/// a body, so `headers` and body matchers see none.
 pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
     let policy = Policy::load(file)?;
     let client = connect(admin)?;
+    let run_view = client.get(&format!("/v1/runs/{run}")).await?;
+    let profile = run_view["profile"].as_str().map(str::to_owned);
     let reads = client.get(&format!("/v1/runs/{run}/reads")).await?;
     let effects = client.get(&format!("/v1/runs/{run}/effects")).await?;
     let denials = client.get(&format!("/v1/runs/{run}/denials")).await?;
     let mut replayed = Vec::new();
     let list = |value: &Value, key: &str| value[key].as_array().cloned().unwrap_or_default();
+    let profile = profile.as_deref();
     for read in list(&reads, "reads") {
         let has_body = read["request_bytes"].as_u64().unwrap_or(0) > 0;
-        // A tunnel is journaled as a CONNECT read.
-        let was = if read["method"] == "CONNECT" {
-            Action::Tunnel
+        // A tunnel is journaled as a CONNECT read: decided on host and port alone.
+        let (was, approximate) = if read["method"] == "CONNECT" {
+            (Action::Tunnel, None)
         } else {
-            Action::Pass
+            (Action::Pass, Some(READS_KEEP_NO_CONTENT))
         };
-        replayed.push(redecide(&policy, "read", &read, was, has_body)?);
+        let recorded = Recorded {
+            headers: Vec::new(),
+            body: None,
+            has_body,
+            approximate,
+        };
+        replayed.push(redecide(&policy, "read", &read, was, &recorded, profile)?);
     }
     for effect in list(&effects, "effects") {
-        let has_body = effect["body_len"].as_u64().unwrap_or(0) > 0;
+        let id = effect["id"].as_str().unwrap_or_default();
+        let full = client.get(&format!("/v1/effects/{id}")).await?;
+        let recorded = effect_content(&full);
         replayed.push(redecide(
             &policy,
             "effect",
             &effect,
             Action::Stage,
-            has_body,
+            &recorded,
+            profile,
         )?);
     }
     for denial in list(&denials, "denials") {
-        let has_body = denial["has_body"].as_bool().unwrap_or(false);
+        let recorded = Recorded {
+            headers: Vec::new(),
+            body: None,
+            has_body: denial["has_body"].as_bool().unwrap_or(false),
+            approximate: Some(DENIALS_KEEP_NO_CONTENT),
+        };
         replayed.push(redecide(
             &policy,
             "denial",
             &denial,
             Action::Deny,
-            has_body,
+            &recorded,
+            profile,
         )?);
     }
     let changed: Vec<&Replayed> = replayed
         .iter()
         .filter(|r| r.was != r.now || r.was_rule != r.now_rule)
         .collect();
+    let approximate: Vec<&Replayed> = replayed
+        .iter()
+        .filter(|r| r.approximate.is_some())
+        .collect();
     if admin.json {
         return print_json(&json!({
             "run": run,
+            "profile": profile,
             "policy_revision": policy.revision(),
             "requests": replayed.len(),
             "changed": changed,
+            "approximate": approximate,
         }));
     }
     for r in &changed {
         outln!(
-            "{:<6} {:<7} {:<60} {} -> {} [{}]",
+            "{:<6} {:<7} {:<60} {} -> {} [{}]{}",
             r.kind,
             r.method,
             r.url,
             by(r.was, r.was_rule.as_deref()),
             by(r.now, r.now_rule.as_deref()),
-            r.now_reason_code
+            r.now_reason_code,
+            if r.approximate.is_some() { " ~" } else { "" }
         );
     }
     outln!(
@@ -165,6 +295,28 @@ pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow:
         policy.revision(),
         changed.len()
     );
+    if !approximate.is_empty() {
+        outln!(
+            "~ {} request(s) re-decided approximately, without what the ledger does not keep (headers and body matchers saw none or masked values):",
+            approximate.len()
+        );
+        const SHOWN: usize = 20;
+        for r in approximate.iter().take(SHOWN) {
+            outln!(
+                "  {:<6} {:<7} {}: {}",
+                r.kind,
+                r.method,
+                r.url,
+                r.approximate.unwrap_or_default()
+            );
+        }
+        if approximate.len() > SHOWN {
+            outln!(
+                "  … and {} more (--json lists all)",
+                approximate.len() - SHOWN
+            );
+        }
+    }
     Ok(())
 }
 
@@ -173,7 +325,8 @@ fn redecide(
     kind: &'static str,
     record: &Value,
     was: Action,
-    has_body: bool,
+    recorded: &Recorded,
+    profile: Option<&str>,
 ) -> anyhow::Result<Replayed> {
     let method = record["method"].as_str().unwrap_or("GET").to_owned();
     let url = record["url"].as_str().unwrap_or_default().to_owned();
@@ -189,7 +342,7 @@ fn redecide(
     let target = Target::parse(scheme, authority, scheme.default_port())
         .ok_or_else(|| anyhow!("the ledger holds a URL without a valid host: {url:?}"))?;
     let decision = if method == "CONNECT" {
-        match policy.decide_connect(&target.host, target.port) {
+        match policy.decide_connect_for(&target.host, target.port, profile) {
             airlock_policy::ConnectDecision::Deny(decision)
             | airlock_policy::ConnectDecision::Tunnel(decision) => decision,
             airlock_policy::ConnectDecision::Intercept => airlock_policy::Decision {
@@ -201,17 +354,31 @@ fn redecide(
             },
         }
     } else {
-        policy.decide(&RequestFacts {
+        let headers: Vec<(&str, &str)> = recorded
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        let line = RequestFacts {
             query: uri.query().unwrap_or(""),
+            headers: &headers,
+            profile,
             ..RequestFacts::new(
                 scheme,
                 &target.host,
                 target.port,
                 &method,
                 uri.path(),
-                has_body,
+                recorded.has_body,
             )
-        })
+        };
+        // The body as the proxy would have read it: only as far as the policy reads.
+        let body = match (&recorded.body, policy.body_limit(&line)) {
+            (Some(body), Some(limit)) if body.len() as u64 > limit => RequestBody::TooLarge,
+            (Some(body), _) => RequestBody::Read(body),
+            (None, _) => RequestBody::NotRead,
+        };
+        policy.decide(&RequestFacts { body, ..line })
     };
     Ok(Replayed {
         kind,
@@ -222,6 +389,7 @@ fn redecide(
         now: decision.action,
         now_rule: decision.rule,
         now_reason_code: decision.reason_code,
+        approximate: recorded.approximate,
     })
 }
 

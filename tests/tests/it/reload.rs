@@ -315,3 +315,129 @@ async fn policy_replay_redecides_a_past_run_and_reload_swaps_the_servers_policy(
     assert!(err.contains("broken.toml"), "{err}");
     assert_eq!(generation(&airlock).await.0, 2);
 }
+
+/// `policy replay` re-decides effects from their full record (headers and body), so
+/// `headers` and body matchers of the candidate decide them as the proxy would; it says
+/// which requests (reads, denials) it could only re-decide without headers or body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_replay_redecides_effects_from_their_headers_and_body() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let airlock = fx.start(&loopback_policy(port), &[]);
+    let (run, env) = airlock.create_run().await;
+    let base = format!("https://127.0.0.1:{port}");
+    assert_eq!(
+        airlock_tests::curl(&env, &[&format!("{base}/a")])
+            .await
+            .status,
+        200
+    );
+    for (kind, body) in [
+        ("deploy", r#"{"action": "ship"}"#),
+        ("docs", r#"{"action": "draft"}"#),
+    ] {
+        let staged = airlock_tests::curl(
+            &env,
+            &[
+                "-H",
+                &format!("x-kind: {kind}"),
+                "-H",
+                "content-type: application/json",
+                "-d",
+                body,
+                &format!("{base}/w"),
+            ],
+        )
+        .await;
+        assert_eq!(staged.status, 202, "{kind}");
+    }
+
+    // A candidate whose header and body matchers tell the two staged writes apart.
+    let candidate = fx.dir.path().join("candidate.toml");
+    std::fs::write(
+        &candidate,
+        format!(
+            r#"version = 1
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "no-deploys"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+headers = {{ "x-kind" = "deploy" }}
+action = "deny"
+
+[[rule]]
+id = "drafts"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+json = {{ "/action" = "draft" }}
+limit = {{ body_bytes = 4096 }}
+action = "pass"
+
+[[rule]]
+id = "reads"
+host = "127.0.0.1"
+port = {port}
+method = "read"
+action = "pass"
+"#
+        ),
+    )
+    .expect("candidate");
+    let candidate = candidate.to_str().expect("utf-8 path");
+    let (ok, out, err) = cli(
+        &fx,
+        &["policy", "replay", candidate, "--run", &run, "--json"],
+    );
+    assert!(ok, "{err}");
+    let replay: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(replay["requests"], 3, "{replay:#}");
+    let changed: Vec<(String, String, String, Value)> = replay["changed"]
+        .as_array()
+        .expect("changed")
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap_or_default().to_owned(),
+                c["now"].as_str().unwrap_or_default().to_owned(),
+                c["now_rule"].as_str().unwrap_or_default().to_owned(),
+                c["approximate"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            (
+                "effect".into(),
+                "deny".into(),
+                "no-deploys".into(),
+                Value::Null
+            ),
+            ("effect".into(), "pass".into(), "drafts".into(), Value::Null),
+        ],
+        "{replay:#}"
+    );
+    let approximate = replay["approximate"].as_array().expect("approximate");
+    assert_eq!(approximate.len(), 1, "{replay:#}");
+    assert_eq!(approximate[0]["kind"], "read");
+    assert_eq!(approximate[0]["url"], format!("{base}/a"));
+    assert_eq!(
+        approximate[0]["approximate"],
+        "reads keep no headers or body"
+    );
+
+    // The text output says so too.
+    let (ok, out, err) = cli(&fx, &["policy", "replay", candidate, "--run", &run]);
+    assert!(ok, "{err}");
+    assert!(out.contains("3 request(s) re-decided"), "{out}");
+    assert!(
+        out.contains("~ 1 request(s) re-decided approximately")
+            && out.contains("reads keep no headers or body"),
+        "{out}"
+    );
+}

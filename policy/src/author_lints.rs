@@ -1,0 +1,127 @@
+//! More of `airlock policy check`'s lints and warnings, about body matchers and
+//! credentials. Each names the rule (or `credential.NAME`) and ends with what to do.
+
+use crate::matcher::{HostPattern, MethodMatcher};
+use crate::warnings::SHARED_HOSTING;
+use crate::{Lint, Policy, Scheme};
+
+impl Policy {
+    /// Lints (`check` fails): a body matcher on a rule whose methods never carry a body
+    /// (`method = "read"`: a GET with a body is a write, so such a rule never matches a
+    /// request with a body, and a body matcher never matches one without).
+    pub(crate) fn body_lints(&self) -> Vec<Lint> {
+        let mut out = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            if rule.body.is_some() && matches!(rule.method, Some(MethodMatcher::Read)) {
+                out.push(Lint {
+                    rule: rule.id.clone(),
+                    index: index + 1,
+                    message: "never matches: a body matcher on method = \"read\" — reads have no body (a GET with a body is a write), and a request without a body never matches a body matcher; use method = [\"GET\"] or [\"POST\"], or remove the json/graphql/jsonrpc matcher".into(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Warnings (`check --strict` fails): a rule that injects a credential but also
+    /// matches plain `http` (the secret would cross the network unencrypted), and a
+    /// credential whose bind has a wildcard under a suffix where anyone can publish a host.
+    pub(crate) fn credential_warnings(&self) -> Vec<Lint> {
+        let mut out = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            let Some(name) = rule.inject() else {
+                continue;
+            };
+            if rule.scheme != Some(Scheme::Https) {
+                out.push(Lint {
+                    rule: rule.id.clone(),
+                    index: index + 1,
+                    message: format!(
+                        "injects credential \"{name}\" but also matches plain http: the secret would cross the network unencrypted; add scheme = \"https\""
+                    ),
+                });
+            }
+        }
+        for credential in self.credentials() {
+            for host in &credential.bind().hosts {
+                if let HostPattern::OneLabel(suffix) | HostPattern::AnyDepth(suffix) = host {
+                    if let Some(shared) = SHARED_HOSTING
+                        .iter()
+                        .find(|s| suffix == *s || suffix.ends_with(&format!(".{s}")))
+                    {
+                        out.push(Lint {
+                            rule: format!("credential.{}", credential.name()),
+                            index: 0,
+                            message: format!(
+                                "bind host \"{host}\": anyone can publish a host under {shared}, so the secret may go to hosts you do not control; name exact hosts in bind.hosts"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Policy;
+
+    fn messages(text: &str) -> (Vec<String>, Vec<String>) {
+        let policy = Policy::from_toml_str(text, "<test>").expect("valid policy");
+        let show = |lints: Vec<crate::Lint>| {
+            lints
+                .into_iter()
+                .map(|l| format!("{} #{}: {}", l.rule, l.index, l.message))
+                .collect()
+        };
+        (show(policy.lints()), show(policy.warnings()))
+    }
+
+    const CREDENTIAL: &str =
+        "[credential.c]\nsource = { env = \"X\" }\nplace = { query = \"k\" }\n";
+
+    #[test]
+    fn body_and_credential_lints_table() {
+        // (policy, lint substrings, warning substrings): exactly these many of each.
+        let rows: [(String, &[&str], &[&str]); 5] = [
+            (
+                "version = 1\n[[rule]]\nid = \"r\"\nhost = \"a.example.com\"\nmethod = \"read\"\njson = { \"/a\" = \"b\" }\nlimit = { body_bytes = 10 }\naction = \"pass\"\n".into(),
+                &["r #1: never matches: a body matcher on method = \"read\""],
+                &[],
+            ),
+            (
+                "version = 1\n[[rule]]\nid = \"r\"\nhost = \"a.example.com\"\nmethod = [\"GET\"]\njson = { \"/a\" = \"b\" }\nlimit = { body_bytes = 10 }\naction = \"pass\"\n".into(),
+                &[],
+                &[],
+            ),
+            (
+                format!("version = 1\n{CREDENTIAL}bind = {{ hosts = [\"api.example.com\"] }}\n[[rule]]\nid = \"r\"\nhost = \"api.example.com\"\nmethod = \"read\"\naction = \"pass\"\ninject = \"c\"\n"),
+                &[],
+                &["r #1: injects credential \"c\" but also matches plain http"],
+            ),
+            (
+                format!("version = 1\n{CREDENTIAL}bind = {{ hosts = [\"api.example.com\"] }}\n[[rule]]\nid = \"r\"\nhost = \"api.example.com\"\nscheme = \"https\"\nmethod = \"read\"\naction = \"pass\"\ninject = \"c\"\n"),
+                &[],
+                &[],
+            ),
+            (
+                format!("version = 1\n{CREDENTIAL}bind = {{ hosts = [\"*.github.io\"] }}\n[[rule]]\nid = \"r\"\nhost = \"me.github.io\"\nscheme = \"https\"\nmethod = \"read\"\naction = \"pass\"\ninject = \"c\"\n"),
+                &[],
+                &["credential.c #0: bind host \"*.github.io\": anyone can publish a host under github.io"],
+            ),
+        ];
+        for (text, want_lints, want_warnings) in rows {
+            let (lints, warnings) = messages(&text);
+            assert_eq!(lints.len(), want_lints.len(), "{text}\n{lints:?}");
+            for (got, want) in lints.iter().zip(want_lints) {
+                assert!(got.starts_with(want), "{got}");
+            }
+            assert_eq!(warnings.len(), want_warnings.len(), "{text}\n{warnings:?}");
+            for (got, want) in warnings.iter().zip(want_warnings) {
+                assert!(got.starts_with(want), "{got}");
+            }
+        }
+    }
+}
