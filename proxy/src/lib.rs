@@ -21,6 +21,7 @@ pub mod env;
 pub mod forward;
 pub mod handle;
 pub mod headers;
+pub mod limits;
 pub mod lineage;
 pub mod listener;
 pub mod manifest;
