@@ -6,6 +6,7 @@
 
 pub mod adapters;
 pub mod admin;
+pub mod authority;
 pub mod body;
 pub mod ca;
 pub mod cli;
