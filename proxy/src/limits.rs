@@ -34,6 +34,8 @@ pub struct Connections {
     global_limit: usize,
     per_run_limit: usize,
     per_run: Arc<Mutex<HashMap<RunId, usize>>>,
+    refused_global: AtomicU64,
+    refused_per_run: Arc<AtomicU64>,
 }
 
 /// Which cap a connection ran into.
@@ -54,22 +56,42 @@ impl Connections {
             global_limit: global,
             per_run_limit: per_run.max(1),
             per_run: Arc::default(),
+            refused_global: AtomicU64::new(0),
+            refused_per_run: Arc::default(),
         }
     }
 
     /// A new client connection: its guard, or the global cap it ran into.
     pub fn open(&self) -> Result<Arc<ConnectionGuard>, Cap> {
-        let permit = self
-            .global
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Cap::Global(self.global_limit))?;
+        let permit = self.global.clone().try_acquire_owned().map_err(|_| {
+            self.refused_global.fetch_add(1, Ordering::Relaxed);
+            Cap::Global(self.global_limit)
+        })?;
         Ok(Arc::new(ConnectionGuard {
             _global: Some(permit),
             run: Mutex::new(None),
             counts: self.per_run.clone(),
             per_run_limit: self.per_run_limit,
+            refused: self.refused_per_run.clone(),
         }))
+    }
+
+    /// Prometheus text: `airlock_client_connections_open` (gauge) and
+    /// `airlock_client_connections_refused_total{limit}` (counter; `limit` is
+    /// `max_connections` or `max_connections_per_run`).
+    pub fn metrics(&self) -> String {
+        let open = self.global_limit - self.global.available_permits();
+        format!(
+            "# HELP airlock_client_connections_open Open client connections of the proxy listener.\n\
+             # TYPE airlock_client_connections_open gauge\n\
+             airlock_client_connections_open {open}\n\
+             # HELP airlock_client_connections_refused_total Connections (or their requests) refused by a connection cap.\n\
+             # TYPE airlock_client_connections_refused_total counter\n\
+             airlock_client_connections_refused_total{{limit=\"max_connections\"}} {}\n\
+             airlock_client_connections_refused_total{{limit=\"max_connections_per_run\"}} {}\n",
+            self.refused_global.load(Ordering::Relaxed),
+            self.refused_per_run.load(Ordering::Relaxed),
+        )
     }
 
     /// Open connections bound to `run`.
@@ -91,6 +113,7 @@ pub struct ConnectionGuard {
     run: Mutex<Option<RunId>>,
     counts: Arc<Mutex<HashMap<RunId, usize>>>,
     per_run_limit: usize,
+    refused: Arc<AtomicU64>,
 }
 
 impl ConnectionGuard {
@@ -107,6 +130,7 @@ impl ConnectionGuard {
             if *count == 0 {
                 counts.remove(run);
             }
+            self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(Cap::PerRun(self.per_run_limit));
         }
         *count += 1;

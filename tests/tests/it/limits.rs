@@ -246,6 +246,15 @@ async fn a_run_past_its_connection_cap_gets_429_and_the_count_is_released() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(freed, "a closed tunnel no longer counts against the run");
+    let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
+    assert!(
+        metrics.contains(
+            "airlock_client_connections_refused_total{limit=\"max_connections_per_run\"} "
+        ) && !metrics.contains(
+            "airlock_client_connections_refused_total{limit=\"max_connections_per_run\"} 0\n"
+        ),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
