@@ -565,7 +565,9 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let in_flight = shared.in_flight.load(std::sync::atomic::Ordering::Relaxed);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        shared.metrics.render(in_flight) + &policy::metrics(&shared),
+        shared.metrics.render(in_flight)
+            + &policy::metrics(&shared)
+            + &shared.connections.metrics(),
     )
         .into_response()
 }

@@ -388,6 +388,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.reviewer_tokens = args.reviewer_tokens;
     config.notify_webhook = args.notify_webhook;
     config.ui_base_url = args.ui_base_url;
+    config.idle_timeout = std::time::Duration::from_secs(args.idle_timeout.max(1));
+    config.max_connections_per_run = args.max_connections_per_run;
+    config.max_connections = args.max_connections;
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;
     Ok(())

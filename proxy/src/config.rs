@@ -72,12 +72,21 @@ pub struct ServeConfig {
     pub notify_webhook: Option<String>,
     /// Base URL of the review UI for links in notifications [default: `http://ADMIN`].
     pub ui_base_url: Option<String>,
+    /// Spliced (`tunnel`) and upgraded (WebSocket) connections with no byte either way
+    /// for this long are closed on both sides [default: 10 min].
+    pub idle_timeout: Duration,
+    /// Most concurrent client connections one run may hold; past it 429
+    /// `too_many_connections` [default: 256].
+    pub max_connections_per_run: usize,
+    /// Most open client connections on the proxy listener in all [default: 4096].
+    pub max_connections: usize,
 }
 
 impl ServeConfig {
     /// A configuration with the documented defaults: proxy on 127.0.0.1:8080, admin on
     /// 127.0.0.1:8081, 10 MiB staging limit, 10 s connect timeout, 60 s release timeout,
-    /// 30 s header read timeout.
+    /// 30 s header read timeout, 10 min idle timeout on spliced and upgraded connections,
+    /// 256 connections a run and 4096 in all.
     pub fn new(data_dir: PathBuf, policy_path: PathBuf) -> Self {
         Self {
             data_dir,
@@ -95,6 +104,9 @@ impl ServeConfig {
             reviewer_tokens: Vec::new(),
             notify_webhook: None,
             ui_base_url: None,
+            idle_timeout: crate::limits::DEFAULT_IDLE_TIMEOUT,
+            max_connections_per_run: crate::limits::DEFAULT_MAX_CONNECTIONS_PER_RUN,
+            max_connections: crate::limits::DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use airlock_ledger::{Dependency, IssuedPlaceholder, RunId};
-use airlock_policy::{Action, Scheme};
+use airlock_policy::Action;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{header, Request, Response};
@@ -20,110 +20,22 @@ use crate::respond::ProxyError;
 use crate::server::Shared;
 use crate::stage::stage;
 
-/// The destination of a request: the one authority that CONNECT, SNI, `Host` and the
-/// absolute-form URI must all name (POLICY.md invariant 2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// `http` or `https`.
-    pub scheme: Scheme,
-    /// Lowercase host name or IP literal (IPv6 without brackets).
-    pub host: String,
-    /// The port.
-    pub port: u16,
-}
-
-impl Target {
-    /// `host:port`, IPv6 bracketed.
-    pub fn authority(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
-    }
-
-    /// The absolute URL of `path_and_query` on this target.
-    pub fn url(&self, path_and_query: &str) -> String {
-        let scheme = match self.scheme {
-            Scheme::Http => "http",
-            Scheme::Https => "https",
-        };
-        format!("{scheme}://{}{path_and_query}", self.authority())
-    }
-
-    /// Parses `host[:port]` (IPv6 in brackets) into a target, lowercasing the host and
-    /// dropping a trailing dot. `None` when malformed.
-    pub fn parse(scheme: Scheme, authority: &str, default_port: u16) -> Option<Self> {
-        let authority: http::uri::Authority = authority.parse().ok()?;
-        if authority.as_str().contains('@') {
-            return None;
-        }
-        let host = authority.host();
-        let host = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        if host.is_empty() {
-            return None;
-        }
-        Some(Self {
-            scheme,
-            host,
-            port: authority.port_u16().unwrap_or(default_port),
-        })
-    }
-}
-
-fn default_port(scheme: Scheme) -> u16 {
-    match scheme {
-        Scheme::Http => 80,
-        Scheme::Https => 443,
-    }
-}
+pub use crate::authority::Target;
 
 /// Checks that the request's URI authority and `Host` header name `target` (invariant 2).
 fn check_authority(parts: &Parts, target: &Target) -> Result<(), ProxyError> {
-    if let Some(authority) = parts.uri.authority() {
-        let named = Target::parse(
-            target.scheme,
-            authority.as_str(),
-            default_port(target.scheme),
-        );
-        if named.as_ref().map(|t| (&t.host, t.port)) != Some((&target.host, target.port)) {
-            return Err(ProxyError::AuthorityMismatch {
-                reason: format!(
-                    "the request URI names {authority}, not {}",
-                    target.authority()
-                ),
-            });
+    use crate::authority::AuthorityProblem;
+    crate::authority::check_authority(&parts.uri, &parts.headers, target).map_err(|problem| {
+        match problem {
+            AuthorityProblem::UriMismatch(reason) | AuthorityProblem::HostMismatch(reason) => {
+                ProxyError::AuthorityMismatch { reason }
+            }
+            AuthorityProblem::DuplicateHost => ProxyError::BadRequest {
+                code: "duplicate_host",
+                reason: "the request has more than one Host header".into(),
+            },
         }
-    }
-    let mut hosts = parts.headers.get_all(header::HOST).iter();
-    let Some(value) = hosts.next() else {
-        return Ok(());
-    };
-    if hosts.next().is_some() {
-        // RFC 9112 §3.2: more than one Host field line is answered with 400.
-        return Err(ProxyError::BadRequest {
-            code: "duplicate_host",
-            reason: "the request has more than one Host header".into(),
-        });
-    }
-    let parsed = value
-        .to_str()
-        .ok()
-        .and_then(|v| Target::parse(target.scheme, v, default_port(target.scheme)));
-    match parsed {
-        Some(host) if host.host == target.host && host.port == target.port => Ok(()),
-        _ => Err(ProxyError::AuthorityMismatch {
-            reason: format!(
-                "Host header {:?} does not name {}",
-                String::from_utf8_lossy(value.as_bytes()),
-                target.authority()
-            ),
-        }),
-    }
+    })
 }
 
 /// Whether the request carries a body, from its framing (invariant 4), not its method.

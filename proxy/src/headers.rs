@@ -90,28 +90,19 @@ pub fn check_head_limits(
     headers: &http::HeaderMap,
     uri: &http::Uri,
 ) -> Result<(), crate::respond::ProxyError> {
+    use crate::authority::HeadLimit;
     use crate::listener::{MAX_HEADERS, MAX_HEADER_LIST_BYTES};
-    if headers.len() > MAX_HEADERS {
-        return Err(crate::respond::ProxyError::HeadersTooLarge {
-            reason: format!(
-                "the request has {} header fields; the limit is {MAX_HEADERS}",
-                headers.len()
-            ),
-            limit: MAX_HEADERS as u64,
-        });
-    }
-    let bytes: usize = uri.to_string().len()
-        + headers
-            .iter()
-            .map(|(name, value)| name.as_str().len() + value.len() + 4)
-            .sum::<usize>();
-    if bytes > MAX_HEADER_LIST_BYTES as usize {
-        return Err(crate::respond::ProxyError::HeadersTooLarge {
-            reason: format!(
-                "the request's header section is {bytes} bytes; the limit is {MAX_HEADER_LIST_BYTES}"
-            ),
-            limit: u64::from(MAX_HEADER_LIST_BYTES),
-        });
-    }
-    Ok(())
+    crate::authority::check_head_limits(headers, uri, MAX_HEADERS, MAX_HEADER_LIST_BYTES as usize)
+        .map_err(|passed| match passed {
+            HeadLimit::Fields { count, limit } => crate::respond::ProxyError::HeadersTooLarge {
+                reason: format!("the request has {count} header fields; the limit is {limit}"),
+                limit: limit as u64,
+            },
+            HeadLimit::Bytes { bytes, limit } => crate::respond::ProxyError::HeadersTooLarge {
+                reason: format!(
+                    "the request's header section is {bytes} bytes; the limit is {limit}"
+                ),
+                limit: limit as u64,
+            },
+        })
 }

@@ -6,6 +6,7 @@
 
 pub mod adapters;
 pub mod admin;
+pub mod authority;
 pub mod body;
 pub mod ca;
 pub mod cli;
@@ -21,6 +22,7 @@ pub mod env;
 pub mod forward;
 pub mod handle;
 pub mod headers;
+pub mod limits;
 pub mod lineage;
 pub mod listener;
 pub mod manifest;

@@ -17,6 +17,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::body::ProxyBody;
 use crate::handle::{handle, Target};
+use crate::limits::{Cap, ConnectionGuard};
 use crate::respond::ProxyError;
 use crate::server::Shared;
 
@@ -55,7 +56,14 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         let span = info_span!("connection", client.addr = %peer);
-        tokio::spawn(serve_connection(shared, stream).instrument(span));
+        let guard = match shared.connections.open() {
+            Ok(guard) => guard,
+            Err(cap) => {
+                tokio::spawn(refuse_connection(stream, cap).instrument(span));
+                continue;
+            }
+        };
+        tokio::spawn(serve_connection(shared, stream, guard).instrument(span));
     }
 }
 
@@ -73,13 +81,34 @@ fn http1_builder(header_read_timeout: Duration) -> hyper::server::conn::http1::B
     builder
 }
 
-async fn serve_connection(shared: Arc<Shared>, stream: TcpStream) {
+/// Past `--max-connections`: one 429 with the JSON reason, then the connection closes.
+async fn refuse_connection(mut stream: TcpStream, cap: Cap) {
+    use tokio::io::AsyncWriteExt as _;
+    let error = ProxyError::from(cap);
+    warn!(reason = %error.body()["reason"], "connection refused");
+    let body = error.body().to_string();
+    let head = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n{}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        crate::respond::ERROR_HEADER,
+        error.code(),
+        body.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), write).await;
+}
+
+async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, guard: Arc<ConnectionGuard>) {
     let header_timeout = shared.limits.header_read_timeout;
     let binding: Binding = Arc::new(Mutex::new(None));
     let service = service_fn(move |req| {
         let shared = shared.clone();
         let binding = binding.clone();
-        async move { Ok::<_, std::convert::Infallible>(dispatch(shared, binding, req).await) }
+        let guard = guard.clone();
+        async move { Ok::<_, std::convert::Infallible>(dispatch(shared, binding, guard, req).await) }
     });
     if let Err(error) = http1_builder(header_timeout)
         .serve_connection(TokioIo::new(stream), service)
@@ -148,12 +177,20 @@ async fn authenticate(
 async fn dispatch(
     shared: Arc<Shared>,
     binding: Binding,
-    req: Request<Incoming>,
+    guard: Arc<ConnectionGuard>,
+    mut req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let run = match authenticate(&shared, &binding, &req).await {
         Ok(run) => run,
         Err(error) => return error.into_response(),
     };
+    // The connection counts against its run's cap from here until it (or the tunnel or
+    // upgraded connection it becomes, which carry the guard on) ends.
+    if let Err(cap) = guard.bind(&run) {
+        warn!(run.id = %run, "connection refused: the run is at --max-connections-per-run");
+        return ProxyError::from(cap).into_response();
+    }
+    req.extensions_mut().insert(guard);
     if req.method() == Method::CONNECT {
         return connect(shared, run, req).await;
     }
@@ -248,6 +285,7 @@ async fn connect(shared: Arc<Shared>, run: RunId, req: Request<Incoming>) -> Res
         info_span!("tunnel", run.id = %run, origin.host = %target.host, origin.port = target.port);
     tokio::spawn(
         async move {
+            let guard = req.extensions().get::<Arc<ConnectionGuard>>().cloned();
             let upgraded = match hyper::upgrade::on(req).await {
                 Ok(upgraded) => upgraded,
                 Err(error) => {
@@ -255,7 +293,7 @@ async fn connect(shared: Arc<Shared>, run: RunId, req: Request<Incoming>) -> Res
                     return;
                 }
             };
-            intercept(shared, run, target, config, upgraded).await;
+            intercept(shared, run, target, config, upgraded, guard).await;
         }
         .instrument(span),
     );
@@ -268,6 +306,7 @@ async fn intercept(
     target: Target,
     config: Arc<rustls::ServerConfig>,
     upgraded: hyper::upgrade::Upgraded,
+    guard: Option<Arc<ConnectionGuard>>,
 ) {
     // Look at the client's first bytes: a TLS handshake record starts with 0x16; anything
     // else is taken as plain HTTP inside the tunnel (CASES.md C11). A client that waits for
@@ -326,11 +365,15 @@ async fn intercept(
         .server_name()
         .map(|sni| sni.trim_end_matches('.').to_ascii_lowercase())
         .filter(|sni| *sni != target.host);
-    let service = service_fn(move |req| {
+    let service = service_fn(move |mut req: Request<Incoming>| {
         let shared = shared.clone();
         let run = run.clone();
         let target = target.clone();
         let sni_mismatch = sni_mismatch.clone();
+        // Requests carry the connection's guard on, so an upgrade keeps it counted.
+        if let Some(guard) = &guard {
+            req.extensions_mut().insert(guard.clone());
+        }
         async move {
             if let Some(sni) = sni_mismatch {
                 return Ok::<_, std::convert::Infallible>(

@@ -94,6 +94,14 @@ pub enum ProxyError {
         /// What failed (no secret values).
         reason: String,
     },
+    /// A connection cap was reached (`--max-connections-per-run`, `--max-connections`).
+    #[error("too many connections")]
+    TooManyConnections {
+        /// The flag that sets the cap.
+        limit_name: &'static str,
+        /// The cap.
+        limit: usize,
+    },
 }
 
 impl ProxyError {
@@ -110,6 +118,7 @@ impl ProxyError {
             Self::RunNotOpen { .. } => StatusCode::CONFLICT,
             Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::TooManyConnections { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -126,6 +135,7 @@ impl ProxyError {
             Self::RunNotOpen { .. } => "run_not_open",
             Self::Upstream { .. } => "upstream_unreachable",
             Self::Internal { .. } => "internal_error",
+            Self::TooManyConnections { .. } => "too_many_connections",
         }
     }
 
@@ -197,6 +207,14 @@ impl ProxyError {
                 },
             ),
             Self::Internal { reason } => (reason.clone(), "see airlock's log; retry later"),
+            Self::TooManyConnections { limit_name, limit } => {
+                body["limit"] = serde_json::json!(limit);
+                body["limit_name"] = serde_json::json!(limit_name);
+                (
+                    format!("{limit} connections are open, the most {limit_name} allows"),
+                    "reuse connections (keep-alive, HTTP/2) or close idle ones, then retry; the operator can raise the limit",
+                )
+            }
         };
         body["reason"] = serde_json::json!(reason);
         body["hint"] = serde_json::json!(hint);

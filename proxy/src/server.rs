@@ -77,6 +77,8 @@ pub struct Limits {
     pub release_timeout: std::time::Duration,
     /// How long a client may take to send a request head.
     pub header_read_timeout: std::time::Duration,
+    /// Spliced and upgraded connections idle (no byte either way) this long are closed.
+    pub idle_timeout: std::time::Duration,
 }
 
 /// State shared by the listeners, the admin API and the commit authority.
@@ -133,6 +135,8 @@ pub struct Shared {
     pub enforce: crate::enforce::Enforcer,
     /// Reviewers (named tokens), notifications and the review UI's URL.
     pub review: crate::ui::Review,
+    /// Open client connections of the proxy listener, globally and per run.
+    pub connections: crate::limits::Connections,
 }
 
 impl Shared {
@@ -297,6 +301,7 @@ impl Server {
                 stage_body_bytes: config.stage_body_limit,
                 release_timeout: config.release_timeout,
                 header_read_timeout: config.header_read_timeout,
+                idle_timeout: config.idle_timeout,
             },
             admin_token,
             proxy_addr,
@@ -312,6 +317,10 @@ impl Server {
             dialer: tunnel_dialer,
             enforce: crate::enforce::Enforcer::default(),
             review,
+            connections: crate::limits::Connections::new(
+                config.max_connections,
+                config.max_connections_per_run,
+            ),
         });
         Ok(Self {
             shared,

@@ -51,8 +51,14 @@ pub async fn open(
     let started = airlock_ledger::now_ms();
     let span =
         info_span!("tunnel", run.id = %run, origin.host = %target.host, origin.port = target.port);
+    let idle = shared.limits.idle_timeout;
     tokio::spawn(
         async move {
+            // Held until the splice ends: the tunnel counts against the run's connections.
+            let _guard = req
+                .extensions()
+                .get::<Arc<crate::limits::ConnectionGuard>>()
+                .cloned();
             let upgraded = match hyper::upgrade::on(req).await {
                 Ok(upgraded) => upgraded,
                 Err(error) => {
@@ -60,16 +66,20 @@ pub async fn open(
                     return;
                 }
             };
-            let mut client = TokioIo::new(upgraded);
-            let mut origin = origin;
-            let copied = tokio::io::copy_bidirectional(&mut client, &mut origin).await;
-            let (sent, received, error) = match copied {
-                Ok((sent, received)) => (sent, received, None),
-                Err(error) => (0, 0, Some(error.to_string())),
+            let spliced = crate::limits::splice(TokioIo::new(upgraded), origin, idle).await;
+            let (sent, received) = (spliced.up, spliced.down);
+            let error = if spliced.idle {
+                Some(format!(
+                    "idle timeout: no byte either way for {} s (--idle-timeout)",
+                    idle.as_secs()
+                ))
+            } else {
+                spliced.error.map(|e| e.to_string())
             };
             info!(
                 bytes.sent = sent,
                 bytes.received = received,
+                idle_timeout = spliced.idle,
                 "tunnel closed"
             );
             let read = Read {

@@ -47,6 +47,9 @@ pub async fn relay(
     mut parts: Parts,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let audit = crate::enforce::take_audit(&mut parts);
+    let guard = parts
+        .extensions
+        .remove::<Arc<crate::limits::ConnectionGuard>>();
     let Some(client_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
         return Err(ProxyError::BadRequest {
             code: "upgrade_unsupported",
@@ -117,7 +120,10 @@ pub async fn relay(
     }
     let origin_upgrade = hyper::upgrade::on(Response::from_parts(head.clone(), body));
     info!(run.id = %run, url = %url, protocol = %protocol, "upgrade relayed");
+    let idle = shared.limits.idle_timeout;
     tokio::spawn(async move {
+        // Held until the relay ends: the upgraded connection counts against the run's.
+        let _guard = guard;
         let (client, origin) = match tokio::try_join!(client_upgrade, origin_upgrade) {
             Ok(pair) => pair,
             Err(error) => {
@@ -125,15 +131,22 @@ pub async fn relay(
                 return;
             }
         };
-        let mut client = TokioIo::new(client);
-        let mut origin = TokioIo::new(origin);
-        match tokio::io::copy_bidirectional(&mut client, &mut origin).await {
-            Ok((up, down)) => debug!(
-                bytes.up = up,
-                bytes.down = down,
+        let spliced = crate::limits::splice(TokioIo::new(client), TokioIo::new(origin), idle).await;
+        if spliced.idle {
+            info!(
+                bytes.up = spliced.up,
+                bytes.down = spliced.down,
+                idle_secs = idle.as_secs(),
+                "upgraded connection idle past --idle-timeout; closed both sides"
+            );
+        } else if let Some(error) = spliced.error {
+            debug!(error = %error, "upgraded connection ended with an error");
+        } else {
+            debug!(
+                bytes.up = spliced.up,
+                bytes.down = spliced.down,
                 "upgraded connection closed"
-            ),
-            Err(error) => debug!(error = %error, "upgraded connection ended with an error"),
+            );
         }
     });
     // The 101 keeps the origin's handshake headers (Upgrade, Connection,

@@ -319,4 +319,16 @@ pub(super) struct ServeArgs {
     /// Base URL of the review UI for links in notifications [default: http://ADMIN]
     #[arg(long, value_name = "URL")]
     pub(super) ui_base_url: Option<String>,
+    /// Seconds a tunnel (`action = "tunnel"`) or upgraded (WebSocket) connection may go
+    /// with no byte either way before both sides are closed
+    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    pub(super) idle_timeout: u64,
+    /// Most concurrent client connections one run may hold (CONNECT tunnels and upgraded
+    /// connections included); past it requests get 429 too_many_connections
+    #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS_PER_RUN, value_name = "N")]
+    pub(super) max_connections_per_run: usize,
+    /// Most open client connections on the proxy listener in all; past it a new connection
+    /// gets 429 too_many_connections and is closed
+    #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    pub(super) max_connections: usize,
 }

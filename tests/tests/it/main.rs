@@ -7,6 +7,7 @@ mod cases;
 mod cli;
 mod crash;
 mod credentials;
+mod limits;
 mod lineage;
 mod matchers;
 mod pass;

@@ -1,0 +1,291 @@
+//! Connection limits and idle timeouts of the proxy listener (CASES.md C09, issue #7):
+//!
+//! - a global cap on open client connections (`--max-connections`): past it a new
+//!   connection gets one `429 too_many_connections` answer and is closed;
+//! - a per-run cap on concurrent client connections (`--max-connections-per-run`): a
+//!   connection is counted against its run from the first request that authenticates on
+//!   it until it ends, including the CONNECT tunnel or upgraded (WebSocket) connection it
+//!   turns into; past the cap the request is answered `429 too_many_connections`;
+//! - an idle timeout on byte splices (`tunnel` rules, upgraded connections;
+//!   `--idle-timeout`): when no byte moved either way for that long, both sides are closed.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use airlock_ledger::RunId;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Default idle timeout of spliced and upgraded connections: 10 minutes.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default cap on one run's concurrent client connections.
+pub const DEFAULT_MAX_CONNECTIONS_PER_RUN: usize = 256;
+/// Default cap on all open client connections of the proxy listener.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// The open client connections, globally and per run.
+#[derive(Debug)]
+pub struct Connections {
+    global: Arc<Semaphore>,
+    global_limit: usize,
+    per_run_limit: usize,
+    per_run: Arc<Mutex<HashMap<RunId, usize>>>,
+    refused_global: AtomicU64,
+    refused_per_run: Arc<AtomicU64>,
+}
+
+/// Which cap a connection ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// `--max-connections`: all clients together.
+    Global(usize),
+    /// `--max-connections-per-run`: the connections of one run.
+    PerRun(usize),
+}
+
+impl Connections {
+    /// Caps of `global` open connections and `per_run` connections a run (both at least 1).
+    pub fn new(global: usize, per_run: usize) -> Self {
+        let global = global.clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            global: Arc::new(Semaphore::new(global)),
+            global_limit: global,
+            per_run_limit: per_run.max(1),
+            per_run: Arc::default(),
+            refused_global: AtomicU64::new(0),
+            refused_per_run: Arc::default(),
+        }
+    }
+
+    /// A new client connection: its guard, or the global cap it ran into.
+    pub fn open(&self) -> Result<Arc<ConnectionGuard>, Cap> {
+        let permit = self.global.clone().try_acquire_owned().map_err(|_| {
+            self.refused_global.fetch_add(1, Ordering::Relaxed);
+            Cap::Global(self.global_limit)
+        })?;
+        Ok(Arc::new(ConnectionGuard {
+            _global: Some(permit),
+            run: Mutex::new(None),
+            counts: self.per_run.clone(),
+            per_run_limit: self.per_run_limit,
+            refused: self.refused_per_run.clone(),
+        }))
+    }
+
+    /// Prometheus text: `airlock_client_connections_open` (gauge) and
+    /// `airlock_client_connections_refused_total{limit}` (counter; `limit` is
+    /// `max_connections` or `max_connections_per_run`).
+    pub fn metrics(&self) -> String {
+        let open = self.global_limit - self.global.available_permits();
+        format!(
+            "# HELP airlock_client_connections_open Open client connections of the proxy listener.\n\
+             # TYPE airlock_client_connections_open gauge\n\
+             airlock_client_connections_open {open}\n\
+             # HELP airlock_client_connections_refused_total Connections (or their requests) refused by a connection cap.\n\
+             # TYPE airlock_client_connections_refused_total counter\n\
+             airlock_client_connections_refused_total{{limit=\"max_connections\"}} {}\n\
+             airlock_client_connections_refused_total{{limit=\"max_connections_per_run\"}} {}\n",
+            self.refused_global.load(Ordering::Relaxed),
+            self.refused_per_run.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Open connections bound to `run`.
+    pub fn of_run(&self, run: &RunId) -> usize {
+        self.per_run
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(run)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Held while a client connection (or the tunnel or upgraded connection it became) is
+/// open; dropping the last clone releases its global slot and its run's count.
+#[derive(Debug)]
+pub struct ConnectionGuard {
+    _global: Option<OwnedSemaphorePermit>,
+    run: Mutex<Option<RunId>>,
+    counts: Arc<Mutex<HashMap<RunId, usize>>>,
+    per_run_limit: usize,
+    refused: Arc<AtomicU64>,
+}
+
+impl ConnectionGuard {
+    /// Counts this connection against `run` (once; later calls for the same run are
+    /// free). Errors with the per-run cap when the run already has that many.
+    pub fn bind(&self, run: &RunId) -> Result<(), Cap> {
+        let mut bound = self.run.lock().unwrap_or_else(|e| e.into_inner());
+        if bound.as_ref() == Some(run) {
+            return Ok(());
+        }
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let count = counts.entry(run.clone()).or_insert(0);
+        if *count >= self.per_run_limit {
+            if *count == 0 {
+                counts.remove(run);
+            }
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(Cap::PerRun(self.per_run_limit));
+        }
+        *count += 1;
+        if let Some(previous) = bound.replace(run.clone()) {
+            release(&mut counts, &previous);
+        }
+        Ok(())
+    }
+}
+
+fn release(counts: &mut HashMap<RunId, usize>, run: &RunId) {
+    if let Some(count) = counts.get_mut(run) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            counts.remove(run);
+        }
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        let bound = self.run.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(run) = bound {
+            release(
+                &mut self.counts.lock().unwrap_or_else(|e| e.into_inner()),
+                &run,
+            );
+        }
+    }
+}
+
+/// What a splice moved, and how it ended.
+#[derive(Debug, Default)]
+pub struct Spliced {
+    /// Bytes from the client to the origin.
+    pub up: u64,
+    /// Bytes from the origin to the client.
+    pub down: u64,
+    /// Closed because no byte moved for the idle timeout.
+    pub idle: bool,
+    /// The I/O error that ended it, if any.
+    pub error: Option<std::io::Error>,
+}
+
+/// Copies bytes both ways between `client` and `origin` until either side closes, an I/O
+/// error, or `idle` passes with no byte read or written on either side; the streams are
+/// then dropped by the caller, which closes both.
+pub async fn splice<A, B>(client: A, origin: B, idle: Duration) -> Spliced
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let start = Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let up = Arc::new(AtomicU64::new(0));
+    let down = Arc::new(AtomicU64::new(0));
+    let mut client = Watched {
+        inner: client,
+        start,
+        last: last.clone(),
+        read: up.clone(),
+    };
+    let mut origin = Watched {
+        inner: origin,
+        start,
+        last: last.clone(),
+        read: down.clone(),
+    };
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut origin);
+    let watchdog = async {
+        loop {
+            let deadline = start + Duration::from_millis(last.load(Ordering::Relaxed)) + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    };
+    let (idle_hit, error) = tokio::select! {
+        copied = copy => (false, copied.err()),
+        () = watchdog => (true, None),
+    };
+    Spliced {
+        up: up.load(Ordering::Relaxed),
+        down: down.load(Ordering::Relaxed),
+        idle: idle_hit,
+        error,
+    }
+}
+
+/// A stream that notes when bytes last moved and how many it read.
+struct Watched<T> {
+    inner: T,
+    start: Instant,
+    last: Arc<AtomicU64>,
+    read: Arc<AtomicU64>,
+}
+
+impl<T> Watched<T> {
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.fetch_max(ms, Ordering::Relaxed);
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len().saturating_sub(before);
+        if n > 0 {
+            self.read.fetch_add(n as u64, Ordering::Relaxed);
+            self.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl From<Cap> for crate::respond::ProxyError {
+    fn from(cap: Cap) -> Self {
+        match cap {
+            Cap::Global(limit) => Self::TooManyConnections {
+                limit_name: "--max-connections",
+                limit,
+            },
+            Cap::PerRun(limit) => Self::TooManyConnections {
+                limit_name: "--max-connections-per-run",
+                limit,
+            },
+        }
+    }
+}
