@@ -24,6 +24,7 @@ pub mod handle;
 pub mod headers;
 pub mod limits;
 pub mod lineage;
+pub mod linger;
 pub mod listener;
 pub mod manifest;
 pub mod metrics;

@@ -63,6 +63,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
                 continue;
             }
         };
+        let stream = crate::linger::Lingering::new(stream);
         tokio::spawn(serve_connection(shared, stream, guard).instrument(span));
     }
 }
@@ -101,7 +102,11 @@ async fn refuse_connection(mut stream: TcpStream, cap: Cap) {
     let _ = tokio::time::timeout(Duration::from_secs(5), write).await;
 }
 
-async fn serve_connection(shared: Arc<Shared>, stream: TcpStream, guard: Arc<ConnectionGuard>) {
+async fn serve_connection(
+    shared: Arc<Shared>,
+    stream: crate::linger::Lingering,
+    guard: Arc<ConnectionGuard>,
+) {
     let header_timeout = shared.limits.header_read_timeout;
     let binding: Binding = Arc::new(Mutex::new(None));
     let service = service_fn(move |req| {
