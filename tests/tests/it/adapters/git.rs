@@ -72,8 +72,36 @@ async fn push(work: &Path, env: &BTreeMap<String, String>, refspec: &str) -> std
     let mut env = env.clone();
     env.insert("GIT_CONFIG_NOSYSTEM".into(), "1".into());
     env.insert("GIT_TERMINAL_PROMPT".into(), "0".into());
+    // A trace of git's HTTP exchange (headers only), shown if the push fails or hangs.
+    let trace = work.with_extension("curl-trace");
+    env.insert("GIT_TRACE_CURL".into(), trace.display().to_string());
+    env.insert("GIT_TRACE_CURL_NO_DATA".into(), "1".into());
     let work = work.to_str().expect("utf-8 path").to_owned();
-    run_client_async("git", &["-C", &work, "push", "origin", refspec], &env).await
+    // Bounded: a push that hangs fails the test with its trace instead of stalling CI.
+    let mut out = run_client_async(
+        "timeout",
+        &[
+            "-k", "5", "120", "git", "-C", &work, "push", "origin", refspec,
+        ],
+        &env,
+    )
+    .await;
+    if !out.status.success() {
+        let trace = std::fs::read_to_string(&trace).unwrap_or_default();
+        let tail: String = trace
+            .lines()
+            .rev()
+            .take(60)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        out.stderr.extend_from_slice(
+            format!("\n--- git's HTTP trace (last 60 lines) ---\n{tail}\n").as_bytes(),
+        );
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
