@@ -158,9 +158,11 @@ action = "pass"
     assert!(took < Duration::from_secs(15));
     let (early, took) = put(format!("{raw}/early")).await;
     assert_eq!(
-        early.status, 413,
-        "(b) the origin's early final status is relayed: {}",
-        early.stderr
+        early.status,
+        413,
+        "(b) the origin's early final status is relayed: {} {}",
+        early.stderr,
+        String::from_utf8_lossy(&early.body)
     );
     assert!(took < Duration::from_secs(15));
     let (silent, took) = put(format!("{raw}/silent")).await;
