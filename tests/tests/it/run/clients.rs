@@ -291,6 +291,10 @@ async fn case_c15_git_ls_remote_and_clone_through_the_proxy_with_run_credentials
 async fn case_c16_node_fetch_under_airlock_run() {
     let version = Command::new("node").arg("--version").output();
     let Ok(version) = version else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "case_c16 needs node in CI (.ci/run installs it)"
+        );
         eprintln!("SKIPPED case_c16: node is not installed");
         return;
     };
@@ -307,6 +311,10 @@ async fn case_c16_node_fetch_under_airlock_run() {
         _ => false,
     };
     if !supported {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "case_c16 needs node 24+ in CI (.ci/run installs it): found {text}"
+        );
         eprintln!(
             "SKIPPED case_c16: node {text} does not support NODE_USE_ENV_PROXY (Node 24+ or 22.21+); \
              airlock run sets it, but this node's fetch would ignore the proxy"
