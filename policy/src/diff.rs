@@ -90,6 +90,56 @@ pub struct PolicyDiff {
     /// Changes of credential reach: credentials and binds added or removed, rules that
     /// newly inject or no longer do. Widenings first.
     pub credentials: Vec<CredentialChange>,
+    /// Changes of `allow_private` (top level and per rule): private ranges the policy lets
+    /// destinations resolve to. Widenings first.
+    pub private: Vec<PrivateChange>,
+}
+
+/// One `allow_private` network opened or closed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PrivateChange {
+    /// Widens (newly allowed) or narrows (no longer allowed).
+    pub kind: ChangeKind,
+    /// `(top level)` or the rule's id.
+    pub scope: String,
+    /// The CIDR.
+    pub network: String,
+}
+
+/// `allow_private` networks by scope, for [`PolicyDiff::private`].
+fn private_reach(policy: &Policy) -> BTreeSet<(String, String)> {
+    let mut reach: BTreeSet<(String, String)> = policy
+        .allow_private
+        .iter()
+        .map(|net| ("(top level)".to_owned(), net.to_string()))
+        .collect();
+    for rule in &policy.rules {
+        reach.extend(
+            rule.allow_private
+                .iter()
+                .map(|net| (rule.id.clone(), net.to_string())),
+        );
+    }
+    reach
+}
+
+fn compare_private(old: &Policy, new: &Policy) -> Vec<PrivateChange> {
+    let (before, after) = (private_reach(old), private_reach(new));
+    let opened = after
+        .difference(&before)
+        .map(|(scope, network)| PrivateChange {
+            kind: ChangeKind::Widens,
+            scope: scope.clone(),
+            network: network.clone(),
+        });
+    let closed = before
+        .difference(&after)
+        .map(|(scope, network)| PrivateChange {
+            kind: ChangeKind::Narrows,
+            scope: scope.clone(),
+            network: network.clone(),
+        });
+    opened.chain(closed).collect()
 }
 
 impl PolicyDiff {
@@ -97,6 +147,7 @@ impl PolicyDiff {
     /// credential reaches further.
     pub fn widens(&self) -> bool {
         self.changes.iter().any(|c| c.kind == ChangeKind::Widens)
+            || self.private.iter().any(|c| c.kind == ChangeKind::Widens)
             || self
                 .credentials
                 .iter()
@@ -225,6 +276,7 @@ impl Policy {
             changes,
             probes: probes.len(),
             credentials: reach::compare(self, new),
+            private: compare_private(self, new),
         }
     }
 }

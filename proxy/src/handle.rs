@@ -280,6 +280,10 @@ async fn decide_and_act(
             policy_revision: policy.revision().to_owned(),
         }),
         Action::Stage => {
+            // A destination release could never dial (a private address no allow_private
+            // names, airlock's own listeners) is refused now, as a pass would be, rather
+            // than staged for a reviewer to approve and a commit to fail.
+            refuse_undialable(shared, target).await?;
             let issued = issued_placeholders(shared, run).await?;
             let body = read_bounded(shared, &parts, body).await?;
             if let Some(credential) =
@@ -550,4 +554,27 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> Option<String> 
         current = e.source();
     }
     Some(parts.join(": "))
+}
+
+/// Refuses a destination the release could never dial: its name resolves only to private
+/// or special-purpose addresses no `allow_private` names, or to airlock's own listeners
+/// (POLICY.md invariant 1, checked at staging as it is on pass). A name that does not
+/// resolve now is staged: the origin may be reachable at release.
+async fn refuse_undialable(shared: &Shared, target: &Target) -> Result<(), ProxyError> {
+    use crate::dial::DialError;
+    match shared.dialer.resolve(&target.host, target.port).await {
+        Err(dial @ DialError::OwnListener { .. }) => Err(ProxyError::DestinationRefused {
+            code: "airlock_listener",
+            reason: dial.to_string(),
+        }),
+        Err(dial @ DialError::Private { .. }) => Err(ProxyError::DestinationRefused {
+            code: "private_address",
+            reason: dial.to_string(),
+        }),
+        Err(other) => {
+            debug!(origin.host = %target.host, error = %other, "staging for a destination that does not resolve now");
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+    }
 }

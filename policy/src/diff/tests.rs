@@ -303,3 +303,28 @@ fn credential_reach_and_content_matchers_table() {
 fn rows_header_old() -> &'static str {
     "version = 1\n[[rule]]\nid = \"no-push\"\nhost = \"ci.example.com\"\nheaders = { \"x-event\" = \"push\" }\naction = \"deny\"\n[[rule]]\nid = \"all\"\nhost = \"ci.example.com\"\nmethod = [\"POST\"]\naction = \"stage\"\n"
 }
+
+#[test]
+fn opening_a_private_range_is_a_widening_and_closing_it_a_narrowing() {
+    let old = "version = 1\n[[rule]]\nid = \"api\"\nhost = \"api.internal.example\"\nmethod = \"read\"\naction = \"pass\"\n";
+    let new = "version = 1\nallow_private = [\"10.0.0.0/8\"]\n[[rule]]\nid = \"api\"\nhost = \"api.internal.example\"\nmethod = \"read\"\naction = \"pass\"\nallow_private = [\"192.168.1.0/24\"]\n";
+    let parse = |text: &str| crate::Policy::from_toml_str(text, "<test>").expect("policy");
+    let diff = parse(old).diff(&parse(new));
+    assert!(diff.widens(), "{diff:#?}");
+    let opened: Vec<(&str, &str)> = diff
+        .private
+        .iter()
+        .map(|c| {
+            assert_eq!(c.kind, ChangeKind::Widens);
+            (c.scope.as_str(), c.network.as_str())
+        })
+        .collect();
+    assert_eq!(
+        opened,
+        [("(top level)", "10.0.0.0/8"), ("api", "192.168.1.0/24")]
+    );
+    let back = parse(new).diff(&parse(old));
+    assert!(!back.widens());
+    assert!(back.private.iter().all(|c| c.kind == ChangeKind::Narrows));
+    assert_eq!(back.private.len(), 2);
+}

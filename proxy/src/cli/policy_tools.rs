@@ -91,7 +91,30 @@ pub(super) fn diff(old: &Path, new: &Path, json: bool, fail_on_widen: bool) -> a
                 outln!("  {}: {}", change.credential, change.what);
             }
         }
-        if diff.changes.is_empty() && diff.default.is_none() && diff.credentials.is_empty() {
+        for (kind, title) in [
+            (
+                ChangeKind::Widens,
+                "PRIVATE ADDRESSES OPENED (allow_private)",
+            ),
+            (
+                ChangeKind::Narrows,
+                "private addresses closed (allow_private)",
+            ),
+        ] {
+            let group: Vec<_> = diff.private.iter().filter(|c| c.kind == kind).collect();
+            if group.is_empty() {
+                continue;
+            }
+            outln!("{title} ({}):", group.len());
+            for change in group {
+                outln!("  {}: {}", change.scope, change.network);
+            }
+        }
+        if diff.changes.is_empty()
+            && diff.default.is_none()
+            && diff.credentials.is_empty()
+            && diff.private.is_empty()
+        {
             outln!("no decision changes");
         }
     }

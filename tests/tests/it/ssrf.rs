@@ -33,6 +33,13 @@ host = "*.ssrf.test"
 port = [{ports}]
 method = "read"
 action = "pass"
+
+[[rule]]
+id = "writes-under-ssrf"
+host = "*.ssrf.test"
+port = [{ports}]
+method = "write"
+action = "stage"
 "#
         )
     };
@@ -55,7 +62,7 @@ action = "pass"
     args.extend(["--resolve".into(), "allowed.ok.test=127.0.0.1".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let airlock = fx.start(&policy(&port.to_string()), &args);
-    let (_run, env) = airlock.create_run().await;
+    let (run, env) = airlock.create_run().await;
 
     for (name, ip) in refused {
         let out = curl(&env, &[&format!("http://{name}.ssrf.test:{port}/")]).await;
@@ -74,6 +81,18 @@ action = "pass"
         origin.received().is_empty(),
         "no refused name reached the origin"
     );
+    // A write to such a name is refused at once too, not staged for a commit to fail.
+    let out = curl(
+        &env,
+        &["-d", "x=1", &format!("http://tenant.ssrf.test:{port}/hook")],
+    )
+    .await;
+    assert_eq!(out.status, 403, "{}", out.stderr);
+    assert_eq!(
+        out.header("airlock-error").as_deref(),
+        Some("private_address")
+    );
+    assert!(airlock.effects(&run).await.is_empty(), "nothing staged");
 
     // The rule that names the range opens it: the same loopback origin, reached by name.
     let out = curl(&env, &[&format!("http://allowed.ok.test:{port}/x")]).await;
