@@ -72,20 +72,42 @@ pub struct Lint {
 }
 
 impl Rule {
-    /// Whether this rule matches every request `later` could match (same host pattern and
-    /// ports, no narrower scheme, no method or path condition of its own).
+    /// Whether this rule matches every request `later` could match: same host pattern and
+    /// ports, no narrower scheme, a method condition that includes `later`'s (none, the
+    /// same preset, a superset list, or `write` over a list of non-read methods), the same
+    /// path pattern or none, and no other condition of its own.
     fn covers(&self, later: &Rule) -> bool {
         self.host == later.host
             && self.port == later.port
             && (self.scheme.is_none() || self.scheme == later.scheme)
-            && self.method.is_none()
-            && self.path.is_none()
+            && method_covers(self.method.as_ref(), later.method.as_ref())
+            && (self.path.is_none() || self.path == later.path)
             && self.query.is_none()
             && self.headers.is_none()
             && self.body.is_none()
             && self.profiles.is_none()
             && self.mode == Mode::Enforce
             && (self.action == Action::Tunnel) == (later.action == Action::Tunnel)
+    }
+}
+
+/// Whether every request `later` matches on method is matched by `earlier`.
+fn method_covers(
+    earlier: Option<&crate::matcher::MethodMatcher>,
+    later: Option<&crate::matcher::MethodMatcher>,
+) -> bool {
+    use crate::matcher::MethodMatcher::{List, Read, Write};
+    match (earlier, later) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(Read), Some(Read)) | (Some(Write), Some(Write)) => true,
+        (Some(List(a)), Some(List(b))) => b.iter().all(|m| a.contains(m)),
+        // A listed method that can never be a read (POST, PUT, …) is a write with or
+        // without a body.
+        (Some(Write), Some(List(b))) => b
+            .iter()
+            .all(|m| !matches!(m.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE")),
+        _ => false,
     }
 }
 
@@ -268,5 +290,47 @@ action = "stage"
         assert_eq!(lints[0].rule, "api-posts");
         assert_eq!(lints[0].index, 2);
         assert!(lints[0].message.contains("all-api"));
+    }
+
+    #[test]
+    fn a_rule_under_an_earlier_one_with_a_wider_method_set_is_never_reached() {
+        let lint = |first: &str, second: &str| {
+            let text = format!(
+                "version = 1\n[[rule]]\nid = \"first\"\nhost = \"x.example\"\n{first}\naction = \"stage\"\n[[rule]]\nid = \"second\"\nhost = \"x.example\"\n{second}\naction = \"pass\"\n"
+            );
+            let policy = Policy::from_toml_str(&text, "<test>").expect("policy");
+            policy.lints().iter().any(|l| l.rule == "second")
+        };
+        // (first rule's conditions, second rule's conditions, second never reached?)
+        let table = [
+            ("method = [\"POST\"]", "method = [\"POST\"]", true),
+            ("method = [\"POST\", \"PUT\"]", "method = [\"PUT\"]", true),
+            (
+                "method = \"write\"",
+                "method = [\"POST\", \"DELETE\"]",
+                true,
+            ),
+            ("method = \"write\"", "method = [\"GET\"]", false),
+            ("method = \"read\"", "method = [\"GET\"]", false),
+            ("method = [\"POST\"]", "method = [\"POST\", \"PUT\"]", false),
+            (
+                "method = [\"POST\"]\npath = \"/a/**\"",
+                "method = [\"POST\"]\npath = \"/a/**\"",
+                true,
+            ),
+            (
+                "method = [\"POST\"]\npath = \"/a/**\"",
+                "method = [\"POST\"]\npath = \"/b\"",
+                false,
+            ),
+            (
+                "method = [\"POST\"]",
+                "method = [\"POST\"]\npath = \"/b\"",
+                true,
+            ),
+        ];
+        for (first, second, shadowed) in table {
+            assert_eq!(lint(first, second), shadowed, "{first} / {second}");
+        }
     }
 }
