@@ -239,6 +239,28 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         effect["summary"].as_str().unwrap_or("")
                     );
                 }
+                let denials = client
+                    .get(&format!(
+                        "/v1/runs/{}/denials",
+                        run["id"].as_str().unwrap_or("")
+                    ))
+                    .await?;
+                let denials = denials["denials"].as_array().cloned().unwrap_or_default();
+                if !denials.is_empty() {
+                    outln!("denied   {} request(s)", denials.len());
+                    for denial in denials.iter().take(10) {
+                        outln!(
+                            "  {} {} ({}, {})",
+                            denial["method"].as_str().unwrap_or(""),
+                            denial["url"].as_str().unwrap_or(""),
+                            denial["rule"].as_str().unwrap_or("default"),
+                            denial["reason_code"].as_str().unwrap_or("")
+                        );
+                    }
+                    if denials.len() > 10 {
+                        outln!("  … {} more: GET /v1/runs/RUN/denials", denials.len() - 10);
+                    }
+                }
                 if let Some(report) = &workspace {
                     outln!("\n{}", crate::run::summary(report).trim_end());
                 }

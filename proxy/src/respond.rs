@@ -200,7 +200,9 @@ impl ProxyError {
             ),
             Self::Upstream { reason } => (
                 reason.clone(),
-                if reason.contains("certificate") {
+                if reason.contains("CaUsedAsEndEntity") {
+                    "the origin presents a CA certificate (basicConstraints CA:TRUE, e.g. from `openssl req -x509`) as its own; verifiers refuse that: issue the origin a server certificate from a CA and give airlock that CA with --upstream-ca"
+                } else if reason.contains("certificate") {
                     "the origin's TLS certificate was not trusted: airlock verifies origins against the webpki roots and --upstream-ca"
                 } else {
                     "check that the origin is up and reachable"

@@ -205,6 +205,7 @@ struct RunData {
     reads: Vec<Read>,
     edges: Vec<Edge>,
     rollback_unverified: bool,
+    denials: Vec<airlock_ledger::Denial>,
 }
 
 async fn load(shared: &Arc<Shared>, id: &str) -> UiResult<RunData> {
@@ -221,6 +222,7 @@ async fn load(shared: &Arc<Shared>, id: &str) -> UiResult<RunData> {
             rollback_unverified: ledger
                 .workspace(&run.id)?
                 .is_some_and(|w| w.rollback_unverified),
+            denials: ledger.denials(&run.id)?,
             run,
         }))
     })
@@ -296,6 +298,7 @@ pub(super) async fn run_page(
         reads,
         edges,
         rollback_unverified,
+        denials,
     } = &data;
     let open = reviewable(run);
     let mut by_rule: BTreeMap<String, usize> = BTreeMap::new();
@@ -441,6 +444,22 @@ pub(super) async fn run_page(
                                 td { (read.status.map(|s| s.to_string()).unwrap_or_else(|| read.error.clone().unwrap_or_else(|| "—".into()))) }
                                 td { (read.response_bytes) }
                                 td { code { (read.rule.as_deref().unwrap_or("(default)")) } }
+                            }
+                        }
+                    }
+                }
+            }
+            h2 #denied { "Denied (" (denials.len()) ")" }
+            @if denials.is_empty() { p.muted { "Nothing was denied." } } @else {
+                table.list {
+                    thead { tr { th { "when (UTC)" } th { "request" } th { "rule" } th { "reason code" } } }
+                    tbody {
+                        @for denial in denials.iter() {
+                            tr {
+                                td.time { (time_utc(denial.created_at_ms)) }
+                                td { code { (denial.method) " " (denial.url) } }
+                                td { code { (denial.rule.as_deref().unwrap_or("(default)")) } }
+                                td { code { (denial.reason_code) } }
                             }
                         }
                     }

@@ -403,3 +403,37 @@ respond = "github"
     );
     assert!(origin.received().is_empty(), "nothing left");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_requests_are_shown_on_the_run_page_and_by_runs_show() {
+    let fx = airlock_tests::Fixture::new();
+    let origin = airlock_tests::ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let airlock = fx.start(&airlock_tests::loopback_policy(port), &[]);
+    let (run, env) = airlock.create_run().await;
+    let denied = format!("https://127.0.0.1:{port}/forbidden/secrets");
+    assert_eq!(curl(&env, &[&denied]).await.status, 403);
+
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let cookie = sign_in(&airlock.admin_url, token.trim()).await;
+    let page = text(&get(&format!("{}/runs/{run}", airlock.admin_url), Some(&cookie)).await);
+    assert!(page.contains("Denied (1)"), "{page}");
+    assert!(
+        page.contains(&denied) && page.contains("forbidden"),
+        "{page}"
+    );
+
+    let out = std::process::Command::new(airlock_tests::airlock_bin())
+        .args(["runs", "show", &run, "--data"])
+        .arg(fx.data_dir())
+        .env_remove("AIRLOCK_ADMIN")
+        .env_remove("AIRLOCK_TOKEN")
+        .output()
+        .expect("run airlock");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("denied   1 request(s)"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("GET {denied} (forbidden, rule_deny)")),
+        "{stdout}"
+    );
+}
