@@ -240,14 +240,13 @@ async fn create_run(
     let request: CreateRun = parse_body(&body)?;
     let ledger = shared.ledger.clone();
     let run = blocking(move || ledger.create_run(request.profile)).await?;
-    let ca = shared.data_dir.join(crate::ca::CA_CERT_FILE);
-    let mut env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token);
     let policy = shared.policy.current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));
     let mut body = run_json(&shared, &run, &[]);
     body["token"] = json!(run.token);
-    body["proxy_url"] = json!(proxy_url(shared.proxy_addr, run.id.as_str(), &run.token));
-    body["ca_file"] = json!(ca.display().to_string());
+    body["proxy_url"] = json!(proxy_url(&shared.advertised, run.id.as_str(), &run.token));
+    body["ca_file"] = json!(shared.advertised.ca_file.display().to_string());
     body["env"] = json!(env);
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
@@ -331,8 +330,7 @@ async fn run_env(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let (run, _) = load_run(&shared, &id).await?;
-    let ca = shared.data_dir.join(crate::ca::CA_CERT_FILE);
-    let mut env = proxy_env(shared.proxy_addr, run.id.as_str(), &run.token, &ca);
+    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token);
     // Credential placeholders: opaque stand-ins, never the values.
     let policy = shared.policy.current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));

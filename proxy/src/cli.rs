@@ -406,6 +406,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.header_read_timeout = std::time::Duration::from_secs(args.header_read_timeout.max(1));
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     config.resolve = args.resolve;
+    config.advertise_proxy = args.advertise_proxy;
+    config.advertise_ca = args.advertise_ca;
     config.baseline_path = args.baseline;
     config.reviewer_tokens = args.reviewer_tokens;
     config.notify_webhook = args.notify_webhook;

@@ -80,6 +80,10 @@ pub struct ServeConfig {
     pub max_connections_per_run: usize,
     /// Most open client connections on the proxy listener in all [default: 4096].
     pub max_connections: usize,
+    /// `HOST:PORT` sandboxes dial for the proxy, when not the listener's own address.
+    pub advertise_proxy: Option<(String, u16)>,
+    /// The CA certificate's path as sandboxes see it, when not the data directory's.
+    pub advertise_ca: Option<PathBuf>,
 }
 
 impl ServeConfig {
@@ -107,6 +111,8 @@ impl ServeConfig {
             idle_timeout: crate::limits::DEFAULT_IDLE_TIMEOUT,
             max_connections_per_run: crate::limits::DEFAULT_MAX_CONNECTIONS_PER_RUN,
             max_connections: crate::limits::DEFAULT_MAX_CONNECTIONS,
+            advertise_proxy: None,
+            advertise_ca: None,
         }
     }
 }

@@ -40,21 +40,70 @@ pub fn reachable(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// Where a sandbox reaches the proxy and finds the CA: by default the proxy listener's own
+/// address and the data directory's `ca.pem`; `airlock serve --advertise-proxy HOST:PORT
+/// --advertise-ca PATH` when the sandbox sees them elsewhere (a container, a network
+/// namespace, a CA mounted at another path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advertised {
+    /// Host name or IP address (no brackets) the sandbox dials.
+    pub host: String,
+    /// Port the sandbox dials.
+    pub port: u16,
+    /// The CA certificate's path as the sandbox sees it.
+    pub ca_file: std::path::PathBuf,
+}
+
+impl Advertised {
+    /// The listener's own address ([`reachable`]) and `ca_file`.
+    pub fn local(proxy: SocketAddr, ca_file: &Path) -> Self {
+        let addr = reachable(proxy);
+        Self {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            ca_file: ca_file.to_owned(),
+        }
+    }
+
+    /// `HOST:PORT` (IPv6 literals bracketed).
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Parses `--advertise-proxy HOST:PORT` (`[v6]:PORT` for IPv6).
+///
+/// # Errors
+/// A message when there is no port, the port is not 1–65535, or the host is empty.
+pub fn parse_advertised_proxy(raw: &str) -> Result<(String, u16), String> {
+    let (host, port) = raw
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{raw:?}: expected HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("{raw:?}: {port:?} is not a port (1-65535)"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("{raw:?}: the host is empty"));
+    }
+    Ok((host.to_owned(), port))
+}
+
 /// `http://RUN:TOKEN@HOST:PORT` for a run.
-pub fn proxy_url(proxy: SocketAddr, run_id: &str, token: &str) -> String {
-    format!("http://{run_id}:{token}@{}", reachable(proxy))
+pub fn proxy_url(proxy: &Advertised, run_id: &str, token: &str) -> String {
+    format!("http://{run_id}:{token}@{}", proxy.authority())
 }
 
 /// The full environment block for a run.
-pub fn proxy_env(
-    proxy: SocketAddr,
-    run_id: &str,
-    token: &str,
-    ca_file: &Path,
-) -> BTreeMap<String, String> {
+pub fn proxy_env(proxy: &Advertised, run_id: &str, token: &str) -> BTreeMap<String, String> {
     let url = proxy_url(proxy, run_id, token);
-    let ca = ca_file.display().to_string();
-    let addr = reachable(proxy);
+    let ca = proxy.ca_file.display().to_string();
     let mut env = BTreeMap::new();
     for name in PROXY_VARS {
         env.insert(name.to_owned(), url.clone());
@@ -71,8 +120,8 @@ pub fn proxy_env(
             "-Dhttp.proxyHost={host} -Dhttp.proxyPort={port} -Dhttps.proxyHost={host} -Dhttps.proxyPort={port} \
              -Dhttp.proxyUser={run_id} -Dhttp.proxyPassword={token} -Dhttps.proxyUser={run_id} -Dhttps.proxyPassword={token} \
              -Djdk.http.auth.tunneling.disabledSchemes= -Djdk.http.auth.proxying.disabledSchemes=",
-            host = addr.ip(),
-            port = addr.port()
+            host = proxy.host,
+            port = proxy.port
         ),
     );
     env

@@ -99,6 +99,9 @@ pub struct Shared {
     pub admin_token: String,
     /// Where the proxy listener listens.
     pub proxy_addr: SocketAddr,
+    /// Where sandboxes reach the proxy and find the CA (`--advertise-proxy`,
+    /// `--advertise-ca`; by default the listener and the data directory's `ca.pem`).
+    pub advertised: crate::env::Advertised,
     /// Where the admin listener listens.
     pub admin_addr: SocketAddr,
     /// The data directory (absolute).
@@ -305,6 +308,20 @@ impl Server {
             },
             admin_token,
             proxy_addr,
+            advertised: {
+                let mut advertised = crate::env::Advertised::local(
+                    proxy_addr,
+                    &data_dir.join(crate::ca::CA_CERT_FILE),
+                );
+                if let Some((host, port)) = config.advertise_proxy.clone() {
+                    advertised.host = host;
+                    advertised.port = port;
+                }
+                if let Some(ca) = config.advertise_ca.clone() {
+                    advertised.ca_file = ca;
+                }
+                advertised
+            },
             admin_addr,
             data_dir,
             closed_runs: std::sync::RwLock::new(closed),

@@ -331,4 +331,12 @@ pub(super) struct ServeArgs {
     /// gets 429 too_many_connections and is closed
     #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
     pub(super) max_connections: usize,
+    /// HOST:PORT sandboxes dial for the proxy, written into run environments (`airlock
+    /// env`) when it differs from --listen (a container or network namespace)
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::env::parse_advertised_proxy)]
+    pub(super) advertise_proxy: Option<(String, u16)>,
+    /// The CA certificate's path as sandboxes see it, written into run environments
+    /// [default: DATA/ca.pem]
+    #[arg(long, value_name = "PATH")]
+    pub(super) advertise_ca: Option<PathBuf>,
 }

@@ -110,3 +110,47 @@ async fn operator_reviews_and_commits_with_the_cli() {
         "{list}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_environments_advertise_the_address_and_ca_path_the_sandbox_sees() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let _airlock = fx.start(
+        &loopback_policy(origin.addr().port()),
+        &[
+            "--advertise-proxy",
+            "airlock.sandbox.internal:3128",
+            "--advertise-ca",
+            "/etc/airlock/ca.pem",
+        ],
+    );
+    let (ok, out, err) = cli(&fx, &["runs", "create", "--json"]);
+    assert!(ok, "{err}");
+    let run: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let run_id = run["id"].as_str().expect("id").to_owned();
+    let (ok, exports, err) = cli(&fx, &["env", &run_id]);
+    assert!(ok, "{err}");
+    assert!(
+        exports.contains("@airlock.sandbox.internal:3128'"),
+        "{exports}"
+    );
+    assert!(
+        exports.contains("export SSL_CERT_FILE='/etc/airlock/ca.pem'"),
+        "{exports}"
+    );
+    assert!(
+        exports.contains("-Dhttps.proxyHost=airlock.sandbox.internal -Dhttps.proxyPort=3128"),
+        "{exports}"
+    );
+    // A bad value is refused at start with the reason.
+    let out = Command::new(airlock_bin())
+        .args(["serve", "--advertise-proxy", "no-port"])
+        .output()
+        .expect("run airlock");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("expected HOST:PORT"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
