@@ -62,7 +62,7 @@ pub enum Refused {
         action: &'static str,
     },
     /// Commit was asked while effects still wait for a reviewer.
-    #[error("run {run} has {} undecided effect(s); approve or reject them, or commit with approve_pending", effects.len())]
+    #[error("run {run} has {} undecided effect(s); approve or reject them, or commit with --approve-pending (API: approve_pending)", effects.len())]
     Undecided {
         /// The run.
         run: RunId,

@@ -142,7 +142,7 @@ pub fn summary(report: &Value) -> String {
     });
     let next = match decision["kind"].as_str() {
         Some("keep") if pending && report["state"] != "committed" => format!(
-            "review with `airlock effects {run}` and `airlock show EFFECT`, approve or reject, then `airlock commit {run}` (or `airlock abort {run}`; the files stay as they are)"
+            "review with `airlock effects {run}` and `airlock show EFFECT`, approve or reject, then `airlock commit {run}` (or `airlock abort {run}`; the files stay as they are); if `airlock run --policy` started its own server, first start `airlock serve --data DIR --policy FILE` on the same data directory"
         ),
         Some("keep") => "nothing: files kept and effects settled".to_owned(),
         Some("rollback_to") => format!("the run is still open; carry on from savepoint {}", decision["savepoint"].as_str().unwrap_or("")),
