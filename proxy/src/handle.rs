@@ -40,7 +40,9 @@ fn check_authority(parts: &Parts, target: &Target) -> Result<(), ProxyError> {
 
 /// Whether the request carries a body, from its framing (invariant 4), not its method.
 pub fn has_body(parts: &Parts) -> bool {
-    if parts.headers.contains_key(header::TRANSFER_ENCODING) {
+    if parts.headers.contains_key(header::TRANSFER_ENCODING)
+        || parts.extensions.get::<FramedBody>().is_some()
+    {
         return true;
     }
     parts
@@ -50,6 +52,13 @@ pub fn has_body(parts: &Parts) -> bool {
         .and_then(|v| v.trim().parse::<u64>().ok())
         .is_some_and(|n| n > 0)
 }
+
+/// Marks a request whose framing carries a body that its headers do not declare: an h2
+/// request whose HEADERS frame did not end the stream (DATA frames follow, with no
+/// `content-length`). POLICY.md invariant 4: body presence comes from framing, so such a
+/// GET is a write.
+#[derive(Debug, Clone, Copy)]
+pub struct FramedBody;
 
 /// A buffered body as a [`ProxyBody`].
 pub fn full_body(bytes: Bytes) -> ProxyBody {
@@ -90,7 +99,11 @@ pub async fn handle(
     if let Err(error) = crate::headers::check_head_limits(req.headers(), req.uri()) {
         return error.into_response();
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // hyper knows from the framing (h2 END_STREAM, h1 length) whether a body follows.
+    if !http_body::Body::is_end_stream(&body) {
+        parts.extensions.insert(FramedBody);
+    }
     let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
     let path_and_query = parts
         .uri

@@ -487,3 +487,61 @@ async fn case_c03_trailers_reach_the_client() {
         }
     }
 }
+
+/// POLICY.md invariant 4 over h2: a GET whose HEADERS frame does not end the stream and
+/// whose DATA frames carry a body (no `content-length`) is a write, staged like any write,
+/// never passed as a read with its body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_get_with_data_frames_is_a_write() {
+    use http_body_util::BodyExt;
+    let fx = Fixture::new();
+    let origin = Origin::start_alpn(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| Reply::text(200, "read")),
+        &[b"h2"],
+    )
+    .await
+    .expect("origin");
+    let port = origin.addr().port();
+    let airlock = fx.start(&loopback_policy(port), &[]);
+    let (run, _env) = airlock.create_run().await;
+    let token = airlock.run_token(&run).await;
+    let authority = format!("127.0.0.1:{port}");
+    let stream = airlock_tests::connect_tunnel(&airlock.proxy, &run, &token, &authority).await;
+    let ca = std::fs::read_to_string(airlock.ca_file()).expect("ca");
+    let connector = airlock_tests::tls_trusting(&ca, &[b"h2"]);
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let tls = connector.connect(name, stream).await.expect("tls");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .expect("h2");
+    tokio::spawn(conn);
+    // A body of unknown length: hyper sends no content-length and DATA frames follow.
+    let chunks: Vec<Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>> =
+        vec![Ok(hyper::body::Frame::data(bytes::Bytes::from(vec![
+            b'X';
+            100
+        ])))];
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
+    let request = http::Request::get(format!("https://{authority}/smuggle"))
+        .body(body)
+        .expect("request");
+    let response = sender.send_request(request).await.expect("answered");
+    let status = response.status().as_u16();
+    let effect = response
+        .headers()
+        .get("airlock-effect")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let _ = response.into_body().collect().await;
+    assert_eq!(status, 202, "the GET with a body is staged as a write");
+    assert!(effect.is_some_and(|e| e.starts_with("eff_")));
+    assert!(origin.received().is_empty(), "nothing reached the origin");
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1);
+    assert_eq!(effects[0]["method"], "GET");
+    assert_eq!(effects[0]["body_len"], 100);
+}
