@@ -132,7 +132,7 @@ fn hint(error: &anyhow::Error) -> Option<String> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Demo => crate::demo::run().await,
         Command::Ui { url_only, admin } => {
             let client = connect(&admin)?;

@@ -35,7 +35,7 @@ pub(crate) struct AdminArgs {
 #[derive(Debug, Subcommand)]
 pub(super) enum Command {
     /// Run the proxy and admin listeners
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run a command as one transaction: snapshot, run, verify, then keep or roll back
     /// files and effects together
     Run(Box<crate::run::RunArgs>),
