@@ -15,6 +15,7 @@
 //!   request carrying it anywhere else is refused ([`refuse_off_host`]);
 //! - **scrub**: whatever was sent is masked in the origin's answer ([`scrub`]).
 
+pub mod decode;
 pub mod scrub;
 mod store;
 

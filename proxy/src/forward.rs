@@ -130,8 +130,33 @@ pub async fn forward(
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     strip_reserved(&mut parts.headers);
+    // Where a secret was placed, an encoded answer must be decoded to be scrubbed (the
+    // origin ignored `Accept-Encoding: identity`), or withheld when it cannot be.
+    let mut decode = None;
     if let Some(scrubber) = &scrubber {
         scrubber.scrub_headers(&mut parts.headers);
+        use crate::credentials::decode::Coding;
+        match Coding::of(&parts.headers) {
+            Coding::Identity => {}
+            Coding::Unsupported(coding) => {
+                let reason = format!(
+                    "the origin answered with Content-Encoding {coding} although airlock asked for identity; airlock cannot search it for the credential it placed, so the answer is withheld"
+                );
+                journal(
+                    Some(parts.status.as_u16()),
+                    0,
+                    None,
+                    Some(reason.clone()),
+                    None,
+                );
+                return Err(ProxyError::Upstream { reason });
+            }
+            coding => {
+                parts.headers.remove(header::CONTENT_ENCODING);
+                parts.headers.remove(header::CONTENT_LENGTH);
+                decode = Some(coding);
+            }
+        }
     }
     let status = parts.status.as_u16();
     let content_encoding = parts
@@ -145,6 +170,18 @@ pub async fn forward(
         .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
         .collect();
     let body: ProxyBody = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
+    let body: ProxyBody = match &decode {
+        Some(coding) => match crate::credentials::decode::DecodedBody::new(body, coding) {
+            Some(decoded) => decoded.boxed(),
+            // `decode` holds only codings DecodedBody takes.
+            None => {
+                return Err(ProxyError::Internal {
+                    reason: "an answer coding airlock cannot decode reached the decoder".into(),
+                })
+            }
+        },
+        None => body,
+    };
     let body: ProxyBody = match scrubber {
         // An echoed secret is masked before the client, the journal or lineage sees it.
         Some(scrubber) => crate::credentials::scrub::ScrubBody::new(body, scrubber).boxed(),
