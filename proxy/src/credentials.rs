@@ -334,18 +334,42 @@ pub fn find_off_host<'p>(
         .headers
         .get(http::header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
-    let texts: Vec<String> = body
-        .map(|b| airlock_ledger::fingerprint::decoded_texts(b, encoding))
-        .unwrap_or_default();
+    // Every reading of the request a tool could use to smuggle the placeholder: the URL
+    // and each header value raw, percent-decoded and with base64 runs decoded (a Basic
+    // `authorization` carries it as base64(user:placeholder)); the body likewise, after
+    // its Content-Encoding, plus the string values of a JSON body (\u escapes).
+    let mut texts: Vec<String> = airlock_ledger::fingerprint::decoded_texts(uri.as_bytes(), None);
+    for value in parts.headers.values() {
+        texts.extend(airlock_ledger::fingerprint::decoded_texts(
+            value.as_bytes(),
+            None,
+        ));
+    }
+    if let Some(body) = body {
+        texts.extend(airlock_ledger::fingerprint::decoded_texts(body, encoding));
+        if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
+            json_strings(&json, &mut texts);
+        }
+    }
+    // Placeholders are lower-case: an upper-cased copy is found too.
+    let texts: Vec<String> = texts.into_iter().map(|t| t.to_ascii_lowercase()).collect();
     candidates.find(|credential| {
         let placeholder = policy.credentials.placeholder(run, credential.name());
-        let needle = placeholder.as_bytes();
+        let needle = placeholder.to_ascii_lowercase();
+        let needle = needle.as_bytes();
         let contains = |hay: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
-        contains(uri.as_bytes())
-            || parts.headers.values().any(|v| contains(v.as_bytes()))
-            || body.is_some_and(contains)
-            || texts.iter().any(|t| contains(t.as_bytes()))
+        body.is_some_and(contains) || texts.iter().any(|t| contains(t.as_bytes()))
     })
+}
+
+/// Every string value in `json`, depth-first.
+fn json_strings(json: &serde_json::Value, out: &mut Vec<String>) {
+    match json {
+        serde_json::Value::String(text) => out.push(text.clone()),
+        serde_json::Value::Array(items) => items.iter().for_each(|i| json_strings(i, out)),
+        serde_json::Value::Object(map) => map.values().for_each(|v| json_strings(v, out)),
+        _ => {}
+    }
 }
 
 /// Whether any credential has a placeholder not bound to `host` (then bodies to `host`

@@ -297,8 +297,17 @@ async fn a_placeholder_is_swapped_on_bound_hosts_and_refused_and_flagged_elsewhe
     assert_eq!(staged.status, 202);
     let effect_id = staged.header("airlock-effect").expect("effect id");
 
-    // Off the bind, in the query or only in the body: refused, nothing leaves.
-    for args in [
+    // Off the bind, in the query or only in the body, and in the spellings a tool might
+    // use to smuggle it (Basic auth, fully percent-encoded, base64, upper case, a JSON
+    // \u escape): refused, nothing leaves.
+    use base64::Engine as _;
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    let percent_all: String = placeholder.bytes().map(|b| format!("%{b:02X}")).collect();
+    let json_escaped: String = placeholder
+        .chars()
+        .map(|c| format!("\\u{:04x}", c as u32))
+        .collect();
+    let attempts = [
         vec![format!("{other_url}?t={placeholder}")],
         vec![
             "-X".into(),
@@ -307,7 +316,35 @@ async fn a_placeholder_is_swapped_on_bound_hosts_and_refused_and_flagged_elsewhe
             format!("x={placeholder}"),
             other_url.clone(),
         ],
-    ] {
+        vec![
+            "-H".into(),
+            format!(
+                "authorization: Basic {}",
+                b64(&format!("bot:{placeholder}"))
+            ),
+            other_url.clone(),
+        ],
+        vec![format!("{other_url}?t={percent_all}")],
+        vec![
+            "-H".into(),
+            format!("x-token: {}", b64(&placeholder)),
+            other_url.clone(),
+        ],
+        vec![
+            "-H".into(),
+            format!("x-token: {}", placeholder.to_ascii_uppercase()),
+            other_url.clone(),
+        ],
+        vec![
+            "-H".into(),
+            "content-type: application/json".into(),
+            "--data".into(),
+            format!("{{\"t\": \"{json_escaped}\"}}"),
+            other_url.clone(),
+        ],
+    ];
+    let attempted = attempts.len();
+    for args in attempts {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let refused = curl(&env, &args).await;
         assert_eq!(
@@ -342,7 +379,7 @@ async fn a_placeholder_is_swapped_on_bound_hosts_and_refused_and_flagged_elsewhe
         .await
         .expect("run");
     let flags = shown["flags"].as_array().expect("flags");
-    assert_eq!(flags.len(), 2, "{shown}");
+    assert_eq!(flags.len(), attempted, "{shown}");
     assert_eq!(flags[0]["code"], "credential_placeholder_off_host");
     assert!(flags[0]["detail"]
         .as_str()
@@ -362,7 +399,9 @@ async fn a_placeholder_is_swapped_on_bound_hosts_and_refused_and_flagged_elsewhe
     );
     let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
     assert!(
-        metrics.contains("airlock_credential_placeholder_off_host_total{credential=\"gh-bot\"} 2"),
+        metrics.contains(&format!(
+            "airlock_credential_placeholder_off_host_total{{credential=\"gh-bot\"}} {attempted}"
+        )),
         "{metrics}"
     );
     let log = airlock.log();
