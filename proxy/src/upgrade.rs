@@ -34,7 +34,10 @@ pub fn requested(headers: &HeaderMap) -> Option<String> {
         .ok()?
         .trim()
         .to_ascii_lowercase();
-    (connection_upgrade && !upgrade.is_empty()).then_some(upgrade)
+    // Only WebSocket is relayed as an upgrade (RFC 6455): after any other 101 (h2c, a
+    // custom protocol) the bytes would flow undecided. Other upgrade requests are handled
+    // as ordinary requests, their Upgrade header dropped as hop-by-hop.
+    (connection_upgrade && upgrade == "websocket").then_some(upgrade)
 }
 
 /// Relays an upgrade handshake to the origin and, on 101, joins the two connections.
