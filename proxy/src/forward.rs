@@ -6,7 +6,7 @@ use std::sync::Arc;
 use airlock_ledger::{Digest, Read, RunId};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{header, Request, Response};
+use http::{Request, Response};
 use http_body_util::BodyExt;
 use tracing::warn;
 
@@ -18,9 +18,9 @@ use crate::lineage::{Job, READ_CAPTURE_BYTES};
 use crate::respond::ProxyError;
 use crate::server::Shared;
 
-/// What a finished response leaves for lineage analysis: captured body, its
-/// `Content-Encoding`, and the response headers.
-type Content = (Vec<Bytes>, Option<String>, Vec<(String, String)>);
+/// What a finished response leaves for lineage analysis: captured body and the response
+/// headers (a cheap clone: header values are reference-counted).
+type Content = (Vec<Bytes>, http::HeaderMap);
 
 /// Forwards a passed request upstream, streaming both bodies, and journals it as a read
 /// when the response body ends (then hands the captured body to the lineage worker).
@@ -84,10 +84,9 @@ pub async fn forward(
             };
             match content {
                 // Journaled and analysed by the lineage worker, off the request path.
-                Some((body, content_encoding, headers)) => lineage.submit(Job::Read {
+                Some((body, headers)) => lineage.submit(Job::Read {
                     read: Box::new(read),
                     body,
-                    content_encoding,
                     headers,
                 }),
                 None => {
@@ -134,16 +133,7 @@ pub async fn forward(
         scrubber.scrub_headers(&mut parts.headers);
     }
     let status = parts.status.as_u16();
-    let content_encoding = parts
-        .headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let headers: Vec<(String, String)> = parts
-        .headers
-        .iter()
-        .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
-        .collect();
+    let headers = parts.headers.clone();
     let body: ProxyBody = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
     let body: ProxyBody = match scrubber {
         // An echoed secret is masked before the client, the journal or lineage sees it.
@@ -155,7 +145,7 @@ pub async fn forward(
         true,
         Box::new(move |metered| {
             let content = if metered.error.is_none() {
-                Some((metered.captured, content_encoding, headers))
+                Some((metered.captured, headers))
             } else {
                 None
             };
