@@ -49,12 +49,17 @@ pub async fn forward(
     let scrubber = crate::credentials::apply(&mut parts)?.filter(|s| !s.is_empty());
     let sent = Arc::new(AtomicU64::new(0));
     let sent_in_body = sent.clone();
-    let request_body = MeteredBody::new(
-        body,
-        false,
-        Box::new(move |metered| sent_in_body.store(metered.bytes, Ordering::Relaxed)),
-    )
-    .boxed();
+    // A request without a body (most reads) has nothing to count: no wrapper.
+    let request_body = if http_body::Body::is_end_stream(&body) {
+        body
+    } else {
+        MeteredBody::new(
+            body,
+            false,
+            Box::new(move |metered| sent_in_body.store(metered.bytes, Ordering::Relaxed)),
+        )
+        .boxed()
+    };
     let method = parts.method.to_string();
     let upstream = Request::from_parts(parts, request_body);
     let started = airlock_ledger::now_ms();

@@ -48,7 +48,21 @@ impl Target {
             Scheme::Http => "http",
             Scheme::Https => "https",
         };
-        format!("{scheme}://{}{path_and_query}", self.authority())
+        // Built in one buffer: this runs on every request.
+        let mut url =
+            String::with_capacity(scheme.len() + 3 + self.host.len() + 8 + path_and_query.len());
+        url.push_str(scheme);
+        url.push_str("://");
+        if self.host.contains(':') {
+            url.push('[');
+            url.push_str(&self.host);
+            url.push(']');
+        } else {
+            url.push_str(&self.host);
+        }
+        let _ = std::fmt::Write::write_fmt(&mut url, format_args!(":{}", self.port));
+        url.push_str(path_and_query);
+        url
     }
 
     /// Parses `host[:port]` (IPv6 in brackets) into a target, lowercasing the host and
@@ -180,12 +194,8 @@ pub async fn handle(
     }
     let (parts, body) = req.into_parts();
     let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "/".to_owned());
-    let url = target.url(&path_and_query);
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let url = target.url(path_and_query);
     if shared.is_closed(&run) {
         // Committed or aborted: the run's credentials still authenticate, so the agent
         // learns why, but nothing passes and nothing is staged any more.
