@@ -72,6 +72,9 @@ pub enum Job {
         /// `Content-Type` and the values that may be lineage from them, off the request
         /// path).
         headers: http::HeaderMap,
+        /// The read's `response_digest` is still to be taken from `body`, which holds the
+        /// whole response body (the request path deferred the SHA-256).
+        digest_pending: bool,
     },
     /// An effect was staged.
     Effect {
@@ -205,9 +208,17 @@ impl LineageWorker {
                 };
                 match refused {
                     Ok(()) => {}
-                    Err(mpsc::TrySendError::Full(Job::Read { read, .. })) => {
+                    Err(mpsc::TrySendError::Full(Job::Read {
+                        mut read,
+                        body,
+                        digest_pending,
+                        ..
+                    })) => {
                         self.queued_bytes
                             .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+                        if digest_pending {
+                            read.response_digest = Some(digest_of(&body));
+                        }
                         // Journal it here; say it was not analysed.
                         let read = match self.ledger.journal_read(*read) {
                             Ok(read) => read,
@@ -277,11 +288,15 @@ fn run_reads(ledger: &Ledger, seen: &mut Seen, jobs: Vec<Job>) {
     let mut captured = Vec::with_capacity(jobs.len());
     for job in jobs {
         if let Job::Read {
-            read,
+            mut read,
             body,
             headers,
+            digest_pending,
         } = job
         {
+            if digest_pending {
+                read.response_digest = Some(digest_of(&body));
+            }
             reads.push(*read);
             captured.push((body, headers));
         }
@@ -298,6 +313,16 @@ fn run_reads(ledger: &Ledger, seen: &mut Seen, jobs: Vec<Job>) {
             warn!(error = %error, "lineage analysis failed; the request itself was not affected");
         }
     }
+}
+
+/// The SHA-256 digest of a body held as frames.
+fn digest_of(body: &[Bytes]) -> airlock_ledger::Digest {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    for frame in body {
+        hasher.update(frame);
+    }
+    airlock_ledger::Digest::from_sha256(&hasher.finalize())
 }
 
 /// Analyses one journaled read's captured body and headers.
