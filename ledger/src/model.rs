@@ -66,8 +66,10 @@ impl Digest {
     pub fn from_sha256(hash: &[u8]) -> Self {
         let mut text = String::with_capacity(7 + hash.len() * 2);
         text.push_str("sha256:");
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         for byte in hash {
-            text.push_str(&format!("{byte:02x}"));
+            text.push(char::from(HEX[usize::from(byte >> 4)]));
+            text.push(char::from(HEX[usize::from(byte & 0x0f)]));
         }
         Self(text)
     }

@@ -208,6 +208,76 @@ fn reads_are_journaled_in_order() {
 }
 
 #[test]
+fn batched_reads_get_consecutive_numbers_and_read_back_in_order() {
+    let (_dir, ledger) = ledger();
+    let one = ledger.create_run(None).expect("run");
+    let two = ledger.create_run(None).expect("run");
+    let read = |run: &Run, url: &str| Read {
+        run_id: run.id.clone(),
+        seq: 0,
+        method: "GET".into(),
+        url: url.into(),
+        status: Some(200),
+        request_bytes: 0,
+        response_bytes: 2,
+        response_digest: Some(Digest::of(b"ok")),
+        rule: None,
+        created_at_ms: now_ms(),
+        error: None,
+        audit: Vec::new(),
+    };
+    ledger
+        .journal_read(read(&one, "https://a/1"))
+        .expect("read");
+    let journaled = ledger
+        .journal_reads(vec![
+            read(&one, "https://a/2"),
+            read(&two, "https://b/1"),
+            read(&one, "https://a/3"),
+            read(&one, "https://a/4"),
+        ])
+        .expect("batch");
+    assert_eq!(
+        journaled
+            .iter()
+            .map(|r| (r.seq, r.url.as_str()))
+            .collect::<Vec<_>>(),
+        vec![
+            (2, "https://a/2"),
+            (1, "https://b/1"),
+            (3, "https://a/3"),
+            (4, "https://a/4")
+        ],
+        "returned in the order given"
+    );
+    ledger
+        .journal_read(read(&one, "https://a/5"))
+        .expect("read");
+    let reads = ledger.reads(&one.id).expect("reads");
+    assert_eq!(
+        reads
+            .iter()
+            .map(|r| (r.seq, r.url.as_str()))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, "https://a/1"),
+            (2, "https://a/2"),
+            (3, "https://a/3"),
+            (4, "https://a/4"),
+            (5, "https://a/5")
+        ]
+    );
+    let reads = ledger.reads(&two.id).expect("reads");
+    assert_eq!(
+        reads
+            .iter()
+            .map(|r| (r.seq, r.url.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(1, "https://b/1")]
+    );
+}
+
+#[test]
 fn flags_are_kept_on_the_run_up_to_the_cap() {
     let (_dir, ledger) = ledger();
     let run = ledger.create_run(None).expect("run");
@@ -335,5 +405,13 @@ fn an_adapters_notes_are_kept_and_old_records_read_without_them() {
     assert_eq!(
         (old.summary, old.adapter, old.compensates),
         (None, None, None)
+    );
+}
+
+#[test]
+fn digests_are_lowercase_hex_sha256() {
+    assert_eq!(
+        Digest::of(b"").to_string(),
+        "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     );
 }

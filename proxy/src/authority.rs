@@ -37,7 +37,21 @@ impl Target {
             Scheme::Http => "http",
             Scheme::Https => "https",
         };
-        format!("{scheme}://{}{path_and_query}", self.authority())
+        // Built in one buffer: this runs on every request.
+        let mut url =
+            String::with_capacity(scheme.len() + 3 + self.host.len() + 8 + path_and_query.len());
+        url.push_str(scheme);
+        url.push_str("://");
+        if self.host.contains(':') {
+            url.push('[');
+            url.push_str(&self.host);
+            url.push(']');
+        } else {
+            url.push_str(&self.host);
+        }
+        let _ = std::fmt::Write::write_fmt(&mut url, format_args!(":{}", self.port));
+        url.push_str(path_and_query);
+        url
     }
 
     /// Parses `host[:port]` into a target, lowercasing the host and dropping a trailing

@@ -27,6 +27,10 @@ pub struct Metered {
     pub captured: Vec<Bytes>,
     /// The body was longer than the capture limit.
     pub capture_truncated: bool,
+    /// Hashing was asked for and deferred: the body fit in the capture, so `sha256` is
+    /// `None` and the digest is to be taken from `captured` (the whole body), off the
+    /// request path.
+    pub hash_deferred: bool,
 }
 
 /// A body that relays frames unchanged (streaming, no buffering), counting and hashing the
@@ -39,6 +43,10 @@ pub struct MeteredBody<B: Body> {
     capture_room: usize,
     capture_truncated: bool,
     on_done: Option<Box<dyn FnOnce(Metered) + Send + Sync>>,
+    /// While the body fits in the capture, hashing waits (see [`Metered::hash_deferred`]).
+    defer_hash: bool,
+    /// The captured bytes were fed to the hasher (the body outgrew the capture).
+    hashed_captured: bool,
 }
 
 impl<B: Body> MeteredBody<B> {
@@ -52,6 +60,8 @@ impl<B: Body> MeteredBody<B> {
             capture_room: 0,
             capture_truncated: false,
             on_done: Some(on_done),
+            defer_hash: false,
+            hashed_captured: false,
         }
     }
 
@@ -62,11 +72,21 @@ impl<B: Body> MeteredBody<B> {
         self
     }
 
+    /// With [`MeteredBody::capture`] and hashing on: while the whole body fits in the
+    /// capture it is not hashed here but left for the caller to hash from the captured
+    /// frames ([`Metered::hash_deferred`]); a longer body is hashed as it streams.
+    pub fn defer_hash(mut self) -> Self {
+        self.defer_hash = true;
+        self
+    }
+
     fn finish(&mut self, error: Option<String>) {
         if let Some(done) = self.on_done.take() {
-            let sha256 = match (&error, self.hasher.take()) {
-                (None, Some(hasher)) => Some(hasher.finalize().into()),
-                _ => None,
+            let deferred = self.defer_hash && !self.hashed_captured;
+            let (sha256, hash_deferred) = match (&error, self.hasher.take()) {
+                (None, Some(_)) if deferred => (None, true),
+                (None, Some(hasher)) => (Some(hasher.finalize().into()), false),
+                _ => (None, false),
             };
             done(Metered {
                 bytes: self.bytes,
@@ -74,6 +94,7 @@ impl<B: Body> MeteredBody<B> {
                 error,
                 captured: std::mem::take(&mut self.captured),
                 capture_truncated: self.capture_truncated,
+                hash_deferred,
             });
         }
     }
@@ -111,7 +132,20 @@ where
                 if let Some(data) = frame.data_ref() {
                     this.bytes += data.len() as u64;
                     if let Some(hasher) = this.hasher.as_mut() {
-                        hasher.update(data);
+                        let fits = this.defer_hash
+                            && !this.hashed_captured
+                            && !this.capture_truncated
+                            && this.capture_room >= data.len();
+                        if !fits {
+                            if this.defer_hash && !this.hashed_captured {
+                                // Outgrew the capture: catch up, then hash as it streams.
+                                for earlier in &this.captured {
+                                    hasher.update(earlier);
+                                }
+                                this.hashed_captured = true;
+                            }
+                            hasher.update(data);
+                        }
                     }
                     if this.capture_room > 0 {
                         let take = data.len().min(this.capture_room);
@@ -180,5 +214,68 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    /// A body of fixed frames.
+    struct Frames(VecDeque<Bytes>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.get_mut().0.pop_front().map(|b| Ok(Frame::data(b))))
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+
+    fn metered(frames: &[&'static [u8]], capture: usize) -> Metered {
+        let seen = Arc::new(Mutex::new(None));
+        let slot = seen.clone();
+        let body = MeteredBody::new(
+            Frames(frames.iter().map(|f| Bytes::from_static(f)).collect()),
+            true,
+            Box::new(move |m| *slot.lock().expect("lock") = Some(m)),
+        )
+        .capture(capture)
+        .defer_hash();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async { body.collect().await.expect("body") });
+        let done = seen.lock().expect("lock").take();
+        done.expect("finished")
+    }
+
+    #[test]
+    fn a_body_within_the_capture_leaves_its_digest_to_the_caller() {
+        let m = metered(&[b"hello ", b"world"], 64);
+        assert!(m.hash_deferred);
+        assert!(m.sha256.is_none());
+        let whole: Vec<u8> = m.captured.iter().flat_map(|b| b.to_vec()).collect();
+        assert_eq!(whole, b"hello world");
+    }
+
+    #[test]
+    fn a_body_past_the_capture_is_hashed_whole_as_it_streams() {
+        let m = metered(&[b"hello ", b"wor", b"ld"], 8);
+        assert!(!m.hash_deferred);
+        assert!(m.capture_truncated);
+        let expected: [u8; 32] = sha2::Sha256::digest(b"hello world").into();
+        assert_eq!(m.sha256, Some(expected));
     }
 }

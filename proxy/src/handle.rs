@@ -105,12 +105,8 @@ pub async fn handle(
         parts.extensions.insert(FramedBody);
     }
     let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "/".to_owned());
-    let url = target.url(&path_and_query);
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let url = target.url(path_and_query);
     if shared.is_closed(&run) {
         // Committed or aborted: the run's credentials still authenticate, so the agent
         // learns why, but nothing passes and nothing is staged any more.

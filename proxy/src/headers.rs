@@ -4,20 +4,6 @@
 use airlock_ledger::{Header, HeaderText};
 use http::{header, HeaderMap, HeaderName};
 
-/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1), plus the
-/// proxy's own credentials and `Proxy-Connection` (a legacy client header). `Trailer` is
-/// end-to-end and kept; `TE: trailers` is restored by [`keep_te_trailers`].
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-authorization",
-    "proxy-authenticate",
-];
-
 /// Removes hop-by-hop headers, including every header named in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let listed: Vec<HeaderName> = headers
@@ -30,10 +16,25 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in listed {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for name in HOP_BY_HOP_NAMES.iter() {
         headers.remove(name);
     }
 }
+
+/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1), plus the
+/// proxy's own credentials and `Proxy-Connection` (a legacy client header). `Trailer` is
+/// end-to-end and kept; `TE: trailers` is restored by [`keep_te_trailers`].
+/// (Header names, so that removing them parses nothing per request.)
+static HOP_BY_HOP_NAMES: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("keep-alive"),
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+];
 
 /// Removes `airlock-*` headers an origin sent, so it cannot forge airlock's verdicts
 /// (CASES.md C19).

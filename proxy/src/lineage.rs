@@ -68,10 +68,13 @@ pub enum Job {
         read: Box<Read>,
         /// The first bytes of the response body.
         body: Vec<Bytes>,
-        /// The response's `Content-Encoding`.
-        content_encoding: Option<String>,
-        /// Response headers (lowercase names).
-        headers: Vec<(String, String)>,
+        /// The response headers as relayed (the worker reads `Content-Encoding`,
+        /// `Content-Type` and the values that may be lineage from them, off the request
+        /// path).
+        headers: http::HeaderMap,
+        /// The read's `response_digest` is still to be taken from `body`, which holds the
+        /// whole response body (the request path deferred the SHA-256).
+        digest_pending: bool,
     },
     /// An effect was staged.
     Effect {
@@ -85,6 +88,9 @@ pub enum Job {
 pub const READ_QUEUE: usize = 256;
 /// Most captured body bytes waiting for analysis at once.
 pub const READ_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+/// How long the worker naps after a busy turn before draining its queues again: under
+/// load reads accumulate meanwhile (at most [`READ_QUEUE`]) and are handled in one turn.
+const BUSY_NAP: std::time::Duration = std::time::Duration::from_millis(2);
 /// Bodies shorter than this can make no content edge: only their headers are analysed.
 const MIN_ANALYSED_BODY: usize = 24;
 
@@ -109,34 +115,61 @@ impl LineageWorker {
         let worker_queued = queued_bytes.clone();
         let spawned = std::thread::Builder::new().name("airlock-lineage".into()).spawn(move || {
             let mut seen = Seen::default();
-            let mut run = |job: Job| {
-                if let Job::Read { body, .. } = &job {
-                    let bytes = body.iter().map(Bytes::len).sum::<usize>();
-                    worker_queued.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+            // Handles jobs in order; consecutive reads are journaled as one batch.
+            let mut run = |jobs: Vec<Job>| {
+                let mut reads = Vec::new();
+                for job in jobs {
+                    match job {
+                        Job::Read { ref body, .. } => {
+                            let bytes = body.iter().map(Bytes::len).sum::<usize>();
+                            worker_queued.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+                            reads.push(job);
+                        }
+                        Job::Effect { .. } => {
+                            run_reads(&worker_ledger, &mut seen, std::mem::take(&mut reads));
+                            if let Err(error) = run_job(&worker_ledger, &mut seen, job) {
+                                warn!(error = %error, "lineage analysis failed; the request itself was not affected");
+                            }
+                        }
+                    }
                 }
-                if let Err(error) = run_job(&worker_ledger, &mut seen, job) {
-                    warn!(error = %error, "lineage analysis failed; the request itself was not affected");
-                }
+                run_reads(&worker_ledger, &mut seen, reads);
             };
+            // After a busy turn the worker naps briefly and then drains what arrived
+            // instead of blocking on the channel: a sender then never has to wake a
+            // parked thread (a futex call and a context switch per read under load), and
+            // the reads of a turn are journaled together. Idle, it blocks as usual.
+            let mut busy = false;
             loop {
                 match effect_rx.try_recv() {
                     Ok(effect) => {
-                        while let Ok(read) = read_rx.try_recv() {
-                            run(read);
-                        }
-                        run(effect);
+                        // Every read queued before the effect first.
+                        let mut jobs: Vec<Job> = read_rx.try_iter().take(READ_QUEUE).collect();
+                        jobs.push(effect);
+                        run(jobs);
+                        busy = true;
                         continue;
                     }
                     Err(mpsc::TryRecvError::Disconnected) => return,
                     Err(mpsc::TryRecvError::Empty) => {}
                 }
+                if busy {
+                    std::thread::sleep(BUSY_NAP);
+                    let jobs: Vec<Job> = read_rx.try_iter().take(READ_QUEUE).collect();
+                    busy = !jobs.is_empty();
+                    run(jobs);
+                    continue;
+                }
                 match read_rx.recv_timeout(std::time::Duration::from_millis(20)) {
-                    Ok(read) => run(read),
+                    Ok(read) => {
+                        let mut jobs = vec![read];
+                        jobs.extend(read_rx.try_iter().take(READ_QUEUE));
+                        run(jobs);
+                        busy = true;
+                    }
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        for effect in effect_rx.iter() {
-                            run(effect);
-                        }
+                        run(effect_rx.iter().collect());
                         return;
                     }
                 }
@@ -175,9 +208,17 @@ impl LineageWorker {
                 };
                 match refused {
                     Ok(()) => {}
-                    Err(mpsc::TrySendError::Full(Job::Read { read, .. })) => {
+                    Err(mpsc::TrySendError::Full(Job::Read {
+                        mut read,
+                        body,
+                        digest_pending,
+                        ..
+                    })) => {
                         self.queued_bytes
                             .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+                        if digest_pending {
+                            read.response_digest = Some(digest_of(&body));
+                        }
                         // Journal it here; say it was not analysed.
                         let read = match self.ledger.journal_read(*read) {
                             Ok(read) => read,
@@ -238,104 +279,163 @@ fn is_opaque(content_type: Option<&str>) -> bool {
         )
 }
 
+/// Journals a batch of reads (one ledger record per run) and analyses each.
+fn run_reads(ledger: &Ledger, seen: &mut Seen, jobs: Vec<Job>) {
+    if jobs.is_empty() {
+        return;
+    }
+    let mut reads = Vec::with_capacity(jobs.len());
+    let mut captured = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if let Job::Read {
+            mut read,
+            body,
+            headers,
+            digest_pending,
+        } = job
+        {
+            if digest_pending {
+                read.response_digest = Some(digest_of(&body));
+            }
+            reads.push(*read);
+            captured.push((body, headers));
+        }
+    }
+    let journaled = match ledger.journal_reads(reads) {
+        Ok(journaled) => journaled,
+        Err(error) => {
+            warn!(error = %error, "could not journal reads");
+            return;
+        }
+    };
+    for (read, (body, headers)) in journaled.into_iter().zip(captured) {
+        if let Err(error) = analyse_read(ledger, seen, read, body, headers) {
+            warn!(error = %error, "lineage analysis failed; the request itself was not affected");
+        }
+    }
+}
+
+/// The SHA-256 digest of a body held as frames.
+fn digest_of(body: &[Bytes]) -> airlock_ledger::Digest {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    for frame in body {
+        hasher.update(frame);
+    }
+    airlock_ledger::Digest::from_sha256(&hasher.finalize())
+}
+
+/// Analyses one journaled read's captured body and headers.
+fn analyse_read(
+    ledger: &Ledger,
+    seen: &mut Seen,
+    read: Read,
+    body: Vec<Bytes>,
+    headers: http::HeaderMap,
+) -> Result<(), airlock_ledger::LedgerError> {
+    let content_encoding = headers
+        .get(http::header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
+    let (run, seq) = (read.run_id.clone(), read.seq);
+    let body_len = body.iter().map(Bytes::len).sum::<usize>();
+    let repeated = match &read.response_digest {
+        Some(digest) => {
+            if seen.digests.len() > 100_000 {
+                seen.digests.clear();
+            }
+            !seen.digests.insert((run.clone(), digest.clone()))
+        }
+        None => false,
+    };
+    let body = if repeated || body_len < MIN_ANALYSED_BODY {
+        Vec::new()
+    } else {
+        body
+    };
+    let content_type = headers
+        .iter()
+        .find(|(n, _)| n == "content-type")
+        .map(|(_, v)| v.as_str());
+    if is_opaque(content_type) {
+        let content = airlock_ledger::ReadContent::not_analysed(
+            seq,
+            format!("not analysed: {} is not text", content_type.unwrap_or("")),
+        );
+        return ledger.store_read_content(&run, &content, &[]);
+    }
+    let bytes: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+    let analysis = analyze(&bytes, content_encoding.as_deref());
+    let fingerprints = analysis.winnowed();
+    let mut notable: Vec<Notable> = Vec::new();
+    for view in &analysis.views {
+        for value in credential_like(&view.text) {
+            if !notable.iter().any(|n| n.value == value) {
+                notable.push(Notable {
+                    kind: EdgeKind::Credential,
+                    name: None,
+                    value,
+                });
+            }
+        }
+    }
+    for (name, value) in headers {
+        if ROUTINE_HEADERS.contains(&name.as_str()) {
+            continue;
+        }
+        let credentials = credential_like(&value);
+        if !credentials.is_empty() || crate::headers::is_credential(&name) {
+            // A secret in a header (a token, a session cookie): a credential edge.
+            let values = if credentials.is_empty() {
+                value
+                    .split(';')
+                    .filter_map(|part| {
+                        part.split_once('=')
+                            .map(|(_, v)| v.trim().to_owned())
+                            .or_else(|| Some(part.trim().to_owned()))
+                    })
+                    .filter(|v| v.len() >= 12)
+                    .collect()
+            } else {
+                credentials
+            };
+            for value in values {
+                notable.push(Notable {
+                    kind: EdgeKind::Credential,
+                    name: Some(name.clone()),
+                    value,
+                });
+            }
+        } else if value.len() >= 12 {
+            notable.push(Notable {
+                kind: EdgeKind::Header,
+                name: Some(name),
+                value,
+            });
+        }
+    }
+    notable.truncate(128);
+    if fingerprints.is_empty()
+        && notable.is_empty()
+        && analysis.skipped.is_none()
+        && !analysis.truncated
+    {
+        // Nothing to find again (a repeated or tiny body): no record needed.
+        return Ok(());
+    }
+    let content = airlock_ledger::lineage_read_content(seq, notable, fingerprints.len(), &analysis);
+    ledger.store_read_content(&run, &content, &fingerprints)
+}
+
 fn run_job(ledger: &Ledger, seen: &mut Seen, job: Job) -> Result<(), airlock_ledger::LedgerError> {
     match job {
-        Job::Read {
-            read,
-            body,
-            content_encoding,
-            headers,
-        } => {
-            let read = ledger.journal_read(*read)?;
-            let (run, seq) = (read.run_id.clone(), read.seq);
-            let body_len = body.iter().map(Bytes::len).sum::<usize>();
-            let repeated = match &read.response_digest {
-                Some(digest) => {
-                    if seen.digests.len() > 100_000 {
-                        seen.digests.clear();
-                    }
-                    !seen.digests.insert((run.clone(), digest.clone()))
-                }
-                None => false,
-            };
-            let body = if repeated || body_len < MIN_ANALYSED_BODY {
-                Vec::new()
-            } else {
-                body
-            };
-            let content_type = headers
-                .iter()
-                .find(|(n, _)| n == "content-type")
-                .map(|(_, v)| v.as_str());
-            if is_opaque(content_type) {
-                let content = airlock_ledger::ReadContent::not_analysed(
-                    seq,
-                    format!("not analysed: {} is not text", content_type.unwrap_or("")),
-                );
-                return ledger.store_read_content(&run, &content, &[]);
-            }
-            let bytes: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
-            let analysis = analyze(&bytes, content_encoding.as_deref());
-            let fingerprints = analysis.winnowed();
-            let mut notable: Vec<Notable> = Vec::new();
-            for view in &analysis.views {
-                for value in credential_like(&view.text) {
-                    if !notable.iter().any(|n| n.value == value) {
-                        notable.push(Notable {
-                            kind: EdgeKind::Credential,
-                            name: None,
-                            value,
-                        });
-                    }
-                }
-            }
-            for (name, value) in headers {
-                if ROUTINE_HEADERS.contains(&name.as_str()) {
-                    continue;
-                }
-                let credentials = credential_like(&value);
-                if !credentials.is_empty() || crate::headers::is_credential(&name) {
-                    // A secret in a header (a token, a session cookie): a credential edge.
-                    let values = if credentials.is_empty() {
-                        value
-                            .split(';')
-                            .filter_map(|part| {
-                                part.split_once('=')
-                                    .map(|(_, v)| v.trim().to_owned())
-                                    .or_else(|| Some(part.trim().to_owned()))
-                            })
-                            .filter(|v| v.len() >= 12)
-                            .collect()
-                    } else {
-                        credentials
-                    };
-                    for value in values {
-                        notable.push(Notable {
-                            kind: EdgeKind::Credential,
-                            name: Some(name.clone()),
-                            value,
-                        });
-                    }
-                } else if value.len() >= 12 {
-                    notable.push(Notable {
-                        kind: EdgeKind::Header,
-                        name: Some(name),
-                        value,
-                    });
-                }
-            }
-            notable.truncate(128);
-            if fingerprints.is_empty()
-                && notable.is_empty()
-                && analysis.skipped.is_none()
-                && !analysis.truncated
-            {
-                // Nothing to find again (a repeated or tiny body): no record needed.
-                return Ok(());
-            }
-            let content =
-                airlock_ledger::lineage_read_content(seq, notable, fingerprints.len(), &analysis);
-            ledger.store_read_content(&run, &content, &fingerprints)
+        job @ Job::Read { .. } => {
+            run_reads(ledger, seen, vec![job]);
+            Ok(())
         }
         Job::Effect { effect } => {
             let Some(record) = ledger.effect(&effect)? else {

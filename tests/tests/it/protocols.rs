@@ -545,3 +545,38 @@ async fn an_h2_get_with_data_frames_is_a_write() {
     assert_eq!(effects[0]["method"], "GET");
     assert_eq!(effects[0]["body_len"], 100);
 }
+
+/// Only WebSocket is relayed as an upgrade: an `Upgrade: h2c` (or any other token) on a
+/// passed request is an ordinary request with the Upgrade header dropped, so no 101 can
+/// turn it into a pipe of undecided bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_websocket_upgrade_is_an_ordinary_request() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        None,
+        Arc::new(|req: &Received| {
+            Reply::text(200, req.header("upgrade").unwrap_or("no upgrade header"))
+        }),
+    )
+    .await
+    .expect("origin");
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let (_run, env) = airlock.create_run().await;
+    let out = curl(
+        &env,
+        &[
+            "--http1.1",
+            "-H",
+            "Connection: Upgrade, HTTP2-Settings",
+            "-H",
+            "Upgrade: h2c",
+            "-H",
+            "HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA",
+            &format!("http://127.0.0.1:{}/read", origin.addr().port()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status, 200, "{}", out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.body), "no upgrade header");
+    assert_eq!(origin.received()[0].header("upgrade"), None);
+}
