@@ -264,11 +264,9 @@ impl MethodMatcher {
 }
 
 /// True for a bodiless GET, HEAD, OPTIONS or TRACE.
+/// Methods are case-sensitive (RFC 9110 §9.1): `get` is not GET, so it is not a read.
 pub(crate) fn is_read(method: &str, has_body: bool) -> bool {
-    !has_body
-        && ["GET", "HEAD", "OPTIONS", "TRACE"]
-            .iter()
-            .any(|read| read.eq_ignore_ascii_case(method))
+    !has_body && ["GET", "HEAD", "OPTIONS", "TRACE"].contains(&method)
 }
 
 /// RFC 9110 `tchar`.

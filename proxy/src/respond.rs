@@ -194,9 +194,13 @@ impl ProxyError {
                 reason.clone(),
                 "the run is sealed or finished; start a new run to stage more effects",
             ),
-            Self::DestinationRefused { reason, .. } => (
+            Self::DestinationRefused { reason, code } => (
                 reason.clone(),
-                "name the address range in a rule's allow_private if this destination is intended",
+                if *code == "airlock_listener" {
+                    "airlock's own listeners can never be reached through the proxy, whatever allow_private says"
+                } else {
+                    "name the address range in a rule's allow_private if this destination is intended"
+                },
             ),
             Self::Upstream { reason } => (
                 reason.clone(),

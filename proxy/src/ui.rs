@@ -474,7 +474,32 @@ async fn login_get(State(shared): State<Arc<Shared>>, Query(query): Query<LoginQ
     }
 }
 
-async fn login_post(State(shared): State<Arc<Shared>>, Form(form): Form<LoginQuery>) -> Response {
+async fn login_post(
+    State(shared): State<Arc<Shared>>,
+    headers: axum::http::HeaderMap,
+    Form(form): Form<LoginQuery>,
+) -> Response {
+    // Login CSRF: a form posted from another site must not sign the browser in (with the
+    // attacker's token). Browsers say where a POST comes from: `Sec-Fetch-Site`, and
+    // `Origin` (`null` under this UI's no-referrer policy, so only a named origin is
+    // compared with this listener's own).
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let cross_site = matches!(header("sec-fetch-site"), Some("cross-site" | "same-site"));
+    let foreign_origin = header("origin")
+        .filter(|origin| *origin != "null")
+        .is_some_and(|origin| {
+            let named = origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"));
+            named.is_none() || named != header("host")
+        });
+    if cross_site || foreign_origin {
+        return login_page(
+            StatusCode::FORBIDDEN,
+            Some("sign-in refused: the form was posted from another site"),
+            "/",
+        );
+    }
     sign_in(
         &shared,
         form.token.as_deref().unwrap_or(""),

@@ -138,7 +138,8 @@ fn method_presets_and_lists() {
     let cases: &[(&str, bool, bool)] = &[
         // method, has_body, is read
         ("GET", false, true),
-        ("get", false, true),
+        // Methods are case-sensitive (RFC 9110 §9.1): `get` is not a read.
+        ("get", false, false),
         ("HEAD", false, true),
         ("OPTIONS", false, true),
         ("TRACE", false, true),

@@ -437,3 +437,44 @@ async fn denied_requests_are_shown_on_the_run_page_and_by_runs_show() {
         "{stdout}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_form_posted_from_another_site_is_refused() {
+    let fx = airlock_tests::Fixture::new();
+    let origin = airlock_tests::ok_origin(&fx.origin_ca).await;
+    let airlock = fx.start(&airlock_tests::loopback_policy(origin.addr().port()), &[]);
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let login = format!("{}/login", airlock.admin_url);
+    for header in ["Origin: http://evil.example", "Sec-Fetch-Site: cross-site"] {
+        let out = curl(
+            &BTreeMap::new(),
+            &[
+                "-H",
+                header,
+                "--data-urlencode",
+                &format!("token={}", token.trim()),
+                &login,
+            ],
+        )
+        .await;
+        assert_eq!(out.status, 403, "{header}");
+        assert_eq!(out.header("set-cookie"), None, "{header}: no session");
+    }
+    // The same form from the UI itself signs in.
+    let host = airlock.admin_url.trim_start_matches("http://");
+    let out = curl(
+        &BTreeMap::new(),
+        &[
+            "-H",
+            &format!("Origin: http://{host}"),
+            "-H",
+            "Sec-Fetch-Site: same-origin",
+            "--data-urlencode",
+            &format!("token={}", token.trim()),
+            &login,
+        ],
+    )
+    .await;
+    assert_eq!(out.status, 303);
+    assert!(out.header("set-cookie").is_some());
+}
