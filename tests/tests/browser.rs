@@ -8,6 +8,7 @@
 //! them the test is skipped with a message, except under CI (`CI` set), where it fails.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,6 +34,12 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        // chromedriver runs in its own process group with the browsers it starts: the
+        // whole group goes, so a test that panics before closing its session leaves no
+        // Chromium behind.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -44,6 +51,7 @@ fn start_driver(chromedriver: &Path) -> Driver {
         .expect("a free port")
         .port();
     let child = Command::new(chromedriver)
+        .process_group(0)
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -15,6 +15,7 @@
 //! them the test is skipped with a message, except under CI (`CI` set), where it fails.
 
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -44,6 +45,12 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        // chromedriver runs in its own process group with the browsers it starts: the
+        // whole group goes, so a test that panics before closing its session leaves no
+        // Chromium behind.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -56,6 +63,7 @@ fn start_driver(chromedriver: &Path, home: &Path) -> Driver {
         .expect("a free port")
         .port();
     let child = Command::new(chromedriver)
+        .process_group(0)
         .arg(format!("--port={port}"))
         .env("HOME", home)
         .stdout(Stdio::null())
