@@ -491,12 +491,12 @@ async fn case_c02_chunked_request_bodies_without_content_length() {
         &root.join("repo.git"),
         &["config", "http.receivepack", "true"],
     );
-    let backend_root = root.clone();
+    let git = airlock_tests::git_http::backend(root.clone());
     let origin = Origin::start(
         Some(&fx.origin_ca),
         Arc::new(move |req: &Received| {
             if req.path.starts_with("/repo.git/") {
-                crate::run::clients::git_backend(&backend_root, req)
+                git(req)
             } else {
                 Reply::text(201, "stored")
             }

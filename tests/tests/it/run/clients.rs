@@ -43,73 +43,6 @@ action = "stage"
     )
 }
 
-/// Answers one request with `git http-backend` (CGI) over the bare repositories in `root`.
-pub(crate) fn git_backend(root: &Path, req: &Received) -> Reply {
-    let (path, query) = req.path.split_once('?').unwrap_or((&req.path, ""));
-    let mut command = Command::new("git");
-    command
-        .arg("http-backend")
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("GIT_PROJECT_ROOT", root)
-        .env("GIT_HTTP_EXPORT_ALL", "1")
-        .env("REQUEST_METHOD", &req.method)
-        .env("PATH_INFO", path)
-        .env("QUERY_STRING", query)
-        .env("CONTENT_LENGTH", req.body.len().to_string())
-        .env("REMOTE_ADDR", "127.0.0.1")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped());
-    for (name, var) in [
-        ("content-type", "CONTENT_TYPE"),
-        ("content-encoding", "HTTP_CONTENT_ENCODING"),
-        ("git-protocol", "GIT_PROTOCOL"),
-    ] {
-        if let Some(value) = req.header(name) {
-            command.env(var, value);
-        }
-    }
-    let mut child = command.spawn().expect("git http-backend");
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().expect("stdin");
-        let _ = stdin.write_all(&req.body);
-    }
-    let out = child.wait_with_output().expect("http-backend output");
-    let text = out.stdout;
-    let split = text
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, i + 4))
-        .or_else(|| {
-            text.windows(2)
-                .position(|w| w == b"\n\n")
-                .map(|i| (i, i + 2))
-        })
-        .unwrap_or((text.len(), text.len()));
-    let head = String::from_utf8_lossy(&text[..split.0]).into_owned();
-    let mut reply = Reply::text(200, "");
-    reply.headers.clear();
-    for line in head.lines() {
-        if let Some((name, value)) = line.split_once(':') {
-            let (name, value) = (name.trim(), value.trim());
-            if name.eq_ignore_ascii_case("status") {
-                reply.status = value
-                    .split_whitespace()
-                    .next()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(500);
-            } else {
-                reply
-                    .headers
-                    .push((name.to_ascii_lowercase(), value.to_owned()));
-            }
-        }
-    }
-    reply.body = text[split.1..].to_vec();
-    reply
-}
-
 /// Builds `airlock_probe-0.1-py3-none-any.whl` in `dir`; returns its bytes.
 fn build_wheel(dir: &Path) -> Vec<u8> {
     let script = r#"
@@ -178,12 +111,13 @@ async fn matrix_origin(fx: &Fixture) -> Origin {
     let index = format!(
         "<!DOCTYPE html><html><body><a href=\"/files/airlock_probe-0.1-py3-none-any.whl#sha256={sha}\">airlock_probe-0.1-py3-none-any.whl</a></body></html>"
     );
+    let git = airlock_tests::git_http::backend(root);
     Origin::start(
         Some(&fx.origin_ca),
         Arc::new(move |req: &Received| {
             let path = req.path.split('?').next().unwrap_or("");
             if path.starts_with("/repo.git/") {
-                return git_backend(&root, req);
+                return git(req);
             }
             match path {
                 "/simple/airlock-probe/" => {
