@@ -98,6 +98,18 @@ pub fn is_special_purpose(ip: IpAddr) -> bool {
     }
 }
 
+impl DialError {
+    /// The `airlock-error` code when this is a refusal of the destination itself (airlock's
+    /// own listener, a private address no rule allows), `None` for failures to reach it.
+    pub fn refusal_code(&self) -> Option<&'static str> {
+        match self {
+            DialError::OwnListener { .. } => Some("airlock_listener"),
+            DialError::Private { .. } => Some("private_address"),
+            _ => None,
+        }
+    }
+}
+
 /// An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as the IPv4 address it names; any other
 /// address unchanged. Checks run on this form so a mapped spelling cannot slip past them.
 pub fn canonical_ip(ip: IpAddr) -> IpAddr {

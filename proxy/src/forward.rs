@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use tracing::warn;
 
 use crate::body::{BoxError, MeteredBody, ProxyBody};
-use crate::dial::{find_dial_error, DialError};
+use crate::dial::find_dial_error;
 use crate::handle::error_chain;
 use crate::headers::{strip_hop_by_hop, strip_reserved};
 use crate::lineage::{Job, READ_CAPTURE_BYTES};
@@ -108,16 +108,14 @@ pub async fn forward(
         Ok(response) => response,
         Err(error) => {
             let proxy_error = match find_dial_error(&error) {
-                Some(dial @ DialError::OwnListener { .. }) => ProxyError::DestinationRefused {
-                    code: "airlock_listener",
-                    reason: dial.to_string(),
-                },
-                Some(dial @ DialError::Private { .. }) => ProxyError::DestinationRefused {
-                    code: "private_address",
-                    reason: dial.to_string(),
-                },
-                Some(dial) => ProxyError::Upstream {
-                    reason: dial.to_string(),
+                Some(dial) => match dial.refusal_code() {
+                    Some(code) => ProxyError::DestinationRefused {
+                        code,
+                        reason: dial.to_string(),
+                    },
+                    None => ProxyError::Upstream {
+                        reason: dial.to_string(),
+                    },
                 },
                 None => ProxyError::Upstream {
                     reason: error_chain(&error).unwrap_or_else(|| error.to_string()),

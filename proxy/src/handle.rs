@@ -570,20 +570,17 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> Option<String> 
 /// (POLICY.md invariant 1, checked at staging as it is on pass). A name that does not
 /// resolve now is staged: the origin may be reachable at release.
 async fn refuse_undialable(shared: &Shared, target: &Target) -> Result<(), ProxyError> {
-    use crate::dial::DialError;
     match shared.dialer.resolve(&target.host, target.port).await {
-        Err(dial @ DialError::OwnListener { .. }) => Err(ProxyError::DestinationRefused {
-            code: "airlock_listener",
-            reason: dial.to_string(),
-        }),
-        Err(dial @ DialError::Private { .. }) => Err(ProxyError::DestinationRefused {
-            code: "private_address",
-            reason: dial.to_string(),
-        }),
-        Err(other) => {
-            debug!(origin.host = %target.host, error = %other, "staging for a destination that does not resolve now");
-            Ok(())
-        }
+        Err(dial) => match dial.refusal_code() {
+            Some(code) => Err(ProxyError::DestinationRefused {
+                code,
+                reason: dial.to_string(),
+            }),
+            None => {
+                debug!(origin.host = %target.host, error = %dial, "staging for a destination that does not resolve now");
+                Ok(())
+            }
+        },
         Ok(_) => Ok(()),
     }
 }

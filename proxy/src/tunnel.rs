@@ -105,17 +105,13 @@ pub async fn open(
 }
 
 fn dial_error(error: DialError) -> ProxyError {
-    match error {
-        DialError::OwnListener { .. } => ProxyError::DestinationRefused {
-            code: "airlock_listener",
+    match error.refusal_code() {
+        Some(code) => ProxyError::DestinationRefused {
+            code,
             reason: error.to_string(),
         },
-        DialError::Private { .. } => ProxyError::DestinationRefused {
-            code: "private_address",
-            reason: error.to_string(),
-        },
-        other => ProxyError::Upstream {
-            reason: crate::handle::error_chain(&other).unwrap_or_else(|| other.to_string()),
+        None => ProxyError::Upstream {
+            reason: crate::handle::error_chain(&error).unwrap_or_else(|| error.to_string()),
         },
     }
 }
