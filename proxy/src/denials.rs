@@ -34,9 +34,7 @@ pub fn journal(shared: &Shared, run: &RunId, refusal: Refusal) {
         rule: refusal.rule,
         reason_code: refusal.reason_code,
         policy_revision: refusal.policy_revision,
-        created_at_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        created_at_ms: airlock_ledger::now_ms(),
     };
     if let Err(error) = shared.ledger.journal_denial(denial) {
         warn!(run.id = %run, error = %error, "could not journal a denial");

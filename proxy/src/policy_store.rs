@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use airlock_ledger::now_ms;
 use airlock_policy::{Policy, PolicyError};
 use arc_swap::ArcSwap;
 
@@ -329,10 +330,4 @@ fn read_policy(path: &Path) -> Result<String, PolicyError> {
         origin: path.display().to_string(),
         source,
     })
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
