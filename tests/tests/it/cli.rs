@@ -5,7 +5,8 @@ use std::process::Command;
 
 use airlock_tests::{airlock_bin, curl, loopback_policy, ok_origin, Fixture};
 
-fn cli(fx: &Fixture, args: &[&str]) -> (bool, String, String) {
+/// Runs the CLI against `fx`'s server (found through `--data`): success, stdout, stderr.
+pub(crate) fn cli(fx: &Fixture, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(airlock_bin())
         .args(args)
         .arg("--data")

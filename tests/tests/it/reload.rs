@@ -191,22 +191,6 @@ async fn hot_reload_changes_a_decision_without_dropping_connections() {
     assert_eq!(paths, ["/a", "/b", "/a", "/a"]);
 }
 
-fn cli(fx: &Fixture, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(airlock_tests::airlock_bin())
-        .args(args)
-        .arg("--data")
-        .arg(fx.data_dir())
-        .env_remove("AIRLOCK_ADMIN")
-        .env_remove("AIRLOCK_TOKEN")
-        .output()
-        .expect("run airlock");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_replay_redecides_a_past_run_and_reload_swaps_the_servers_policy() {
     let fx = Fixture::new();
@@ -247,7 +231,7 @@ async fn policy_replay_redecides_a_past_run_and_reload_swaps_the_servers_policy(
     )
     .expect("candidate");
     let candidate = candidate.to_str().expect("utf-8 path");
-    let (ok, out, err) = cli(
+    let (ok, out, err) = crate::cli::cli(
         &fx,
         &["policy", "replay", candidate, "--run", &run, "--json"],
     );
@@ -299,7 +283,7 @@ async fn policy_replay_redecides_a_past_run_and_reload_swaps_the_servers_policy(
     assert!(out.contains("rules added: all, no-a"), "{out}");
 
     // `policy reload` swaps it in on the running server; an invalid file is refused locally.
-    let (ok, out, err) = cli(&fx, &["policy", "reload", candidate]);
+    let (ok, out, err) = crate::cli::cli(&fx, &["policy", "reload", candidate]);
     assert!(ok, "{err}");
     assert!(out.contains("generation 2"), "{out}");
     assert_eq!(
@@ -310,7 +294,7 @@ async fn policy_replay_redecides_a_past_run_and_reload_swaps_the_servers_policy(
     );
     let broken = fx.dir.path().join("broken.toml");
     std::fs::write(&broken, "version = 1\ndefault = \"maybe\"\n").expect("broken");
-    let (ok, _, err) = cli(&fx, &["policy", "reload", broken.to_str().expect("utf-8")]);
+    let (ok, _, err) = crate::cli::cli(&fx, &["policy", "reload", broken.to_str().expect("utf-8")]);
     assert!(!ok);
     assert!(err.contains("broken.toml"), "{err}");
     assert_eq!(generation(&airlock).await.0, 2);
@@ -389,7 +373,7 @@ action = "pass"
     )
     .expect("candidate");
     let candidate = candidate.to_str().expect("utf-8 path");
-    let (ok, out, err) = cli(
+    let (ok, out, err) = crate::cli::cli(
         &fx,
         &["policy", "replay", candidate, "--run", &run, "--json"],
     );
@@ -432,7 +416,7 @@ action = "pass"
     );
 
     // The text output says so too.
-    let (ok, out, err) = cli(&fx, &["policy", "replay", candidate, "--run", &run]);
+    let (ok, out, err) = crate::cli::cli(&fx, &["policy", "replay", candidate, "--run", &run]);
     assert!(ok, "{err}");
     assert!(out.contains("3 request(s) re-decided"), "{out}");
     assert!(

@@ -423,14 +423,7 @@ async fn denied_requests_are_shown_on_the_run_page_and_by_runs_show() {
         "{page}"
     );
 
-    let out = std::process::Command::new(airlock_tests::airlock_bin())
-        .args(["runs", "show", &run, "--data"])
-        .arg(fx.data_dir())
-        .env_remove("AIRLOCK_ADMIN")
-        .env_remove("AIRLOCK_TOKEN")
-        .output()
-        .expect("run airlock");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (_, stdout, _) = crate::cli::cli(&fx, &["runs", "show", &run]);
     assert!(stdout.contains("denied   1 request(s)"), "{stdout}");
     assert!(
         stdout.contains(&format!("GET {denied} (forbidden, rule_deny)")),
