@@ -18,6 +18,12 @@ use tokio::task::JoinHandle;
 
 pub mod git_http;
 
+/// A host name the origins' certificates also carry, under the `.test` top-level domain
+/// reserved for testing (RFC 6761 section 6.2): a client reaches an origin by this name
+/// through airlock started with `--resolve origin.test=127.0.0.1` (clients such as Go's
+/// `net/http` never send `localhost` or loopback IPs through a proxy).
+pub const TEST_HOST: &str = "origin.test";
+
 /// A request as the origin received it.
 #[derive(Debug, Clone)]
 pub struct Received {
@@ -116,7 +122,8 @@ impl OriginCa {
         &self.cert_pem
     }
 
-    /// A TLS server config for `127.0.0.1` and `localhost` (IP and DNS SANs), ALPN http/1.1.
+    /// A TLS server config for `127.0.0.1` and `localhost` (IP and DNS SANs; also
+    /// 127.0.0.2, ::1 and [`TEST_HOST`]), ALPN http/1.1.
     pub fn server_config(
         &self,
     ) -> Result<rustls::ServerConfig, Box<dyn std::error::Error + Send + Sync>> {
@@ -135,6 +142,7 @@ impl OriginCa {
             "127.0.0.1".to_owned(),
             "127.0.0.2".to_owned(),
             "::1".to_owned(),
+            TEST_HOST.to_owned(),
         ])?;
         params
             .distinguished_name

@@ -63,6 +63,13 @@ pub struct RunArgs {
     /// Embedded server: extra CA certificates (PEM) trusted for origins
     #[arg(long, value_name = "FILE")]
     upstream_ca: Option<PathBuf>,
+    /// Embedded server: answer DNS for HOST with these addresses instead of the system
+    /// resolver (HOST=IP[,IP…], repeatable; like curl's --resolve, and `airlock serve
+    /// --resolve`). The answers go through the same checks as any other: private and
+    /// special-purpose addresses still need allow_private. Needs --policy: a running
+    /// server answers with its own --resolve
+    #[arg(long, value_name = "HOST=IP[,IP]", value_parser = crate::dial::parse_resolve)]
+    resolve: Vec<(String, Vec<std::net::IpAddr>)>,
     /// Also report what the command changed under these paths outside the workspace
     /// (comma-separated; watched, never restored)
     #[arg(long, value_delimiter = ',', value_name = "PATHS")]
@@ -228,6 +235,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
             config.admin = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
             config.upstream_ca = args.upstream_ca.clone();
+            config.resolve = args.resolve.clone();
             // The commands of the cmd driver come from this command line's own user.
             config.danger_allow_snapshot_commands = true;
             let server = crate::Server::build(config).await?;
@@ -236,6 +244,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 server.admin_token(),
             );
             (client, Some(tokio::spawn(server.run())))
+        }
+        None if !args.resolve.is_empty() => {
+            return Err(anyhow!(
+                "--resolve applies to the embedded server of `airlock run --policy FILE`; \
+                 a running server answers names with its own `airlock serve --resolve`"
+            ));
         }
         None => (connect(&args.admin)?, None),
     };

@@ -558,3 +558,11 @@ pub fn tls_trusting(ca_pem: &str, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector 
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
 }
+
+pub use airlock::origin::TEST_HOST;
+
+/// Whether the tests run under CI (`CI` set, not empty, `false` or `0`): there a test whose
+/// tool is missing fails instead of skipping, since `.ci/run` installs every tool.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}

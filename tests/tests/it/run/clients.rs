@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::{output, run_command, write_policy};
 
-/// Reads pass; git's fetch POST passes; other writes are staged.
-fn matrix_policy(port: u16) -> String {
+/// Reads pass; git's fetch POST passes; other writes are staged — on `host`.
+fn matrix_policy(host: &str, port: u16) -> String {
     format!(
         r#"version = 1
 default = "deny"
@@ -20,7 +20,7 @@ allow_private = ["127.0.0.0/8"]
 
 [[rule]]
 id = "git-fetch"
-host = "127.0.0.1"
+host = "{host}"
 port = {port}
 method = ["POST"]
 path = "/repo.git/git-upload-pack"
@@ -28,14 +28,14 @@ action = "pass"
 
 [[rule]]
 id = "reads"
-host = "127.0.0.1"
+host = "{host}"
 port = {port}
 method = "read"
 action = "pass"
 
 [[rule]]
 id = "writes"
-host = "127.0.0.1"
+host = "{host}"
 port = {port}
 method = "write"
 action = "stage"
@@ -143,7 +143,19 @@ async fn matrix_origin(fx: &Fixture) -> Origin {
 /// Runs `script` with `sh -c` under `airlock run` (embedded server, hold); returns the
 /// output and the JSON report.
 async fn under_airlock_run(fx: &Fixture, port: u16, script: &str) -> (Output, Value) {
-    let policy = write_policy(fx, &matrix_policy(port));
+    under_airlock_run_with(fx, &matrix_policy("127.0.0.1", port), &[], &[], script).await
+}
+
+/// [`under_airlock_run`] with `policy`, more `airlock run` arguments before `--`, and more
+/// environment variables for the command.
+async fn under_airlock_run_with(
+    fx: &Fixture,
+    policy: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+    script: &str,
+) -> (Output, Value) {
+    let policy = write_policy(fx, policy);
     let ws = fx.dir.path().join("ws");
     std::fs::create_dir_all(&ws).expect("mkdir");
     let mut command = run_command(fx, &policy, &["--json"]);
@@ -169,12 +181,14 @@ async fn under_airlock_run(fx: &Fixture, port: u16, script: &str) -> (Output, Va
     ] {
         command.env_remove(name);
     }
+    command.envs(env.iter().map(|(k, v)| (k, v)));
     command
         .env("PIP_CONFIG_FILE", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("HOME", fx.dir.path())
         .arg("--workspace")
         .arg(&ws)
+        .args(args)
         .args(["--", "sh", "-c", script]);
     let out = output(command).await;
     let report = super::json_report(&out);
@@ -226,7 +240,7 @@ async fn case_c16_node_fetch_under_airlock_run() {
     let version = Command::new("node").arg("--version").output();
     let Ok(version) = version else {
         assert!(
-            std::env::var_os("CI").is_none(),
+            !airlock_tests::in_ci(),
             "case_c16 needs node in CI (.ci/run installs it)"
         );
         eprintln!("SKIPPED case_c16: node is not installed");
@@ -246,7 +260,7 @@ async fn case_c16_node_fetch_under_airlock_run() {
     };
     if !supported {
         assert!(
-            std::env::var_os("CI").is_none(),
+            !airlock_tests::in_ci(),
             "case_c16 needs node 24+ in CI (.ci/run installs it): found {text}"
         );
         eprintln!(
@@ -303,19 +317,127 @@ async fn case_c17_python_clients_requests_urllib_and_pip_install() {
     assert!(!paths.iter().any(|p| p == "/hook"), "the POST was staged");
 }
 
+/// The Go client of case C18: GETs `BASE/hello` (must be the origin's JSON) and POSTs
+/// `BASE/hook` (must be airlock's 202), after writing the proxy Go's `net/http` picks for
+/// the URL to `go-proxy.txt` (`direct` when none).
+const GO_CLIENT: &str = r#"package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+)
+
+func fail(code int, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "go client: "+format+"\n", args...)
+	os.Exit(code)
+}
+
+func main() {
+	base := os.Args[1]
+	req, err := http.NewRequest("GET", base+"/hello", nil)
+	if err != nil {
+		fail(2, "request: %v", err)
+	}
+	picked := "direct"
+	if proxy, err := http.ProxyFromEnvironment(req); err != nil {
+		fail(2, "proxy: %v", err)
+	} else if proxy != nil {
+		picked = proxy.String()
+	}
+	if err := os.WriteFile("go-proxy.txt", []byte(picked), 0o600); err != nil {
+		fail(2, "write: %v", err)
+	}
+	got, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fail(3, "GET: %v", err)
+	}
+	body, err := io.ReadAll(got.Body)
+	got.Body.Close()
+	if err != nil || got.StatusCode != 200 || string(body) != `{"hello":"world"}` {
+		fail(4, "GET: %d %q %v", got.StatusCode, body, err)
+	}
+	posted, err := http.Post(base+"/hook", "text/plain", strings.NewReader("go"))
+	if err != nil {
+		fail(5, "POST: %v", err)
+	}
+	posted.Body.Close()
+	if posted.StatusCode != 202 {
+		fail(6, "POST: %d", posted.StatusCode)
+	}
+}
+"#;
+
+/// Whether `go` can be run; `None` (with a message) when it cannot and the tests are not
+/// under CI, where a missing Go fails.
+fn go_version() -> Option<String> {
+    match Command::new("go").arg("version").output() {
+        Ok(out) if out.status.success() => {
+            Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        }
+        other => {
+            assert!(
+                !airlock_tests::in_ci(),
+                "case_c18 needs go in CI (.ci/run installs Debian's golang-go): {other:?}"
+            );
+            eprintln!(
+                "SKIPPED the Go leg of case_c18: go is not installed (apt-get install golang-go); \
+                 curl and Python still run"
+            );
+            None
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn case_c18_proxy_variable_cases_all_set_and_every_client_picks_the_proxy() {
+async fn case_c18_proxy_variable_cases_all_set_and_curl_go_and_python_pick_the_proxy() {
     let fx = Fixture::new();
     let origin = matrix_origin(&fx).await;
     let port = origin.addr().port();
-    let hook = format!("https://127.0.0.1:{port}/hook");
+    // Go's net/http never proxies localhost or loopback IPs, so every client uses a name
+    // that only airlock resolves (to the origin on 127.0.0.1): a client that went direct
+    // could not even look it up.
+    let host = airlock_tests::TEST_HOST;
+    let base = format!("https://{host}:{port}");
+    let hook = format!("{base}/hook");
+    let go = go_version();
+    let mut env = Vec::new();
+    let go_leg = if let Some(version) = &go {
+        eprintln!("case_c18: {version}");
+        let ws = fx.dir.path().join("ws");
+        std::fs::create_dir_all(&ws).expect("mkdir");
+        std::fs::write(ws.join("main.go"), GO_CLIENT).expect("write main.go");
+        let dir = |name: &str| fx.dir.path().join(name).display().to_string();
+        env = vec![
+            ("GOCACHE", dir("go-cache")),
+            ("GOPATH", dir("go-path")),
+            ("GOFLAGS", String::new()),
+            ("GO111MODULE", String::new()),
+            ("GOPROXY", "off".to_owned()),
+            ("GOTOOLCHAIN", "local".to_owned()),
+            ("CGO_ENABLED", "0".to_owned()),
+        ];
+        format!("go run main.go {base}")
+    } else {
+        "true".to_owned()
+    };
     let script = format!(
         "set -e; env > env.txt; \
          curl -sS --fail -o /dev/null -X POST --data curl {hook}; \
          python3 -c \"import urllib.request; r = urllib.request.urlopen(urllib.request.Request('{hook}', data=b'urllib')); assert r.status == 202\"; \
-         if command -v go >/dev/null; then echo 'go is installed but this test does not build Go programs' >&2; fi"
+         {go_leg}"
     );
-    let (out, report) = under_airlock_run(&fx, port, &script).await;
+    let resolve = format!("{host}=127.0.0.1");
+    let (out, report) = under_airlock_run_with(
+        &fx,
+        &matrix_policy(host, port),
+        &["--resolve", &resolve],
+        &env,
+        &script,
+    )
+    .await;
     assert_passed(&out, &report);
     let env: std::collections::BTreeMap<String, String> =
         std::fs::read_to_string(fx.dir.path().join("ws/env.txt"))
@@ -351,10 +473,71 @@ async fn case_c18_proxy_variable_cases_all_set_and_every_client_picks_the_proxy(
         assert_eq!(env.get(name), Some(ca), "{name}");
     }
     let effects = report["effects"].as_array().expect("effects");
-    assert_eq!(
-        effects.len(),
-        2,
-        "curl and python both went through the proxy: {report:#}"
+    let received = origin.received();
+    if go.is_some() {
+        assert_eq!(
+            std::fs::read_to_string(fx.dir.path().join("ws/go-proxy.txt")).expect("go-proxy.txt"),
+            proxy,
+            "Go's net/http picked the run's proxy"
+        );
+        assert_eq!(
+            effects.len(),
+            3,
+            "curl, python and go each staged their POST through the proxy: {report:#}"
+        );
+        assert_eq!(received.len(), 1, "only Go's GET reached the origin");
+        assert_eq!(
+            (received[0].method.as_str(), received[0].path.as_str()),
+            ("GET", "/hello")
+        );
+        assert_eq!(
+            received[0].header("host"),
+            Some(format!("{host}:{port}").as_str())
+        );
+    } else {
+        assert_eq!(
+            effects.len(),
+            2,
+            "curl and python both went through the proxy: {report:#}"
+        );
+        assert!(received.is_empty(), "both were staged, none sent");
+    }
+    for effect in effects {
+        assert_eq!(effect["state"], "staged", "{effect:#}");
+    }
+}
+
+#[test]
+fn run_resolve_refuses_a_bad_answer_and_a_running_server() {
+    let bad = Command::new(airlock_tests::airlock_bin())
+        .args(["run", "--resolve", "origin.test=not-an-ip", "--", "true"])
+        .output()
+        .expect("run airlock");
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("not an IP address"), "{stderr}");
+
+    // Without --policy the run goes to a running server, which has its own --resolve.
+    let fx = Fixture::new();
+    let ws = fx.dir.path().join("ws");
+    std::fs::create_dir_all(&ws).expect("mkdir");
+    let out = Command::new(airlock_tests::airlock_bin())
+        .arg("run")
+        .arg("--data")
+        .arg(fx.data_dir())
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--resolve", "origin.test=127.0.0.1", "--", "touch", "ran"])
+        .env_remove("AIRLOCK_ADMIN")
+        .env_remove("AIRLOCK_TOKEN")
+        .env_remove("AIRLOCK_DATA")
+        .output()
+        .expect("run airlock");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--resolve applies to the embedded server"),
+        "{stderr}"
     );
-    assert!(origin.received().is_empty(), "both were staged, none sent");
+    assert!(!ws.join("ran").exists(), "the command never ran");
 }
