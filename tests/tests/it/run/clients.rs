@@ -370,8 +370,8 @@ func main() {
 }
 "#;
 
-/// Whether `go` can be run; `None` (with a message) when it cannot and the tests are not
-/// under CI, where a missing Go fails.
+/// `go version`'s line; `None` (with a message) when `go` cannot be run and the tests are
+/// not under CI, where a missing Go fails.
 fn go_version() -> Option<String> {
     match Command::new("go").arg("version").output() {
         Ok(out) if out.status.success() => {
