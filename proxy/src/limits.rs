@@ -13,6 +13,10 @@
 //!   turns into; past the cap the request is answered `429 too_many_connections`;
 //! - an idle timeout on byte splices (`tunnel` rules, upgraded connections;
 //!   `--idle-timeout`): when no byte moved either way for that long, both sides are closed.
+//! - the open-file limit raised to its hard limit at start ([`raise_fd_limit`]).
+//!
+//! The keep-alive and authentication deadlines of HTTP connections are in
+//! [`crate::keepalive`].
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -379,5 +383,93 @@ impl From<Cap> for crate::respond::ProxyError {
                 limit,
             },
         }
+    }
+}
+
+/// File descriptors one client connection may hold: its own socket and one to the origin.
+pub const FDS_PER_CONNECTION: u64 = 2;
+
+/// File descriptors kept for everything else: listeners, the ledger's files, the admin API,
+/// logs.
+pub const FDS_RESERVED: u64 = 64;
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (as Go's runtime does at start, since
+/// the default soft limit of 1024 is far below what a proxy needs) and warns when
+/// `--max-connections` could still run past it: each client connection can hold
+/// [`FDS_PER_CONNECTION`] descriptors, plus [`FDS_RESERVED`]. Returns the soft limit in
+/// force afterwards, or `None` where it cannot be read.
+pub fn raise_fd_limit(max_connections: usize) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+            Ok(limit) => limit,
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot raise the open-file limit (RLIMIT_NOFILE)");
+                rlimit::getrlimit(rlimit::Resource::NOFILE).ok()?.0
+            }
+        };
+        let needed = fds_needed(max_connections);
+        if needed > limit {
+            tracing::warn!(
+                open_file_limit = limit,
+                max_connections,
+                needed,
+                "--max-connections could need more file descriptors than the open-file limit \
+                 allows (2 a connection plus 64): past it accepts and origin dials fail; \
+                 raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) or lower \
+                 --max-connections"
+            );
+        } else {
+            tracing::debug!(open_file_limit = limit, "open-file limit");
+        }
+        Some(limit)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = max_connections;
+        None
+    }
+}
+
+/// Descriptors `max_connections` client connections could need at most.
+pub fn fds_needed(max_connections: usize) -> u64 {
+    (max_connections as u64)
+        .saturating_mul(FDS_PER_CONNECTION)
+        .saturating_add(FDS_RESERVED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fd_limit_is_raised_to_the_hard_limit() {
+        let raised = raise_fd_limit(1).expect("RLIMIT_NOFILE is readable");
+        let (soft, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).expect("getrlimit");
+        assert_eq!(raised, soft);
+        assert!(soft == hard || soft >= 1 << 20, "soft {soft}, hard {hard}");
+        assert_eq!(fds_needed(4096), 8256);
+    }
+
+    #[test]
+    fn unauthenticated_slots_are_released_by_bind() {
+        let connections = Connections::new(10, 10, 1);
+        let first = connections.open().expect("a slot");
+        assert!(!first.is_authenticated());
+        assert_eq!(
+            connections.open().err(),
+            Some(Cap::Unauthenticated(1)),
+            "the one unauthenticated slot is taken"
+        );
+        let run = RunId("run_a".to_owned());
+        first.bind(&run).expect("within the run's cap");
+        assert!(first.is_authenticated());
+        let second = connections.open().expect("the slot was released");
+        drop(second);
+        drop(first);
+        assert_eq!(connections.of_run(&run), 0);
+        assert!(connections
+            .metrics()
+            .contains("limit=\"max_unauthenticated_connections\"} 1\n"));
     }
 }
