@@ -415,6 +415,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.idle_timeout = std::time::Duration::from_secs(args.idle_timeout.max(1));
     config.max_connections_per_run = args.max_connections_per_run;
     config.max_connections = args.max_connections;
+    config.keep_alive_timeout = std::time::Duration::from_secs(args.keep_alive_timeout.max(1));
+    config.max_unauthenticated_connections = args.max_unauthenticated_connections;
+    config.auth_timeout = std::time::Duration::from_secs(args.auth_timeout.max(1));
+    crate::limits::raise_fd_limit(config.max_connections);
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;
     Ok(())

@@ -84,13 +84,24 @@ pub struct ServeConfig {
     pub advertise_proxy: Option<(String, u16)>,
     /// The CA certificate's path as sandboxes see it, when not the data directory's.
     pub advertise_ca: Option<PathBuf>,
+    /// HTTP client connections (plain, and HTTP/1.1 or h2 intercepted in tunnels) with no
+    /// request in flight and no byte either way for this long are closed gracefully
+    /// [default: 5 min].
+    pub keep_alive_timeout: Duration,
+    /// Most open proxy-listener connections that have not authenticated yet; past it a new
+    /// connection gets 429 `too_many_connections` [default: 256].
+    pub max_unauthenticated_connections: usize,
+    /// Proxy-listener connections that have not authenticated this long after accept are
+    /// closed [default: 10 s].
+    pub auth_timeout: Duration,
 }
 
 impl ServeConfig {
     /// A configuration with the documented defaults: proxy on 127.0.0.1:8080, admin on
     /// 127.0.0.1:8081, 10 MiB staging limit, 10 s connect timeout, 60 s release timeout,
     /// 30 s header read timeout, 10 min idle timeout on spliced and upgraded connections,
-    /// 256 connections a run and 4096 in all.
+    /// 5 min keep-alive timeout on HTTP connections, 10 s to authenticate, 256 connections
+    /// a run, 256 unauthenticated and 4096 in all.
     pub fn new(data_dir: PathBuf, policy_path: PathBuf) -> Self {
         Self {
             data_dir,
@@ -113,6 +124,9 @@ impl ServeConfig {
             max_connections: crate::limits::DEFAULT_MAX_CONNECTIONS,
             advertise_proxy: None,
             advertise_ca: None,
+            keep_alive_timeout: crate::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT,
+            max_unauthenticated_connections: crate::limits::DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
+            auth_timeout: crate::keepalive::DEFAULT_AUTH_TIMEOUT,
         }
     }
 }

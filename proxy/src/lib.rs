@@ -22,6 +22,7 @@ pub mod env;
 pub mod forward;
 pub mod handle;
 pub mod headers;
+pub mod keepalive;
 pub mod limits;
 pub mod lineage;
 pub mod linger;

@@ -2,12 +2,21 @@
 //!
 //! - a global cap on open client connections (`--max-connections`): past it a new
 //!   connection gets one `429 too_many_connections` answer and is closed;
+//! - a cap on connections that have not authenticated yet
+//!   (`--max-unauthenticated-connections`): a connection holds one of these slots from
+//!   accept until its first request authenticates (and is within its run's cap); past it a
+//!   new connection gets one `429 too_many_connections` answer and is closed, so clients
+//!   that never authenticate cannot fill `--max-connections` and starve the runs;
 //! - a per-run cap on concurrent client connections (`--max-connections-per-run`): a
 //!   connection is counted against its run from the first request that authenticates on
 //!   it until it ends, including the CONNECT tunnel or upgraded (WebSocket) connection it
 //!   turns into; past the cap the request is answered `429 too_many_connections`;
 //! - an idle timeout on byte splices (`tunnel` rules, upgraded connections;
 //!   `--idle-timeout`): when no byte moved either way for that long, both sides are closed.
+//! - the open-file limit raised to its hard limit at start ([`raise_fd_limit`]).
+//!
+//! The keep-alive and authentication deadlines of HTTP connections are in
+//! [`crate::keepalive`].
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -26,6 +35,10 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_MAX_CONNECTIONS_PER_RUN: usize = 256;
 /// Default cap on all open client connections of the proxy listener.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Default cap on open client connections that have not authenticated yet: 256, a sixteenth
+/// of [`DEFAULT_MAX_CONNECTIONS`] (a well-behaved client authenticates with its first
+/// request, so only a burst of simultaneous new connections ever holds many of these).
+pub const DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: usize = 256;
 
 /// The open client connections, globally and per run.
 #[derive(Debug)]
@@ -36,6 +49,13 @@ pub struct Connections {
     per_run: Arc<Mutex<HashMap<RunId, usize>>>,
     refused_global: AtomicU64,
     refused_per_run: Arc<AtomicU64>,
+    unauthenticated: Arc<Semaphore>,
+    unauthenticated_limit: usize,
+    refused_unauthenticated: AtomicU64,
+    /// Connections closed by `--keep-alive-timeout`.
+    closed_keep_alive: AtomicU64,
+    /// Connections closed by `--auth-timeout`.
+    closed_auth: AtomicU64,
 }
 
 /// Which cap a connection ran into.
@@ -45,13 +65,32 @@ pub enum Cap {
     Global(usize),
     /// `--max-connections-per-run`: the connections of one run.
     PerRun(usize),
+    /// `--max-unauthenticated-connections`: connections not yet authenticated.
+    Unauthenticated(usize),
+}
+
+/// Why a client connection was closed by one of its deadlines (`--keep-alive-timeout`,
+/// `--auth-timeout`), for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// No request in flight and no byte either way for `--keep-alive-timeout`.
+    KeepAlive,
+    /// Not authenticated within `--auth-timeout` of being accepted.
+    Auth,
 }
 
 impl Connections {
-    /// Caps of `global` open connections and `per_run` connections a run (both at least 1).
-    pub fn new(global: usize, per_run: usize) -> Self {
+    /// Caps of `global` open connections, `per_run` connections a run and
+    /// `unauthenticated` connections not yet authenticated (all at least 1).
+    pub fn new(global: usize, per_run: usize, unauthenticated: usize) -> Self {
         let global = global.clamp(1, Semaphore::MAX_PERMITS);
+        let unauthenticated = unauthenticated.clamp(1, Semaphore::MAX_PERMITS);
         Self {
+            unauthenticated: Arc::new(Semaphore::new(unauthenticated)),
+            unauthenticated_limit: unauthenticated,
+            refused_unauthenticated: AtomicU64::new(0),
+            closed_keep_alive: AtomicU64::new(0),
+            closed_auth: AtomicU64::new(0),
             global: Arc::new(Semaphore::new(global)),
             global_limit: global,
             per_run_limit: per_run.max(1),
@@ -61,14 +100,25 @@ impl Connections {
         }
     }
 
-    /// A new client connection: its guard, or the global cap it ran into.
+    /// A new client connection: its guard, or the cap it ran into (the global one, or the
+    /// one on connections not yet authenticated, which it holds until
+    /// [`ConnectionGuard::bind`] succeeds).
     pub fn open(&self) -> Result<Arc<ConnectionGuard>, Cap> {
         let permit = self.global.clone().try_acquire_owned().map_err(|_| {
             self.refused_global.fetch_add(1, Ordering::Relaxed);
             Cap::Global(self.global_limit)
         })?;
+        let unauthenticated = self
+            .unauthenticated
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                self.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
+                Cap::Unauthenticated(self.unauthenticated_limit)
+            })?;
         Ok(Arc::new(ConnectionGuard {
             _global: Some(permit),
+            unauthenticated: Mutex::new(Some(unauthenticated)),
             run: Mutex::new(None),
             counts: self.per_run.clone(),
             per_run_limit: self.per_run_limit,
@@ -76,11 +126,24 @@ impl Connections {
         }))
     }
 
-    /// Prometheus text: `airlock_client_connections_open` (gauge) and
+    /// Counts a connection closed by one of its deadlines.
+    pub fn closed(&self, why: Closed) {
+        let counter = match why {
+            Closed::KeepAlive => &self.closed_keep_alive,
+            Closed::Auth => &self.closed_auth,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Prometheus text: `airlock_client_connections_open` and
+    /// `airlock_client_connections_unauthenticated` (gauges),
     /// `airlock_client_connections_refused_total{limit}` (counter; `limit` is
-    /// `max_connections` or `max_connections_per_run`).
+    /// `max_connections`, `max_connections_per_run` or `max_unauthenticated_connections`)
+    /// and `airlock_client_connections_timed_out_total{timeout}` (counter; `timeout` is
+    /// `keep_alive_timeout` or `auth_timeout`).
     pub fn metrics(&self) -> String {
         let open = self.global_limit - self.global.available_permits();
+        let unauthenticated = self.unauthenticated_limit - self.unauthenticated.available_permits();
         format!(
             "# HELP airlock_client_connections_open Open client connections of the proxy listener.\n\
              # TYPE airlock_client_connections_open gauge\n\
@@ -88,9 +151,20 @@ impl Connections {
              # HELP airlock_client_connections_refused_total Connections (or their requests) refused by a connection cap.\n\
              # TYPE airlock_client_connections_refused_total counter\n\
              airlock_client_connections_refused_total{{limit=\"max_connections\"}} {}\n\
-             airlock_client_connections_refused_total{{limit=\"max_connections_per_run\"}} {}\n",
+             airlock_client_connections_refused_total{{limit=\"max_connections_per_run\"}} {}\n\
+             airlock_client_connections_refused_total{{limit=\"max_unauthenticated_connections\"}} {}\n\
+             # HELP airlock_client_connections_unauthenticated Open client connections that have not authenticated yet.\n\
+             # TYPE airlock_client_connections_unauthenticated gauge\n\
+             airlock_client_connections_unauthenticated {unauthenticated}\n\
+             # HELP airlock_client_connections_timed_out_total Client connections closed by a connection deadline.\n\
+             # TYPE airlock_client_connections_timed_out_total counter\n\
+             airlock_client_connections_timed_out_total{{timeout=\"keep_alive_timeout\"}} {}\n\
+             airlock_client_connections_timed_out_total{{timeout=\"auth_timeout\"}} {}\n",
             self.refused_global.load(Ordering::Relaxed),
             self.refused_per_run.load(Ordering::Relaxed),
+            self.refused_unauthenticated.load(Ordering::Relaxed),
+            self.closed_keep_alive.load(Ordering::Relaxed),
+            self.closed_auth.load(Ordering::Relaxed),
         )
     }
 
@@ -110,6 +184,8 @@ impl Connections {
 #[derive(Debug)]
 pub struct ConnectionGuard {
     _global: Option<OwnedSemaphorePermit>,
+    /// The `--max-unauthenticated-connections` slot, held until the first `bind`.
+    unauthenticated: Mutex<Option<OwnedSemaphorePermit>>,
     run: Mutex<Option<RunId>>,
     counts: Arc<Mutex<HashMap<RunId, usize>>>,
     per_run_limit: usize,
@@ -117,8 +193,19 @@ pub struct ConnectionGuard {
 }
 
 impl ConnectionGuard {
+    /// Whether a request authenticated on this connection and was within its run's cap
+    /// (the connection no longer holds a `--max-unauthenticated-connections` slot).
+    pub fn is_authenticated(&self) -> bool {
+        self.unauthenticated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
     /// Counts this connection against `run` (once; later calls for the same run are
-    /// free). Errors with the per-run cap when the run already has that many.
+    /// free) and releases its `--max-unauthenticated-connections` slot. Errors with the
+    /// per-run cap when the run already has that many (the connection then stays
+    /// unauthenticated).
     pub fn bind(&self, run: &RunId) -> Result<(), Cap> {
         let mut bound = self.run.lock().unwrap_or_else(|e| e.into_inner());
         if bound.as_ref() == Some(run) {
@@ -137,6 +224,11 @@ impl ConnectionGuard {
         if let Some(previous) = bound.replace(run.clone()) {
             release(&mut counts, &previous);
         }
+        drop(counts);
+        self.unauthenticated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         Ok(())
     }
 }
@@ -286,6 +378,98 @@ impl From<Cap> for crate::respond::ProxyError {
                 limit_name: "--max-connections-per-run",
                 limit,
             },
+            Cap::Unauthenticated(limit) => Self::TooManyConnections {
+                limit_name: "--max-unauthenticated-connections",
+                limit,
+            },
         }
+    }
+}
+
+/// File descriptors one client connection may hold: its own socket and one to the origin.
+pub const FDS_PER_CONNECTION: u64 = 2;
+
+/// File descriptors kept for everything else: listeners, the ledger's files, the admin API,
+/// logs.
+pub const FDS_RESERVED: u64 = 64;
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (as Go's runtime does at start, since
+/// the default soft limit of 1024 is far below what a proxy needs) and warns when
+/// `--max-connections` could still run past it: each client connection can hold
+/// [`FDS_PER_CONNECTION`] descriptors, plus [`FDS_RESERVED`]. Returns the soft limit in
+/// force afterwards, or `None` where it cannot be read.
+pub fn raise_fd_limit(max_connections: usize) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+            Ok(limit) => limit,
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot raise the open-file limit (RLIMIT_NOFILE)");
+                rlimit::getrlimit(rlimit::Resource::NOFILE).ok()?.0
+            }
+        };
+        let needed = fds_needed(max_connections);
+        if needed > limit {
+            tracing::warn!(
+                open_file_limit = limit,
+                max_connections,
+                needed,
+                "--max-connections could need more file descriptors than the open-file limit \
+                 allows (2 a connection plus 64): past it accepts and origin dials fail; \
+                 raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) or lower \
+                 --max-connections"
+            );
+        } else {
+            tracing::debug!(open_file_limit = limit, "open-file limit");
+        }
+        Some(limit)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = max_connections;
+        None
+    }
+}
+
+/// Descriptors `max_connections` client connections could need at most.
+pub fn fds_needed(max_connections: usize) -> u64 {
+    (max_connections as u64)
+        .saturating_mul(FDS_PER_CONNECTION)
+        .saturating_add(FDS_RESERVED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fd_limit_is_raised_to_the_hard_limit() {
+        let raised = raise_fd_limit(1).expect("RLIMIT_NOFILE is readable");
+        let (soft, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).expect("getrlimit");
+        assert_eq!(raised, soft);
+        assert!(soft == hard || soft >= 1 << 20, "soft {soft}, hard {hard}");
+        assert_eq!(fds_needed(4096), 8256);
+    }
+
+    #[test]
+    fn unauthenticated_slots_are_released_by_bind() {
+        let connections = Connections::new(10, 10, 1);
+        let first = connections.open().expect("a slot");
+        assert!(!first.is_authenticated());
+        assert_eq!(
+            connections.open().err(),
+            Some(Cap::Unauthenticated(1)),
+            "the one unauthenticated slot is taken"
+        );
+        let run = RunId("run_a".to_owned());
+        first.bind(&run).expect("within the run's cap");
+        assert!(first.is_authenticated());
+        let second = connections.open().expect("the slot was released");
+        drop(second);
+        drop(first);
+        assert_eq!(connections.of_run(&run), 0);
+        assert!(connections
+            .metrics()
+            .contains("limit=\"max_unauthenticated_connections\"} 1\n"));
     }
 }

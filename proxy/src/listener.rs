@@ -17,6 +17,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::body::ProxyBody;
 use crate::handle::{handle, Target};
+use crate::keepalive::{Activity, Deadlines};
 use crate::limits::{Cap, ConnectionGuard};
 use crate::respond::ProxyError;
 use crate::server::Shared;
@@ -111,16 +112,32 @@ async fn serve_connection(
 ) {
     let header_timeout = shared.limits.header_read_timeout;
     let binding: Binding = Arc::new(Mutex::new(None));
-    let service = service_fn(move |req| {
+    let activity = Activity::new();
+    let deadlines = Deadlines {
+        activity: activity.clone(),
+        keep_alive: shared.limits.keep_alive_timeout,
+        auth: Some((guard.clone(), shared.limits.auth_timeout)),
+        connections: &shared.connections,
+    };
+    let service = {
         let shared = shared.clone();
-        let binding = binding.clone();
-        let guard = guard.clone();
-        async move { Ok::<_, std::convert::Infallible>(dispatch(shared, binding, guard, req).await) }
-    });
-    if let Err(error) = http1_builder(header_timeout)
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades()
-        .await
+        let activity = activity.clone();
+        service_fn(move |req| {
+            let shared = shared.clone();
+            let binding = binding.clone();
+            let guard = guard.clone();
+            let in_flight = activity.request();
+            async move {
+                let response = dispatch(shared, binding, guard, req).await;
+                Ok::<_, std::convert::Infallible>(crate::keepalive::hold(response, in_flight))
+            }
+        })
+    };
+    let conn = http1_builder(header_timeout)
+        .serve_connection(TokioIo::new(activity.io(stream)), service)
+        .with_upgrades();
+    if let Some(Err(error)) =
+        crate::keepalive::watch(conn, |conn| conn.graceful_shutdown(), deadlines).await
     {
         debug!(error = %error, "client connection ended with an error");
     }
@@ -339,7 +356,7 @@ async fn intercept(
     first.truncate(n);
     let io = crate::prefixed::Prefixed::new(bytes::Bytes::from(first), io);
     if n > 0 && io_first_byte_is_not_tls(&io) {
-        plain_http_in_tunnel(shared, run, target, io).await;
+        plain_http_in_tunnel(shared, run, target, io, guard).await;
         return;
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
@@ -372,7 +389,17 @@ async fn intercept(
         .server_name()
         .map(|sni| sni.trim_end_matches('.').to_ascii_lowercase())
         .filter(|sni| *sni != target.host);
-    let service = service_fn(move |mut req: Request<Incoming>| {
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let activity = Activity::new();
+    let deadlines = Deadlines {
+        activity: activity.clone(),
+        keep_alive: shared.limits.keep_alive_timeout,
+        auth: None,
+        connections: &shared.connections,
+    };
+    let io = TokioIo::new(activity.io(tls));
+    let service = service_fn(|mut req: Request<Incoming>| {
+        let in_flight = activity.request();
         let shared = shared.clone();
         let run = run.clone();
         let target = target.clone();
@@ -393,26 +420,27 @@ async fn intercept(
                     .into_response(),
                 );
             }
-            Ok(handle(shared, run, target, req).await)
+            let response = handle(shared, run, target, req).await;
+            Ok(crate::keepalive::hold(response, in_flight))
         }
     });
     // The client's protocol is whatever ALPN chose; each request is then translated to
     // whatever the origin speaks (the upstream client negotiates h2 or HTTP/1.1 itself).
-    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let served = if h2 {
         let mut builder =
             hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
         builder
             .timer(hyper_util::rt::TokioTimer::new())
             .max_header_list_size(PARSER_MAX_HEADER_BYTES);
-        builder.serve_connection(TokioIo::new(tls), service).await
+        let conn = builder.serve_connection(io, service);
+        crate::keepalive::watch(conn, |conn| conn.graceful_shutdown(), deadlines).await
     } else {
-        http1_builder(header_timeout)
-            .serve_connection(TokioIo::new(tls), service)
-            .with_upgrades()
-            .await
+        let conn = http1_builder(header_timeout)
+            .serve_connection(io, service)
+            .with_upgrades();
+        crate::keepalive::watch(conn, |conn| conn.graceful_shutdown(), deadlines).await
     };
-    if let Err(error) = served {
+    if let Some(Err(error)) = served {
         debug!(error = %error, "intercepted connection ended with an error");
     }
 }
@@ -422,12 +450,14 @@ fn io_first_byte_is_not_tls<T>(io: &crate::prefixed::Prefixed<T>) -> bool {
 }
 
 /// Serves plain HTTP/1.1 inside a CONNECT tunnel: the same decision path with scheme
-/// `http` and the CONNECT authority.
+/// `http` and the CONNECT authority. Requests carry the connection's `guard` on, so a
+/// WebSocket upgraded here keeps counting against the run's cap until it ends.
 async fn plain_http_in_tunnel<T>(
     shared: Arc<Shared>,
     run: RunId,
     target: Target,
     io: crate::prefixed::Prefixed<T>,
+    guard: Option<Arc<ConnectionGuard>>,
 ) where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -437,16 +467,31 @@ async fn plain_http_in_tunnel<T>(
     };
     info!(origin.host = %target.host, origin.port = target.port, "plain HTTP inside a CONNECT tunnel");
     let header_timeout = shared.limits.header_read_timeout;
-    let service = service_fn(move |req| {
+    let activity = Activity::new();
+    let deadlines = Deadlines {
+        activity: activity.clone(),
+        keep_alive: shared.limits.keep_alive_timeout,
+        auth: None,
+        connections: &shared.connections,
+    };
+    let service = service_fn(|mut req: Request<Incoming>| {
+        let in_flight = activity.request();
         let shared = shared.clone();
         let run = run.clone();
         let target = target.clone();
-        async move { Ok::<_, std::convert::Infallible>(handle(shared, run, target, req).await) }
+        if let Some(guard) = &guard {
+            req.extensions_mut().insert(guard.clone());
+        }
+        async move {
+            let response = handle(shared, run, target, req).await;
+            Ok::<_, std::convert::Infallible>(crate::keepalive::hold(response, in_flight))
+        }
     });
-    if let Err(error) = http1_builder(header_timeout)
-        .serve_connection(TokioIo::new(io), service)
-        .with_upgrades()
-        .await
+    let conn = http1_builder(header_timeout)
+        .serve_connection(TokioIo::new(activity.io(io)), service)
+        .with_upgrades();
+    if let Some(Err(error)) =
+        crate::keepalive::watch(conn, |conn| conn.graceful_shutdown(), deadlines).await
     {
         debug!(error = %error, "plain tunnel connection ended with an error");
     }

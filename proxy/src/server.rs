@@ -79,6 +79,11 @@ pub struct Limits {
     pub header_read_timeout: std::time::Duration,
     /// Spliced and upgraded connections idle (no byte either way) this long are closed.
     pub idle_timeout: std::time::Duration,
+    /// HTTP client connections with no request in flight and no byte either way this long
+    /// are closed gracefully ([`crate::keepalive`]).
+    pub keep_alive_timeout: std::time::Duration,
+    /// Proxy-listener connections not authenticated this long after accept are closed.
+    pub auth_timeout: std::time::Duration,
 }
 
 /// State shared by the listeners, the admin API and the commit authority.
@@ -305,6 +310,8 @@ impl Server {
                 release_timeout: config.release_timeout,
                 header_read_timeout: config.header_read_timeout,
                 idle_timeout: config.idle_timeout,
+                keep_alive_timeout: config.keep_alive_timeout,
+                auth_timeout: config.auth_timeout,
             },
             admin_token,
             proxy_addr,
@@ -337,6 +344,7 @@ impl Server {
             connections: crate::limits::Connections::new(
                 config.max_connections,
                 config.max_connections_per_run,
+                config.max_unauthenticated_connections,
             ),
         });
         Ok(Self {

@@ -339,4 +339,20 @@ pub(super) struct ServeArgs {
     /// [default: DATA/ca.pem]
     #[arg(long, value_name = "PATH")]
     pub(super) advertise_ca: Option<PathBuf>,
+    /// Seconds an HTTP client connection (plain, or HTTP/1.1 or h2 intercepted in a
+    /// CONNECT tunnel) may sit with no request in flight and no byte either way before it
+    /// is closed gracefully (h2 GOAWAY); a request waiting on its origin or streaming is in
+    /// flight and never cut. An idle HTTP/1.1 connection is also closed by
+    /// --header-read-timeout, which hyper runs while it waits for the next request head
+    #[arg(long, default_value_t = crate::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT.as_secs(), value_name = "SECONDS")]
+    pub(super) keep_alive_timeout: u64,
+    /// Most open client connections that have not authenticated yet (no request with valid
+    /// Proxy-Authorization); past it a new connection gets 429 too_many_connections and is
+    /// closed
+    #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS, value_name = "N")]
+    pub(super) max_unauthenticated_connections: usize,
+    /// Seconds a client connection may stay open without authenticating (a request with
+    /// valid Proxy-Authorization) before it is closed
+    #[arg(long, default_value_t = crate::keepalive::DEFAULT_AUTH_TIMEOUT.as_secs(), value_name = "SECONDS")]
+    pub(super) auth_timeout: u64,
 }

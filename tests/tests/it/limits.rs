@@ -1,10 +1,12 @@
 //! Connection caps and idle timeouts (issue #7, CASES.md C09 class): `--idle-timeout` on
-//! `tunnel` splices and upgraded connections, `--max-connections-per-run` and
-//! `--max-connections` answered with 429 `too_many_connections`.
+//! `tunnel` splices and upgraded connections, `--keep-alive-timeout` on HTTP connections,
+//! `--auth-timeout`, and `--max-connections-per-run`, `--max-connections` and
+//! `--max-unauthenticated-connections` answered with 429 `too_many_connections`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_tests::{connect_tunnel, loopback_policy, ok_origin, Fixture};
+use airlock_tests::{connect_tunnel, loopback_policy, ok_origin, Fixture, Origin, Received, Reply};
 use base64::Engine as _;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -291,4 +293,295 @@ async fn past_the_global_connection_cap_a_new_connection_gets_429() {
         served,
         "a closed connection frees its slot: the next one is served (407 without credentials)"
     );
+}
+
+/// Sends an absolute-form GET for `url` on `stream` (with the run's credentials when
+/// given) and reads the answer.
+async fn get_raw(stream: &mut TcpStream, url: &str, auth: Option<(&str, &str)>) -> (u16, Value) {
+    let host = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let credentials = auth
+        .map(|(run, token)| format!("Proxy-Authorization: Basic {}\r\n", basic(run, token)))
+        .unwrap_or_default();
+    let head = format!("GET {url} HTTP/1.1\r\nHost: {host}\r\n{credentials}\r\n");
+    stream.write_all(head.as_bytes()).await.expect("send GET");
+    read_response(stream).await
+}
+
+/// Waits (at most 60 s) for airlock to close `stream`: a read gives EOF or an error.
+async fn expect_closed(stream: &mut TcpStream, what: &str) {
+    let mut rest = [0u8; 64];
+    let ended = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut rest))
+        .await
+        .unwrap_or_else(|_| panic!("airlock closes {what} (bound: 60 s)"));
+    assert!(matches!(ended, Ok(0) | Err(_)), "{what}: {ended:?}");
+}
+
+/// An origin (TLS with `ca`, else plain HTTP) that answers `/slow` after 3 s and
+/// everything else at once.
+async fn slow_origin(ca: Option<&airlock_tests::OriginCa>) -> Origin {
+    Origin::start(
+        ca,
+        Arc::new(|req: &Received| {
+            let mut reply = Reply::json(200, &serde_json::json!({"path": req.path}));
+            if req.path == "/slow" {
+                reply.delay = Some(Duration::from_secs(3));
+            }
+            reply
+        }),
+    )
+    .await
+    .expect("origin starts")
+}
+
+/// `--keep-alive-timeout 1` (and a long `--header-read-timeout`, which hyper also runs on
+/// an idle HTTP/1.1 connection, so that only the keep-alive timeout can close it): a
+/// request whose origin answers after 3 s completes, then the idle connection is closed:
+/// intercepted HTTP/1.1 and h2 inside CONNECT+TLS, and a plain proxy connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_is_closed_but_a_slow_request_completes() {
+    use http_body_util::BodyExt as _;
+    let fx = Fixture::new();
+    let origin = slow_origin(Some(&fx.origin_ca)).await;
+    let port = origin.addr().port();
+    let plain = slow_origin(None).await;
+    let policy = format!(
+        "{}\n[[rule]]\nid = \"plain\"\nhost = \"127.0.0.1\"\nport = {}\nmethod = \"read\"\naction = \"pass\"\n",
+        loopback_policy(port),
+        plain.addr().port()
+    );
+    let airlock = fx.start(
+        &policy,
+        &["--keep-alive-timeout", "1", "--header-read-timeout", "300"],
+    );
+    let (run, _) = airlock.create_run().await;
+    let token = airlock.run_token(&run).await;
+    let authority = format!("127.0.0.1:{port}");
+    let ca = std::fs::read_to_string(airlock.ca_file()).expect("ca");
+    for alpn in [&b"http/1.1"[..], &b"h2"[..]] {
+        let label = String::from_utf8_lossy(alpn).into_owned();
+        let stream = connect_tunnel(&airlock.proxy, &run, &token, &authority).await;
+        let connector = airlock_tests::tls_trusting(&ca, &[alpn]);
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+        let tls = connector.connect(name, stream).await.expect("tls");
+        let io = hyper_util::rt::TokioIo::new(tls);
+        let request = |path: &str| {
+            let mut builder = http::Request::get(format!("https://{authority}{path}"));
+            if alpn != b"h2" {
+                builder = builder.header("host", &authority);
+            }
+            builder
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .expect("request")
+        };
+        // The connection task ends when airlock closes the connection (the sender is
+        // kept: dropping it would end the task too).
+        let (response, conn, _sender): (_, _, Box<dyn std::any::Any + Send>) = if alpn == b"h2" {
+            let (mut sender, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await
+                    .expect("h2");
+            let conn = tokio::spawn(conn);
+            let response = sender.send_request(request("/slow")).await;
+            (response, conn, Box::new(sender))
+        } else {
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.expect("h1");
+            let conn = tokio::spawn(conn);
+            let response = sender.send_request(request("/slow")).await;
+            (response, conn, Box::new(sender))
+        };
+        let response =
+            response.unwrap_or_else(|e| panic!("{label}: the slow request completes: {e}"));
+        assert_eq!(response.status(), 200, "{label}");
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        assert!(String::from_utf8_lossy(&body).contains("/slow"), "{label}");
+        let _ = tokio::time::timeout(Duration::from_secs(60), conn)
+            .await
+            .unwrap_or_else(|_| panic!("{label}: airlock closes the idle connection (bound: 60 s)"))
+            .expect("the connection task");
+    }
+
+    // A plain proxy connection (absolute-form http://): the same.
+    let mut stream = TcpStream::connect(&airlock.proxy).await.expect("connect");
+    let url = format!("http://127.0.0.1:{}/slow", plain.addr().port());
+    let (status, body) = get_raw(&mut stream, &url, Some((&run, &token))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["path"], "/slow");
+    expect_closed(&mut stream, "an idle plain proxy connection").await;
+    let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
+    assert!(
+        metrics.contains(
+            "airlock_client_connections_timed_out_total{timeout=\"keep_alive_timeout\"} "
+        ) && !metrics.contains(
+            "airlock_client_connections_timed_out_total{timeout=\"keep_alive_timeout\"} 0\n"
+        ),
+        "{metrics}"
+    );
+}
+
+/// `--max-unauthenticated-connections 2`: two connections that send nothing fill it; the
+/// next new connection gets 429 naming the limit and is closed, while a connection that
+/// authenticated earlier is served on. Closing the silent ones frees their slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_connections_past_their_cap_get_429() {
+    let fx = Fixture::new();
+    let plain = slow_origin(None).await;
+    let port = plain.addr().port();
+    let airlock = fx.start(
+        &loopback_policy(port),
+        &["--max-unauthenticated-connections", "2"],
+    );
+    let (run, _) = airlock.create_run().await;
+    let token = airlock.run_token(&run).await;
+    let url = format!("http://127.0.0.1:{port}/");
+    let mut authenticated = TcpStream::connect(&airlock.proxy).await.expect("connect");
+    let (status, body) = get_raw(&mut authenticated, &url, Some((&run, &token))).await;
+    assert_eq!(status, 200, "{body}");
+
+    let first = TcpStream::connect(&airlock.proxy).await.expect("connect");
+    // One that got a 407 stays unauthenticated too.
+    let mut second = TcpStream::connect(&airlock.proxy).await.expect("connect");
+    let (status, _) = get_raw(&mut second, &url, None).await;
+    assert_eq!(status, 407);
+    let mut third = TcpStream::connect(&airlock.proxy).await.expect("connect");
+    let (status, body) = read_response(&mut third).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["reason_code"], "too_many_connections");
+    assert_eq!(body["limit_name"], "--max-unauthenticated-connections");
+    assert_eq!(body["limit"], 2);
+    expect_closed(&mut third, "a refused connection").await;
+
+    // The run's authenticated connection is served while the cap is full.
+    let (status, body) = get_raw(&mut authenticated, &url, Some((&run, &token))).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Once the unauthenticated ones close, a new connection is served.
+    drop(first);
+    drop(second);
+    let mut served = false;
+    for _ in 0..100 {
+        let mut stream = TcpStream::connect(&airlock.proxy).await.expect("connect");
+        let (status, _) = get_raw(&mut stream, &url, Some((&run, &token))).await;
+        if status == 200 {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        served,
+        "closed unauthenticated connections free their slots"
+    );
+    let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
+    assert!(
+        metrics.contains(
+            "airlock_client_connections_refused_total{limit=\"max_unauthenticated_connections\"} "
+        ) && !metrics.contains(
+            "airlock_client_connections_refused_total{limit=\"max_unauthenticated_connections\"} 0\n"
+        ),
+        "{metrics}"
+    );
+}
+
+/// `--auth-timeout 1`: a connection that sends nothing, one that dribbles a request head,
+/// and one that got a 407 and stays are closed; an authenticated keep-alive connection
+/// outlives the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_does_not_authenticate_in_time_is_closed() {
+    let fx = Fixture::new();
+    let plain = slow_origin(None).await;
+    let port = plain.addr().port();
+    let airlock = fx.start(&loopback_policy(port), &["--auth-timeout", "1"]);
+    let (run, _) = airlock.create_run().await;
+    let token = airlock.run_token(&run).await;
+    let url = format!("http://127.0.0.1:{port}/");
+    let mut authenticated = TcpStream::connect(&airlock.proxy).await.expect("connect");
+    let (status, body) = get_raw(&mut authenticated, &url, Some((&run, &token))).await;
+    assert_eq!(status, 200, "{body}");
+
+    let mut silent = TcpStream::connect(&airlock.proxy).await.expect("connect");
+    let mut refused = TcpStream::connect(&airlock.proxy).await.expect("connect");
+    let (status, _) = get_raw(&mut refused, &url, None).await;
+    assert_eq!(status, 407);
+    let mut dribbling = TcpStream::connect(&airlock.proxy).await.expect("connect");
+    let dribble = async {
+        for byte in format!("GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n").bytes() {
+            if dribbling.write_all(&[byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // The head never ends: the connection must have been closed by now.
+        let mut rest = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(60), dribbling.read(&mut rest))
+            .await
+            .expect("airlock closes a dribbling connection (bound: 60 s)");
+        assert!(
+            matches!(read, Ok(0) | Err(_)),
+            "no answer to an unfinished head: {read:?}"
+        );
+    };
+    dribble.await;
+    expect_closed(&mut silent, "a silent connection").await;
+    expect_closed(&mut refused, "a connection answered 407").await;
+
+    // The authenticated connection outlived the deadline.
+    let (status, body) = get_raw(&mut authenticated, &url, Some((&run, &token))).await;
+    assert_eq!(status, 200, "{body}");
+    let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
+    assert!(
+        !metrics
+            .contains("airlock_client_connections_timed_out_total{timeout=\"auth_timeout\"} 0\n"),
+        "{metrics}"
+    );
+}
+
+/// A WebSocket upgraded on plain HTTP inside a CONNECT tunnel counts against the run's
+/// connection cap until it ends, like the other upgrade paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_in_a_plain_http_tunnel_counts_against_the_run_until_it_ends() {
+    let fx = Fixture::new();
+    let (port, _closed) = echo_origin(true).await;
+    let airlock = fx.start(&loopback_policy(port), &["--max-connections-per-run", "1"]);
+    let (run, _) = airlock.create_run().await;
+    let token = airlock.run_token(&run).await;
+    let authority = format!("127.0.0.1:{port}");
+    let mut ws = connect_tunnel(&airlock.proxy, &run, &token, &authority).await;
+    let head = format!(
+        "GET /chat HTTP/1.1\r\nHost: {authority}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    ws.write_all(head.as_bytes()).await.expect("handshake");
+    let answer = read_head(&mut ws).await;
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    ws.write_all(b"ping").await.expect("send");
+    let mut echo = [0u8; 4];
+    ws.read_exact(&mut echo).await.expect("the echo");
+    assert_eq!(&echo, b"ping");
+
+    // The upgraded connection holds the run's one slot.
+    let (_refused, status, body) = connect_raw(&airlock.proxy, &run, &token, &authority).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["limit_name"], "--max-connections-per-run");
+
+    // Once it ends, the slot is free.
+    drop(ws);
+    let mut freed = false;
+    for _ in 0..100 {
+        let (_stream, status, _) = connect_raw(&airlock.proxy, &run, &token, &authority).await;
+        if status == 200 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(freed, "a closed WebSocket no longer counts against the run");
 }
