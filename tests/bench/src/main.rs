@@ -25,7 +25,7 @@ use procs::{cpu_seconds, status_kib, Proxy};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const USAGE: &str = "usage: airlock-bench [--quick] [--rounds N] [--seconds S] [--connections N]
-       [--airlock PATH] [--hyper-origin] [--no-mitmdump] [--no-hudsucker]
+       [--airlock PATH] [--baseline-airlock PATH] [--hyper-origin] [--no-mitmdump] [--no-hudsucker]
        [--skip-pass] [--skip-staging] [--skip-first-contact] [--skip-streaming]
        [--skip-release] [--skip-idle]";
 
@@ -37,6 +37,9 @@ struct Options {
     seconds: f64,
     connections: usize,
     airlock: Option<PathBuf>,
+    /// A second airlock binary measured in the same pass rounds ("airlock baseline"), so
+    /// that two builds compare within one run.
+    baseline: Option<PathBuf>,
     hyper_origin: bool,
     mitmdump: bool,
     hudsucker: bool,
@@ -56,6 +59,7 @@ impl Options {
             seconds: 10.0,
             connections: 16,
             airlock: None,
+            baseline: None,
             hyper_origin: false,
             mitmdump: true,
             hudsucker: true,
@@ -77,6 +81,7 @@ impl Options {
                 "--seconds" => seconds = Some(value()?.parse()?),
                 "--connections" => options.connections = value()?.parse()?,
                 "--airlock" => options.airlock = Some(PathBuf::from(value()?)),
+                "--baseline-airlock" => options.baseline = Some(PathBuf::from(value()?)),
                 "--hyper-origin" => options.hyper_origin = true,
                 "--no-mitmdump" => options.mitmdump = false,
                 "--no-hudsucker" => options.hudsucker = false,
@@ -319,7 +324,7 @@ fn print_table(workload: &str, summaries: &[Summary]) {
     let find = |prefix: &str| summaries.iter().find(|s| s.name.starts_with(prefix));
     if let Some(airlock) = find("airlock") {
         let mut ratios = Vec::new();
-        for other in ["direct", "hudsucker", "mitmdump"] {
+        for other in ["direct", "airlock baseline", "hudsucker", "mitmdump"] {
             if let Some(o) = find(other) {
                 let cpu = match (airlock.cpu_us, o.cpu_us) {
                     (Some(a), Some(b)) => format!(
@@ -432,6 +437,15 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
     }
     let mut roots = vec![origin_ca.cert_pem.clone(), airlock.proxy.ca_pem.clone()];
     roots.extend(peers.iter().map(|p| p.ca_pem.clone()));
+    // A second build measured beside the first (pass rounds only; no restarts).
+    let mut baseline = None;
+    if let (Some(path), true) = (&options.baseline, options.pass) {
+        let other =
+            procs::start_airlock(path, dir, "baseline-data", &ca_path, &origin.ports).await?;
+        let (_, route) = other.create_run().await?;
+        roots.push(other.proxy.ca_pem.clone());
+        baseline = Some((other, route));
+    }
     let client_tls = tls::client_config(&roots)?;
 
     println!("# airlock benchmark\n");
@@ -473,6 +487,14 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
                 Some(airlock.proxy.pid),
                 target.clone(),
             ));
+            if let Some((other, route)) = &baseline {
+                contestants.push((
+                    "airlock baseline".to_owned(),
+                    route.clone(),
+                    Some(other.proxy.pid),
+                    target.clone(),
+                ));
+            }
             for peer in &peers {
                 // hudsucker mints a DNS SAN for an IP host, which rustls refuses
                 // (BENCHMARKS.md): it is asked for `localhost` (the origin's leaf names it).
@@ -496,6 +518,12 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
                 for (index, (name, route, pid, target)) in contestants.iter_mut().enumerate() {
                     let mut sample =
                         measure(route, target, &client_tls, &request, &shape, *pid).await;
+                    if name == "airlock baseline" {
+                        let pid = pid.unwrap_or_default();
+                        let (cpu, _, drained) = procs::quiesce(pid, drain_cap).await;
+                        let per_request = cpu * 1e6 / sample.result.requests.max(1) as f64;
+                        sample.deferred_us = Some((per_request, drained));
+                    }
                     if name == "airlock" {
                         let (cpu, waited, drained) =
                             procs::quiesce(airlock.proxy.pid, drain_cap).await;
@@ -548,6 +576,9 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
     }
     for peer in &mut peers {
         let _ = peer.child.kill().await;
+    }
+    if let Some((mut other, _)) = baseline {
+        let _ = other.proxy.child.kill().await;
     }
     // The sections start from a fresh airlock and ledger, so nothing the pass rounds left
     // behind (journal, lineage backlog) is measured with them.

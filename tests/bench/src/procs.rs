@@ -169,6 +169,13 @@ pub async fn start_airlock(
         .arg("127.0.0.1:0")
         .arg("--upstream-ca")
         .arg(upstream_ca)
+        // The idle section holds 5,000 tunnels of one run open: past both default caps.
+        .args([
+            "--max-connections",
+            "20000",
+            "--max-connections-per-run",
+            "20000",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
