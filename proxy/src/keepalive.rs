@@ -346,7 +346,10 @@ where
                 Step::Drop => return Poll::Ready(None),
                 Step::Shutdown => (this.shutdown)(this.conn.as_mut()),
                 Step::Wait(at) => {
-                    if this.timer.deadline() != at {
+                    // Re-arm only to fire earlier (or once fired): a deadline that moved
+                    // later is found when the earlier one fires, so a busy connection does
+                    // not reset its timer on every poll.
+                    if at < this.timer.deadline() || this.timer.is_elapsed() {
                         this.timer.as_mut().reset(at);
                     }
                     if this.timer.as_mut().poll(cx).is_pending() {
