@@ -248,11 +248,36 @@ impl LineageWorker {
     }
 }
 
-/// Response bodies already analysed, per run: a read whose body is byte for byte an
-/// earlier one's (polling, retries) adds no fingerprints and is not analysed again.
+/// Response bodies and notable values already recorded, per run: a read whose body is
+/// byte for byte an earlier one's (polling, retries) adds no fingerprints and is not
+/// analysed again, and a header or credential value an earlier read of the run already
+/// showed (a server's ETag, a session cookie on every response) is recorded once, at the
+/// first read that carried it, so an effect that carries it gets one edge to that read
+/// rather than one per read.
 #[derive(Default)]
 struct Seen {
     digests: std::collections::HashSet<(RunId, airlock_ledger::Digest)>,
+    /// Hashes of (run, header name, value).
+    notables: std::collections::HashSet<u64>,
+}
+
+/// Most entries each of [`Seen`]'s sets keeps before it starts again (bounded memory; a
+/// value seen again after a reset is recorded once more).
+const SEEN_CAP: usize = 100_000;
+
+impl Seen {
+    /// Whether this run has not recorded `notable` before (and now has).
+    fn first_notable(&mut self, run: &RunId, notable: &Notable) -> bool {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut hasher = std::hash::DefaultHasher::new();
+        run.hash(&mut hasher);
+        notable.name.hash(&mut hasher);
+        notable.value.hash(&mut hasher);
+        if self.notables.len() > SEEN_CAP {
+            self.notables.clear();
+        }
+        self.notables.insert(hasher.finish())
+    }
 }
 
 /// Content types whose bodies are not text in any useful sense: not fingerprinted.
@@ -337,15 +362,21 @@ fn analyse_read(
         .get(http::header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // Only the headers that can be lineage are copied out.
     let headers: Vec<(String, String)> = headers
         .iter()
+        .filter(|(n, _)| !ROUTINE_HEADERS.contains(&n.as_str()))
         .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
         .collect();
     let (run, seq) = (read.run_id.clone(), read.seq);
     let body_len = body.iter().map(Bytes::len).sum::<usize>();
     let repeated = match &read.response_digest {
         Some(digest) => {
-            if seen.digests.len() > 100_000 {
+            if seen.digests.len() > SEEN_CAP {
                 seen.digests.clear();
             }
             !seen.digests.insert((run.clone(), digest.clone()))
@@ -357,10 +388,7 @@ fn analyse_read(
     } else {
         body
     };
-    let content_type = headers
-        .iter()
-        .find(|(n, _)| n == "content-type")
-        .map(|(_, v)| v.as_str());
+    let content_type = content_type.as_deref();
     if is_opaque(content_type) {
         let content = airlock_ledger::ReadContent::not_analysed(
             seq,
@@ -384,9 +412,6 @@ fn analyse_read(
         }
     }
     for (name, value) in headers {
-        if ROUTINE_HEADERS.contains(&name.as_str()) {
-            continue;
-        }
         let credentials = credential_like(&value);
         if !credentials.is_empty() || crate::headers::is_credential(&name) {
             // A secret in a header (a token, a session cookie): a credential edge.
@@ -419,6 +444,7 @@ fn analyse_read(
         }
     }
     notable.truncate(128);
+    notable.retain(|n| seen.first_notable(&run, n));
     if fingerprints.is_empty()
         && notable.is_empty()
         && analysis.skipped.is_none()

@@ -517,6 +517,53 @@ async fn credential_value_from_a_read_is_flagged_on_the_effect() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_value_every_read_repeats_links_the_effect_to_its_first_read_once() {
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(move |req: &Received| {
+            let mut reply = Reply::json(200, &json!({"path": req.path}));
+            reply
+                .headers
+                .push(("x-deployment".into(), "deploy-5c1e0b7d93aa".into()));
+            reply
+        }),
+    )
+    .await
+    .expect("origin");
+    let port = origin.addr().port();
+    let airlock = fx.start(&items_policy(port), &[]);
+    let (_run, env) = airlock.create_run().await;
+    let base = format!("https://127.0.0.1:{port}");
+    for path in ["/config", "/contacts", "/config?again=1"] {
+        assert_eq!(curl(&env, &[&format!("{base}{path}")]).await.status, 200);
+    }
+    let post = curl(
+        &env,
+        &[
+            "-X",
+            "POST",
+            "--data",
+            "deployment=deploy-5c1e0b7d93aa",
+            &format!("{base}/hooks/t"),
+        ],
+    )
+    .await;
+    let shown = analyzed(&airlock, &post.header("airlock-effect").expect("id")).await;
+    let headers: Vec<&Value> = shown["lineage"]["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .filter(|e| e["kind"] == "header")
+        .collect();
+    assert_eq!(headers.len(), 1, "one edge, not one per read: {shown}");
+    assert_eq!(
+        headers[0]["from"], "read:1",
+        "the first read that showed it: {shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placeholders_hidden_in_encoded_bodies_never_reach_an_origin() {
     use std::io::Write as _;
     let fx = Fixture::new();
