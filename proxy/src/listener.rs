@@ -25,12 +25,15 @@ use crate::server::Shared;
 /// Most header fields in one request or response, on every side (CASES.md C08). A request
 /// past it gets 431 with a JSON reason from airlock; hyper's own parser limits are set
 /// higher ([`PARSER_MAX_HEADERS`]) so that it hands such requests over instead of failing
-/// the connection.
-pub const MAX_HEADERS: usize = 512;
+/// the connection. 256: two and a half times the common limits (hyper's and Envoy's
+/// default 100 fields, Apache's `LimitRequestFields` 100) and past C08's 150; lowered from
+/// 512 because hyper's per-message index arrays scale with it (docs/performance.md).
+pub const MAX_HEADERS: usize = 256;
 
 /// hyper's field-count backstop: above it hyper answers a bare 431 itself. Twice
-/// [`MAX_HEADERS`], not more: hyper allocates an index array of this many entries for every
-/// message it parses (12.7% of a small request's CPU at 4x; docs/performance.md).
+/// [`MAX_HEADERS`], not more: hyper allocates and fills two arrays of this many 32-byte
+/// entries for every message it parses, whatever its size (docs/performance.md: 11% of a
+/// small request's CPU going from 1,024 to 512).
 pub const PARSER_MAX_HEADERS: usize = 2 * MAX_HEADERS;
 
 /// hyper's header-bytes backstop (HTTP/1.1 read buffer, h2 header list): four times
