@@ -55,7 +55,8 @@ const AUTH_CLOSE_GRACE: Duration = Duration::from_secs(2);
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// What a client connection did last: shared by its I/O ([`Activity::io`]), its requests
-/// ([`Activity::request`]) and its watchdog ([`watch`]).
+/// ([`Activity::request`]) and its watchdog ([`watch`]); a byte splice
+/// ([`crate::limits::splice`]) shares one between its two sides.
 #[derive(Debug)]
 pub struct Activity {
     start: Instant,
@@ -82,7 +83,8 @@ impl Activity {
         self.last.fetch_max(ms, Ordering::Relaxed);
     }
 
-    fn last(&self) -> Instant {
+    /// When a byte last moved or a request last ended.
+    pub(crate) fn last(&self) -> Instant {
         self.start + Duration::from_millis(self.last.load(Ordering::Relaxed))
     }
 
@@ -103,6 +105,17 @@ impl Activity {
         Active {
             inner,
             activity: self.clone(),
+            read: None,
+        }
+    }
+
+    /// As [`Activity::io`], also adding every byte read to `read` (a splice's count of
+    /// each direction).
+    pub(crate) fn io_counting<T>(self: &Arc<Self>, inner: T, read: Arc<AtomicU64>) -> Active<T> {
+        Active {
+            inner,
+            activity: self.clone(),
+            read: Some(read),
         }
     }
 }
@@ -129,6 +142,7 @@ pub fn hold(response: Response<ProxyBody>, in_flight: InFlight) -> Response<Prox
 pub struct Active<T> {
     inner: T,
     activity: Arc<Activity>,
+    read: Option<Arc<AtomicU64>>,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Active<T> {
@@ -139,7 +153,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for Active<T> {
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
+        let n = buf.filled().len().saturating_sub(before);
+        if n > 0 {
+            if let Some(read) = &self.read {
+                read.fetch_add(n as u64, Ordering::Relaxed);
+            }
             self.activity.touch();
         }
         polled

@@ -19,14 +19,12 @@
 //! [`crate::keepalive`].
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock_ledger::RunId;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Default idle timeout of spliced and upgraded connections: 10 minutes.
@@ -275,27 +273,16 @@ where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let start = Instant::now();
-    let last = Arc::new(AtomicU64::new(0));
+    let activity = crate::keepalive::Activity::new();
     let up = Arc::new(AtomicU64::new(0));
     let down = Arc::new(AtomicU64::new(0));
-    let mut client = Watched {
-        inner: client,
-        start,
-        last: last.clone(),
-        read: up.clone(),
-    };
-    let mut origin = Watched {
-        inner: origin,
-        start,
-        last: last.clone(),
-        read: down.clone(),
-    };
+    let mut client = activity.io_counting(client, up.clone());
+    let mut origin = activity.io_counting(origin, down.clone());
     let copy = tokio::io::copy_bidirectional(&mut client, &mut origin);
     let watchdog = async {
         loop {
-            let deadline = start + Duration::from_millis(last.load(Ordering::Relaxed)) + idle;
-            if Instant::now() >= deadline {
+            let deadline = activity.last() + idle;
+            if tokio::time::Instant::now() >= deadline {
                 return;
             }
             tokio::time::sleep_until(deadline.into()).await;
@@ -310,60 +297,6 @@ where
         down: down.load(Ordering::Relaxed),
         idle: idle_hit,
         error,
-    }
-}
-
-/// A stream that notes when bytes last moved and how many it read.
-struct Watched<T> {
-    inner: T,
-    start: Instant,
-    last: Arc<AtomicU64>,
-    read: Arc<AtomicU64>,
-}
-
-impl<T> Watched<T> {
-    fn touch(&self) {
-        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last.fetch_max(ms, Ordering::Relaxed);
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let n = buf.filled().len().saturating_sub(before);
-        if n > 0 {
-            self.read.fetch_add(n as u64, Ordering::Relaxed);
-            self.touch();
-        }
-        polled
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.touch();
-        }
-        polled
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
