@@ -285,7 +285,7 @@ where
             if tokio::time::Instant::now() >= deadline {
                 return;
             }
-            tokio::time::sleep_until(deadline.into()).await;
+            tokio::time::sleep_until(deadline).await;
         }
     };
     let (idle_hit, error) = tokio::select! {
