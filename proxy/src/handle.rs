@@ -101,10 +101,14 @@ pub async fn handle(
     }
     let (mut parts, body) = req.into_parts();
     // hyper knows from the framing (h2 END_STREAM, h1 length) whether a body follows.
-    if !http_body::Body::is_end_stream(&body) {
-        parts.extensions.insert(FramedBody);
-    }
+    let framed = !http_body::Body::is_end_stream(&body);
     let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
+    let body = if framed {
+        parts.extensions.insert(FramedBody);
+        crate::keepalive::hold_body(&parts, body)
+    } else {
+        body
+    };
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let url = target.url(path_and_query);
     if shared.is_closed(&run) {

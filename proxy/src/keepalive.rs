@@ -7,8 +7,10 @@
 //!   (h2: GOAWAY, then close once its streams are done; HTTP/1.1: close now if idle,
 //!   else after the response in progress), and the connection is polled on to completion.
 //!   A request counts as in flight from the service call until its response body has been
-//!   sent or dropped, so a slow origin or a long SSE stream is never cut by this timeout
-//!   (the pass path has no whole-request deadline).
+//!   sent or dropped and its request body read or dropped, and a connection whose last
+//!   write or flush is waiting for the client to read is busy too, so a slow origin, a long
+//!   SSE stream, an upload after an early answer or a slow reader is never cut by this
+//!   timeout (the pass path has no whole-request deadline).
 //! - `--auth-timeout`: a connection on the proxy listener that has not authenticated
 //!   within that long of being accepted (see [`ConnectionGuard::bind`]) is closed: first
 //!   gracefully (a request head already read is answered, e.g. 407), then for good a
@@ -63,6 +65,9 @@ pub struct Activity {
     /// Milliseconds after `start` when a byte last moved or a request last ended.
     last: AtomicU64,
     in_flight: AtomicUsize,
+    /// The last write to the client could not complete (the client is not reading): the
+    /// connection is then waiting on the client, not idle, however long no byte moves.
+    write_blocked: std::sync::atomic::AtomicBool,
     /// Woken when a request ends, so the watchdog re-arms its timer.
     waker: futures_util::task::AtomicWaker,
 }
@@ -74,6 +79,7 @@ impl Activity {
             start: Instant::now(),
             last: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            write_blocked: std::sync::atomic::AtomicBool::new(false),
             waker: futures_util::task::AtomicWaker::new(),
         })
     }
@@ -88,13 +94,34 @@ impl Activity {
         self.start + Duration::from_millis(self.last.load(Ordering::Relaxed))
     }
 
+    /// A request is in flight, or airlock is waiting for the client to read what it wrote
+    /// (a response hyper has finished with may still sit in the connection's buffers).
     fn busy(&self) -> bool {
-        self.in_flight.load(Ordering::SeqCst) > 0
+        self.in_flight.load(Ordering::SeqCst) > 0 || self.write_blocked.load(Ordering::Relaxed)
+    }
+
+    /// Notes how a write to the client went.
+    fn wrote(&self, polled: &Poll<std::io::Result<usize>>) {
+        match polled {
+            Poll::Ready(Ok(n)) if *n > 0 => {
+                self.write_blocked.store(false, Ordering::Relaxed);
+                self.touch();
+            }
+            Poll::Pending => self.write_blocked.store(true, Ordering::Relaxed),
+            Poll::Ready(_) => self.write_blocked.store(false, Ordering::Relaxed),
+        }
     }
 
     /// A request starts: it is in flight until the returned guard is dropped (hand it to
-    /// [`hold`] with the response).
-    pub fn request(self: &Arc<Self>) -> InFlight {
+    /// [`hold`] with the response). The request carries the connection's activity on, so
+    /// that its body, too, counts as in flight until it is dropped ([`hold_body`]): an
+    /// upload can go on after an early answer.
+    pub fn request<B>(self: &Arc<Self>, req: &mut http::Request<B>) -> InFlight {
+        req.extensions_mut().insert(OnConnection(self.clone()));
+        self.in_flight()
+    }
+
+    fn in_flight(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         self.touch();
         InFlight(self.clone())
@@ -129,6 +156,22 @@ impl Drop for InFlight {
         self.0.touch();
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.0.waker.wake();
+    }
+}
+
+/// The connection a request arrived on (a request extension; [`Activity::request`]).
+#[derive(Clone, Debug)]
+struct OnConnection(Arc<Activity>);
+
+/// The request body of `parts`, counted as in flight on its connection until it is dropped
+/// (consumed by the origin's side, or refused). Requests that did not come through
+/// [`Activity::request`] are returned as they are.
+pub fn hold_body(parts: &http::request::Parts, body: ProxyBody) -> ProxyBody {
+    match parts.extensions.get::<OnConnection>() {
+        Some(OnConnection(activity)) => {
+            crate::body::Guarded::new(body, Box::new(activity.in_flight())).boxed()
+        }
+        None => body,
     }
 }
 
@@ -171,9 +214,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Active<T> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
+        self.activity.wrote(&polled);
         polled
     }
 
@@ -183,9 +224,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Active<T> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
+        self.activity.wrote(&polled);
         polled
     }
 
@@ -194,7 +233,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Active<T> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        // A TLS stream takes the plaintext into its buffer and then waits in flush for the
+        // client to read: that wait is blocked too.
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.activity
+            .write_blocked
+            .store(polled.is_pending(), Ordering::Relaxed);
+        polled
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {

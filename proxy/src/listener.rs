@@ -125,11 +125,11 @@ async fn serve_connection(
     let service = {
         let shared = shared.clone();
         let activity = activity.clone();
-        service_fn(move |req| {
+        service_fn(move |mut req| {
             let shared = shared.clone();
             let binding = binding.clone();
             let guard = guard.clone();
-            let in_flight = activity.request();
+            let in_flight = activity.request(&mut req);
             async move {
                 let response = dispatch(shared, binding, guard, req).await;
                 Ok::<_, std::convert::Infallible>(crate::keepalive::hold(response, in_flight))
@@ -402,7 +402,7 @@ async fn intercept(
     };
     let io = TokioIo::new(activity.io(tls));
     let service = service_fn(|mut req: Request<Incoming>| {
-        let in_flight = activity.request();
+        let in_flight = activity.request(&mut req);
         let shared = shared.clone();
         let run = run.clone();
         let target = target.clone();
@@ -478,7 +478,7 @@ async fn plain_http_in_tunnel<T>(
         connections: &shared.connections,
     };
     let service = service_fn(|mut req: Request<Incoming>| {
-        let in_flight = activity.request();
+        let in_flight = activity.request(&mut req);
         let shared = shared.clone();
         let run = run.clone();
         let target = target.clone();

@@ -133,6 +133,9 @@ impl ProxyError {
             Self::HeadersTooLarge { .. } => "header_fields_too_large",
             Self::BodyTimeout { .. } => "body_timeout",
             Self::RunNotOpen { .. } => "run_not_open",
+            Self::Upstream { reason } if upstream_head_too_large(reason) => {
+                "upstream_head_too_large"
+            }
             Self::Upstream { .. } => "upstream_unreachable",
             Self::Internal { .. } => "internal_error",
             Self::TooManyConnections { .. } => "too_many_connections",
@@ -204,7 +207,9 @@ impl ProxyError {
             ),
             Self::Upstream { reason } => (
                 reason.clone(),
-                if reason.contains("CaUsedAsEndEntity") {
+                if upstream_head_too_large(reason) {
+                    "the origin answered with a header section over airlock's limits (256 fields, 256 KiB; docs/protocols.md), which apply to origin responses too"
+                } else if reason.contains("CaUsedAsEndEntity") {
                     "the origin presents a CA certificate (basicConstraints CA:TRUE, e.g. from `openssl req -x509`) as its own; verifiers refuse that: issue the origin a server certificate from a CA and give airlock that CA with --upstream-ca"
                 } else if reason.contains("certificate") {
                     "the origin's TLS certificate was not trusted: airlock verifies origins against the webpki roots and --upstream-ca"
@@ -262,4 +267,10 @@ pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<P
         .headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     response
+}
+
+/// Whether an upstream failure is hyper's refusal of a response head over the client's
+/// limits (`http1_max_headers`, `http1_max_buf_size`: hyper's "message head is too large").
+fn upstream_head_too_large(reason: &str) -> bool {
+    reason.contains("message head is too large")
 }

@@ -51,6 +51,29 @@ fn admin_command_without_a_server_is_one_error_line_and_a_hint() {
 }
 
 #[test]
+fn timeouts_past_ten_years_are_refused_with_the_flag_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for flag in [
+        "--keep-alive-timeout",
+        "--auth-timeout",
+        "--header-read-timeout",
+        "--idle-timeout",
+    ] {
+        let out = airlock()
+            .args(["serve", flag, "9300000000000000000", "--data"])
+            .arg(dir.path())
+            .output()
+            .expect("run airlock");
+        assert!(!out.status.success(), "{flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(flag) && stderr.contains("315360000"),
+            "{flag}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn missing_token_names_where_it_looked() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = airlock()

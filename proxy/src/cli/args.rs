@@ -293,7 +293,7 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = crate::config::DEFAULT_STAGE_BODY_LIMIT)]
     pub(super) stage_body_limit: u64,
     /// Seconds a client may take to send a request head
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = seconds())]
     pub(super) header_read_timeout: u64,
     /// Let admin clients have this server run shell commands (the cmd snapshot driver of
     /// `airlock run`): anyone holding the admin token can then run any command as this user
@@ -321,7 +321,7 @@ pub(super) struct ServeArgs {
     pub(super) ui_base_url: Option<String>,
     /// Seconds a tunnel (`action = "tunnel"`) or upgraded (WebSocket) connection may go
     /// with no byte either way before both sides are closed
-    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 600, value_name = "SECONDS", value_parser = seconds())]
     pub(super) idle_timeout: u64,
     /// Most concurrent client connections one run may hold (CONNECT tunnels and upgraded
     /// connections included); past it requests get 429 too_many_connections
@@ -344,7 +344,7 @@ pub(super) struct ServeArgs {
     /// is closed gracefully (h2 GOAWAY); a request waiting on its origin or streaming is in
     /// flight and never cut. An idle HTTP/1.1 connection is also closed by
     /// --header-read-timeout, which hyper runs while it waits for the next request head
-    #[arg(long, default_value_t = crate::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT.as_secs(), value_name = "SECONDS")]
+    #[arg(long, default_value_t = crate::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
     pub(super) keep_alive_timeout: u64,
     /// Most open client connections that have not authenticated yet (no request with valid
     /// Proxy-Authorization); past it a new connection gets 429 too_many_connections and is
@@ -353,6 +353,15 @@ pub(super) struct ServeArgs {
     pub(super) max_unauthenticated_connections: usize,
     /// Seconds a client connection may stay open without authenticating (a request with
     /// valid Proxy-Authorization) before it is closed
-    #[arg(long, default_value_t = crate::keepalive::DEFAULT_AUTH_TIMEOUT.as_secs(), value_name = "SECONDS")]
+    #[arg(long, default_value_t = crate::keepalive::DEFAULT_AUTH_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
     pub(super) auth_timeout: u64,
+}
+
+/// Longest timeout the CLI takes, in seconds: ten years, far past any sensible deadline and
+/// far from the overflow of adding a `Duration` to an `Instant`.
+pub(super) const MAX_TIMEOUT_SECS: u64 = 10 * 365 * 24 * 3600;
+
+/// Parser of a timeout in whole seconds, 0 (taken as 1) to [`MAX_TIMEOUT_SECS`].
+fn seconds() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(0..=MAX_TIMEOUT_SECS)
 }

@@ -258,7 +258,8 @@ async fn case_c08_large_header_sections_on_every_side() {
         Some(&fx.origin_ca),
         Arc::new(|req: &Received| {
             let mut reply = Reply::text(200, &format!("{} headers", req.headers.len()));
-            for i in 0..150 {
+            let cookies = if req.path == "/too-many" { 300 } else { 150 };
+            for i in 0..cookies {
                 reply
                     .headers
                     .push(("set-cookie".into(), format!("c{i}=v{i}; Path=/")));
@@ -292,6 +293,15 @@ async fn case_c08_large_header_sections_on_every_side() {
             .count();
         assert_eq!(cookies, 150, "{flag}: 150 Set-Cookie relayed");
     }
+    // Past the field limit (256) an origin's answer is refused with a code that says so.
+    let out = curl(&env, &[&format!("{url}too-many")]).await;
+    assert_eq!(out.status, 502, "{}", out.stderr);
+    assert_eq!(
+        out.header("airlock-error").as_deref(),
+        Some("upstream_head_too_large"),
+        "{}",
+        String::from_utf8_lossy(&out.body)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
