@@ -336,6 +336,10 @@ async fn a_push_over_gits_post_buffer_is_staged_and_released() {
     git(&work, &["checkout", "-q", "-b", "agent/big"]);
     git(&work, &["add", "blob.bin"]);
     git(&work, &["commit", "-q", "-m", "big"]);
+    // Over HTTP/1.1 (chunked): Debian's libcurl 7.88 can stall its own HTTP/2 upload of a
+    // large body whatever the server does (curl/curl#10433, #11330; fixed in curl 8.2), which
+    // made this test hang now and then under load. docs/protocols.md, Known gaps.
+    git(&work, &["config", "http.version", "HTTP/1.1"]);
     let head = git(&work, &["rev-parse", "HEAD"]);
     let out = push(&work, &env, "agent/big").await;
     assert!(
