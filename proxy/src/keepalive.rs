@@ -12,7 +12,8 @@
 //!   SSE stream, an upload after an early answer or a slow reader is never cut by this
 //!   timeout (the pass path has no whole-request deadline).
 //! - `--auth-timeout`: a connection on the proxy listener that has not authenticated
-//!   within that long of being accepted (see [`ConnectionGuard::bind`]) is closed: first
+//!   within that long of being accepted (see [`ConnectionGuard::bind`]), or that a newer
+//!   connection evicted from `--max-unauthenticated-connections`, is closed: first
 //!   gracefully (a request head already read is answered, e.g. 407), then for good a
 //!   moment later, whatever the client is still dribbling.
 //!
@@ -325,6 +326,14 @@ impl<C, F> Watch<'_, C, F> {
             .is_some_and(|(guard, _)| !guard.is_authenticated())
     }
 
+    /// Whether the connection, still unauthenticated, was evicted by a newer one.
+    fn evicted(&self) -> bool {
+        self.deadlines
+            .auth
+            .as_ref()
+            .is_some_and(|(guard, _)| !guard.is_authenticated() && guard.eviction().is_evicted())
+    }
+
     /// The state machine of the module docs, at `now`.
     fn step(&mut self, now: Instant) -> Step {
         let activity = &self.deadlines.activity;
@@ -341,6 +350,14 @@ impl<C, F> Watch<'_, C, F> {
         };
         match self.state {
             State::Open => {
+                if self.evicted() {
+                    info!(
+                        "a newer connection took this unauthenticated connection's slot \
+                         (--max-unauthenticated-connections); closing it"
+                    );
+                    self.state = State::Unauthenticated(now + AUTH_CLOSE_GRACE);
+                    return Step::Shutdown;
+                }
                 if let Some(at) = self.auth_at.filter(|_| self.unauthenticated()) {
                     if now >= at {
                         let secs = self.deadlines.auth.as_ref().map_or(0, |(_, t)| t.as_secs());
@@ -401,6 +418,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         this.deadlines.activity.waker.register(cx.waker());
+        if let Some((guard, _)) = &this.deadlines.auth {
+            guard.eviction().register(cx.waker());
+        }
         loop {
             if let Poll::Ready(output) = this.conn.as_mut().poll(cx) {
                 return Poll::Ready(Some(output));

@@ -4,9 +4,11 @@
 //!   connection gets one `429 too_many_connections` answer and is closed;
 //! - a cap on connections that have not authenticated yet
 //!   (`--max-unauthenticated-connections`): a connection holds one of these slots from
-//!   accept until its first request authenticates (and is within its run's cap); past it a
-//!   new connection gets one `429 too_many_connections` answer and is closed, so clients
-//!   that never authenticate cannot fill `--max-connections` and starve the runs;
+//!   accept until its first request authenticates (and is within its run's cap); a new
+//!   connection past the cap evicts the oldest unauthenticated one (closed as if its
+//!   `--auth-timeout` had passed), so clients that never authenticate can neither fill
+//!   `--max-connections` nor keep new clients out by holding these slots (a legitimate
+//!   client is unauthenticated for one round trip);
 //! - a per-run cap on concurrent client connections (`--max-connections-per-run`): a
 //!   connection is counted against its run from the first request that authenticates on
 //!   it until it ends, including the CONNECT tunnel or upgraded (WebSocket) connection it
@@ -47,9 +49,11 @@ pub struct Connections {
     per_run: Arc<Mutex<HashMap<RunId, usize>>>,
     refused_global: AtomicU64,
     refused_per_run: Arc<AtomicU64>,
-    unauthenticated: Arc<Semaphore>,
+    unauthenticated: Arc<Pending>,
     unauthenticated_limit: usize,
-    refused_unauthenticated: AtomicU64,
+    evicted_unauthenticated: AtomicU64,
+    /// The id of the next connection's unauthenticated slot (never reused).
+    next_pending: AtomicU64,
     /// Connections closed by `--keep-alive-timeout`.
     closed_keep_alive: AtomicU64,
     /// Connections closed by `--auth-timeout`.
@@ -63,8 +67,34 @@ pub enum Cap {
     Global(usize),
     /// `--max-connections-per-run`: the connections of one run.
     PerRun(usize),
-    /// `--max-unauthenticated-connections`: connections not yet authenticated.
-    Unauthenticated(usize),
+}
+
+/// The connections not yet authenticated, oldest first: id → its eviction flag.
+type Pending = Mutex<std::collections::BTreeMap<u64, Arc<Eviction>>>;
+
+/// Set when a connection is evicted from the unauthenticated slots by a newer one; the
+/// connection's watchdog ([`crate::keepalive::watch`]) then closes it.
+#[derive(Debug, Default)]
+pub struct Eviction {
+    evicted: std::sync::atomic::AtomicBool,
+    waker: futures_util::task::AtomicWaker,
+}
+
+impl Eviction {
+    /// Whether a newer connection took this one's unauthenticated slot.
+    pub fn is_evicted(&self) -> bool {
+        self.evicted.load(Ordering::SeqCst)
+    }
+
+    /// Wakes `waker` when this connection is evicted.
+    pub fn register(&self, waker: &std::task::Waker) {
+        self.waker.register(waker);
+    }
+
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::SeqCst);
+        self.waker.wake();
+    }
 }
 
 /// Why a client connection was closed by one of its deadlines (`--keep-alive-timeout`,
@@ -82,11 +112,11 @@ impl Connections {
     /// `unauthenticated` connections not yet authenticated (all at least 1).
     pub fn new(global: usize, per_run: usize, unauthenticated: usize) -> Self {
         let global = global.clamp(1, Semaphore::MAX_PERMITS);
-        let unauthenticated = unauthenticated.clamp(1, Semaphore::MAX_PERMITS);
         Self {
-            unauthenticated: Arc::new(Semaphore::new(unauthenticated)),
-            unauthenticated_limit: unauthenticated,
-            refused_unauthenticated: AtomicU64::new(0),
+            unauthenticated: Arc::default(),
+            unauthenticated_limit: unauthenticated.max(1),
+            evicted_unauthenticated: AtomicU64::new(0),
+            next_pending: AtomicU64::new(0),
             closed_keep_alive: AtomicU64::new(0),
             closed_auth: AtomicU64::new(0),
             global: Arc::new(Semaphore::new(global)),
@@ -98,25 +128,36 @@ impl Connections {
         }
     }
 
-    /// A new client connection: its guard, or the cap it ran into (the global one, or the
-    /// one on connections not yet authenticated, which it holds until
-    /// [`ConnectionGuard::bind`] succeeds).
+    /// A new client connection: its guard, or the global cap it ran into. The connection
+    /// holds an unauthenticated slot until [`ConnectionGuard::bind`] succeeds; when all
+    /// are taken, the oldest holder is evicted (its [`Eviction`] is set) and loses its
+    /// slot to this one.
     pub fn open(&self) -> Result<Arc<ConnectionGuard>, Cap> {
         let permit = self.global.clone().try_acquire_owned().map_err(|_| {
             self.refused_global.fetch_add(1, Ordering::Relaxed);
             Cap::Global(self.global_limit)
         })?;
-        let unauthenticated = self
-            .unauthenticated
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| {
-                self.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
-                Cap::Unauthenticated(self.unauthenticated_limit)
-            })?;
+        let eviction = Arc::new(Eviction::default());
+        let id = self.next_pending.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut pending = self
+                .unauthenticated
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            while pending.len() >= self.unauthenticated_limit {
+                let Some((_, oldest)) = pending.pop_first() else {
+                    break;
+                };
+                oldest.evict();
+                self.evicted_unauthenticated.fetch_add(1, Ordering::Relaxed);
+            }
+            pending.insert(id, eviction.clone());
+        }
         Ok(Arc::new(ConnectionGuard {
             _global: Some(permit),
-            unauthenticated: Mutex::new(Some(unauthenticated)),
+            unauthenticated: Mutex::new(Some(id)),
+            pending: self.unauthenticated.clone(),
+            eviction,
             run: Mutex::new(None),
             counts: self.per_run.clone(),
             per_run_limit: self.per_run_limit,
@@ -136,12 +177,18 @@ impl Connections {
     /// Prometheus text: `airlock_client_connections_open` and
     /// `airlock_client_connections_unauthenticated` (gauges),
     /// `airlock_client_connections_refused_total{limit}` (counter; `limit` is
-    /// `max_connections`, `max_connections_per_run` or `max_unauthenticated_connections`)
-    /// and `airlock_client_connections_timed_out_total{timeout}` (counter; `timeout` is
+    /// `max_connections` or `max_connections_per_run`),
+    /// `airlock_client_connections_evicted_total` (counter: unauthenticated connections
+    /// closed to make room under `--max-unauthenticated-connections`) and
+    /// `airlock_client_connections_timed_out_total{timeout}` (counter; `timeout` is
     /// `keep_alive_timeout` or `auth_timeout`).
     pub fn metrics(&self) -> String {
         let open = self.global_limit - self.global.available_permits();
-        let unauthenticated = self.unauthenticated_limit - self.unauthenticated.available_permits();
+        let unauthenticated = self
+            .unauthenticated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
         format!(
             "# HELP airlock_client_connections_open Open client connections of the proxy listener.\n\
              # TYPE airlock_client_connections_open gauge\n\
@@ -150,7 +197,9 @@ impl Connections {
              # TYPE airlock_client_connections_refused_total counter\n\
              airlock_client_connections_refused_total{{limit=\"max_connections\"}} {}\n\
              airlock_client_connections_refused_total{{limit=\"max_connections_per_run\"}} {}\n\
-             airlock_client_connections_refused_total{{limit=\"max_unauthenticated_connections\"}} {}\n\
+             # HELP airlock_client_connections_evicted_total Unauthenticated client connections closed to make room for a newer one (--max-unauthenticated-connections).\n\
+             # TYPE airlock_client_connections_evicted_total counter\n\
+             airlock_client_connections_evicted_total {}\n\
              # HELP airlock_client_connections_unauthenticated Open client connections that have not authenticated yet.\n\
              # TYPE airlock_client_connections_unauthenticated gauge\n\
              airlock_client_connections_unauthenticated {unauthenticated}\n\
@@ -160,7 +209,7 @@ impl Connections {
              airlock_client_connections_timed_out_total{{timeout=\"auth_timeout\"}} {}\n",
             self.refused_global.load(Ordering::Relaxed),
             self.refused_per_run.load(Ordering::Relaxed),
-            self.refused_unauthenticated.load(Ordering::Relaxed),
+            self.evicted_unauthenticated.load(Ordering::Relaxed),
             self.closed_keep_alive.load(Ordering::Relaxed),
             self.closed_auth.load(Ordering::Relaxed),
         )
@@ -182,8 +231,11 @@ impl Connections {
 #[derive(Debug)]
 pub struct ConnectionGuard {
     _global: Option<OwnedSemaphorePermit>,
-    /// The `--max-unauthenticated-connections` slot, held until the first `bind`.
-    unauthenticated: Mutex<Option<OwnedSemaphorePermit>>,
+    /// The id of the `--max-unauthenticated-connections` slot, held until the first
+    /// `bind` (its entry in `pending` may be gone already: evicted).
+    unauthenticated: Mutex<Option<u64>>,
+    pending: Arc<Pending>,
+    eviction: Arc<Eviction>,
     run: Mutex<Option<RunId>>,
     counts: Arc<Mutex<HashMap<RunId, usize>>>,
     per_run_limit: usize,
@@ -223,11 +275,28 @@ impl ConnectionGuard {
             release(&mut counts, &previous);
         }
         drop(counts);
-        self.unauthenticated
+        self.leave_pending();
+        Ok(())
+    }
+
+    /// Whether (and when, by registering a waker) a newer connection evicted this one
+    /// before it authenticated.
+    pub fn eviction(&self) -> &Eviction {
+        &self.eviction
+    }
+
+    fn leave_pending(&self) {
+        let id = self
+            .unauthenticated
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        Ok(())
+        if let Some(id) = id {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+        }
     }
 }
 
@@ -242,6 +311,7 @@ fn release(counts: &mut HashMap<RunId, usize>, run: &RunId) {
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
+        self.leave_pending();
         let bound = self.run.get_mut().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(run) = bound {
             release(
@@ -309,10 +379,6 @@ impl From<Cap> for crate::respond::ProxyError {
             },
             Cap::PerRun(limit) => Self::TooManyConnections {
                 limit_name: "--max-connections-per-run",
-                limit,
-            },
-            Cap::Unauthenticated(limit) => Self::TooManyConnections {
-                limit_name: "--max-unauthenticated-connections",
                 limit,
             },
         }
@@ -385,24 +451,35 @@ mod tests {
     }
 
     #[test]
-    fn unauthenticated_slots_are_released_by_bind() {
-        let connections = Connections::new(10, 10, 1);
+    fn the_oldest_unauthenticated_connection_is_evicted_and_bind_frees_its_slot() {
+        let connections = Connections::new(10, 10, 2);
         let first = connections.open().expect("a slot");
+        let second = connections.open().expect("a slot");
         assert!(!first.is_authenticated());
-        assert_eq!(
-            connections.open().err(),
-            Some(Cap::Unauthenticated(1)),
-            "the one unauthenticated slot is taken"
-        );
+        let third = connections
+            .open()
+            .expect("past the cap: the oldest gives way");
+        assert!(first.eviction().is_evicted(), "the oldest was evicted");
+        assert!(!second.eviction().is_evicted() && !third.eviction().is_evicted());
+        assert!(connections
+            .metrics()
+            .contains("airlock_client_connections_evicted_total 1\n"));
         let run = RunId("run_a".to_owned());
-        first.bind(&run).expect("within the run's cap");
-        assert!(first.is_authenticated());
-        let second = connections.open().expect("the slot was released");
-        drop(second);
-        drop(first);
+        second.bind(&run).expect("within the run's cap");
+        assert!(second.is_authenticated());
+        let fourth = connections.open().expect("bind freed a slot");
+        assert!(!third.eviction().is_evicted(), "room without evicting");
+        assert!(connections
+            .metrics()
+            .contains("airlock_client_connections_unauthenticated 2\n"));
+        drop((first, fourth));
+        assert!(connections
+            .metrics()
+            .contains("airlock_client_connections_unauthenticated 1\n"));
+        drop((second, third));
         assert_eq!(connections.of_run(&run), 0);
         assert!(connections
             .metrics()
-            .contains("limit=\"max_unauthenticated_connections\"} 1\n"));
+            .contains("airlock_client_connections_unauthenticated 0\n"));
     }
 }

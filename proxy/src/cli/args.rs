@@ -347,8 +347,8 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = crate::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
     pub(super) keep_alive_timeout: u64,
     /// Most open client connections that have not authenticated yet (no request with valid
-    /// Proxy-Authorization); past it a new connection gets 429 too_many_connections and is
-    /// closed
+    /// Proxy-Authorization); past it a new connection evicts the oldest of them, which is
+    /// closed as if its --auth-timeout had passed
     #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS, value_name = "N")]
     pub(super) max_unauthenticated_connections: usize,
     /// Seconds a client connection may stay open without authenticating (a request with
