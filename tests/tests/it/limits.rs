@@ -249,13 +249,9 @@ async fn a_run_past_its_connection_cap_gets_429_and_the_count_is_released() {
     }
     assert!(freed, "a closed tunnel no longer counts against the run");
     let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
-    assert!(
-        metrics.contains(
-            "airlock_client_connections_refused_total{limit=\"max_connections_per_run\"} "
-        ) && !metrics.contains(
-            "airlock_client_connections_refused_total{limit=\"max_connections_per_run\"} 0\n"
-        ),
-        "{metrics}"
+    assert_counted(
+        &metrics,
+        "airlock_client_connections_refused_total{limit=\"max_connections_per_run\"}",
     );
 }
 
@@ -318,6 +314,14 @@ async fn expect_closed(stream: &mut TcpStream, what: &str) {
         .await
         .unwrap_or_else(|_| panic!("airlock closes {what} (bound: 60 s)"));
     assert!(matches!(ended, Ok(0) | Err(_)), "{what}: {ended:?}");
+}
+
+/// Asserts that `/metrics` text has the counter `series` (name and labels) above 0.
+fn assert_counted(metrics: &str, series: &str) {
+    assert!(
+        metrics.contains(&format!("{series} ")) && !metrics.contains(&format!("{series} 0\n")),
+        "{series} counted: {metrics}"
+    );
 }
 
 /// An origin (TLS with `ca`, else plain HTTP) that answers `/slow` after 3 s and
@@ -417,13 +421,9 @@ async fn an_idle_keep_alive_connection_is_closed_but_a_slow_request_completes() 
     assert_eq!(body["path"], "/slow");
     expect_closed(&mut stream, "an idle plain proxy connection").await;
     let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
-    assert!(
-        metrics.contains(
-            "airlock_client_connections_timed_out_total{timeout=\"keep_alive_timeout\"} "
-        ) && !metrics.contains(
-            "airlock_client_connections_timed_out_total{timeout=\"keep_alive_timeout\"} 0\n"
-        ),
-        "{metrics}"
+    assert_counted(
+        &metrics,
+        "airlock_client_connections_timed_out_total{timeout=\"keep_alive_timeout\"}",
     );
 }
 
@@ -470,11 +470,7 @@ async fn past_the_unauthenticated_cap_the_oldest_unauthenticated_connection_is_e
     let (status, body) = get_raw(&mut authenticated, &url, Some((&run, &token))).await;
     assert_eq!(status, 200, "{body}");
     let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
-    assert!(
-        metrics.contains("airlock_client_connections_evicted_total ")
-            && !metrics.contains("airlock_client_connections_evicted_total 0\n"),
-        "{metrics}"
-    );
+    assert_counted(&metrics, "airlock_client_connections_evicted_total");
 }
 
 /// `--auth-timeout 1`: a connection that sends nothing, one that dribbles a request head,
