@@ -158,8 +158,8 @@ fn allow_private_problem(net: &IpNet) -> Option<String> {
     if loopback.iter().any(|l| overlaps(l, net)) {
         return Some(format!(
             "allow_private \"{net}\" reaches services on airlock's own machine (loopback); \
-             meant for tests: airlock's own listeners stay refused, every other local port \
-             opens"
+             meant for tests: airlock's own listeners stay refused, any other local service \
+             on a port a rule names is reachable"
         ));
     }
     None
