@@ -287,8 +287,11 @@ async fn decide_and_act(
     }
     match decision.action {
         Action::Deny | Action::Tunnel => Err(ProxyError::Denied {
+            reason: match nearest_miss(&policy, target, &parts, &decision) {
+                Some(near) => format!("{} ({near})", decision.reason),
+                None => decision.reason,
+            },
             rule: decision.rule,
-            reason: decision.reason,
             reason_code: decision.reason_code.to_owned(),
             policy_revision: policy.revision().to_owned(),
         }),
@@ -423,6 +426,45 @@ async fn search_pass_body(
         ));
     }
     Ok(full_body(bytes))
+}
+
+/// For a request no rule allowed (`default_deny`): the first rule that matched its scheme,
+/// host and port but not a later condition, e.g. ``rule "api" matches this host and port
+/// but not its method`` — what the agent (or the operator reading the 403) most likely
+/// needs to know. Evaluated with [`airlock_policy::Policy::explain`] on the request's
+/// method and path only, and only on this (rare) path.
+fn nearest_miss(
+    policy: &airlock_policy::Policy,
+    target: &Target,
+    parts: &Parts,
+    decision: &airlock_policy::Decision,
+) -> Option<String> {
+    if decision.reason_code != airlock_policy::reason_code::DEFAULT_DENY {
+        return None;
+    }
+    let facts = airlock_policy::RequestFacts::new(
+        target.scheme,
+        &target.host,
+        target.port,
+        parts.method.as_str(),
+        parts.uri.path(),
+        has_body(parts),
+    );
+    policy
+        .explain(&facts)
+        .rules
+        .into_iter()
+        .find_map(|trace| match trace.outcome {
+            airlock_policy::RuleOutcome::Mismatch { field }
+                if !trace.baseline && !matches!(field, "scheme" | "host" | "port") =>
+            {
+                Some(format!(
+                    "rule \"{}\" matches this host and port but not its {field}",
+                    trace.id
+                ))
+            }
+            _ => None,
+        })
 }
 
 /// How long a client may pause while sending a body airlock reads whole (staging).

@@ -173,3 +173,34 @@ async fn an_agent_can_read_its_policy_manifest_through_the_proxy() {
     assert!(origin.received().is_empty());
     assert!(airlock.effects(&run).await.is_empty());
 }
+
+/// A request no rule allows gets a 403 whose reason names the nearest rule: the first one
+/// that matched its host and port, and the condition that failed (here the method), so an
+/// agent or an operator sees at once what to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_deny_names_the_rule_that_matched_host_and_port_but_not_the_method() {
+    let fx = Fixture::new();
+    let origin = airlock_tests::ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let policy = format!(
+        "version = 1\ndefault = \"deny\"\nallow_private = [\"127.0.0.0/8\"]\n\n\
+         [[rule]]\nid = \"other-port\"\nhost = \"127.0.0.1\"\nport = {}\naction = \"pass\"\n\n\
+         [[rule]]\nid = \"api-reads\"\nhost = \"127.0.0.1\"\nport = {port}\nmethod = \"read\"\naction = \"pass\"\n",
+        port.wrapping_add(1)
+    );
+    let airlock = fx.start(&policy, &[]);
+    let (_run, env) = airlock.create_run().await;
+    let url = format!("https://127.0.0.1:{port}/items/1");
+    let out = curl(&env, &["-X", "DELETE", &url]).await;
+    assert_eq!(out.status, 403, "{}", out.stderr);
+    let body: serde_json::Value = serde_json::from_slice(&out.body).expect("JSON");
+    assert_eq!(body["reason_code"], "default_deny", "{body}");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("rule \"api-reads\" matches this host and port but not its method"),
+        "{body}"
+    );
+    assert!(origin.received().is_empty(), "nothing reached the origin");
+}
