@@ -90,6 +90,16 @@ fn basic(run: &str, token: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"))
 }
 
+/// Whether a `CONNECT authority` of `run` gets 200 within 10 s (a slot was released).
+async fn a_connect_gets_through(proxy: &str, run: &str, token: &str, authority: &str) -> bool {
+    airlock_tests::poll_until(Duration::from_secs(10), || async {
+        let (_stream, status, _) = connect_raw(proxy, run, token, authority).await;
+        (status == 200).then_some(())
+    })
+    .await
+    .is_some()
+}
+
 /// Sends `CONNECT authority` with the run's credentials on a new connection.
 async fn connect_raw(
     proxy: &str,
@@ -238,15 +248,7 @@ async fn a_run_past_its_connection_cap_gets_429_and_the_count_is_released() {
 
     // Closing a tunnel releases its slot.
     drop(first);
-    let mut freed = false;
-    for _ in 0..100 {
-        let (_stream, status, _) = connect_raw(&airlock.proxy, &run, &token, &authority).await;
-        if status == 200 {
-            freed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let freed = a_connect_gets_through(&airlock.proxy, &run, &token, &authority).await;
     assert!(freed, "a closed tunnel no longer counts against the run");
     let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
     assert_counted(
@@ -556,15 +558,7 @@ async fn a_websocket_in_a_plain_http_tunnel_counts_against_the_run_until_it_ends
 
     // Once it ends, the slot is free.
     drop(ws);
-    let mut freed = false;
-    for _ in 0..100 {
-        let (_stream, status, _) = connect_raw(&airlock.proxy, &run, &token, &authority).await;
-        if status == 200 {
-            freed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let freed = a_connect_gets_through(&airlock.proxy, &run, &token, &authority).await;
     assert!(freed, "a closed WebSocket no longer counts against the run");
 }
 
