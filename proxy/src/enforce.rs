@@ -199,14 +199,7 @@ pub async fn decide(
         query: parts.uri.query().unwrap_or(""),
         headers: &headers,
         profile: profile.as_deref(),
-        ..RequestFacts::new(
-            target.scheme,
-            &target.host,
-            target.port,
-            parts.method.as_str(),
-            parts.uri.path(),
-            crate::handle::has_body(parts),
-        )
+        ..crate::handle::request_facts(target, parts)
     };
     let Some(limit) = shared.policy.current().body_limit(&facts) else {
         return Ok((shared.policy.current().decide(&facts), body));

@@ -203,14 +203,7 @@ async fn decide_and_act(
             .as_deref()
             .and_then(|id| policy.rule(id))
             .and_then(|rule| rule.inject());
-        let facts = airlock_policy::RequestFacts::new(
-            target.scheme,
-            &target.host,
-            target.port,
-            parts.method.as_str(),
-            parts.uri.path(),
-            has_body(&parts),
-        );
+        let facts = request_facts(target, &parts);
         crate::credentials::plan(&policy, run, &facts, inject)?
     } else {
         None
@@ -428,6 +421,22 @@ async fn search_pass_body(
     Ok(full_body(bytes))
 }
 
+/// The facts a policy decides on for a request to `target`: scheme, host, port, method,
+/// path and whether a body follows (query, headers and profile left empty).
+pub(crate) fn request_facts<'a>(
+    target: &'a Target,
+    parts: &'a Parts,
+) -> airlock_policy::RequestFacts<'a> {
+    airlock_policy::RequestFacts::new(
+        target.scheme,
+        &target.host,
+        target.port,
+        parts.method.as_str(),
+        parts.uri.path(),
+        has_body(parts),
+    )
+}
+
 /// For a request no rule allowed (`default_deny`): the first rule that matched its scheme,
 /// host and port but not a later condition, e.g. ``rule "api" matches this host and port
 /// but not its method`` — what the agent (or the operator reading the 403) most likely
@@ -442,16 +451,8 @@ fn nearest_miss(
     if decision.reason_code != airlock_policy::reason_code::DEFAULT_DENY {
         return None;
     }
-    let facts = airlock_policy::RequestFacts::new(
-        target.scheme,
-        &target.host,
-        target.port,
-        parts.method.as_str(),
-        parts.uri.path(),
-        has_body(parts),
-    );
     policy
-        .explain(&facts)
+        .explain(&request_facts(target, parts))
         .rules
         .into_iter()
         .find_map(|trace| match trace.outcome {
