@@ -151,16 +151,29 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The ledger's page cache unless told otherwise: 64 MiB (sled's own default is 1 GiB).
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
 impl Ledger {
-    /// Opens (or creates) the ledger in directory `path`.
+    /// Opens (or creates) the ledger in directory `path`, with a page cache of
+    /// [`DEFAULT_CACHE_BYTES`].
     ///
     /// Errors: [`LedgerError::Storage`] when sled cannot open it (for example another
     /// process holds it).
     pub fn open(path: &Path) -> Result<Self> {
-        // sled's page cache defaults to 1 GiB; 64 MiB keeps airlock's memory modest.
+        Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the ledger in directory `path`, keeping at most about
+    /// `cache_bytes` of its pages in memory (sled's `cache_capacity`; older pages are
+    /// read back from disk when needed). The cache fills as the ledger grows, so this is
+    /// what the ledger adds to the process's resident memory once it is larger than that.
+    ///
+    /// Errors: as [`Ledger::open`].
+    pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self> {
         let db = sled::Config::new()
             .path(path)
-            .cache_capacity(64 * 1024 * 1024)
+            .cache_capacity(cache_bytes)
             .flush_every_ms(Some(200))
             .open()?;
         Ok(Self {

@@ -415,3 +415,33 @@ fn digests_are_lowercase_hex_sha256() {
         "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     );
 }
+
+#[test]
+fn a_ledger_larger_than_its_cache_keeps_and_returns_every_effect_after_reopen() {
+    // 1 MiB of cache, ~6 MiB of bodies: most pages must leave memory and come back from disk.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bodies: Vec<Vec<u8>> = (0..1500u32)
+        .map(|i| format!("{i:05}").repeat(800).into_bytes())
+        .collect();
+    let run = {
+        let ledger = Ledger::open_with_cache(dir.path(), 1 << 20).expect("open");
+        let run = ledger.create_run(None).expect("run");
+        for body in &bodies {
+            stage(&ledger, &run.id, body).expect("stage");
+        }
+        ledger.flush().expect("flush");
+        run.id
+    };
+    let ledger = Ledger::open_with_cache(dir.path(), 1 << 20).expect("reopen");
+    let effects = ledger.effects(&run).expect("effects");
+    assert_eq!(effects.len(), bodies.len());
+    for (effect, body) in effects.iter().zip(&bodies) {
+        let stored = ledger.body(&effect.body_digest).expect("body");
+        assert_eq!(
+            stored.as_deref(),
+            Some(body.as_slice()),
+            "effect {}",
+            effect.seq
+        );
+    }
+}

@@ -94,6 +94,9 @@ pub struct ServeConfig {
     /// Proxy-listener connections that have not authenticated this long after accept are
     /// closed [default: 10 s].
     pub auth_timeout: Duration,
+    /// Bytes of ledger pages kept in memory (sled's page cache); the ledger's share of
+    /// resident memory once it outgrows this [default: 64 MiB].
+    pub ledger_cache_bytes: u64,
 }
 
 impl ServeConfig {
@@ -101,7 +104,7 @@ impl ServeConfig {
     /// 127.0.0.1:8081, 10 MiB staging limit, 10 s connect timeout, 60 s release timeout,
     /// 30 s header read timeout, 10 min idle timeout on spliced and upgraded connections,
     /// 5 min keep-alive timeout on HTTP connections, 10 s to authenticate, 256 connections
-    /// a run, 256 unauthenticated and 4096 in all.
+    /// a run, 256 unauthenticated and 4096 in all, a 64 MiB ledger cache.
     pub fn new(data_dir: PathBuf, policy_path: PathBuf) -> Self {
         Self {
             data_dir,
@@ -127,6 +130,7 @@ impl ServeConfig {
             keep_alive_timeout: crate::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT,
             max_unauthenticated_connections: crate::limits::DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
             auth_timeout: crate::keepalive::DEFAULT_AUTH_TIMEOUT,
+            ledger_cache_bytes: airlock_ledger::DEFAULT_CACHE_BYTES,
         }
     }
 }

@@ -231,9 +231,11 @@ impl Server {
         let admin_token = load_or_create_admin_token(&data_dir)?;
         let ledger_path = data_dir.join(LEDGER_DIR);
         let ledger = Arc::new(
-            Ledger::open(&ledger_path).map_err(|source| StartError::Ledger {
-                path: ledger_path.display().to_string(),
-                source,
+            Ledger::open_with_cache(&ledger_path, config.ledger_cache_bytes).map_err(|source| {
+                StartError::Ledger {
+                    path: ledger_path.display().to_string(),
+                    source,
+                }
             })?,
         );
         let recovered = ledger.recover().map_err(|source| StartError::Ledger {

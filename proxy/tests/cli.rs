@@ -551,3 +551,18 @@ fn policy_diff_reports_credential_reach_and_fails_the_gate_on_it() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_ledger_cache_outside_its_range_is_refused_with_the_flag_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for value in ["0", "1048577", "lots"] {
+        let out = airlock()
+            .args(["serve", "--ledger-cache-mib", value, "--data"])
+            .arg(dir.path())
+            .output()
+            .expect("run airlock");
+        assert!(!out.status.success(), "{value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--ledger-cache-mib"), "{value}: {stderr}");
+    }
+}

@@ -5,6 +5,11 @@ descriptors. Loopback only; stops by itself.
 
     cargo build --release -p airlock
     python3 tests/soak/soak.py [--airlock target/release/airlock] [--seconds 180] [--rate 200]
+        [--clients 1] [--wrap "heaptrack -o /tmp/airlock.heap"] [--serve-args "--ledger-cache-mib 8"]
+
+Each client is a thread with its own keep-alive connection; --rate is shared among them
+(one urllib client reaches ~40 req/s here, so a higher rate needs several). --wrap runs
+airlock under a profiler (the string is split on spaces and put before the command).
 """
 import argparse, http.server, json, os, socket, subprocess, sys, tempfile, threading, time, urllib.request
 
@@ -52,6 +57,9 @@ def main():
     ap.add_argument("--airlock", default="target/release/airlock")
     ap.add_argument("--seconds", type=int, default=180)
     ap.add_argument("--rate", type=int, default=200, help="requests per second, all kinds")
+    ap.add_argument("--clients", type=int, default=1, help="client threads sharing --rate")
+    ap.add_argument("--wrap", default="", help="command put before airlock, e.g. a profiler")
+    ap.add_argument("--serve-args", default="", help="more arguments for airlock serve, e.g. --ledger-cache-mib 8")
     args = ap.parse_args()
 
     port = free_port()
@@ -85,14 +93,14 @@ method = "write"
 action = "stage"
 """)
     data = os.path.join(work, "data")
-    server = subprocess.Popen([args.airlock, "serve", "--data", data, "--policy", policy,
-                               "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
+    server = subprocess.Popen(args.wrap.split() + [args.airlock, "serve", "--data", data, "--policy", policy,
+                               "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"] + args.serve_args.split(),
                               stderr=subprocess.DEVNULL)
     try:
         for _ in range(200):
             try:
                 addresses = json.load(open(os.path.join(data, "addresses.json")))
-                if addresses["pid"] == server.pid:
+                if addresses["pid"] == server.pid or (args.wrap and addresses["pid"]):
                     break
             except (OSError, ValueError, KeyError):
                 pass
@@ -101,40 +109,53 @@ action = "stage"
         request = urllib.request.Request(addresses["admin"] + "/v1/runs", data=b"{}", method="POST",
                                          headers={"authorization": f"Bearer {token}"})
         run = json.load(urllib.request.urlopen(request))
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": run["proxy_url"]}))
+        pid = addresses["pid"]
         base = f"http://127.0.0.1:{port}"
         counts = {"pass": 0, "stage": 0, "deny": 0, "error": 0}
-        samples = []
+        lock = threading.Lock()
         started = time.time()
-        next_sample = started
-        i = 0
+
+        def client(c):
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": run["proxy_url"]}))
+            i, rate = c, args.rate / args.clients
+            n = 0
+            while time.time() - started < args.seconds:
+                kind = ("pass", "pass", "stage", "deny")[(n + c) % 4]
+                try:
+                    if kind == "pass":
+                        opener.open(f"{base}/read/{i % 97}", timeout=10).read()
+                    elif kind == "stage":
+                        opener.open(urllib.request.Request(f"{base}/hook/{i}", data=b'{"n": %d}' % i), timeout=10).read()
+                    else:
+                        opener.open(f"{base}/denied/{i}", timeout=10).read()
+                    outcome = kind
+                except urllib.error.HTTPError as e:
+                    outcome = "deny" if e.code == 403 and kind == "deny" else "error"
+                except Exception:
+                    outcome = "error"
+                with lock:
+                    counts[outcome] += 1
+                i += args.clients
+                n += 1
+                delay = started + n / rate - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+
+        threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(args.clients)]
+        for t in threads:
+            t.start()
+        samples = []
         while time.time() - started < args.seconds:
-            kind = ("pass", "pass", "stage", "deny")[i % 4]
-            try:
-                if kind == "pass":
-                    opener.open(f"{base}/read/{i % 97}", timeout=10).read()
-                elif kind == "stage":
-                    opener.open(urllib.request.Request(f"{base}/hook/{i}", data=b'{"n": %d}' % i), timeout=10).read()
-                else:
-                    opener.open(f"{base}/denied/{i}", timeout=10).read()
-                counts[kind] += 1
-            except urllib.error.HTTPError as e:
-                counts["deny" if e.code == 403 and kind == "deny" else "error"] += 1
-            except Exception:
-                counts["error"] += 1
-            i += 1
-            target = started + i / args.rate
-            delay = target - time.time()
-            if delay > 0:
-                time.sleep(delay)
-            if time.time() >= next_sample:
-                rss, fds = sample(server.pid)
-                samples.append((round(time.time() - started), rss, fds))
-                next_sample += 10
-        rss, fds = sample(server.pid)
+            rss, fds = sample(pid)
+            samples.append((round(time.time() - started), rss, fds))
+            time.sleep(min(10, max(0.1, args.seconds - (time.time() - started))))
+        for t in threads:
+            t.join(timeout=15)
+        rss, fds = sample(pid)
         samples.append((round(time.time() - started), rss, fds))
+        total = sum(counts.values())
         elapsed = time.time() - started
-        print(f"soak: {elapsed:.0f} s, {i / elapsed:.0f} req/s achieved (target {args.rate}; one client); requests: {counts}")
+        print(f"soak: {elapsed:.0f} s, {total / elapsed:.0f} req/s achieved (target {args.rate}; {args.clients} client(s)); requests: {counts}")
         print("  t(s)  RSS(MiB)  fds")
         for t, rss, fds in samples:
             print(f"  {t:>4}  {rss:>8}  {fds:>3}")

@@ -355,6 +355,12 @@ pub(super) struct ServeArgs {
     /// valid Proxy-Authorization) before it is closed
     #[arg(long, default_value_t = crate::keepalive::DEFAULT_AUTH_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
     pub(super) auth_timeout: u64,
+    /// MiB of the ledger kept in memory (its page cache; older pages are read back from
+    /// disk when needed). The ledger grows with every read and effect, and airlock's
+    /// resident memory with it until the cache is full: this bounds that growth
+    #[arg(long, default_value_t = airlock_ledger::DEFAULT_CACHE_BYTES >> 20, value_name = "MIB",
+          value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
+    pub(super) ledger_cache_mib: u64,
 }
 
 /// Longest timeout the CLI takes, in seconds: ten years, far past any sensible deadline and
