@@ -50,7 +50,11 @@ macro_rules! id_impl {
 id_impl!(RunId, "run_");
 id_impl!(EffectId, "eff_");
 
-/// Content digest of a body: `sha256:` followed by 64 lowercase hex digits.
+/// Content digest of a body: the algorithm, a colon and 64 lowercase hex digits.
+/// Effect bodies (and approvals, which bind one) use `sha256:`; read journal records use
+/// `blake3:` (BLAKE3, <https://github.com/BLAKE3-team/BLAKE3-specs>, 256-bit output, as
+/// `b3sum` prints it), which costs a fifth of SHA-256's CPU per relayed byte here
+/// (docs/performance.md); reads journaled before that change carry `sha256:`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Digest(pub String);
@@ -64,8 +68,23 @@ impl Digest {
 
     /// Wraps a finished 32-byte SHA-256 output.
     pub fn from_sha256(hash: &[u8]) -> Self {
-        let mut text = String::with_capacity(7 + hash.len() * 2);
-        text.push_str("sha256:");
+        Self::tagged("sha256:", hash)
+    }
+
+    /// The BLAKE3 digest (256-bit) of `bytes`.
+    pub fn blake3_of(bytes: &[u8]) -> Self {
+        Self::from_blake3(blake3::hash(bytes).as_bytes())
+    }
+
+    /// Wraps a finished 32-byte BLAKE3 output.
+    pub fn from_blake3(hash: &[u8]) -> Self {
+        Self::tagged("blake3:", hash)
+    }
+
+    /// `algorithm` (with its colon) followed by `hash` in lowercase hex.
+    fn tagged(algorithm: &str, hash: &[u8]) -> Self {
+        let mut text = String::with_capacity(algorithm.len() + hash.len() * 2);
+        text.push_str(algorithm);
         const HEX: &[u8; 16] = b"0123456789abcdef";
         for byte in hash {
             text.push(char::from(HEX[usize::from(byte >> 4)]));

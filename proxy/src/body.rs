@@ -6,7 +6,6 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use sha2::Digest as _;
 
 /// Errors carried by bodies inside the proxy.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -19,15 +18,15 @@ pub type ProxyBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 pub struct Metered {
     /// Data bytes relayed.
     pub bytes: u64,
-    /// SHA-256 of the bytes, when the body reached its end.
-    pub sha256: Option<[u8; 32]>,
+    /// BLAKE3 (256-bit) of the bytes, when the body reached its end.
+    pub blake3: Option<[u8; 32]>,
     /// Why the body stopped early, when it did.
     pub error: Option<String>,
     /// The first bytes of the body, up to the capture limit (shared, not copied).
     pub captured: Vec<Bytes>,
     /// The body was longer than the capture limit.
     pub capture_truncated: bool,
-    /// Hashing was asked for and deferred: the body fit in the capture, so `sha256` is
+    /// Hashing was asked for and deferred: the body fit in the capture, so `blake3` is
     /// `None` and the digest is to be taken from `captured` (the whole body), off the
     /// request path.
     pub hash_deferred: bool,
@@ -38,7 +37,7 @@ pub struct Metered {
 pub struct MeteredBody<B: Body> {
     inner: B,
     bytes: u64,
-    hasher: Option<sha2::Sha256>,
+    hasher: Option<Box<blake3::Hasher>>,
     captured: Vec<Bytes>,
     capture_room: usize,
     capture_truncated: bool,
@@ -50,12 +49,12 @@ pub struct MeteredBody<B: Body> {
 }
 
 impl<B: Body> MeteredBody<B> {
-    /// Wraps `inner`; `hash` turns on the SHA-256 of the data.
+    /// Wraps `inner`; `hash` turns on the BLAKE3 digest of the data.
     pub fn new(inner: B, hash: bool, on_done: Box<dyn FnOnce(Metered) + Send + Sync>) -> Self {
         Self {
             inner,
             bytes: 0,
-            hasher: hash.then(sha2::Sha256::new),
+            hasher: hash.then(|| Box::new(blake3::Hasher::new())),
             captured: Vec::new(),
             capture_room: 0,
             capture_truncated: false,
@@ -83,14 +82,14 @@ impl<B: Body> MeteredBody<B> {
     fn finish(&mut self, error: Option<String>) {
         if let Some(done) = self.on_done.take() {
             let deferred = self.defer_hash && !self.hashed_captured;
-            let (sha256, hash_deferred) = match (&error, self.hasher.take()) {
+            let (blake3, hash_deferred) = match (&error, self.hasher.take()) {
                 (None, Some(_)) if deferred => (None, true),
-                (None, Some(hasher)) => (Some(hasher.finalize().into()), false),
+                (None, Some(hasher)) => (Some(*hasher.finalize().as_bytes()), false),
                 _ => (None, false),
             };
             done(Metered {
                 bytes: self.bytes,
-                sha256,
+                blake3,
                 error,
                 captured: std::mem::take(&mut self.captured),
                 capture_truncated: self.capture_truncated,
@@ -265,7 +264,7 @@ mod tests {
     fn a_body_within_the_capture_leaves_its_digest_to_the_caller() {
         let m = metered(&[b"hello ", b"world"], 64);
         assert!(m.hash_deferred);
-        assert!(m.sha256.is_none());
+        assert!(m.blake3.is_none());
         let whole: Vec<u8> = m.captured.iter().flat_map(|b| b.to_vec()).collect();
         assert_eq!(whole, b"hello world");
     }
@@ -275,7 +274,7 @@ mod tests {
         let m = metered(&[b"hello ", b"wor", b"ld"], 8);
         assert!(!m.hash_deferred);
         assert!(m.capture_truncated);
-        let expected: [u8; 32] = sha2::Sha256::digest(b"hello world").into();
-        assert_eq!(m.sha256, Some(expected));
+        let expected: [u8; 32] = *blake3::hash(b"hello world").as_bytes();
+        assert_eq!(m.blake3, Some(expected));
     }
 }

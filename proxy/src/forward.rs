@@ -71,7 +71,7 @@ pub async fn forward(
         let url = url.to_owned();
         move |status: Option<u16>,
               response_bytes: u64,
-              sha: Option<[u8; 32]>,
+              digest: Option<[u8; 32]>,
               error: Option<String>,
               content: Option<Content>| {
             let read = Read {
@@ -82,7 +82,7 @@ pub async fn forward(
                 status,
                 request_bytes: sent.load(Ordering::Relaxed),
                 response_bytes,
-                response_digest: sha.map(|h| Digest::from_sha256(&h)),
+                response_digest: digest.map(|h| Digest::from_blake3(&h)),
                 rule,
                 created_at_ms: started,
                 error,
@@ -194,15 +194,15 @@ pub async fn forward(
             journal(
                 Some(status),
                 metered.bytes,
-                metered.sha256,
+                metered.blake3,
                 metered.error,
                 content,
             )
         }),
     )
     .capture(READ_CAPTURE_BYTES)
-    // The SHA-256 of a body that fits the capture is taken by the lineage worker, which
-    // journals the read (a quarter of the CPU of a 64 KiB pass, off the request path).
+    // The digest of a body that fits the capture is taken by the lineage worker, which
+    // journals the read (off the request path).
     .defer_hash()
     .boxed();
     Ok(Response::from_parts(parts, body))

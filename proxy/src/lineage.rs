@@ -340,14 +340,13 @@ fn run_reads(ledger: &Ledger, seen: &mut Seen, jobs: Vec<Job>) {
     }
 }
 
-/// The SHA-256 digest of a body held as frames.
+/// The BLAKE3 digest of a body held as frames (a read's `response_digest`).
 fn digest_of(body: &[Bytes]) -> airlock_ledger::Digest {
-    use sha2::Digest as _;
-    let mut hasher = sha2::Sha256::new();
+    let mut hasher = blake3::Hasher::new();
     for frame in body {
         hasher.update(frame);
     }
-    airlock_ledger::Digest::from_sha256(&hasher.finalize())
+    airlock_ledger::Digest::from_blake3(hasher.finalize().as_bytes())
 }
 
 /// Analyses one journaled read's captured body and headers.

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use airlock_tests::{curl, loopback_policy, Fixture, Origin, Received, Reply};
-use sha2::Digest as _;
 
 fn payload() -> Vec<u8> {
     // 300 KiB of every byte value, so any re-encoding or truncation shows.
@@ -79,7 +78,8 @@ async fn passed_get_returns_the_origin_body_byte_for_byte_and_is_journaled() {
     assert_eq!(first["url"], url.as_str());
     assert_eq!(first["status"], 200);
     assert_eq!(first["response_bytes"], payload().len());
-    let digest = format!("sha256:{}", hex(&sha2::Sha256::digest(payload())));
+    // BLAKE3, as `b3sum` prints it (docs/admin-api.md).
+    let digest = format!("blake3:{}", blake3::hash(&payload()).to_hex());
     assert_eq!(first["response_digest"], digest.as_str());
     assert_eq!(first["rule"], "reads");
     assert_eq!(reads[1]["status"], 404);
@@ -87,10 +87,6 @@ async fn passed_get_returns_the_origin_body_byte_for_byte_and_is_journaled() {
         airlock.effects(&run).await.is_empty(),
         "reads are not effects"
     );
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
