@@ -11,7 +11,7 @@ Each client is a thread with its own keep-alive connection; --rate is shared amo
 (one urllib client reaches ~40 req/s here, so a higher rate needs several). --wrap runs
 airlock under a profiler (the string is split on spaces and put before the command).
 """
-import argparse, http.server, json, os, socket, subprocess, sys, tempfile, threading, time, urllib.request
+import argparse, http.server, json, os, socket, ssl, subprocess, sys, tempfile, threading, time, urllib.request
 
 
 class Origin(http.server.BaseHTTPRequestHandler):
@@ -59,13 +59,34 @@ def main():
     ap.add_argument("--rate", type=int, default=200, help="requests per second, all kinds")
     ap.add_argument("--clients", type=int, default=1, help="client threads sharing --rate")
     ap.add_argument("--wrap", default="", help="command put before airlock, e.g. a profiler")
+    ap.add_argument("--https", action="store_true",
+                    help="an HTTPS origin: every request is a CONNECT that airlock intercepts (needs openssl)")
     ap.add_argument("--serve-args", default="", help="more arguments for airlock serve, e.g. --ledger-cache-mib 8")
     args = ap.parse_args()
 
     port = free_port()
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", port), Origin)
-    threading.Thread(target=origin.serve_forever, daemon=True).start()
     work = tempfile.mkdtemp(prefix="airlock-soak-")
+    scheme, upstream = "http", []
+    if args.https:
+        # A throwaway CA and an origin certificate for 127.0.0.1 it issues; airlock alone trusts the CA.
+        def at(name):
+            return os.path.join(work, name)
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+        with open(at("origin.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+        for command in (
+            ["req", "-x509", *ec, "-days", "2", "-subj", "/CN=airlock soak CA", "-keyout", at("ca.key"), "-out", at("ca.pem")],
+            ["req", *ec, "-subj", "/CN=127.0.0.1", "-keyout", at("origin.key"), "-out", at("origin.csr")],
+            ["x509", "-req", "-in", at("origin.csr"), "-CA", at("ca.pem"), "-CAkey", at("ca.key"), "-set_serial", "1",
+             "-days", "2", "-extfile", at("origin.ext"), "-out", at("origin.pem")],
+        ):
+            subprocess.run(["openssl", *command], check=True, capture_output=True)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(at("origin.pem"), at("origin.key"))
+        origin.socket = context.wrap_socket(origin.socket, server_side=True)
+        scheme, upstream = "https", ["--upstream-ca", at("ca.pem")]
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
     policy = os.path.join(work, "policy.toml")
     with open(policy, "w") as f:
         f.write(f"""version = 1
@@ -74,27 +95,27 @@ allow_private = ["127.0.0.0/8"]
 id = "deny"
 host = "127.0.0.1"
 port = {port}
-scheme = "http"
+scheme = "{scheme}"
 path = "/denied/**"
 action = "deny"
 [[rule]]
 id = "reads"
 host = "127.0.0.1"
 port = {port}
-scheme = "http"
+scheme = "{scheme}"
 method = "read"
 action = "pass"
 [[rule]]
 id = "writes"
 host = "127.0.0.1"
 port = {port}
-scheme = "http"
+scheme = "{scheme}"
 method = "write"
 action = "stage"
 """)
     data = os.path.join(work, "data")
     server = subprocess.Popen(args.wrap.split() + [args.airlock, "serve", "--data", data, "--policy", policy,
-                               "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"] + args.serve_args.split(),
+                               "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"] + upstream + args.serve_args.split(),
                               stderr=subprocess.DEVNULL)
     try:
         for _ in range(200):
@@ -110,13 +131,18 @@ action = "stage"
                                          headers={"authorization": f"Bearer {token}"})
         run = json.load(urllib.request.urlopen(request))
         pid = addresses["pid"]
-        base = f"http://127.0.0.1:{port}"
+        base = f"{scheme}://127.0.0.1:{port}"
         counts = {"pass": 0, "stage": 0, "deny": 0, "error": 0}
         lock = threading.Lock()
+        first_error = []
         started = time.time()
 
         def client(c):
-            opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": run["proxy_url"]}))
+            handlers = [urllib.request.ProxyHandler({"http": run["proxy_url"], "https": run["proxy_url"]})]
+            if args.https:
+                trust = ssl.create_default_context(cafile=os.path.join(data, "ca.pem"))
+                handlers.append(urllib.request.HTTPSHandler(context=trust))
+            opener = urllib.request.build_opener(*handlers)
             i, rate = c, args.rate / args.clients
             n = 0
             while time.time() - started < args.seconds:
@@ -131,8 +157,11 @@ action = "stage"
                     outcome = kind
                 except urllib.error.HTTPError as e:
                     outcome = "deny" if e.code == 403 and kind == "deny" else "error"
-                except Exception:
+                    if outcome == "error":
+                        first_error.append(f"{kind}: HTTP {e.code} {e.read()[:300]!r}")
+                except Exception as e:
                     outcome = "error"
+                    first_error.append(f"{kind}: {e!r}")
                 with lock:
                     counts[outcome] += 1
                 i += args.clients
@@ -156,6 +185,8 @@ action = "stage"
         total = sum(counts.values())
         elapsed = time.time() - started
         print(f"soak: {elapsed:.0f} s, {total / elapsed:.0f} req/s achieved (target {args.rate}; {args.clients} client(s)); requests: {counts}")
+        if first_error:
+            print(f"first error: {first_error[0]}")
         print("  t(s)  RSS(MiB)  fds")
         for t, rss, fds in samples:
             print(f"  {t:>4}  {rss:>8}  {fds:>3}")
