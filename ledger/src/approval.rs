@@ -61,7 +61,7 @@ impl Effect {
     ///
     /// Errors: [`ApprovalMismatch::Changed`] or [`ApprovalMismatch::Body`].
     pub fn check_approval(&self, body: &[u8]) -> Result<(), ApprovalMismatch> {
-        let actual = Digest::of(body);
+        let actual = Digest::sha256_of(body);
         if actual != self.body_digest {
             return Err(ApprovalMismatch::Body {
                 expected: self.body_digest.clone(),

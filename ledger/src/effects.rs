@@ -20,7 +20,7 @@ impl Ledger {
     /// [`Ledger::stage`] with an adapter's notes (summary, adapter name, compensated
     /// effect) stored on the effect. Same errors.
     pub fn stage_with(&self, new: NewEffect<'_>, notes: EffectNotes) -> Result<Effect> {
-        let digest = Digest::of(new.body);
+        let digest = Digest::sha256_of(new.body);
         let effect = {
             let _guard = self.lock();
             let run = self.must_run(new.run_id)?;
@@ -234,7 +234,7 @@ impl Ledger {
             }
             .into());
         }
-        let digest = Digest::of(body);
+        let digest = Digest::sha256_of(body);
         if !self.bodies.contains_key(digest.0.as_bytes())? {
             self.bodies.insert(digest.0.as_bytes(), body)?;
         }

@@ -67,6 +67,8 @@ pub enum Verdict {
 /// The durable store. Cheap to share behind an `Arc`.
 pub struct Ledger {
     db: sled::Db,
+    /// The page cache asked of sled, in bytes.
+    cache_bytes: u64,
     runs: sled::Tree,
     effects: sled::Tree,
     /// `run_id \0 seq(be u64)` -> effect id
@@ -164,10 +166,12 @@ impl Ledger {
         Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
     }
 
-    /// Opens (or creates) the ledger in directory `path`, keeping at most about
-    /// `cache_bytes` of its pages in memory (sled's `cache_capacity`; older pages are
-    /// read back from disk when needed). The cache fills as the ledger grows, so this is
-    /// what the ledger adds to the process's resident memory once it is larger than that.
+    /// Opens (or creates) the ledger in directory `path`, keeping about `cache_bytes` of
+    /// its pages in memory (sled's `cache_capacity`, counted by the pages' size on disk;
+    /// older pages are read back from disk when needed). The cache fills as the ledger
+    /// grows; resident memory then levels off, above base + `cache_bytes` (sled's pages
+    /// take more room in memory than on disk: with 64 MiB the soak levelled at ≈128 MiB,
+    /// docs/protocols.md "Soak").
     ///
     /// Errors: as [`Ledger::open`].
     pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self> {
@@ -190,10 +194,23 @@ impl Ledger {
             workspaces: db.open_tree("workspaces")?,
             denials: db.open_tree("denials")?,
             db,
+            cache_bytes,
             write: Mutex::new(()),
             flushes: Mutex::default(),
             flushed: std::sync::Condvar::new(),
         })
+    }
+
+    /// The page cache this ledger was opened with, in bytes.
+    pub fn cache_capacity(&self) -> u64 {
+        self.cache_bytes
+    }
+
+    /// Bytes the ledger's files take on disk (sled's `size_on_disk`).
+    ///
+    /// Errors: [`LedgerError::Storage`] when sled cannot read its files' sizes.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        Ok(self.db.size_on_disk()?)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {

@@ -53,15 +53,16 @@ id_impl!(EffectId, "eff_");
 /// Content digest of a body: the algorithm, a colon and 64 lowercase hex digits.
 /// Effect bodies (and approvals, which bind one) use `sha256:`; read journal records use
 /// `blake3:` (BLAKE3, <https://github.com/BLAKE3-team/BLAKE3-specs>, 256-bit output, as
-/// `b3sum` prints it), which costs a fifth of SHA-256's CPU per relayed byte here
-/// (docs/performance.md); reads journaled before that change carry `sha256:`.
+/// `b3sum` prints it): SHA-256 of each relayed body had been 29% of airlock's CPU on a
+/// 64 KiB pass (docs/performance.md, fifth round). Reads journaled by earlier builds carry
+/// `sha256:`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Digest(pub String);
 
 impl Digest {
-    /// The SHA-256 digest of `bytes`.
-    pub fn of(bytes: &[u8]) -> Self {
+    /// The SHA-256 digest of `bytes` (effect bodies).
+    pub fn sha256_of(bytes: &[u8]) -> Self {
         use sha2::Digest as _;
         Self::from_sha256(sha2::Sha256::digest(bytes).as_slice())
     }
@@ -69,11 +70,6 @@ impl Digest {
     /// Wraps a finished 32-byte SHA-256 output.
     pub fn from_sha256(hash: &[u8]) -> Self {
         Self::tagged("sha256:", hash)
-    }
-
-    /// The BLAKE3 digest (256-bit) of `bytes`.
-    pub fn blake3_of(bytes: &[u8]) -> Self {
-        Self::from_blake3(blake3::hash(bytes).as_bytes())
     }
 
     /// Wraps a finished 32-byte BLAKE3 output.

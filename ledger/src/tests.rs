@@ -192,7 +192,7 @@ fn reads_are_journaled_in_order() {
                 status: Some(200),
                 request_bytes: 0,
                 response_bytes: 2,
-                response_digest: Some(Digest::of(b"ok")),
+                response_digest: Some(Digest::sha256_of(b"ok")),
                 rule: None,
                 created_at_ms: now_ms(),
                 error: None,
@@ -220,7 +220,7 @@ fn batched_reads_get_consecutive_numbers_and_read_back_in_order() {
         status: Some(200),
         request_bytes: 0,
         response_bytes: 2,
-        response_digest: Some(Digest::of(b"ok")),
+        response_digest: Some(Digest::sha256_of(b"ok")),
         rule: None,
         created_at_ms: now_ms(),
         error: None,
@@ -320,7 +320,7 @@ fn approval_is_bound_to_the_body_digest_and_a_changed_request_is_refused() {
     // The effect's request is changed after approval (no API does this; written directly).
     let mut changed = approved.clone();
     let new_body = b"{\"n\":2}";
-    changed.body_digest = Digest::of(new_body);
+    changed.body_digest = Digest::sha256_of(new_body);
     ledger.put_effect(&changed).expect("put");
     let reloaded = ledger.effect(&changed.id).expect("load").expect("some");
     let err = reloaded.check_approval(new_body).expect_err("changed");
@@ -411,7 +411,7 @@ fn an_adapters_notes_are_kept_and_old_records_read_without_them() {
 #[test]
 fn digests_are_lowercase_hex_sha256() {
     assert_eq!(
-        Digest::of(b"").to_string(),
+        Digest::sha256_of(b"").to_string(),
         "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     );
 }

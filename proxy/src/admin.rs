@@ -559,13 +559,33 @@ async fn ca_pem(State(shared): State<Arc<Shared>>) -> Response {
         .into_response()
 }
 
+/// Prometheus text for the ledger: its page cache (`--ledger-cache-mib`) and its size on
+/// disk, which grows with every read, effect and denial (nothing prunes it yet).
+fn ledger_metrics(ledger: &airlock_ledger::Ledger) -> String {
+    let mut text = format!(
+        "# HELP airlock_ledger_cache_capacity_bytes Ledger pages kept in memory at most (--ledger-cache-mib).\n\
+         # TYPE airlock_ledger_cache_capacity_bytes gauge\n\
+         airlock_ledger_cache_capacity_bytes {}\n",
+        ledger.cache_capacity()
+    );
+    if let Ok(bytes) = ledger.size_on_disk() {
+        text.push_str(&format!(
+            "# HELP airlock_ledger_disk_bytes Bytes the ledger's files take on disk.\n\
+             # TYPE airlock_ledger_disk_bytes gauge\n\
+             airlock_ledger_disk_bytes {bytes}\n"
+        ));
+    }
+    text
+}
+
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let in_flight = shared.in_flight.load(std::sync::atomic::Ordering::Relaxed);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         shared.metrics.render(in_flight)
             + &policy::metrics(&shared)
-            + &shared.connections.metrics(),
+            + &shared.connections.metrics()
+            + &ledger_metrics(&shared.ledger),
     )
         .into_response()
 }

@@ -563,6 +563,9 @@ fn a_ledger_cache_outside_its_range_is_refused_with_the_flag_named() {
             .expect("run airlock");
         assert!(!out.status.success(), "{value}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("--ledger-cache-mib"), "{value}: {stderr}");
+        assert!(
+            stderr.contains("invalid value") && stderr.contains("--ledger-cache-mib"),
+            "{value}: {stderr}"
+        );
     }
 }

@@ -5,13 +5,20 @@ descriptors. Loopback only; stops by itself.
 
     cargo build --release -p airlock
     python3 tests/soak/soak.py [--airlock target/release/airlock] [--seconds 180] [--rate 200]
-        [--clients 1] [--wrap "heaptrack -o /tmp/airlock.heap"] [--serve-args "--ledger-cache-mib 8"]
+        [--clients 1] [--https] [--wrap "heaptrack -o /tmp/airlock.heap"]
+        [--serve-args="--ledger-cache-mib 8"] [--keep]
 
-Each client is a thread with its own keep-alive connection; --rate is shared among them
-(one urllib client reaches ~40 req/s here, so a higher rate needs several). --wrap runs
-airlock under a profiler (the string is split on spaces and put before the command).
+Each client is a thread; urllib opens a new connection for every request (with --https a
+new CONNECT and TLS handshake with airlock too), so the soak also churns connections.
+--rate is shared among the clients (one reaches ~40 req/s here, so a higher rate needs
+several). A request counts only with the answer its kind must get (pass: the origin's 200,
+stage: airlock's 202, deny: 403), and at the end the run must hold exactly the effects
+staged. The exit status is 0 only with no error. --wrap runs airlock under a profiler (the
+string is split on spaces and put before the command).
 """
-import argparse, http.server, json, os, socket, ssl, subprocess, sys, tempfile, threading, time, urllib.request
+import argparse, http.server, json, os, shutil, socket, ssl, subprocess, sys, tempfile, threading, time, urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Origin(http.server.BaseHTTPRequestHandler):
@@ -53,16 +60,24 @@ def sample(pid):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--airlock", default="target/release/airlock")
-    ap.add_argument("--seconds", type=int, default=180)
-    ap.add_argument("--rate", type=int, default=200, help="requests per second, all kinds")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--airlock", default=os.path.join(REPO, "target", "release", "airlock"),
+                    help="the airlock binary [default: this checkout's target/release/airlock]")
+    ap.add_argument("--seconds", type=int, default=180, help="how long to send traffic")
+    ap.add_argument("--rate", type=int, default=200, help="requests per second, all kinds, all clients")
     ap.add_argument("--clients", type=int, default=1, help="client threads sharing --rate")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (ledger, logs, keys)")
     ap.add_argument("--wrap", default="", help="command put before airlock, e.g. a profiler")
     ap.add_argument("--https", action="store_true",
                     help="an HTTPS origin: every request is a CONNECT that airlock intercepts (needs openssl)")
-    ap.add_argument("--serve-args", default="", help="more arguments for airlock serve, e.g. --ledger-cache-mib 8")
+    ap.add_argument("--serve-args", default="",
+                    help='more arguments for airlock serve, split on spaces: --serve-args="--ledger-cache-mib 8"')
     args = ap.parse_args()
+    for name in ("seconds", "rate", "clients"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be at least 1")
+    if not os.access(args.airlock, os.X_OK):
+        ap.error(f"no airlock binary at {args.airlock}: run `cargo build --release -p airlock` or pass --airlock")
 
     port = free_port()
     origin = http.server.ThreadingHTTPServer(("127.0.0.1", port), Origin)
@@ -114,18 +129,28 @@ method = "write"
 action = "stage"
 """)
     data = os.path.join(work, "data")
+    log = open(os.path.join(work, "airlock.log"), "w")
     server = subprocess.Popen(args.wrap.split() + [args.airlock, "serve", "--data", data, "--policy", policy,
                                "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"] + upstream + args.serve_args.split(),
-                              stderr=subprocess.DEVNULL)
+                              stderr=log)
     try:
-        for _ in range(200):
+        addresses = None
+        for _ in range(400):
             try:
-                addresses = json.load(open(os.path.join(data, "addresses.json")))
-                if addresses["pid"] == server.pid or (args.wrap and addresses["pid"]):
+                found = json.load(open(os.path.join(data, "addresses.json")))
+                if found["pid"] == server.pid or (args.wrap and found["pid"]):
+                    addresses = found
                     break
             except (OSError, ValueError, KeyError):
                 pass
+            if server.poll() is not None:
+                break
             time.sleep(0.05)
+        if addresses is None:
+            log.flush()
+            tail = open(log.name, errors="replace").read()[-2000:]
+            print(f"airlock did not start (exit status {server.poll()}); its log:\n{tail}", file=sys.stderr)
+            return 2
         token = open(os.path.join(data, "admin.token")).read().strip()
         request = urllib.request.Request(addresses["admin"] + "/v1/runs", data=b"{}", method="POST",
                                          headers={"authorization": f"Bearer {token}"})
@@ -136,6 +161,8 @@ action = "stage"
         lock = threading.Lock()
         first_error = []
         started = time.time()
+
+        expected = {"pass": 200, "stage": 202, "deny": 403}
 
         def client(c):
             handlers = [urllib.request.ProxyHandler({"http": run["proxy_url"], "https": run["proxy_url"]})]
@@ -149,14 +176,17 @@ action = "stage"
                 kind = ("pass", "pass", "stage", "deny")[(n + c) % 4]
                 try:
                     if kind == "pass":
-                        opener.open(f"{base}/read/{i % 97}", timeout=10).read()
+                        response = opener.open(f"{base}/read/{i % 97}", timeout=10)
                     elif kind == "stage":
-                        opener.open(urllib.request.Request(f"{base}/hook/{i}", data=b'{"n": %d}' % i), timeout=10).read()
+                        response = opener.open(urllib.request.Request(f"{base}/hook/{i}", data=b'{"n": %d}' % i), timeout=10)
                     else:
-                        opener.open(f"{base}/denied/{i}", timeout=10).read()
-                    outcome = kind
+                        response = opener.open(f"{base}/denied/{i}", timeout=10)
+                    body = response.read()
+                    outcome = kind if response.status == expected[kind] else "error"
+                    if outcome == "error":
+                        first_error.append(f"{kind}: HTTP {response.status} {body[:300]!r}")
                 except urllib.error.HTTPError as e:
-                    outcome = "deny" if e.code == 403 and kind == "deny" else "error"
+                    outcome = kind if e.code == expected[kind] else "error"
                     if outcome == "error":
                         first_error.append(f"{kind}: HTTP {e.code} {e.read()[:300]!r}")
                 except Exception as e:
@@ -184,6 +214,13 @@ action = "stage"
         samples.append((round(time.time() - started), rss, fds))
         total = sum(counts.values())
         elapsed = time.time() - started
+        # Every 202 must be an effect in the ledger, and nothing else.
+        request = urllib.request.Request(f"{addresses['admin']}/v1/runs/{run['id']}/effects",
+                                         headers={"authorization": f"Bearer {token}"})
+        staged = len(json.load(urllib.request.urlopen(request, timeout=60))["effects"])
+        if staged != counts["stage"]:
+            first_error.insert(0, f"the run holds {staged} effects, but {counts['stage']} POSTs got 202")
+            counts["error"] += 1
         print(f"soak: {elapsed:.0f} s, {total / elapsed:.0f} req/s achieved (target {args.rate}; {args.clients} client(s)); requests: {counts}")
         if first_error:
             print(f"first error: {first_error[0]}")
@@ -197,6 +234,11 @@ action = "stage"
         server.terminate()
         server.wait(timeout=20)
         origin.shutdown()
+        log.close()
+        if args.keep:
+            print(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ fn effect(i: usize, deps: &[usize]) -> Effect {
         method: "POST".into(),
         url: "https://x/".into(),
         headers: Vec::new(),
-        body_digest: Digest::of(b""),
+        body_digest: Digest::sha256_of(b""),
         body_len: 0,
         rule: None,
         policy_revision: String::new(),

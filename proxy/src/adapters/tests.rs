@@ -77,7 +77,7 @@ mod shapes {
             method: call.method.into(),
             url: call.url.into(),
             headers: Vec::new(),
-            body_digest: Digest::of(call.body),
+            body_digest: Digest::sha256_of(call.body),
             body_len: call.body.len() as u64,
             rule: None,
             policy_revision: String::new(),

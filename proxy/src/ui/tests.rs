@@ -14,7 +14,7 @@ fn effect(seq: u64, state: EffectState, parents: &[u64]) -> Effect {
         method: "POST".into(),
         url: format!("https://api.example.com/items/{seq}"),
         headers: Vec::new(),
-        body_digest: Digest::of(b""),
+        body_digest: Digest::sha256_of(b""),
         body_len: 0,
         rule: Some("items".into()),
         policy_revision: String::new(),

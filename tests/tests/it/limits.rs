@@ -680,3 +680,20 @@ async fn an_upload_that_goes_on_after_an_early_answer_is_not_cut_by_the_keep_ali
         .expect("a count");
     assert_eq!(got, 40, "the origin received the whole body");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_cache_flag_reaches_the_ledger_and_metrics_show_it_and_the_ledger_size() {
+    let fx = Fixture::new();
+    let airlock = fx.start(&loopback_policy(9), &["--ledger-cache-mib", "3"]);
+    let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
+    assert!(
+        metrics.contains("\nairlock_ledger_cache_capacity_bytes 3145728\n"),
+        "{metrics}"
+    );
+    let disk = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("airlock_ledger_disk_bytes "))
+        .and_then(|value| value.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no airlock_ledger_disk_bytes in {metrics}"));
+    assert!(disk > 0, "{metrics}");
+}
