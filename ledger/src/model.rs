@@ -510,7 +510,8 @@ pub struct Read {
     pub status: Option<u16>,
     /// Request body bytes sent upstream.
     pub request_bytes: u64,
-    /// Response body bytes relayed to the client.
+    /// Response body bytes relayed toward the client: handed to its connection, which
+    /// for h2 may still buffer some when the connection is cut.
     pub response_bytes: u64,
     /// Digest of the response body, when it was relayed to its end.
     pub response_digest: Option<Digest>,
