@@ -169,9 +169,10 @@ impl Ledger {
     /// Opens (or creates) the ledger in directory `path`, keeping about `cache_bytes` of
     /// its pages in memory (sled's `cache_capacity`, counted by the pages' size on disk;
     /// older pages are read back from disk when needed). The cache fills as the ledger
-    /// grows; resident memory then levels off, above base + `cache_bytes` (sled's pages
-    /// take more room in memory than on disk: with 64 MiB the soak levelled at ≈128 MiB,
-    /// docs/protocols.md "Soak").
+    /// grows and then stops growing; resident memory ends above base + `cache_bytes`
+    /// (sled's pages take more room in memory than on disk: with 64 MiB the soak reached
+    /// ≈128 MiB), and sled's per-page bookkeeping still grows with the ledger's size beyond
+    /// that (≈0.2 MiB per MB of ledger; docs/protocols.md "Known gaps").
     ///
     /// Errors: as [`Ledger::open`].
     pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self> {
