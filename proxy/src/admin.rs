@@ -560,7 +560,8 @@ async fn ca_pem(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 /// Prometheus text for the ledger: its page cache (`--ledger-cache-mib`) and its size on
-/// disk, which grows with every read, effect and denial (nothing prunes it yet).
+/// disk, which grows with every read, effect and denial (nothing prunes it yet). Blocking:
+/// sled stats its files (and lists its blob directory) for the size.
 fn ledger_metrics(ledger: &airlock_ledger::Ledger) -> String {
     let mut text = format!(
         "# HELP airlock_ledger_cache_capacity_bytes Ledger pages kept in memory at most (--ledger-cache-mib).\n\
@@ -579,13 +580,17 @@ fn ledger_metrics(ledger: &airlock_ledger::Ledger) -> String {
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let ledger = shared.ledger.clone();
+    let ledger_text = tokio::task::spawn_blocking(move || ledger_metrics(&ledger))
+        .await
+        .unwrap_or_default();
     let in_flight = shared.in_flight.load(std::sync::atomic::Ordering::Relaxed);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         shared.metrics.render(in_flight)
             + &policy::metrics(&shared)
             + &shared.connections.metrics()
-            + &ledger_metrics(&shared.ledger),
+            + &ledger_text,
     )
         .into_response()
 }
