@@ -94,8 +94,9 @@ pub struct ServeConfig {
     /// Proxy-listener connections that have not authenticated this long after accept are
     /// closed [default: 10 s].
     pub auth_timeout: Duration,
-    /// Bytes of ledger pages kept in memory (sled's page cache); the ledger's share of
-    /// resident memory once it outgrows this [default: 64 MiB].
+    /// Bytes of ledger pages kept in memory (sled's page cache), counted by their size on
+    /// disk; sled's per-page bookkeeping comes on top and grows with the ledger
+    /// [default: 64 MiB].
     pub ledger_cache_bytes: u64,
 }
 

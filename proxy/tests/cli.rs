@@ -50,6 +50,18 @@ fn admin_command_without_a_server_is_one_error_line_and_a_hint() {
     assert!(lines[1].starts_with("hint: "), "{stderr}");
 }
 
+/// Runs `airlock serve FLAG VALUE --data DATA`, asserts that it refuses to start, and
+/// returns its stderr.
+fn serve_refuses(data: &std::path::Path, flag: &str, value: &str) -> String {
+    let out = airlock()
+        .args(["serve", flag, value, "--data"])
+        .arg(data)
+        .output()
+        .expect("run airlock");
+    assert!(!out.status.success(), "{flag} {value}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn timeouts_past_ten_years_are_refused_with_the_flag_named() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -59,13 +71,7 @@ fn timeouts_past_ten_years_are_refused_with_the_flag_named() {
         "--header-read-timeout",
         "--idle-timeout",
     ] {
-        let out = airlock()
-            .args(["serve", flag, "9300000000000000000", "--data"])
-            .arg(dir.path())
-            .output()
-            .expect("run airlock");
-        assert!(!out.status.success(), "{flag}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = serve_refuses(dir.path(), flag, "9300000000000000000");
         assert!(
             stderr.contains(flag) && stderr.contains("315360000"),
             "{flag}: {stderr}"
@@ -556,13 +562,7 @@ fn policy_diff_reports_credential_reach_and_fails_the_gate_on_it() {
 fn a_ledger_cache_outside_its_range_is_refused_with_the_flag_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     for value in ["0", "1048577", "lots"] {
-        let out = airlock()
-            .args(["serve", "--ledger-cache-mib", value, "--data"])
-            .arg(dir.path())
-            .output()
-            .expect("run airlock");
-        assert!(!out.status.success(), "{value}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = serve_refuses(dir.path(), "--ledger-cache-mib", value);
         assert!(
             stderr.contains("invalid value") && stderr.contains("--ledger-cache-mib"),
             "{value}: {stderr}"

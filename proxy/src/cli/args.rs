@@ -357,7 +357,8 @@ pub(super) struct ServeArgs {
     pub(super) auth_timeout: u64,
     /// MiB of the ledger kept in memory (its page cache; older pages are read back from
     /// disk when needed). The ledger grows with every read and effect, and airlock's
-    /// resident memory with it until the cache is full: this bounds that growth
+    /// resident memory with it: this bounds the cache's share, which is most of that
+    /// growth (sled's per-page bookkeeping still grows with the ledger's size)
     #[arg(long, default_value_t = airlock_ledger::DEFAULT_CACHE_BYTES >> 20, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
     pub(super) ledger_cache_mib: u64,
