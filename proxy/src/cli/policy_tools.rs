@@ -8,7 +8,8 @@ use anyhow::{anyhow, Context as _};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{connect, print_json, AdminArgs};
+use super::admin_client::print_json;
+use super::{connect, AdminArgs};
 use crate::handle::Target;
 
 /// `policy diff OLD NEW`: grouped widenings, narrowings and reroutes; with

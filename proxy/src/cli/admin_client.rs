@@ -1,0 +1,378 @@
+//! Commands that talk to a running airlock over its admin API: runs, effects, review
+//! decisions, commit, abort, the sandbox environment and the CA.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context as _};
+use serde_json::Value;
+
+use super::args::{AdminArgs, RunsCommand};
+use super::{counts, effects_table, render_effect};
+use crate::client::{AdminClient, ClientError};
+use crate::config::{ADDRESSES_FILE, ADMIN_TOKEN_FILE, ENV_DATA, ENV_TOKEN};
+
+/// `airlock ui`: prints the review UI's sign-in link.
+pub(super) fn ui(url_only: bool, admin: &AdminArgs) -> anyhow::Result<()> {
+    let client = connect(admin)?;
+    let url = client.login_url();
+    if url_only {
+        outln!("{url}");
+    } else {
+        outln!(
+            "Open the review UI (this link signs you in; it carries the token, keep it private):"
+        );
+        outln!("  {url}");
+    }
+    Ok(())
+}
+
+/// `airlock runs create|list|show`.
+pub(super) async fn runs(command: RunsCommand) -> anyhow::Result<()> {
+    match command {
+        RunsCommand::Create { profile, admin } => {
+            let client = connect(&admin)?;
+            let body = serde_json::json!({ "profile": profile });
+            let run = client.post("/v1/runs", Some(body)).await?;
+            if admin.json {
+                return print_json(&run);
+            }
+            outln!("run        {}", run["id"].as_str().unwrap_or(""));
+            outln!("token      {}", run["token"].as_str().unwrap_or(""));
+            outln!("proxy_url  {}", run["proxy_url"].as_str().unwrap_or(""));
+            outln!("ca_file    {}", run["ca_file"].as_str().unwrap_or(""));
+            outln!(
+                "\nroute a sandbox through it: airlock env {} > run.env (on the host), then . ./run.env in the sandbox",
+                run["id"].as_str().unwrap_or("")
+            );
+            Ok(())
+        }
+        RunsCommand::List { admin } => {
+            let client = connect(&admin)?;
+            let runs = client.get("/v1/runs").await?;
+            if admin.json {
+                return print_json(&runs);
+            }
+            outln!("{:<32} {:<20} {:<8} EFFECTS", "RUN", "STATE", "PROFILE");
+            for run in runs["runs"].as_array().into_iter().flatten() {
+                outln!(
+                    "{:<32} {:<20} {:<8} {}",
+                    run["id"].as_str().unwrap_or(""),
+                    run["state"].as_str().unwrap_or(""),
+                    run["profile"].as_str().unwrap_or("-"),
+                    counts(&run["effects"])
+                );
+            }
+            Ok(())
+        }
+        RunsCommand::Show { run, admin } => {
+            let client = connect(&admin)?;
+            // A workspace decision written before a crash is finished first (the same
+            // decision, never a new one); a run without a workspace has none.
+            let workspace = match client
+                .post(&format!("/v1/runs/{run}/workspace/resume"), None)
+                .await
+            {
+                Ok(report) => Some(report),
+                Err(ClientError::Api { status: 404, .. }) => None,
+                Err(error) => return Err(error.into()),
+            };
+            let mut run = client.get(&format!("/v1/runs/{run}")).await?;
+            if let Some(report) = &workspace {
+                run["workspace"] = report["workspace"].clone();
+            }
+            if admin.json {
+                return print_json(&run);
+            }
+            outln!("run      {}", run["id"].as_str().unwrap_or(""));
+            outln!("state    {}", run["state"].as_str().unwrap_or(""));
+            outln!("effects  {}", counts(&run["effects"]));
+            for decision in run["decisions"].as_array().into_iter().flatten() {
+                outln!(
+                    "decision {} by {}",
+                    decision["kind"].as_str().unwrap_or(""),
+                    decision["by"].as_str().unwrap_or("")
+                );
+            }
+            for flag in run["flags"].as_array().into_iter().flatten() {
+                outln!(
+                    "flag     {}: {}",
+                    flag["code"].as_str().unwrap_or(""),
+                    flag["detail"].as_str().unwrap_or("")
+                );
+            }
+            let listed = client
+                .get(&format!(
+                    "/v1/runs/{}/effects",
+                    run["id"].as_str().unwrap_or("")
+                ))
+                .await?;
+            for effect in listed["effects"].as_array().into_iter().flatten() {
+                outln!(
+                    "  #{:<3} {:<10} {}",
+                    effect["seq"].as_u64().unwrap_or(0),
+                    effect["state"].as_str().unwrap_or(""),
+                    effect["summary"].as_str().unwrap_or("")
+                );
+            }
+            let denials = client
+                .get(&format!(
+                    "/v1/runs/{}/denials",
+                    run["id"].as_str().unwrap_or("")
+                ))
+                .await?;
+            let denials = denials["denials"].as_array().cloned().unwrap_or_default();
+            if !denials.is_empty() {
+                outln!("denied   {} request(s)", denials.len());
+                for denial in denials.iter().take(10) {
+                    outln!(
+                        "  {} {} ({}, {})",
+                        denial["method"].as_str().unwrap_or(""),
+                        denial["url"].as_str().unwrap_or(""),
+                        denial["rule"].as_str().unwrap_or("default"),
+                        denial["reason_code"].as_str().unwrap_or("")
+                    );
+                }
+                if denials.len() > 10 {
+                    outln!("  … {} more: GET /v1/runs/RUN/denials", denials.len() - 10);
+                }
+            }
+            if let Some(report) = &workspace {
+                outln!("\n{}", crate::run::summary(report).trim_end());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `airlock effects RUN`: the run's effects as a table.
+pub(super) async fn effects(run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
+    let client = connect(admin)?;
+    let effects = client.get(&format!("/v1/runs/{run}/effects")).await?;
+    if admin.json {
+        return print_json(&effects);
+    }
+    print_effects(
+        effects["effects"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[]),
+    );
+    Ok(())
+}
+
+/// `airlock show EFFECT`: one effect with its lineage.
+pub(super) async fn show(effect: &str, admin: &AdminArgs) -> anyhow::Result<()> {
+    let client = connect(admin)?;
+    let effect = client.get(&format!("/v1/effects/{effect}")).await?;
+    if admin.json {
+        return print_json(&effect);
+    }
+    out!("{}", render_effect(&effect));
+    Ok(())
+}
+
+/// `airlock seal RUN`.
+pub(super) async fn seal(run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
+    let client = connect(admin)?;
+    let run = client.post(&format!("/v1/runs/{run}/seal"), None).await?;
+    if admin.json {
+        return print_json(&run);
+    }
+    outln!(
+        "{} {}",
+        run["id"].as_str().unwrap_or(""),
+        run["state"].as_str().unwrap_or("")
+    );
+    Ok(())
+}
+
+/// `airlock commit RUN`: fails with [`PartialCommit`] when approved effects were not released.
+pub(super) async fn commit(
+    run: &str,
+    approve_pending: bool,
+    admin: &AdminArgs,
+) -> anyhow::Result<()> {
+    let client = connect(admin)?;
+    let body = serde_json::json!({ "approve_pending": approve_pending });
+    let report = client
+        .post(&format!("/v1/runs/{run}/commit"), Some(body))
+        .await?;
+    if admin.json {
+        print_json(&report)?;
+    } else {
+        outln!(
+            "run {} {}",
+            report["run"].as_str().unwrap_or(""),
+            report["state"].as_str().unwrap_or("")
+        );
+        print_effects(
+            report["effects"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+        );
+    }
+    if report["state"] == "partially_committed" {
+        let not_released: Vec<String> = report["effects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| matches!(e["state"].as_str(), Some("failed" | "unknown" | "skipped")))
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["id"].as_str().unwrap_or(""),
+                    e["state"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        return Err(PartialCommit {
+            count: not_released.len(),
+            list: not_released.join(", "),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// `airlock abort RUN`.
+pub(super) async fn abort(run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
+    let client = connect(admin)?;
+    let run = client.post(&format!("/v1/runs/{run}/abort"), None).await?;
+    if admin.json {
+        return print_json(&run);
+    }
+    outln!(
+        "run {} {}; effects: {}",
+        run["id"].as_str().unwrap_or(""),
+        run["state"].as_str().unwrap_or(""),
+        counts(&run["effects"])
+    );
+    Ok(())
+}
+
+/// `airlock env RUN`: the shell lines (or, with `--json`, the variables) that route a
+/// sandbox through the run.
+pub(super) async fn env(run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
+    let client = connect(admin)?;
+    let env = client.get(&format!("/v1/runs/{run}/env")).await?;
+    if admin.json {
+        return print_json(&env["env"]);
+    }
+    out!("{}", env["shell"].as_str().unwrap_or(""));
+    Ok(())
+}
+
+/// `airlock ca export`: the CA certificate, from the data directory when it is local.
+pub(super) async fn ca_export(admin: &AdminArgs) -> anyhow::Result<()> {
+    let file = admin.data.join(crate::ca::CA_CERT_FILE);
+    if admin.admin.is_none() && file.exists() {
+        out!(
+            "{}",
+            std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?
+        );
+        return Ok(());
+    }
+    let client = connect(admin)?;
+    out!("{}", client.get_text("/v1/ca").await?);
+    Ok(())
+}
+
+/// Resolves the admin URL and token: flags and environment first, then the data directory.
+pub(crate) fn connect(args: &AdminArgs) -> anyhow::Result<AdminClient> {
+    let base = match &args.admin {
+        Some(url) => url.clone(),
+        None => admin_url_from(&args.data).unwrap_or_else(|| "http://127.0.0.1:8081".to_owned()),
+    };
+    let token = match &args.token {
+        Some(token) => token.clone(),
+        None => {
+            let path = args.data.join(ADMIN_TOKEN_FILE);
+            std::fs::read_to_string(&path)
+                .map(|t| t.trim().to_owned())
+                .map_err(|e| {
+                    let shown = std::path::absolute(&path).unwrap_or(path.clone());
+                    anyhow!(
+                        "no admin token: --token and {ENV_TOKEN} are unset and {} cannot be read ({e}); \
+                         point --data (or {ENV_DATA}) at the server's data directory",
+                        shown.display()
+                    )
+                })?
+        }
+    };
+    Ok(AdminClient::new(&base, &token))
+}
+
+fn admin_url_from(data: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(data.join(ADDRESSES_FILE)).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    value["admin"].as_str().map(str::to_owned)
+}
+
+/// A commit that ended `partially_committed`: the CLI exits non-zero so scripts notice.
+#[derive(Debug, thiserror::Error)]
+#[error("the commit finished, but {count} approved effect(s) were not released: {list}")]
+pub(super) struct PartialCommit {
+    count: usize,
+    list: String,
+}
+
+/// Decides every effect named, each on its own: one that fails does not stop the others.
+/// Fails when any failed, naming them.
+pub(super) async fn decide_all(
+    admin: &AdminArgs,
+    effects: &[String],
+    verb: &str,
+) -> anyhow::Result<()> {
+    let client = connect(admin)?;
+    let mut results = Vec::new();
+    let mut failed = Vec::new();
+    for effect in effects {
+        match client
+            .post(&format!("/v1/effects/{effect}/{verb}"), None)
+            .await
+        {
+            Ok(result) => {
+                if !admin.json {
+                    outln!(
+                        "{} {}",
+                        result["id"].as_str().unwrap_or(""),
+                        result["state"].as_str().unwrap_or("")
+                    );
+                }
+                results.push(result);
+            }
+            Err(ClientError::Connect { url, reason }) => {
+                return Err(ClientError::Connect { url, reason }.into())
+            }
+            Err(error) => {
+                eprintln!("{effect}: {error}");
+                failed.push(effect.clone());
+            }
+        }
+    }
+    if admin.json {
+        print_json(&Value::Array(results))?;
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!(
+            "{} of {} effect(s) could not be {verb}d: {}",
+            failed.len(),
+            effects.len(),
+            failed.join(", ")
+        ))
+    }
+}
+
+pub(super) fn print_json(value: &Value) -> anyhow::Result<()> {
+    outln!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Prints effects as a table: seq, id, state, method, URL, status.
+pub(super) fn print_effects(effects: &[Value]) {
+    out!("{}", effects_table(effects));
+}
