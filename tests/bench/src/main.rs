@@ -183,6 +183,9 @@ struct Sample {
     result: LoadResult,
     cpu_per_request_us: Option<f64>,
     peak_rss_kib: Option<u64>,
+    /// CPU the whole machine spent per request in the window (load generator, origin,
+    /// proxy and kernel), in microseconds.
+    machine_us: f64,
     /// CPU the proxy spent after the window on work the window left behind (airlock's
     /// lineage worker), per request; and whether it finished within the cap.
     deferred_us: Option<(f64, bool)>,
@@ -196,13 +199,14 @@ async fn measure(
     shape: &LoadShape,
     pid: Option<u32>,
 ) -> Sample {
-    let start_cpu = Arc::new(std::sync::Mutex::new(f64::NAN));
+    // (proxy CPU, machine CPU) when the measured window starts.
+    let start_cpu = Arc::new(std::sync::Mutex::new((f64::NAN, f64::NAN)));
     let marker = {
         let start_cpu = start_cpu.clone();
         move || {
-            if let Some(pid) = pid {
-                *start_cpu.lock().unwrap_or_else(|e| e.into_inner()) = cpu_seconds(pid);
-            }
+            let proxy = pid.map_or(f64::NAN, cpu_seconds);
+            *start_cpu.lock().unwrap_or_else(|e| e.into_inner()) =
+                (proxy, procs::machine_busy_seconds());
         }
     };
     let result = load::run(
@@ -214,14 +218,16 @@ async fn measure(
         marker,
     )
     .await;
-    let cpu_per_request_us = pid.map(|pid| {
-        let start = *start_cpu.lock().unwrap_or_else(|e| e.into_inner());
-        (cpu_seconds(pid) - start) * 1e6 / result.requests.max(1) as f64
-    });
+    let machine_end = procs::machine_busy_seconds();
+    let (start_proxy, start_machine) = *start_cpu.lock().unwrap_or_else(|e| e.into_inner());
+    let cpu_per_request_us =
+        pid.map(|pid| (cpu_seconds(pid) - start_proxy) * 1e6 / result.requests.max(1) as f64);
+    let machine_us = (machine_end - start_machine) * 1e6 / result.requests.max(1) as f64;
     Sample {
         result,
         cpu_per_request_us,
         peak_rss_kib: pid.and_then(|pid| status_kib(pid, "VmHWM")),
+        machine_us,
         deferred_us: None,
     }
 }
@@ -257,6 +263,8 @@ struct Summary {
     /// Median CPU per request including deferred work; true when every round drained.
     cpu_total_us: Option<(f64, bool)>,
     peak_rss_mib: Option<f64>,
+    /// Median CPU of the whole machine per request, µs, with its spread.
+    machine_us: (f64, f64),
     errors: u64,
     first_error: Option<String>,
 }
@@ -287,15 +295,39 @@ fn summarise(name: &str, samples: &[Sample]) -> Summary {
             .filter_map(|s| s.peak_rss_kib)
             .max()
             .map(|k| k as f64 / 1024.0),
+        machine_us: collect(&|s| s.machine_us),
         errors: samples.iter().map(|s| s.result.errors).sum(),
         first_error: samples.iter().find_map(|s| s.result.first_error.clone()),
     }
 }
 
+/// What a proxy may cost for req/s of 0.6× and 0.7× direct, from this run's figures.
+///
+/// When the load generator, origin and proxy saturate the machine's cores, req/s through
+/// a proxy is (cores / machine CPU per request), so the req/s ratio to direct is
+/// `direct machine CPU / proxied machine CPU`. The proxy's round also costs the generator
+/// and origin what the direct round did (plus the extra loopback hop), so a proxy reaches
+/// ratio `r` only if its own CPU per request is at most `direct × (1/r − 1)`.
+fn print_budget(direct: &Summary, airlock: &Summary) {
+    let d = direct.machine_us.0;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let busy = d * direct.rate.0 / 1e6 / cores;
+    let rest = airlock.machine_us.0 - airlock.cpu_us.map_or(f64::NAN, |c| c.0);
+    println!(
+        "\nCPU budget: direct used {d:.1} µs of the machine per request ({:.0}% of {cores} cores busy); \
+         a proxy reaches 0.6× direct only at ≤ {:.1} µs of its own CPU per request, 0.7× at ≤ {:.1} µs \
+         (airlock's round: {:.1} µs of the machine per request, {rest:.1} µs of it outside airlock)",
+        busy * 100.0,
+        d * (1.0 / 0.6 - 1.0),
+        d * (1.0 / 0.7 - 1.0),
+        airlock.machine_us.0,
+    );
+}
+
 fn print_table(workload: &str, summaries: &[Summary]) {
     println!("\n### {workload}\n");
-    println!("| contestant | req/s (spread) | p50 ms (spread) | p99 ms (spread) | proxy CPU µs/req (spread) | incl. deferred | proxy peak RSS MiB | errors |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| contestant | req/s (spread) | p50 ms (spread) | p99 ms (spread) | proxy CPU µs/req (spread) | incl. deferred | machine CPU µs/req | proxy peak RSS MiB | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for s in summaries {
         let cpu = s
             .cpu_us
@@ -310,7 +342,7 @@ fn print_table(workload: &str, summaries: &[Summary]) {
             .map(|(m, drained)| format!("{}{m:.1}", if drained { "" } else { "≥" }))
             .unwrap_or("–".into());
         println!(
-            "| {} | {:.0} (±{:.0}%) | {:.2} (±{:.0}%) | {:.2} (±{:.0}%) | {cpu} | {total} | {rss} | {} |",
+            "| {} | {:.0} (±{:.0}%) | {:.2} (±{:.0}%) | {:.2} (±{:.0}%) | {cpu} | {total} | {:.1} | {rss} | {} |",
             s.name,
             s.rate.0,
             s.rate.1 / 2.0,
@@ -318,6 +350,7 @@ fn print_table(workload: &str, summaries: &[Summary]) {
             s.p50.1 / 2.0,
             s.p99.0,
             s.p99.1 / 2.0,
+            s.machine_us.0,
             s.errors
         );
     }
@@ -342,6 +375,9 @@ fn print_table(workload: &str, summaries: &[Summary]) {
             }
         }
         println!("\n{}", ratios.join("; "));
+        if let Some(direct) = find("direct") {
+            print_budget(direct, airlock);
+        }
     }
     for s in summaries.iter().filter(|s| s.errors > 0) {
         println!(

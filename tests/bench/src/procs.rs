@@ -33,6 +33,28 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     ticks / clock_ticks_per_second()
 }
 
+/// CPU time the whole machine spent busy (user, nice, system, irq, softirq and steal of
+/// every core, from the first line of `/proc/stat`; see proc(5)), in seconds. Idle and
+/// iowait are left out.
+pub fn machine_busy_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return f64::NAN;
+    };
+    let Some(cpu) = stat.lines().next().and_then(|l| l.strip_prefix("cpu ")) else {
+        return f64::NAN;
+    };
+    let fields: Vec<f64> = cpu
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let ticks: f64 = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|i| fields.get(*i))
+        .sum();
+    ticks / clock_ticks_per_second()
+}
+
 fn clock_ticks_per_second() -> f64 {
     // getconf is in every Debian; USER_HZ is 100 on Linux otherwise.
     static HZ: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
