@@ -1,0 +1,219 @@
+//! One contestant's measured round of the pass workloads and the tables that summarise the
+//! rounds: req/s, latency, proxy and machine CPU per request, the ratios and the CPU budget.
+
+use std::sync::Arc;
+
+use crate::load::{self, LoadResult, LoadShape, Request, Route, Target};
+use crate::procs::{self, cpu_seconds, status_kib};
+
+/// A load measurement of one contestant in one round.
+#[derive(Clone, Debug)]
+pub(crate) struct Sample {
+    pub(crate) result: LoadResult,
+    pub(crate) cpu_per_request_us: Option<f64>,
+    pub(crate) peak_rss_kib: Option<u64>,
+    /// CPU the whole machine spent per request in the window (load generator, origin,
+    /// proxy and kernel), in microseconds.
+    pub(crate) machine_us: f64,
+    /// CPU the proxy spent after the window on work the window left behind (airlock's
+    /// lineage worker), per request; and whether it finished within the cap.
+    pub(crate) deferred_us: Option<(f64, bool)>,
+}
+
+pub(crate) async fn measure(
+    route: &Route,
+    target: &Target,
+    tls: &Arc<rustls::ClientConfig>,
+    request: &Request,
+    shape: &LoadShape,
+    pid: Option<u32>,
+) -> Sample {
+    // (proxy CPU, machine CPU) when the measured window starts.
+    let start_cpu = Arc::new(std::sync::Mutex::new((f64::NAN, f64::NAN)));
+    let marker = {
+        let start_cpu = start_cpu.clone();
+        move || {
+            let proxy = pid.map_or(f64::NAN, cpu_seconds);
+            *start_cpu.lock().unwrap_or_else(|e| e.into_inner()) =
+                (proxy, procs::machine_busy_seconds());
+        }
+    };
+    let result = load::run(
+        route.clone(),
+        target.clone(),
+        tls.clone(),
+        request.clone(),
+        shape,
+        marker,
+    )
+    .await;
+    let machine_end = procs::machine_busy_seconds();
+    let (start_proxy, start_machine) = *start_cpu.lock().unwrap_or_else(|e| e.into_inner());
+    let cpu_per_request_us =
+        pid.map(|pid| (cpu_seconds(pid) - start_proxy) * 1e6 / result.requests.max(1) as f64);
+    let machine_us = (machine_end - start_machine) * 1e6 / result.requests.max(1) as f64;
+    Sample {
+        result,
+        cpu_per_request_us,
+        peak_rss_kib: pid.and_then(|pid| status_kib(pid, "VmHWM")),
+        machine_us,
+        deferred_us: None,
+    }
+}
+
+pub(crate) fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// Median and spread ((max - min) / median, percent) of `values`.
+pub(crate) fn median_spread(values: &[f64]) -> (f64, f64) {
+    let mut sorted = values.to_vec();
+    let m = median(&mut sorted);
+    let spread = match (sorted.first(), sorted.last()) {
+        (Some(min), Some(max)) if m > 0.0 => (max - min) / m * 100.0,
+        _ => 0.0,
+    };
+    (m, spread)
+}
+
+/// Medians of one contestant over the rounds of one workload.
+#[derive(Clone, Debug)]
+pub(crate) struct Summary {
+    pub(crate) name: String,
+    pub(crate) rate: (f64, f64),
+    p50: (f64, f64),
+    p99: (f64, f64),
+    pub(crate) cpu_us: Option<(f64, f64)>,
+    /// Median CPU per request including deferred work; true when every round drained.
+    pub(crate) cpu_total_us: Option<(f64, bool)>,
+    pub(crate) peak_rss_mib: Option<f64>,
+    /// Median CPU of the whole machine per request, µs, with its spread.
+    pub(crate) machine_us: (f64, f64),
+    pub(crate) errors: u64,
+    pub(crate) first_error: Option<String>,
+}
+
+pub(crate) fn summarise(name: &str, samples: &[Sample]) -> Summary {
+    let collect =
+        |f: &dyn Fn(&Sample) -> f64| median_spread(&samples.iter().map(f).collect::<Vec<_>>());
+    let cpu: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| s.cpu_per_request_us)
+        .collect();
+    Summary {
+        name: name.to_owned(),
+        rate: collect(&|s| s.result.rate()),
+        p50: collect(&|s| s.result.quantile_ms(0.50)),
+        p99: collect(&|s| s.result.quantile_ms(0.99)),
+        cpu_us: (!cpu.is_empty()).then(|| median_spread(&cpu)),
+        cpu_total_us: {
+            let totals: Vec<f64> = samples
+                .iter()
+                .filter_map(|s| Some(s.cpu_per_request_us? + s.deferred_us?.0))
+                .collect();
+            let drained = samples.iter().all(|s| s.deferred_us.is_none_or(|d| d.1));
+            (!totals.is_empty()).then(|| (median_spread(&totals).0, drained))
+        },
+        peak_rss_mib: samples
+            .iter()
+            .filter_map(|s| s.peak_rss_kib)
+            .max()
+            .map(|k| k as f64 / 1024.0),
+        machine_us: collect(&|s| s.machine_us),
+        errors: samples.iter().map(|s| s.result.errors).sum(),
+        first_error: samples.iter().find_map(|s| s.result.first_error.clone()),
+    }
+}
+
+/// What a proxy may cost for req/s of 0.6× and 0.7× direct, from this run's figures.
+///
+/// When the load generator, origin and proxy saturate the machine's cores, req/s through
+/// a proxy is (cores / machine CPU per request), so the req/s ratio to direct is
+/// `direct machine CPU / proxied machine CPU`. The proxy's round also costs the generator
+/// and origin what the direct round did (plus the extra loopback hop), so a proxy reaches
+/// ratio `r` only if its own CPU per request is at most `direct × (1/r − 1)`.
+fn print_budget(direct: &Summary, airlock: &Summary) {
+    let d = direct.machine_us.0;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let busy = d * direct.rate.0 / 1e6 / cores;
+    let rest = airlock.machine_us.0 - airlock.cpu_us.map_or(f64::NAN, |c| c.0);
+    println!(
+        "\nCPU budget: direct used {d:.1} µs of the machine per request ({:.0}% of {cores} cores busy); \
+         a proxy reaches 0.6× direct only at ≤ {:.1} µs of its own CPU per request, 0.7× at ≤ {:.1} µs \
+         (airlock's round: {:.1} µs of the machine per request, {rest:.1} µs of it outside airlock)",
+        busy * 100.0,
+        d * (1.0 / 0.6 - 1.0),
+        d * (1.0 / 0.7 - 1.0),
+        airlock.machine_us.0,
+    );
+}
+
+pub(crate) fn print_table(workload: &str, summaries: &[Summary]) {
+    println!("\n### {workload}\n");
+    println!("| contestant | req/s (spread) | p50 ms (spread) | p99 ms (spread) | proxy CPU µs/req (spread) | incl. deferred | machine CPU µs/req | proxy peak RSS MiB | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for s in summaries {
+        let cpu = s
+            .cpu_us
+            .map(|(m, sp)| format!("{m:.1} (±{:.0}%)", sp / 2.0))
+            .unwrap_or("–".into());
+        let rss = s
+            .peak_rss_mib
+            .map(|m| format!("{m:.1}"))
+            .unwrap_or("–".into());
+        let total = s
+            .cpu_total_us
+            .map(|(m, drained)| format!("{}{m:.1}", if drained { "" } else { "≥" }))
+            .unwrap_or("–".into());
+        println!(
+            "| {} | {:.0} (±{:.0}%) | {:.2} (±{:.0}%) | {:.2} (±{:.0}%) | {cpu} | {total} | {:.1} | {rss} | {} |",
+            s.name,
+            s.rate.0,
+            s.rate.1 / 2.0,
+            s.p50.0,
+            s.p50.1 / 2.0,
+            s.p99.0,
+            s.p99.1 / 2.0,
+            s.machine_us.0,
+            s.errors
+        );
+    }
+    let find = |prefix: &str| summaries.iter().find(|s| s.name.starts_with(prefix));
+    if let Some(airlock) = find("airlock") {
+        let mut ratios = Vec::new();
+        for other in ["direct", "airlock baseline", "hudsucker", "mitmdump"] {
+            if let Some(o) = find(other) {
+                let cpu = match (airlock.cpu_us, o.cpu_us) {
+                    (Some(a), Some(b)) => format!(
+                        ", CPU/req {:.2}× (incl. deferred {:.2}×)",
+                        a.0 / b.0,
+                        airlock.cpu_total_us.map_or(a.0, |t| t.0) / b.0
+                    ),
+                    _ => String::new(),
+                };
+                ratios.push(format!(
+                    "airlock/{other}: req/s {:.2}×, p99 {:.2}×{cpu}",
+                    airlock.rate.0 / o.rate.0,
+                    airlock.p99.0 / o.p99.0
+                ));
+            }
+        }
+        println!("\n{}", ratios.join("; "));
+        if let Some(direct) = find("direct") {
+            print_budget(direct, airlock);
+        }
+    }
+    for s in summaries.iter().filter(|s| s.errors > 0) {
+        println!(
+            "\n{}: {} errors, first: {}",
+            s.name,
+            s.errors,
+            s.first_error.as_deref().unwrap_or("?")
+        );
+    }
+}
