@@ -55,6 +55,20 @@ pub fn machine_busy_seconds() -> f64 {
     ticks / clock_ticks_per_second()
 }
 
+/// How many CPUs `/proc/stat` counts (its `cpuN` lines): the cores whose busy time
+/// [`machine_busy_seconds`] sums, whatever CPU limits this process has.
+pub fn machine_cores() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return f64::NAN;
+    };
+    stat.lines()
+        .filter(|l| {
+            l.strip_prefix("cpu")
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .count() as f64
+}
+
 fn clock_ticks_per_second() -> f64 {
     // getconf is in every Debian; USER_HZ is 100 on Linux otherwise.
     static HZ: std::sync::OnceLock<f64> = std::sync::OnceLock::new();

@@ -15,6 +15,8 @@ pub(crate) struct Sample {
     /// CPU the whole machine spent per request in the window (load generator, origin,
     /// proxy and kernel), in microseconds.
     pub(crate) machine_us: f64,
+    /// The fraction of the machine's cores that were busy in the window (0..=1).
+    pub(crate) machine_busy: f64,
     /// CPU the proxy spent after the window on work the window left behind (airlock's
     /// lineage worker), per request; and whether it finished within the cap.
     pub(crate) deferred_us: Option<(f64, bool)>,
@@ -51,12 +53,21 @@ pub(crate) async fn measure(
     let (start_proxy, start_machine) = *start_cpu.lock().unwrap_or_else(|e| e.into_inner());
     let cpu_per_request_us =
         pid.map(|pid| (cpu_seconds(pid) - start_proxy) * 1e6 / result.requests.max(1) as f64);
-    let machine_us = (machine_end - start_machine) * 1e6 / result.requests.max(1) as f64;
+    let machine_cpu = machine_end - start_machine;
+    // No request completed: no per-request figure (rather than the whole window's CPU).
+    let machine_us = if result.requests == 0 {
+        f64::NAN
+    } else {
+        machine_cpu * 1e6 / result.requests as f64
+    };
+    let machine_busy =
+        machine_cpu / (result.elapsed.as_secs_f64().max(1e-9) * procs::machine_cores());
     Sample {
         result,
         cpu_per_request_us,
         peak_rss_kib: pid.and_then(|pid| status_kib(pid, "VmHWM")),
         machine_us,
+        machine_busy,
         deferred_us: None,
     }
 }
@@ -94,6 +105,8 @@ pub(crate) struct Summary {
     pub(crate) peak_rss_mib: Option<f64>,
     /// Median CPU of the whole machine per request, µs, with its spread.
     pub(crate) machine_us: (f64, f64),
+    /// Median fraction of the machine's cores busy (0..=1).
+    pub(crate) machine_busy: f64,
     pub(crate) errors: u64,
     pub(crate) first_error: Option<String>,
 }
@@ -125,6 +138,7 @@ pub(crate) fn summarise(name: &str, samples: &[Sample]) -> Summary {
             .max()
             .map(|k| k as f64 / 1024.0),
         machine_us: collect(&|s| s.machine_us),
+        machine_busy: collect(&|s| s.machine_busy).0,
         errors: samples.iter().map(|s| s.result.errors).sum(),
         first_error: samples.iter().find_map(|s| s.result.first_error.clone()),
     }
@@ -132,30 +146,44 @@ pub(crate) fn summarise(name: &str, samples: &[Sample]) -> Summary {
 
 /// What a proxy may cost for req/s of 0.6× and 0.7× direct, from this run's figures.
 ///
-/// When the load generator, origin and proxy saturate the machine's cores, req/s through
-/// a proxy is (cores / machine CPU per request), so the req/s ratio to direct is
-/// `direct machine CPU / proxied machine CPU`. The proxy's round also costs the generator
-/// and origin what the direct round did (plus the extra loopback hop), so a proxy reaches
-/// ratio `r` only if its own CPU per request is at most `direct × (1/r − 1)`.
+/// req/s is busy core-seconds per second ÷ machine CPU per request. If a proxy leaves the
+/// rest of the machine's work per request as in the direct round (`d` µs; the extra hop
+/// only adds to it) and the cores are busy a fraction `u` of the time (`u_d` in the direct
+/// round), it reaches `r`× direct only if its own CPU per request is at most
+/// `d × (u / (u_d × r) − 1)`. Printed for `u = u_d` and for `u = 1` (cores fully busy, the
+/// most generous case). Nothing is printed when a figure is missing.
 fn print_budget(direct: &Summary, airlock: &Summary) {
-    let d = direct.machine_us.0;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let busy = d * direct.rate.0 / 1e6 / cores;
-    let rest = airlock.machine_us.0 - airlock.cpu_us.map_or(f64::NAN, |c| c.0);
+    let (d, u_d) = (direct.machine_us.0, direct.machine_busy);
+    if !(d.is_finite() && d > 0.0 && u_d.is_finite() && u_d > 0.0) {
+        return;
+    }
+    let budget = |u: f64, r: f64| d * (u / (u_d * r) - 1.0);
+    let outside = match airlock.cpu_us {
+        Some((cpu, _)) if airlock.machine_us.0.is_finite() => format!(
+            ", {:.1} µs of it outside airlock's process (other processes, and kernel work such as softirq not charged to a process)",
+            airlock.machine_us.0 - cpu
+        ),
+        _ => String::new(),
+    };
     println!(
-        "\nCPU budget: direct used {d:.1} µs of the machine per request ({:.0}% of {cores} cores busy); \
-         a proxy reaches 0.6× direct only at ≤ {:.1} µs of its own CPU per request, 0.7× at ≤ {:.1} µs \
-         (airlock's round: {:.1} µs of the machine per request, {rest:.1} µs of it outside airlock)",
-        busy * 100.0,
-        d * (1.0 / 0.6 - 1.0),
-        d * (1.0 / 0.7 - 1.0),
+        "\nCPU budget: direct used {d:.1} µs of the machine per request with {:.0}% of {} cores busy; \
+         a proxy that adds nothing to the rest of the machine's work per request reaches 0.6× direct \
+         only at ≤ {:.1} µs of its own CPU per request at that utilisation (≤ {:.1} µs with the cores fully busy), \
+         0.7× at ≤ {:.1} µs (≤ {:.1} µs). Airlock's round: {:.1} µs of the machine per request, {:.0}% busy{outside}",
+        u_d * 100.0,
+        procs::machine_cores(),
+        budget(u_d, 0.6),
+        budget(1.0, 0.6),
+        budget(u_d, 0.7),
+        budget(1.0, 0.7),
         airlock.machine_us.0,
+        airlock.machine_busy * 100.0,
     );
 }
 
 pub(crate) fn print_table(workload: &str, summaries: &[Summary]) {
     println!("\n### {workload}\n");
-    println!("| contestant | req/s (spread) | p50 ms (spread) | p99 ms (spread) | proxy CPU µs/req (spread) | incl. deferred | machine CPU µs/req | proxy peak RSS MiB | errors |");
+    println!("| contestant | req/s (spread) | p50 ms (spread) | p99 ms (spread) | proxy CPU µs/req (spread) | incl. deferred | machine CPU µs/req (spread) | proxy peak RSS MiB | errors |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for s in summaries {
         let cpu = s
@@ -171,7 +199,7 @@ pub(crate) fn print_table(workload: &str, summaries: &[Summary]) {
             .map(|(m, drained)| format!("{}{m:.1}", if drained { "" } else { "≥" }))
             .unwrap_or("–".into());
         println!(
-            "| {} | {:.0} (±{:.0}%) | {:.2} (±{:.0}%) | {:.2} (±{:.0}%) | {cpu} | {total} | {:.1} | {rss} | {} |",
+            "| {} | {:.0} (±{:.0}%) | {:.2} (±{:.0}%) | {:.2} (±{:.0}%) | {cpu} | {total} | {:.1} (±{:.0}%) | {rss} | {} |",
             s.name,
             s.rate.0,
             s.rate.1 / 2.0,
@@ -180,6 +208,7 @@ pub(crate) fn print_table(workload: &str, summaries: &[Summary]) {
             s.p99.0,
             s.p99.1 / 2.0,
             s.machine_us.0,
+            s.machine_us.1 / 2.0,
             s.errors
         );
     }
