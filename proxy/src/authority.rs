@@ -1,7 +1,8 @@
 //! The request-head checks airlock does itself, as pure functions: the destination of a
 //! request ([`Target`], parsed from a CONNECT target, an absolute-form URI or `Host`), the
 //! one-authority rule of POLICY.md invariant 2 ([`check_authority`]) and the header-section
-//! limits of CASES.md C08 ([`check_head_limits`]).
+//! limits of CASES.md C08 ([`check_head_limits`]); and the percent-encoding airlock uses when
+//! it writes values into URLs ([`percent_encode`]).
 //!
 //! Depends only on `http` and `airlock_policy::Scheme`, so `proxy/fuzz` includes this file
 //! with `#[path]` and fuzzes it without building the whole proxy.
@@ -208,6 +209,21 @@ pub fn check_head_limits(
         });
     }
     Ok(())
+}
+
+/// `text` with every byte percent-encoded (`%XX`, upper-case hex) except RFC 3986 §2.3
+/// `unreserved` characters (`A-Z a-z 0-9 - . _ ~`) and the bytes in `keep` (e.g. `b"/"` for
+/// a path).
+pub fn percent_encode(text: &str, keep: &[u8]) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || keep.contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod decode;
 pub mod scrub;
 mod store;
 
+use crate::authority::percent_encode;
 use std::fmt;
 
 use airlock_ledger::{RunFlag, RunId};
@@ -123,19 +124,6 @@ fn plan_with(
     Ok(Some(Plan { inject, swaps }))
 }
 
-/// RFC 3986 percent-encoding of everything but `unreserved`.
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
 /// `url` with every `param=` pair removed from its query and `param=value` appended.
 fn set_query(url: &str, param: &str, value: &str) -> String {
     let (before_fragment, fragment) = match url.split_once('#') {
@@ -164,7 +152,7 @@ fn set_query(url: &str, param: &str, value: &str) -> String {
 /// may echo it in).
 fn note(secret: &str, sent: &mut Vec<Vec<u8>>) {
     sent.push(secret.as_bytes().to_vec());
-    sent.push(percent_encode(secret).into_bytes());
+    sent.push(percent_encode(secret, b"").into_bytes());
     if let Ok(json) = serde_json::to_string(secret) {
         sent.push(json.trim_matches('"').as_bytes().to_vec());
     }
@@ -181,7 +169,7 @@ fn place(
     for (placeholder, secret) in &plan.swaps {
         let mut used = false;
         if url.contains(placeholder.as_str()) {
-            *url = url.replace(placeholder.as_str(), &percent_encode(secret.expose()));
+            *url = url.replace(placeholder.as_str(), &percent_encode(secret.expose(), b""));
             used = true;
         }
         for (_, value) in headers.iter_mut() {
@@ -219,7 +207,7 @@ fn place(
                 sent.push(encoded.into_bytes());
             }
             Placement::Query { param } => {
-                *url = set_query(url, param, &percent_encode(secret.expose()));
+                *url = set_query(url, param, &percent_encode(secret.expose(), b""));
             }
         }
     }

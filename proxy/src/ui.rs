@@ -368,7 +368,10 @@ async fn require_session(
                 .path_and_query()
                 .map(|p| p.as_str().to_owned())
                 .unwrap_or_else(|| "/".to_owned());
-            let location = format!("/login?next={}", percent_encode(&next_path));
+            let location = format!(
+                "/login?next={}",
+                crate::authority::percent_encode(&next_path, b"/")
+            );
             let mut response = StatusCode::SEE_OTHER.into_response();
             if let Ok(value) = HeaderValue::from_str(&location) {
                 response.headers_mut().insert(header::LOCATION, value);
@@ -381,18 +384,6 @@ async fn require_session(
         )
         .into_response(),
     }
-}
-
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// Where to go after signing in: a local path only (never another site).

@@ -5,22 +5,10 @@ use airlock_ledger::{Effect, IssuedPlaceholder, ValueKind};
 use airlock_policy::{Action, RequestFacts, Scheme};
 
 use super::Prepared;
+use crate::authority::percent_encode;
 use crate::handle::Target;
 use crate::lineage::{find_placeholders, substitute};
 use crate::server::Shared;
-
-/// `text` with every byte outside RFC 3986 `unreserved` percent-encoded.
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
 
 /// Replaces every placeholder `effect` carries with the real value from its parent,
 /// encoded for where it stands: percent-encoded in the URL, JSON-escaped in a JSON body,
@@ -89,7 +77,7 @@ pub(super) fn substituted(
             &url,
             &dependency.value,
             placeholder.kind,
-            &percent_encode(real),
+            &percent_encode(real, b""),
         );
         for (_, value) in headers.iter_mut() {
             if let Ok(text) = std::str::from_utf8(value) {
@@ -100,7 +88,7 @@ pub(super) fn substituted(
             let quoted = serde_json::to_string(real).unwrap_or_default();
             quoted[1..quoted.len().saturating_sub(1).max(1)].to_owned()
         } else if content_type.contains("x-www-form-urlencoded") {
-            percent_encode(real)
+            percent_encode(real, b"")
         } else {
             real.to_owned()
         };
