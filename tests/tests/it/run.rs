@@ -1,6 +1,7 @@
 //! `airlock run`: files and effects kept or rolled back together, savepoints, the git
 //! driver, the residue check (docs/run.md); crash recovery in `run/crash.rs`, the client
-//! matrix in `run/clients.rs`.
+//! matrix in `run/clients.rs`, savepoints and rollback in `run/savepoints.rs`, the git and
+//! cmd drivers in `run/drivers.rs`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,8 @@ use serde_json::{json, Value};
 
 pub(crate) mod clients;
 mod crash;
+mod drivers;
+mod savepoints;
 
 /// Every path under `root` (skipping `.git`) with its bytes (link target for symlinks) and mode.
 fn tree(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
@@ -275,78 +278,6 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_git_driver_restores_untracked_files_and_a_dirty_index_exactly() {
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
-    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
-    let repo = fx.dir.path().join("repo");
-    std::fs::create_dir_all(&repo).expect("mkdir");
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join(".gitignore"), "*.log\n").expect("write");
-    std::fs::write(repo.join("tracked.txt"), "v1\n").expect("write");
-    std::fs::write(repo.join("other.txt"), "other\n").expect("write");
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-qm", "first"]);
-    // A dirty index: a staged change, then a further unstaged one; a staged new file;
-    // an untracked file; an ignored file.
-    std::fs::write(repo.join("tracked.txt"), "v2 staged\n").expect("write");
-    git(&repo, &["add", "tracked.txt"]);
-    std::fs::write(repo.join("tracked.txt"), "v3 in the work tree\n").expect("write");
-    std::fs::write(repo.join("staged-new.txt"), "new and staged\n").expect("write");
-    git(&repo, &["add", "staged-new.txt"]);
-    std::fs::write(repo.join("untracked.txt"), "untracked\n").expect("write");
-    std::fs::write(repo.join("build.log"), "ignored\n").expect("write");
-    let index_path = repo.join(".git/index");
-    let index_before = std::fs::read(&index_path).expect("index");
-    let head_before = git(&repo, &["rev-parse", "HEAD"]);
-    let files_before = tree(&repo);
-    let status_before = git(&repo, &["status", "--porcelain=v1", "-uall"]);
-    let diff_cached_before = git(&repo, &["diff", "--cached"]);
-
-    // The agent edits, stages, commits, deletes an untracked file and creates new ones.
-    let script = "echo agent >> tracked.txt && rm untracked.txt && echo more > fresh.txt \
-                  && mkdir -p newdir && echo y > newdir/y && git add -A \
-                  && git -c user.name=a -c user.email=a@localhost commit -qm agent \
-                  && echo z > after-commit.txt";
-    let mut command = run_command(
-        &fx,
-        &policy,
-        &["--json", "--snapshot", "git", "--verify", "false"],
-    );
-    command
-        .arg("--workspace")
-        .arg(&repo)
-        .args(["--", "sh", "-c", script]);
-    let out = output(command).await;
-    let report = json_report(&out);
-    assert_eq!(report["decision"]["kind"], "rollback", "{report:#}");
-    assert_eq!(report["rollback_unverified"], false, "{report:#}");
-
-    assert_eq!(
-        std::fs::read(&index_path).expect("index"),
-        index_before,
-        "the index file is restored byte for byte"
-    );
-    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head_before);
-    assert_eq!(
-        git(&repo, &["symbolic-ref", "HEAD"]).trim(),
-        "refs/heads/main"
-    );
-    assert_eq!(
-        tree(&repo),
-        files_before,
-        "work tree restored, ignored file untouched"
-    );
-    assert_eq!(
-        git(&repo, &["status", "--porcelain=v1", "-uall"]),
-        status_before
-    );
-    assert_eq!(git(&repo, &["diff", "--cached"]), diff_cached_before);
-    let refs = git(&repo, &["for-each-ref", "refs/airlock/"]);
-    assert!(refs.contains("refs/airlock/snapshots/run_"), "{refs}");
-}
-
 /// CLI command against a running server found through the data directory.
 fn cli(fx: &Fixture, args: &[&str]) -> Output {
     Command::new(airlock_bin())
@@ -357,133 +288,6 @@ fn cli(fx: &Fixture, args: &[&str]) -> Output {
         .env_remove("AIRLOCK_TOKEN")
         .output()
         .expect("run airlock")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn savepoint_rollback_to_restores_files_and_discards_later_effects_only() {
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let ws = workspace(&fx);
-    let (run, env) = airlock.create_run().await;
-    airlock
-        .post(
-            &format!("/v1/runs/{run}/workspace"),
-            Some(json!({"path": ws.display().to_string(), "driver": "dir"})),
-        )
-        .await
-        .expect("attach workspace");
-    let url = format!("https://127.0.0.1:{}/step", origin.addr().port());
-    let mut effects = Vec::new();
-    for step in 1..=3 {
-        std::fs::write(ws.join(format!("step{step}.txt")), format!("step {step}\n"))
-            .expect("write");
-        let out = airlock_tests::curl(
-            &env,
-            &["-X", "POST", "--data", &format!("step {step}"), &url],
-        )
-        .await;
-        assert_eq!(out.status, 202, "{}", out.stderr);
-        effects.push(out.header("airlock-effect").expect("effect id"));
-        if step == 1 {
-            let taken = cli(&fx, &["savepoint", &run, "after-step-1"]);
-            assert!(
-                taken.status.success(),
-                "{}",
-                String::from_utf8_lossy(&taken.stderr)
-            );
-        }
-    }
-    let files_after_step_1 = {
-        let mut t = tree(&ws);
-        t.remove("step2.txt");
-        t.remove("step3.txt");
-        t
-    };
-
-    let out = cli(&fx, &["rollback-to", &run, "after-step-1"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        text.contains("rollback_to to savepoint after-step-1"),
-        "{text}"
-    );
-    assert_eq!(tree(&ws), files_after_step_1);
-    assert!(ws.join("step1.txt").exists() && !ws.join("step2.txt").exists());
-
-    let states: Vec<(String, String)> = airlock
-        .effects(&run)
-        .await
-        .iter()
-        .map(|e| {
-            (
-                e["id"].as_str().unwrap_or("").to_owned(),
-                e["state"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        states,
-        vec![
-            (effects[0].clone(), "staged".to_owned()),
-            (effects[1].clone(), "discarded".to_owned()),
-            (effects[2].clone(), "discarded".to_owned()),
-        ]
-    );
-    // The run is still open: the agent carries on from the savepoint.
-    let out = airlock_tests::curl(&env, &["-X", "POST", "--data", "step 2 again", &url]).await;
-    assert_eq!(out.status, 202);
-    assert!(origin.received().is_empty());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rollback_that_cannot_be_verified_marks_the_run_and_says_so() {
-    // The snapshot objects are gone: the restore fails halfway.
-    unverifiable_rollback("snapshots/objects").await;
-    // The whole snapshot store is gone: the decision is still written and reported.
-    unverifiable_rollback("snapshots").await;
-}
-
-async fn unverifiable_rollback(damaged: &str) {
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
-    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
-    let ws = workspace(&fx);
-    // The agent damages airlock's snapshot store (it should never be able to reach it: the
-    // data directory belongs outside the sandbox) and changes a file.
-    let objects = fx.data_dir().join(damaged);
-    let script = format!(
-        "rm -rf '{}' && echo tampered > README && echo new > extra.txt",
-        objects.display()
-    );
-    let mut command = run_command(&fx, &policy, &["--verify", "false"]);
-    command
-        .arg("--workspace")
-        .arg(&ws)
-        .args(["--", "sh", "-c", &script]);
-    let out = output(command).await;
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success());
-    assert!(
-        text.contains("the rollback could NOT be verified"),
-        "{text}"
-    );
-    assert!(text.contains("restore failed"), "{text}");
-
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let runs = airlock.admin.get("/v1/runs").await.expect("runs");
-    let run = runs["runs"][0]["id"].as_str().expect("run").to_owned();
-    let workspace = airlock
-        .admin
-        .get(&format!("/v1/runs/{run}/workspace"))
-        .await
-        .expect("workspace");
-    assert_eq!(workspace["rollback_unverified"], true, "{workspace:#}");
-    assert_eq!(runs["runs"][0]["state"], "aborted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -556,78 +360,4 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
     let run = runs["runs"][0]["id"].as_str().expect("id");
     assert_eq!(airlock.effects(run).await[0]["state"], "discarded");
     assert!(origin.received().is_empty());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cmd_driver_runs_the_given_commands_and_the_residue_check_catches_a_bad_rollback() {
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
-    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
-    let store = fx.dir.path().join("my-snapshots");
-    let take = format!(
-        "mkdir -p '{0}'/\"$AIRLOCK_SNAPSHOT\" && cp -a . '{0}'/\"$AIRLOCK_SNAPSHOT\"/",
-        store.display()
-    );
-    let restore = format!(
-        "find . -mindepth 1 -delete && cp -a '{0}'/\"$AIRLOCK_SNAPSHOT\"/. .",
-        store.display()
-    );
-    let ws = workspace(&fx);
-    let before = tree(&ws);
-    let script = agent_script(origin.addr().port());
-
-    // A rollback command that works: verified against the manifest.
-    for (rollback, verified) in [(restore.as_str(), true), ("true", false)] {
-        let mut command = run_command(
-            &fx,
-            &policy,
-            &[
-                "--json",
-                "--snapshot",
-                "cmd",
-                "--snapshot-cmd",
-                &take,
-                "--rollback-cmd",
-                rollback,
-                "--verify",
-                "false",
-            ],
-        );
-        command
-            .arg("--workspace")
-            .arg(&ws)
-            .args(["--", "sh", "-c", &script]);
-        let report = json_report(&output(command).await);
-        assert_eq!(report["decision"]["kind"], "rollback", "{report:#}");
-        assert_eq!(report["workspace"]["driver"], "cmd");
-        assert_eq!(report["rollback_unverified"], !verified, "{report:#}");
-        if verified {
-            assert_eq!(tree(&ws), before);
-        } else {
-            // The rollback command did nothing: the residue names every change.
-            let residue = report["decision"]["residue"].to_string();
-            assert!(residue.contains("left behind: added.txt"), "{residue}");
-            assert!(residue.contains("differs: README"), "{residue}");
-            assert!(residue.contains("missing: delete-me"), "{residue}");
-        }
-    }
-    assert!(origin.received().is_empty());
-
-    // A standalone server runs no snapshot commands unless told it may.
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, _) = airlock.create_run().await;
-    let refused = airlock
-        .post(
-            &format!("/v1/runs/{run}/workspace"),
-            Some(json!({"path": ws.display().to_string(), "driver": "cmd",
-                        "snapshot_cmd": "true", "rollback_cmd": "true"})),
-        )
-        .await
-        .expect_err("refused");
-    assert!(
-        refused
-            .to_string()
-            .contains("danger-allow-snapshot-commands"),
-        "{refused}"
-    );
 }
