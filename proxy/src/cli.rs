@@ -36,6 +36,7 @@ macro_rules! outln {
 
 // After the macros, so they can use them.
 mod admin_client;
+mod compensate;
 mod policy;
 mod policy_tools;
 mod serve;
@@ -157,7 +158,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             approve_pending,
             admin,
         } => admin_client::commit(&run, approve_pending, &admin).await,
-        Command::Compensate { run, admin } => crate::compensate::cli(&run, &admin).await,
+        Command::Compensate { run, admin } => compensate::compensate(&run, &admin).await,
         Command::Abort { run, admin } => admin_client::abort(&run, &admin).await,
         Command::Env { run, admin } => admin_client::env(&run, &admin).await,
         Command::Ca {

@@ -112,7 +112,7 @@ impl AdminClient {
             .await
             .map_err(|e| ClientError::Connect {
                 url: url.clone(),
-                reason: crate::handle::error_chain(&e).unwrap_or_default(),
+                reason: airlock_net::respond::error_chain(&e).unwrap_or_default(),
             })?;
         let status = response.status();
         let bytes = response

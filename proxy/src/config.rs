@@ -1,32 +1,11 @@
-//! Configuration of `airlock serve`, and the one place that names environment variables.
+//! Configuration of `airlock serve` (the environment variables and data-directory files
+//! it names are in [`airlock_net::config`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Environment variable: the admin API's base URL for CLI commands (`http://127.0.0.1:8081`).
-pub const ENV_ADMIN: &str = "AIRLOCK_ADMIN";
-/// Environment variable: the admin bearer token for CLI commands.
-pub const ENV_TOKEN: &str = "AIRLOCK_TOKEN";
-/// Environment variable: the data directory (default `./airlock-data`).
-pub const ENV_DATA: &str = "AIRLOCK_DATA";
-/// Environment variable: log filter in `tracing-subscriber` EnvFilter syntax (default `info`).
-pub const ENV_LOG: &str = "AIRLOCK_LOG";
-
-/// Environment variable, for tests only: the name of a step of `airlock run`
-/// (`after_decision`, `rollback_midway`) where the process stops for good, so a test can
-/// SIGKILL it exactly there.
-pub const ENV_TEST_PAUSE_AT: &str = "AIRLOCK_TEST_PAUSE_AT";
-
-/// File in the data directory holding the admin bearer token (mode 0600).
-pub const ADMIN_TOKEN_FILE: &str = "admin.token";
-/// File in the data directory where a running server writes the addresses it listens on.
-pub const ADDRESSES_FILE: &str = "addresses.json";
-/// Directory in the data directory holding the sled ledger.
-pub const LEDGER_DIR: &str = "ledger";
-/// File in the data directory holding the key credential placeholders are derived from
-/// (hex, mode 0600).
-pub const PLACEHOLDER_KEY_FILE: &str = "placeholder.key";
+pub use airlock_net::config::*;
 
 /// Default staging body limit: 10 MiB.
 pub const DEFAULT_STAGE_BODY_LIMIT: u64 = 10 * 1024 * 1024;
@@ -123,14 +102,15 @@ impl ServeConfig {
             reviewer_tokens: Vec::new(),
             notify_webhook: None,
             ui_base_url: None,
-            idle_timeout: crate::limits::DEFAULT_IDLE_TIMEOUT,
-            max_connections_per_run: crate::limits::DEFAULT_MAX_CONNECTIONS_PER_RUN,
-            max_connections: crate::limits::DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: airlock_net::limits::DEFAULT_IDLE_TIMEOUT,
+            max_connections_per_run: airlock_net::limits::DEFAULT_MAX_CONNECTIONS_PER_RUN,
+            max_connections: airlock_net::limits::DEFAULT_MAX_CONNECTIONS,
             advertise_proxy: None,
             advertise_ca: None,
-            keep_alive_timeout: crate::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT,
-            max_unauthenticated_connections: crate::limits::DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
-            auth_timeout: crate::keepalive::DEFAULT_AUTH_TIMEOUT,
+            keep_alive_timeout: airlock_net::limits::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT,
+            max_unauthenticated_connections:
+                airlock_net::limits::DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
+            auth_timeout: airlock_net::limits::keepalive::DEFAULT_AUTH_TIMEOUT,
             ledger_cache_bytes: airlock_ledger::DEFAULT_CACHE_BYTES,
         }
     }

@@ -11,7 +11,7 @@ use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
 use crate::client::AdminClient;
-use crate::origin::{Origin, OriginCa, Reply};
+use airlock_origin::{Origin, OriginCa, Reply};
 
 mod forge;
 

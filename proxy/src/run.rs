@@ -68,7 +68,7 @@ pub struct RunArgs {
     /// --resolve`). The answers go through the same checks as any other: private and
     /// special-purpose addresses still need allow_private. Needs --policy: a running
     /// server answers with its own --resolve
-    #[arg(long, value_name = "HOST=IP[,IP]", value_parser = crate::dial::parse_resolve)]
+    #[arg(long, value_name = "HOST=IP[,IP]", value_parser = airlock_net::dial::parse_resolve)]
     resolve: Vec<(String, Vec<std::net::IpAddr>)>,
     /// Also report what the command changed under these paths outside the workspace
     /// (comma-separated; watched, never restored)

@@ -1,9 +1,9 @@
-//! The smart-HTTP git origin (`airlock::origin::git_http`) and a `git` runner for tests.
+//! The smart-HTTP git origin (`airlock_origin::git_http`) and a `git` runner for tests.
 
 use std::path::Path;
 use std::process::Command;
 
-pub use airlock::origin::git_http::{available, backend};
+pub use airlock_origin::git_http::{available, backend};
 
 /// Runs `git ARGS` in `dir` with a private identity and no system or global config;
 /// panics with git's stderr when it fails.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 pub mod review;
 
 pub use airlock::client::{AdminClient, ClientError};
-pub use airlock::origin::{Handler, Origin, OriginCa, Received, Reply};
+pub use airlock_origin::{Handler, Origin, OriginCa, Received, Reply};
 use anyhow::{bail, Context as _};
 use serde_json::Value;
 
@@ -559,7 +559,7 @@ pub fn tls_trusting(ca_pem: &str, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector 
     tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
 }
 
-pub use airlock::origin::TEST_HOST;
+pub use airlock_origin::TEST_HOST;
 
 /// Whether the tests run under CI (`CI` set, not empty, `false` or `0`): there a test whose
 /// tool is missing fails instead of skipping, since `.ci/run` installs every tool.

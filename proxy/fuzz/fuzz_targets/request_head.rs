@@ -14,7 +14,7 @@ use airlock_policy::Scheme;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../src/authority.rs"]
+#[path = "../../net/src/authority.rs"]
 #[allow(dead_code)]
 mod authority;
 

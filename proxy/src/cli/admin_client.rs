@@ -265,7 +265,7 @@ pub(super) async fn env(run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
 
 /// `airlock ca export`: the CA certificate, from the data directory when it is local.
 pub(super) async fn ca_export(admin: &AdminArgs) -> anyhow::Result<()> {
-    let file = admin.data.join(crate::ca::CA_CERT_FILE);
+    let file = admin.data.join(airlock_net::ca::CA_CERT_FILE);
     if admin.admin.is_none() && file.exists() {
         out!(
             "{}",

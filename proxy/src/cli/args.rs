@@ -302,7 +302,7 @@ pub(super) struct ServeArgs {
     /// Answer DNS for HOST with these addresses instead of the system resolver
     /// (HOST=IP[,IP…], repeatable; like curl's --resolve). The answers go through the same
     /// checks as any other: private and special-purpose addresses still need allow_private
-    #[arg(long, value_name = "HOST=IP[,IP]", value_parser = crate::dial::parse_resolve)]
+    #[arg(long, value_name = "HOST=IP[,IP]", value_parser = airlock_net::dial::parse_resolve)]
     pub(super) resolve: Vec<(String, Vec<std::net::IpAddr>)>,
     /// Operator baseline policy (TOML, deny rules only): evaluated before the project
     /// policy, which cannot override it
@@ -310,7 +310,7 @@ pub(super) struct ServeArgs {
     pub(super) baseline: Option<PathBuf>,
     /// A named reviewer token, NAME=FILE (repeatable): the reviewer signs in to the review
     /// UI or calls the API with the token in FILE, and decisions record NAME
-    #[arg(long = "reviewer-token", value_name = "NAME=FILE", value_parser = crate::ui::parse_reviewer_arg)]
+    #[arg(long = "reviewer-token", value_name = "NAME=FILE", value_parser = airlock_control::ui::parse_reviewer_arg)]
     pub(super) reviewer_tokens: Vec<(String, PathBuf)>,
     /// Webhook told (POST JSON {run, pending, link}) when a run is sealed with effects
     /// waiting for review; sent by airlock directly, not through the proxy
@@ -325,15 +325,15 @@ pub(super) struct ServeArgs {
     pub(super) idle_timeout: u64,
     /// Most concurrent client connections one run may hold (CONNECT tunnels and upgraded
     /// connections included); past it requests get 429 too_many_connections
-    #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS_PER_RUN, value_name = "N")]
+    #[arg(long, default_value_t = airlock_net::limits::DEFAULT_MAX_CONNECTIONS_PER_RUN, value_name = "N")]
     pub(super) max_connections_per_run: usize,
     /// Most open client connections on the proxy listener in all; past it a new connection
     /// gets 429 too_many_connections and is closed
-    #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    #[arg(long, default_value_t = airlock_net::limits::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
     pub(super) max_connections: usize,
     /// HOST:PORT sandboxes dial for the proxy, written into run environments (`airlock
     /// env`) when it differs from --listen (a container or network namespace)
-    #[arg(long, value_name = "HOST:PORT", value_parser = crate::env::parse_advertised_proxy)]
+    #[arg(long, value_name = "HOST:PORT", value_parser = airlock_control::env::parse_advertised_proxy)]
     pub(super) advertise_proxy: Option<(String, u16)>,
     /// The CA certificate's path as sandboxes see it, written into run environments
     /// [default: DATA/ca.pem]
@@ -344,16 +344,16 @@ pub(super) struct ServeArgs {
     /// is closed gracefully (h2 GOAWAY); a request waiting on its origin or streaming is in
     /// flight and never cut. An idle HTTP/1.1 connection is also closed by
     /// --header-read-timeout, which hyper runs while it waits for the next request head
-    #[arg(long, default_value_t = crate::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
+    #[arg(long, default_value_t = airlock_net::limits::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
     pub(super) keep_alive_timeout: u64,
     /// Most open client connections that have not authenticated yet (no request with valid
     /// Proxy-Authorization); past it a new connection evicts the oldest of them, which is
     /// closed as if its --auth-timeout had passed
-    #[arg(long, default_value_t = crate::limits::DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS, value_name = "N")]
+    #[arg(long, default_value_t = airlock_net::limits::DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS, value_name = "N")]
     pub(super) max_unauthenticated_connections: usize,
     /// Seconds a client connection may stay open without authenticating (a request with
     /// valid Proxy-Authorization) before it is closed
-    #[arg(long, default_value_t = crate::keepalive::DEFAULT_AUTH_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
+    #[arg(long, default_value_t = airlock_net::limits::keepalive::DEFAULT_AUTH_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
     pub(super) auth_timeout: u64,
     /// MiB of the ledger kept in memory (its page cache; older pages are read back from
     /// disk when needed). The ledger grows with every read and effect, and airlock's

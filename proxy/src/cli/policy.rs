@@ -148,8 +148,9 @@ pub(super) async fn policy_command(command: PolicyCommand) -> anyhow::Result<()>
             } else {
                 80
             };
-            let target = crate::handle::Target::parse(scheme, authority.as_str(), default_port)
-                .ok_or_else(|| anyhow!("{url:?} names no valid host"))?;
+            let target =
+                airlock_dataplane::handle::Target::parse(scheme, authority.as_str(), default_port)
+                    .ok_or_else(|| anyhow!("{url:?} names no valid host"))?;
             let header_pairs: Vec<(&str, &str)> = headers
                 .iter()
                 .map(|line| {

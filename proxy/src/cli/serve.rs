@@ -26,7 +26,7 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_unauthenticated_connections = args.max_unauthenticated_connections;
     config.auth_timeout = std::time::Duration::from_secs(args.auth_timeout.max(1));
     config.ledger_cache_bytes = args.ledger_cache_mib << 20;
-    crate::limits::raise_fd_limit(config.max_connections);
+    airlock_net::limits::raise_fd_limit(config.max_connections);
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;
     Ok(())

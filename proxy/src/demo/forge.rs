@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context as _};
 use serde_json::{json, Value};
 
-use crate::origin::{git_http, Received, Reply};
+use airlock_origin::{git_http, Received, Reply};
 
 /// The policy rules for the forge, appended to the demo's policy.
 pub(super) fn policy(port: u16) -> String {

@@ -1,0 +1,229 @@
+//! Unit tests of the adapters' pure parts: git's pkt-lines and report-status.
+
+use super::git::{accepted_report, check_report, parse_push, pkt_line, pkt_lines};
+
+const OLD: &str = "1111111111111111111111111111111111111111";
+const NEW: &str = "2222222222222222222222222222222222222222";
+
+fn push_body(caps: &str) -> Vec<u8> {
+    let mut body = pkt_line(format!("{OLD} {NEW} refs/heads/main\0{caps}\n").as_bytes());
+    body.extend(pkt_line(
+        format!("{OLD} {NEW} refs/heads/other\n").as_bytes(),
+    ));
+    body.extend_from_slice(b"0000PACK....");
+    body
+}
+
+#[test]
+fn commands_and_capabilities_are_parsed() {
+    let push =
+        parse_push(&push_body("report-status side-band-64k agent=git/2.43")).expect("a push");
+    assert_eq!(push.commands.len(), 2);
+    assert_eq!(push.commands[1].name, "refs/heads/other");
+    assert!(push.capabilities.contains(&"side-band-64k".to_owned()));
+    assert!(parse_push(b"hello").is_none());
+    assert_eq!(
+        super::git::pack_stats(&push_body("report-status")),
+        None,
+        "no valid pack"
+    );
+}
+
+#[test]
+fn the_accepted_report_is_framed_as_asked() {
+    let plain = accepted_report(&parse_push(&push_body("report-status")).expect("push"));
+    assert_eq!(
+        plain,
+        b"000eunpack ok\n0017ok refs/heads/main\n0018ok refs/heads/other\n0000".to_vec()
+    );
+    let banded =
+        accepted_report(&parse_push(&push_body("report-status side-band-64k")).expect("push"));
+    let (lines, _) = pkt_lines(&banded);
+    assert_eq!(lines.len(), 2, "one band-1 packet and a flush");
+    assert_eq!(lines[0].expect("data")[0], 1);
+    assert_eq!(&lines[0].expect("data")[1..], plain.as_slice());
+    assert!(accepted_report(&parse_push(&push_body("side-band-64k")).expect("push")) == b"0000");
+}
+
+#[test]
+fn an_ng_in_the_origin_report_is_a_failure_with_gits_reason() {
+    let push = parse_push(&push_body("report-status")).expect("push");
+    let ok = accepted_report(&push);
+    assert_eq!(check_report(&push, &ok), Ok(()));
+    let mut refused = pkt_line(b"unpack ok\n");
+    refused.extend(pkt_line(b"ng refs/heads/main failed to update ref\n"));
+    refused.extend_from_slice(b"0000");
+    let reason = check_report(&push, &refused).expect_err("refused");
+    assert!(
+        reason.contains("ng refs/heads/main failed to update ref"),
+        "{reason}"
+    );
+    assert!(check_report(&push, b"").is_err());
+}
+
+mod shapes {
+    use airlock_ledger::{Digest, Effect, EffectId, EffectState, Placeholder, RunId};
+    use serde_json::{json, Value};
+
+    use crate::{by_name, Adapter, Call};
+
+    /// A staged effect of `call` whose placeholders get values 900+i (numbers) or `ph_i`.
+    fn staged(adapter: &dyn Adapter, call: &Call<'_>) -> Effect {
+        let plan = adapter.plan(call);
+        Effect {
+            id: EffectId("eff_test".into()),
+            run_id: RunId("run_test".into()),
+            seq: 1,
+            method: call.method.into(),
+            url: call.url.into(),
+            headers: Vec::new(),
+            body_digest: Digest::sha256_of(call.body),
+            body_len: call.body.len() as u64,
+            rule: None,
+            policy_revision: String::new(),
+            created_at_ms: 1_764_000_000_000,
+            state: EffectState::Staged,
+            state_reason: None,
+            decisions: Vec::new(),
+            release: None,
+            placeholders: plan
+                .placeholders
+                .iter()
+                .enumerate()
+                .map(|(i, spec)| Placeholder {
+                    value: match spec.kind {
+                        airlock_ledger::ValueKind::Number => (900 + i).to_string(),
+                        airlock_ledger::ValueKind::String => format!("ph_{i}"),
+                    },
+                    kind: spec.kind,
+                    pointer: spec.pointer.clone(),
+                    real: None,
+                })
+                .collect(),
+            depends_on: Vec::new(),
+            summary: Some(plan.summary),
+            adapter: Some(adapter.name().into()),
+            compensates: None,
+            approval: None,
+            inject: None,
+        }
+    }
+
+    fn answer(name: &str, method: &str, url: &str, body: &Value) -> (u16, Value, Effect) {
+        let adapter = by_name(name).expect("adapter");
+        let bytes = body.to_string().into_bytes();
+        let call = Call {
+            method,
+            url,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: &bytes,
+            template: None,
+        };
+        let effect = staged(adapter, &call);
+        let synthetic = adapter.respond(&call, &effect);
+        let json = serde_json::from_slice(&synthetic.body).expect("JSON answer");
+        (synthetic.status, json, effect)
+    }
+
+    #[test]
+    fn github_contents_release_and_ref_answers_carry_their_documented_fields() {
+        let (status, file, effect) = answer(
+            "github",
+            "PUT",
+            "https://api.github.com/repos/acme/widgets/contents/docs/a.md",
+            &json!({"message": "Add docs", "content": "aGVsbG8=", "branch": "agent/docs"}),
+        );
+        assert_eq!(status, 201);
+        assert_eq!(file["content"]["path"], "docs/a.md");
+        assert_eq!(file["content"]["name"], "a.md");
+        assert_eq!(
+            file["content"]["html_url"],
+            "https://github.com/acme/widgets/blob/agent/docs/docs/a.md"
+        );
+        assert_eq!(file["commit"]["message"], "Add docs");
+        assert!(file["commit"]["sha"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("ph_")));
+        assert_eq!(
+            effect.summary.as_deref(),
+            Some("create acme/widgets:docs/a.md on agent/docs: 'Add docs'")
+        );
+
+        let (status, release, _) = answer(
+            "github",
+            "POST",
+            "https://ghe.example/api/v3/repos/acme/widgets/releases",
+            &json!({"tag_name": "v1.2.0", "name": "v1.2.0"}),
+        );
+        assert_eq!(status, 201);
+        assert_eq!(
+            release["url"],
+            "https://ghe.example/api/v3/repos/acme/widgets/releases/900"
+        );
+        assert_eq!(
+            release["html_url"],
+            "https://ghe.example/acme/widgets/releases/tag/v1.2.0"
+        );
+        assert!(release["id"].is_u64() && release["assets"].is_array());
+
+        let (status, git_ref, _) = answer(
+            "github",
+            "POST",
+            "https://api.github.com/repos/acme/widgets/git/refs",
+            &json!({"ref": "refs/heads/fix", "sha": "aa218f56b14c9653891f9e74264a383fa43fefbd"}),
+        );
+        assert_eq!(status, 201);
+        assert_eq!(git_ref["ref"], "refs/heads/fix");
+        assert_eq!(
+            git_ref["object"]["sha"],
+            "aa218f56b14c9653891f9e74264a383fa43fefbd"
+        );
+    }
+
+    #[test]
+    fn unknown_endpoints_are_left_to_the_webhook_adapter() {
+        let adapter = by_name("github").expect("github");
+        let call = Call {
+            method: "DELETE",
+            url: "https://api.github.com/repos/acme/widgets",
+            headers: Vec::new(),
+            body: b"",
+            template: None,
+        };
+        assert!(adapter.plan(&call).endpoint.is_none());
+    }
+
+    #[test]
+    fn compensations_use_the_real_values_from_the_origins_answer() {
+        let adapter = by_name("github").expect("github");
+        let body = br#"{"body": "hi"}"#;
+        let call = Call {
+            method: "POST",
+            url: "https://api.github.com/repos/acme/widgets/issues/12/comments",
+            headers: Vec::new(),
+            body,
+            template: None,
+        };
+        let undo = adapter.compensations(&call, br#"{"id": 4242}"#);
+        assert_eq!(undo.len(), 1);
+        assert_eq!(undo[0].method, "DELETE");
+        assert_eq!(
+            undo[0].url,
+            "https://api.github.com/repos/acme/widgets/issues/comments/4242"
+        );
+
+        let slack = by_name("slack").expect("slack");
+        let form = b"channel=C1&text=hello+there%21";
+        let call = Call {
+            method: "POST",
+            url: "https://slack.com/api/chat.postMessage",
+            headers: Vec::new(),
+            body: form,
+            template: None,
+        };
+        assert_eq!(slack.plan(&call).summary, "post to C1: 'hello there!'");
+        let undo = slack.compensations(&call, br#"{"ok": true, "channel": "C1", "ts": "1.5"}"#);
+        assert_eq!(undo[0].url, "https://slack.com/api/chat.delete");
+        assert_eq!(undo[0].body, br#"{"channel":"C1","ts":"1.5"}"#.to_vec());
+    }
+}

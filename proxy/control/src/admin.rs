@@ -1,0 +1,596 @@
+//! The admin listener: JSON API under `/v1` for runs, effects, decisions and commit, behind
+//! a bearer token. The proxy never forwards to it (see `dial`). Reference: docs/admin-api.md.
+
+use std::sync::Arc;
+
+use airlock_ledger::{Effect, EffectId, LedgerError, Refused, Run, RunId, Verdict};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::env::{proxy_env, proxy_url, shell_exports};
+use crate::Control;
+
+mod compensate;
+mod policy;
+mod render;
+mod workspace;
+
+use render::{body_json, edge_json, effect_summary, headers_json, run_json};
+
+/// An admin API error: status, stable code, message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    details: Option<Value>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+impl From<LedgerError> for ApiError {
+    fn from(error: LedgerError) -> Self {
+        match error {
+            LedgerError::NotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "not_found", error.to_string())
+            }
+            LedgerError::Refused(refused) => {
+                let details = match &refused {
+                    Refused::Undecided { effects, .. } => Some(json!({ "undecided": effects })),
+                    _ => None,
+                };
+                Self {
+                    status: StatusCode::CONFLICT,
+                    code: refused.code(),
+                    message: refused.to_string(),
+                    details,
+                }
+            }
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "ledger_error",
+                airlock_net::respond::error_chain(&other).unwrap_or_default(),
+            ),
+        }
+    }
+}
+
+impl From<crate::release::CommitError> for ApiError {
+    fn from(error: crate::release::CommitError) -> Self {
+        match error {
+            crate::release::CommitError::Ledger(error) => error.into(),
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "task_failed",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.message, "code": self.code });
+        if let Some(details) = self.details {
+            body["details"] = details;
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "task_failed",
+                e.to_string(),
+            )
+        })?
+        .map_err(ApiError::from)
+}
+
+/// The admin router over `shared`.
+pub fn router(shared: Arc<Control>) -> Router {
+    let api = Router::new()
+        .route("/v1/runs", post(create_run).get(list_runs))
+        .route("/v1/runs/{id}", get(show_run))
+        .route("/v1/runs/{id}/effects", get(run_effects))
+        .route("/v1/runs/{id}/reads", get(run_reads))
+        .route("/v1/runs/{id}/env", get(run_env))
+        .route("/v1/runs/{id}/denials", get(run_denials))
+        .route("/v1/runs/{id}/lineage", get(run_lineage))
+        .route("/v1/runs/{id}/seal", post(seal_run))
+        .route("/v1/runs/{id}/commit", post(commit_run))
+        .route("/v1/runs/{id}/abort", post(abort_run))
+        .route("/v1/effects/{id}", get(show_effect))
+        .route("/v1/effects/{id}/approve", post(approve_effect))
+        .route("/v1/effects/{id}/reject", post(reject_effect))
+        .route("/v1/ca", get(ca_pem))
+        .route("/v1/policy", get(policy::show).post(policy::replace))
+        .route("/metrics", get(metrics))
+        .merge(workspace::routes())
+        .merge(compensate::routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            require_token,
+        ))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such admin endpoint; see docs/admin-api.md",
+            )
+        });
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { Json(json!({ "status": "ok" })) }),
+        )
+        .merge(crate::ui::router(shared.clone()))
+        .merge(api)
+        .with_state(shared)
+}
+
+async fn require_token(
+    State(shared): State<Arc<Control>>,
+    headers: HeaderMap,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    // The admin token (named `admin`) or a named reviewer token; the name is recorded
+    // with the reviewer's decisions.
+    let reviewer =
+        presented.and_then(|token| crate::ui::reviewer_for_token(&shared.review.reviewers, token));
+    if let Some(reviewer) = reviewer {
+        request.extensions_mut().insert(reviewer.clone());
+        next.run(request).await
+    } else {
+        let mut response = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send Authorization: Bearer TOKEN (the token is in DATA/admin.token)",
+        )
+        .into_response();
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"airlock-admin\""),
+        );
+        response
+    }
+}
+
+/// A JSON request body, or the type's default when the body is empty or blank.
+fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> ApiResult<T> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("the body is not a valid request: {e}"),
+        )
+    })
+}
+
+fn parse_run(id: &str) -> ApiResult<RunId> {
+    RunId::parse(id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_run_id",
+            format!("{id:?} is not a run id (run_<ulid>)"),
+        )
+    })
+}
+
+fn parse_effect(id: &str) -> ApiResult<EffectId> {
+    EffectId::parse(id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_effect_id",
+            format!("{id:?} is not an effect id (eff_<ulid>)"),
+        )
+    })
+}
+
+fn not_found(kind: &str, id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no {kind} with id {id}"),
+    )
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRun {
+    #[serde(default)]
+    profile: Option<String>,
+}
+
+async fn create_run(
+    State(shared): State<Arc<Control>>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let request: CreateRun = parse_body(&body)?;
+    let ledger = shared.ledger.clone();
+    let run = blocking(move || ledger.create_run(request.profile)).await?;
+    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token);
+    let policy = shared.policy.current();
+    env.extend(policy.credentials.placeholder_env(&policy, &run.id));
+    let mut body = run_json(&shared, &run, &[]);
+    body["token"] = json!(run.token);
+    body["proxy_url"] = json!(proxy_url(&shared.advertised, run.id.as_str(), &run.token));
+    body["ca_file"] = json!(shared.advertised.ca_file.display().to_string());
+    body["env"] = json!(env);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<Value>> {
+    let ledger = shared.ledger.clone();
+    let runs = blocking(move || {
+        let mut out = Vec::new();
+        for run in ledger.runs()? {
+            let effects = ledger.effects(&run.id)?;
+            out.push((run, effects));
+        }
+        Ok(out)
+    })
+    .await?;
+    let mut list: Vec<Value> = runs
+        .iter()
+        .map(|(run, effects)| run_json(&shared, run, effects))
+        .collect();
+    list.reverse();
+    Ok(Json(json!({ "runs": list })))
+}
+
+async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {
+    let run_id = parse_run(id)?;
+    let ledger = shared.ledger.clone();
+    let found = blocking(move || match ledger.run(&run_id)? {
+        Some(run) => {
+            let effects = ledger.effects(&run.id)?;
+            Ok(Some((run, effects)))
+        }
+        None => Ok(None),
+    })
+    .await?;
+    found.ok_or_else(|| not_found("run", id))
+}
+
+async fn show_run(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, effects) = load_run(&shared, &id).await?;
+    Ok(Json(run_json(&shared, &run, &effects)))
+}
+
+async fn run_effects(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, effects) = load_run(&shared, &id).await?;
+    Ok(Json(json!({
+        "run": run.id,
+        "effects": effects.iter().map(effect_summary).collect::<Vec<_>>(),
+    })))
+}
+
+async fn run_reads(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, _) = load_run(&shared, &id).await?;
+    let ledger = shared.ledger.clone();
+    let run_id = run.id.clone();
+    let reads = blocking(move || ledger.reads(&run_id)).await?;
+    Ok(Json(json!({ "run": run.id, "reads": reads })))
+}
+
+async fn run_denials(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, _) = load_run(&shared, &id).await?;
+    let ledger = shared.ledger.clone();
+    let run_id = run.id.clone();
+    let denials = blocking(move || ledger.denials(&run_id)).await?;
+    Ok(Json(json!({ "run": run.id, "denials": denials })))
+}
+
+async fn run_env(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, _) = load_run(&shared, &id).await?;
+    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token);
+    // Credential placeholders: opaque stand-ins, never the values.
+    let policy = shared.policy.current();
+    env.extend(policy.credentials.placeholder_env(&policy, &run.id));
+    Ok(Json(
+        json!({ "run": run.id, "env": env, "shell": shell_exports(&env) }),
+    ))
+}
+
+async fn seal_run(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let run_id = parse_run(&id)?;
+    let ledger = shared.ledger.clone();
+    let (run, effects) = blocking(move || {
+        let run = ledger.seal(&run_id, "admin")?;
+        let effects = ledger.effects(&run.id)?;
+        Ok((run, effects))
+    })
+    .await?;
+    crate::notify::run_sealed(&shared, &run.id);
+    Ok(Json(run_json(&shared, &run, &effects)))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitRequest {
+    #[serde(default)]
+    approve_pending: bool,
+}
+
+async fn commit_run(
+    State(shared): State<Arc<Control>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    Path(id): Path<String>,
+    Query(query): Query<CommitRequest>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let run_id = parse_run(&id)?;
+    let request: CommitRequest = parse_body(&body)?;
+    let approve_pending = query.approve_pending || request.approve_pending;
+    // Once decided, a commit finishes whatever happens to this HTTP exchange: it runs in
+    // its own task, which a client that hangs up cannot cancel.
+    let task = tokio::spawn(async move {
+        crate::release::commit(&shared, &run_id, approve_pending, &reviewer.name).await
+    });
+    let report = task.await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "task_failed",
+            e.to_string(),
+        )
+    })??;
+    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+}
+
+async fn abort_run(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let run_id = parse_run(&id)?;
+    let ledger = shared.ledger.clone();
+    let closing = shared.clone();
+    let (run, effects) = blocking(move || {
+        let run = ledger.abort(&run_id, "admin")?;
+        closing.close_run(&run.id);
+        let effects = ledger.effects(&run.id)?;
+        Ok((run, effects))
+    })
+    .await?;
+    let mut body = run_json(&shared, &run, &effects);
+    body["effects_detail"] = json!(effects.iter().map(effect_summary).collect::<Vec<_>>());
+    Ok(Json(body))
+}
+
+async fn show_effect(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let effect_id = parse_effect(&id)?;
+    let ledger = shared.ledger.clone();
+    let found = blocking(move || match ledger.effect(&effect_id)? {
+        Some(effect) => {
+            let body = ledger.body(&effect.body_digest)?.unwrap_or_default();
+            let release_body = match effect.release.as_ref().and_then(|r| r.body_digest.clone()) {
+                Some(digest) => ledger.body(&digest)?,
+                None => None,
+            };
+            Ok(Some((effect, body, release_body)))
+        }
+        None => Ok(None),
+    })
+    .await?;
+    let (effect, body, release_body) = found.ok_or_else(|| not_found("effect", &id))?;
+    let ledger = shared.ledger.clone();
+    let run_id = effect.run_id.clone();
+    let effect_id = effect.id.clone();
+    let (analysis, reads, siblings) = blocking(move || {
+        Ok((
+            ledger.effect_lineage(&effect_id)?,
+            ledger.reads(&run_id)?,
+            ledger.effects(&run_id)?,
+        ))
+    })
+    .await?;
+    let mut sources: Vec<Value> = airlock_ledger::placeholder_edges(&effect)
+        .iter()
+        .map(|e| edge_json(e, &reads))
+        .collect();
+    if let Some(analysis) = &analysis {
+        sources.extend(analysis.edges.iter().map(|e| edge_json(e, &reads)));
+    }
+    let dependents: Vec<Value> = siblings
+        .iter()
+        .filter(|s| s.depends_on.iter().any(|d| d.effect == effect.id))
+        .map(|s| json!({ "id": s.id, "seq": s.seq, "method": s.method, "url": s.url, "state": s.state }))
+        .collect();
+    let mut out = effect_summary(&effect);
+    out["placeholders"] = json!(effect.placeholders);
+    out["depends_on"] = json!(effect.depends_on);
+    // The credential added at release: its name only, never its value.
+    out["inject"] = json!(effect.inject);
+    out["lineage"] = json!({
+        "analyzed": analysis.is_some(),
+        "fingerprints": analysis.as_ref().map(|a| a.fingerprints),
+        "truncated": analysis.as_ref().map(|a| a.truncated),
+        "skipped": analysis.as_ref().and_then(|a| a.skipped.clone()),
+        "incomplete_reads": analysis.as_ref().map(|a| a.incomplete_reads.clone()).unwrap_or_default(),
+        "sources": sources,
+        "dependents": dependents,
+    });
+    out["headers"] = headers_json(&effect.headers);
+    out["body"] = body_json(&body);
+    airlock_dataplane::enforce::redact_view(
+        &shared.policy.current(),
+        effect.rule.as_deref(),
+        &body,
+        &mut out,
+    );
+    out["body_digest"] = json!(effect.body_digest);
+    out["policy_revision"] = json!(effect.policy_revision);
+    out["decisions"] = json!(effect.decisions);
+    out["approval"] = json!(effect.approval);
+    if let Some(release) = &effect.release {
+        out["release"] = json!({
+            "started_at_ms": release.started_at_ms,
+            "finished_at_ms": release.finished_at_ms,
+            "status": release.status,
+            "headers": headers_json(&release.headers),
+            "body": release_body.as_deref().map(body_json),
+            "body_len": release.body_len,
+            "error": release.error,
+        });
+    }
+    Ok(Json(out))
+}
+
+async fn run_lineage(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, effects) = load_run(&shared, &id).await?;
+    let ledger = shared.ledger.clone();
+    let run_id = run.id.clone();
+    let ids: Vec<airlock_ledger::EffectId> = effects.iter().map(|e| e.id.clone()).collect();
+    let (reads, edges, analyzed) = blocking(move || {
+        let mut analyzed = Vec::new();
+        for id in &ids {
+            analyzed.push(ledger.effect_lineage(id)?.is_some());
+        }
+        Ok((ledger.reads(&run_id)?, ledger.edges(&run_id)?, analyzed))
+    })
+    .await?;
+    let mut nodes: Vec<Value> = reads
+        .iter()
+        .map(|r| {
+            json!({ "id": format!("read:{}", r.seq), "kind": "read", "seq": r.seq, "method": r.method,
+                    "url": r.url, "status": r.status, "response_bytes": r.response_bytes })
+        })
+        .collect();
+    nodes.extend(effects.iter().zip(&analyzed).map(|(e, analyzed)| {
+        json!({ "id": e.id, "kind": "effect", "seq": e.seq, "method": e.method, "url": e.url,
+                "state": e.state, "analyzed": analyzed })
+    }));
+    Ok(Json(json!({
+        "run": run.id,
+        "nodes": nodes,
+        "edges": edges.iter().map(|e| edge_json(e, &reads)).collect::<Vec<_>>(),
+    })))
+}
+
+async fn decide(
+    shared: Arc<Control>,
+    reviewer: crate::ui::Reviewer,
+    id: String,
+    verdict: Verdict,
+) -> ApiResult<Json<Value>> {
+    let effect_id = parse_effect(&id)?;
+    let ledger = shared.ledger.clone();
+    let effect =
+        blocking(move || ledger.decide_effect(&effect_id, verdict, &reviewer.name)).await?;
+    Ok(Json(effect_summary(&effect)))
+}
+
+async fn approve_effect(
+    State(shared): State<Arc<Control>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    decide(shared, reviewer, id, Verdict::Approve).await
+}
+
+async fn reject_effect(
+    State(shared): State<Arc<Control>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    decide(shared, reviewer, id, Verdict::Reject).await
+}
+
+async fn ca_pem(State(shared): State<Arc<Control>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/x-pem-file")],
+        shared.data.ca().cert_pem().to_owned(),
+    )
+        .into_response()
+}
+
+/// Prometheus text for the ledger: its page cache (`--ledger-cache-mib`) and its size on
+/// disk, which grows with every read, effect and denial (nothing prunes it yet). Blocking:
+/// sled stats its files (and lists its blob directory) for the size.
+fn ledger_metrics(ledger: &airlock_ledger::Ledger) -> String {
+    let mut text = format!(
+        "# HELP airlock_ledger_cache_capacity_bytes Ledger pages kept in memory at most (--ledger-cache-mib).\n\
+         # TYPE airlock_ledger_cache_capacity_bytes gauge\n\
+         airlock_ledger_cache_capacity_bytes {}\n",
+        ledger.cache_capacity()
+    );
+    if let Ok(bytes) = ledger.size_on_disk() {
+        text.push_str(&format!(
+            "# HELP airlock_ledger_disk_bytes Bytes the ledger's files take on disk.\n\
+             # TYPE airlock_ledger_disk_bytes gauge\n\
+             airlock_ledger_disk_bytes {bytes}\n"
+        ));
+    }
+    text
+}
+
+async fn metrics(State(shared): State<Arc<Control>>) -> Response {
+    let ledger = shared.ledger.clone();
+    let ledger_text = tokio::task::spawn_blocking(move || ledger_metrics(&ledger))
+        .await
+        .unwrap_or_default();
+    let in_flight = shared.data.requests_in_flight();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        shared.data.metrics().render(in_flight)
+            + &policy::metrics(&shared)
+            + &shared.data.connections().metrics()
+            + &ledger_text,
+    )
+        .into_response()
+}

@@ -1,0 +1,54 @@
+//! `POST /v1/runs/{id}/compensate`: compensating effects for a committed run's released
+//! effects, staged in a new sealed run for review (see `crate::compensate`).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::Value;
+
+use super::{parse_run, ApiError, ApiResult};
+use crate::compensate::{compensate, CompensateError};
+use crate::Control;
+
+pub(super) fn routes() -> Router<Arc<Control>> {
+    Router::new().route("/v1/runs/{id}/compensate", post(create))
+}
+
+async fn create(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let run = parse_run(&id)?;
+    let report = tokio::task::spawn_blocking(move || compensate(&shared, &run))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "task_failed",
+                e.to_string(),
+            )
+        })?
+        .map_err(|error| match error {
+            CompensateError::Ledger(error) => ApiError::from(error),
+            CompensateError::NotCommitted { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "run_not_committed", error.to_string())
+            }
+            CompensateError::AlreadyCompensated { .. } => ApiError::new(
+                StatusCode::CONFLICT,
+                "already_compensated",
+                error.to_string(),
+            ),
+        })?;
+    let status = if report.compensation_run.is_some() {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(serde_json::to_value(report).unwrap_or_default()),
+    ))
+}

@@ -1,0 +1,86 @@
+//! `GET /v1/policy` (the policy in force) and `POST /v1/policy` (hot reload from a posted
+//! text: validate, build, swap atomically; an invalid text keeps the last good policy).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::{ApiError, ApiResult};
+use crate::Control;
+
+/// `{revision, generation, source, loaded_at_ms, path, text, reloads, reload_failures}`.
+pub(super) async fn show(State(shared): State<Arc<Control>>) -> Json<Value> {
+    let current = shared.policy.current();
+    let (reloads, failures) = shared.policy.reload_counts();
+    Json(json!({
+        "revision": current.revision(),
+        "generation": current.generation,
+        "source": current.source,
+        "loaded_at_ms": current.loaded_at_ms,
+        "path": shared.policy.path().display().to_string(),
+        "text": current.text,
+        "reloads": reloads,
+        "reload_failures": failures,
+    }))
+}
+
+/// The body is the policy's TOML text. 200 `{revision, generation, changed}`; 422
+/// `policy_invalid` with the parse or compile error and the revision that stays in force.
+pub(super) async fn replace(
+    State(shared): State<Arc<Control>>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let text = String::from_utf8(body.to_vec()).map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_body",
+            "the body must be the policy file's TOML text (UTF-8)",
+        )
+    })?;
+    let store = shared.policy.clone();
+    let outcome = tokio::task::spawn_blocking(move || store.replace(text))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "task_failed",
+                e.to_string(),
+            )
+        })?;
+    match outcome {
+        Ok(reloaded) => Ok(Json(json!(reloaded))),
+        Err(failure) => Err(ApiError {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "policy_invalid",
+            message: format!(
+                "{}; policy {} (generation {}) stays in force",
+                failure.error, failure.revision, failure.generation
+            ),
+            details: Some(json!({
+                "revision": failure.revision,
+                "generation": failure.generation,
+            })),
+        }),
+    }
+}
+
+/// Prometheus lines for the policy in force and its reloads.
+pub(super) fn metrics(shared: &Control) -> String {
+    let current = shared.policy.current();
+    let (reloads, failures) = shared.policy.reload_counts();
+    format!(
+        "# HELP airlock_policy_generation Generation of the policy in force (1 at start, +1 per reload).\n\
+         # TYPE airlock_policy_generation gauge\n\
+         airlock_policy_generation{{revision=\"{}\"}} {}\n\
+         # HELP airlock_policy_reloads_total Policy reloads by outcome.\n\
+         # TYPE airlock_policy_reloads_total counter\n\
+         airlock_policy_reloads_total{{outcome=\"ok\"}} {reloads}\n\
+         airlock_policy_reloads_total{{outcome=\"refused\"}} {failures}\n",
+        current.revision(),
+        current.generation,
+    )
+}

@@ -1,0 +1,266 @@
+//! Admin endpoints of `airlock run`: attach a workspace, record steps, decide, resume,
+//! savepoints and rollback-to. Reference: docs/run.md and docs/admin-api.md.
+
+use std::sync::Arc;
+
+use airlock_ledger::StepRecord;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{parse_body, parse_run, ApiError, ApiResult};
+use crate::workspace::{DecideRequest, WorkspaceError};
+use crate::Control;
+
+impl From<WorkspaceError> for ApiError {
+    fn from(error: WorkspaceError) -> Self {
+        match error {
+            WorkspaceError::Ledger(error) => error.into(),
+            WorkspaceError::Commit(error) => error.into(),
+            WorkspaceError::Invalid(message) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "bad_workspace_request", message)
+            }
+            WorkspaceError::Snapshot(crate::snapshot::SnapshotError::Unsupported(message)) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "snapshot_unsupported", message)
+            }
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "snapshot_failed",
+                airlock_net::respond::error_chain(&other).unwrap_or_else(|| other.to_string()),
+            ),
+        }
+    }
+}
+
+/// The workspace routes, merged into the admin router behind the token.
+pub(super) fn routes() -> Router<Arc<Control>> {
+    Router::new()
+        .route("/v1/runs/{id}/workspace", post(attach).get(show))
+        .route("/v1/runs/{id}/workspace/steps", post(step))
+        .route("/v1/runs/{id}/workspace/decide", post(decide))
+        .route("/v1/runs/{id}/workspace/resume", post(resume))
+        .route("/v1/runs/{id}/savepoints", post(savepoint))
+        .route("/v1/runs/{id}/rollback-to", post(rollback_to))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttachRequest {
+    path: String,
+    #[serde(default)]
+    driver: Option<String>,
+    #[serde(default)]
+    snapshot_cmd: Option<String>,
+    #[serde(default)]
+    rollback_cmd: Option<String>,
+}
+
+async fn attach(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let run = parse_run(&id)?;
+    let request: AttachRequest = parse_body(&body)?;
+    let driver = request.driver.unwrap_or_else(|| "dir".into());
+    let commands = match (request.snapshot_cmd, request.rollback_cmd) {
+        (Some(snapshot), Some(rollback)) => Some(crate::snapshot::Commands { snapshot, rollback }),
+        (None, None) => None,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_workspace_request",
+                "snapshot_cmd and rollback_cmd go together",
+            ))
+        }
+    };
+    let (record, described) =
+        crate::workspace::attach(&shared, &run, &request.path, &driver, commands).await?;
+    let mut body = serde_json::to_value(&record).unwrap_or_default();
+    body["run"] = json!(run);
+    body["snapshot_contents"] = json!(described);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+async fn show(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let run = parse_run(&id)?;
+    let ledger = shared.ledger.clone();
+    let run2 = run.clone();
+    let record = super::blocking(move || ledger.workspace(&run2)).await?;
+    let record = record.ok_or_else(|| super::not_found("workspace of run", &id))?;
+    let mut body = serde_json::to_value(&record).unwrap_or_default();
+    body["run"] = json!(run);
+    Ok(Json(body))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepRequest {
+    kind: String,
+    command: String,
+    #[serde(default)]
+    exit_code: Option<i32>,
+    #[serde(default)]
+    success: bool,
+    #[serde(default)]
+    duration_ms: u64,
+    #[serde(default)]
+    note: Option<String>,
+    #[serde(default)]
+    output: Option<String>,
+}
+
+async fn step(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let run = parse_run(&id)?;
+    let request: StepRequest = parse_body(&body)?;
+    let ledger = shared.ledger.clone();
+    let step = StepRecord {
+        kind: request.kind,
+        command: request.command,
+        exit_code: request.exit_code,
+        success: request.success,
+        duration_ms: request.duration_ms,
+        note: request.note,
+        output: request.output,
+        at_ms: airlock_ledger::now_ms(),
+    };
+    let record = super::blocking(move || ledger.record_step(&run, step)).await?;
+    Ok(Json(serde_json::to_value(&record).unwrap_or_default()))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecideBody {
+    /// `keep` or `rollback`.
+    outcome: String,
+    #[serde(default)]
+    commit: bool,
+    #[serde(default)]
+    approve_all: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+async fn decide(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let run = parse_run(&id)?;
+    let request: DecideBody = parse_body(&body)?;
+    let keep = match request.outcome.as_str() {
+        "keep" => true,
+        "rollback" => false,
+        other => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_json",
+                format!("outcome must be keep or rollback, not {other:?}"),
+            ))
+        }
+    };
+    let request = DecideRequest {
+        keep,
+        commit: request.commit,
+        approve_all: request.approve_all,
+        reason: request.reason.unwrap_or_default(),
+        by: "airlock run".into(),
+    };
+    // Applied in its own task: a client that hangs up does not stop it halfway.
+    let task = tokio::spawn(async move { crate::workspace::decide(&shared, &run, request).await });
+    let report = task.await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "task_failed",
+            e.to_string(),
+        )
+    })??;
+    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeBody {
+    #[serde(default)]
+    decide_if_missing: bool,
+}
+
+async fn resume(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let run = parse_run(&id)?;
+    let request: ResumeBody = parse_body(&body)?;
+    let task = tokio::spawn(async move {
+        crate::workspace::resume(&shared, &run, request.decide_if_missing).await
+    });
+    let report = task.await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "task_failed",
+            e.to_string(),
+        )
+    })??;
+    match report {
+        Some(report) => Ok(Json(serde_json::to_value(report).unwrap_or_default())),
+        None => Err(super::not_found("decision for run", &id)),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavepointBody {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+async fn savepoint(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let run = parse_run(&id)?;
+    let request: SavepointBody = parse_body(&body)?;
+    let savepoint = crate::workspace::savepoint(&shared, &run, request.name).await?;
+    let mut body = serde_json::to_value(&savepoint).unwrap_or_default();
+    body["run"] = json!(run);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollbackToBody {
+    savepoint: String,
+}
+
+async fn rollback_to(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let run = parse_run(&id)?;
+    let request: RollbackToBody = parse_body(&body)?;
+    let task = tokio::spawn(async move {
+        crate::workspace::rollback_to(&shared, &run, &request.savepoint).await
+    });
+    let report = task.await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "task_failed",
+            e.to_string(),
+        )
+    })??;
+    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+}

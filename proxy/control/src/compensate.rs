@@ -1,0 +1,256 @@
+//! Compensations (DESIGN.md "Commit authority"): after a commit, the released effects of a
+//! run whose adapters know an inverse (close the PR, delete the comment, `chat.delete`,
+//! delete the pushed ref) get compensating effects, staged in a new sealed run (profile
+//! `compensate:RUN`) in reverse release order, each pending review like any effect. They
+//! are approximate: a compensation is a new event, not an erasure — the notification
+//! already went out. Releasing them is a normal commit of that run.
+
+use std::sync::Arc;
+
+use airlock_ledger::{
+    Effect, EffectNotes, EffectState, Header, HeaderText, LedgerError, NewEffect, Run, RunId,
+    RunState,
+};
+use serde::Serialize;
+
+use crate::Control;
+use airlock_adapters::{self as adapters, Call};
+use airlock_dataplane::lineage::substitute;
+
+/// The profile of a compensation run for `run`.
+pub fn profile_for(run: &RunId) -> String {
+    format!("compensate:{run}")
+}
+
+/// Why compensations could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CompensateError {
+    /// The ledger refused or failed (unknown run: `NotFound`).
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The run has not been committed: nothing was released, so nothing needs undoing.
+    #[error("run {run} is {state}: only a committed or partially committed run has released effects to compensate")]
+    NotCommitted {
+        /// The run.
+        run: RunId,
+        /// Its state.
+        state: RunState,
+    },
+    /// Compensations were already made for the run.
+    #[error("run {run} already has compensations in run {by}")]
+    AlreadyCompensated {
+        /// The run.
+        run: RunId,
+        /// The run holding its compensations.
+        by: RunId,
+    },
+}
+
+/// A released effect with no known inverse.
+#[derive(Debug, Clone, Serialize)]
+pub struct NotCompensable {
+    /// The effect.
+    pub effect: String,
+    /// Its summary.
+    pub summary: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// What `compensate` made.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompensationReport {
+    /// The committed run.
+    pub run: RunId,
+    /// The sealed run holding the compensating effects (absent when there are none).
+    pub compensation_run: Option<RunId>,
+    /// The compensating effects, in the order they would be released.
+    pub effects: Vec<serde_json::Value>,
+    /// Released effects no adapter can undo.
+    pub not_compensable: Vec<NotCompensable>,
+    /// The honest caveat.
+    pub note: &'static str,
+}
+
+/// What every compensation report says of compensations.
+pub const NOTE: &str = "compensations are approximate: each is a new request that undoes what it can (close, delete, revert); notifications, e-mails and webhooks the original effects caused already went out. Review and approve them, then commit the compensation run.";
+
+/// `effect`'s URL and body with the real values of its parents' placeholders.
+fn as_released(effect: &Effect, body: &[u8], run_effects: &[Effect]) -> (String, Vec<u8>) {
+    let mut url = effect.url.clone();
+    let mut text = String::from_utf8_lossy(body).into_owned();
+    let binary = std::str::from_utf8(body).is_err();
+    for dependency in &effect.depends_on {
+        let Some(placeholder) = run_effects
+            .iter()
+            .find(|e| e.id == dependency.effect)
+            .and_then(|p| {
+                p.placeholders
+                    .iter()
+                    .find(|ph| ph.value == dependency.value)
+            })
+        else {
+            continue;
+        };
+        if let Some(real) = &placeholder.real {
+            url = substitute(&url, &placeholder.value, placeholder.kind, real);
+            text = substitute(&text, &placeholder.value, placeholder.kind, real);
+        }
+    }
+    let body = if binary {
+        body.to_vec()
+    } else {
+        text.into_bytes()
+    };
+    (url, body)
+}
+
+/// Makes the compensating effects of `run` (see the module docs).
+///
+/// Errors: unknown run, a run not committed, compensations already made, storage faults.
+pub fn compensate(
+    shared: &Arc<Control>,
+    run: &RunId,
+) -> Result<CompensationReport, CompensateError> {
+    let ledger = &shared.ledger;
+    let original: Run = ledger.run(run)?.ok_or_else(|| LedgerError::NotFound {
+        kind: "run",
+        id: run.to_string(),
+    })?;
+    if !matches!(
+        original.state,
+        RunState::Committed | RunState::PartiallyCommitted
+    ) {
+        return Err(CompensateError::NotCommitted {
+            run: run.clone(),
+            state: original.state,
+        });
+    }
+    let profile = profile_for(run);
+    if let Some(existing) = ledger
+        .runs()?
+        .into_iter()
+        .find(|r| r.profile.as_deref() == Some(profile.as_str()))
+    {
+        return Err(CompensateError::AlreadyCompensated {
+            run: run.clone(),
+            by: existing.id,
+        });
+    }
+    let effects = ledger.effects(run)?;
+    let mut released: Vec<&Effect> = effects
+        .iter()
+        .filter(|e| e.state == EffectState::Released)
+        .collect();
+    // Reverse release order: the last released is undone first.
+    released.sort_by_key(|e| {
+        std::cmp::Reverse((
+            e.release
+                .as_ref()
+                .and_then(|r| r.finished_at_ms)
+                .unwrap_or(0),
+            e.seq,
+        ))
+    });
+    let mut planned = Vec::new();
+    let mut not_compensable = Vec::new();
+    for effect in released {
+        let body = ledger.body(&effect.body_digest)?.unwrap_or_default();
+        let response = match effect.release.as_ref().and_then(|r| r.body_digest.clone()) {
+            Some(digest) => ledger.body(&digest)?.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let (url, body) = as_released(effect, &body, &effects);
+        let mut substituted = effect.clone();
+        substituted.url = url;
+        let adapter = adapters::of_effect(effect);
+        let found = adapter.compensations(&Call::of_effect(&substituted, &body), &response);
+        if found.is_empty() {
+            not_compensable.push(NotCompensable {
+                effect: effect.id.to_string(),
+                summary: adapters::summary_of(effect),
+                reason: format!(
+                    "the {} adapter knows no inverse of this request",
+                    adapter.name()
+                ),
+            });
+        }
+        for compensation in found {
+            planned.push((effect, compensation));
+        }
+    }
+    if planned.is_empty() {
+        return Ok(CompensationReport {
+            run: run.clone(),
+            compensation_run: None,
+            effects: Vec::new(),
+            not_compensable,
+            note: NOTE,
+        });
+    }
+    let target = ledger.create_run(Some(profile))?;
+    let mut staged = Vec::new();
+    for (effect, compensation) in planned {
+        let mut headers: Vec<Header> = effect
+            .headers
+            .iter()
+            .filter(|h| {
+                !matches!(
+                    h.name.as_str(),
+                    "content-type" | "content-length" | "content-encoding"
+                )
+            })
+            .cloned()
+            .collect();
+        if let Some(content_type) = &compensation.content_type {
+            headers.push(Header {
+                name: "content-type".into(),
+                value: HeaderText::from_bytes(content_type.as_bytes()),
+            });
+        }
+        let revision = shared.policy.current().revision().to_owned();
+        let new = ledger.stage_with(
+            NewEffect {
+                run_id: &target.id,
+                method: &compensation.method,
+                url: &compensation.url,
+                headers,
+                body: &compensation.body,
+                rule: effect.rule.as_deref(),
+                policy_revision: &revision,
+                placeholders: Vec::new(),
+                depends_on: Vec::new(),
+                // The inverse goes to the same API with the same credential.
+                inject: effect.inject.as_deref(),
+            },
+            EffectNotes {
+                summary: Some(compensation.summary),
+                adapter: effect.adapter.clone(),
+                compensates: Some(effect.id.clone()),
+            },
+        )?;
+        staged.push(new);
+    }
+    ledger.seal(&target.id, "compensate")?;
+    tracing::info!(run.id = %run, compensation.run = %target.id, effects = staged.len(), "compensations staged");
+    Ok(CompensationReport {
+        run: run.clone(),
+        compensation_run: Some(target.id),
+        effects: staged
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "id": e.id,
+                    "seq": e.seq,
+                    "method": e.method,
+                    "url": e.url,
+                    "state": e.state,
+                    "summary": adapters::summary_of(e),
+                    "compensates": e.compensates,
+                })
+            })
+            .collect(),
+        not_compensable,
+        note: NOTE,
+    })
+}

@@ -1,0 +1,18 @@
+//! airlock's control plane: the commit authority (release and compensations), the
+//! workspace decision and its snapshot drivers, reviewers and notifications, the admin API
+//! and the review UI.
+//!
+//! [`Control`] is its one handle; it reaches the data plane through
+//! [`airlock_dataplane::DataPlane`]'s methods.
+
+pub mod admin;
+pub mod compensate;
+pub mod env;
+pub mod notify;
+mod plane;
+pub mod release;
+pub mod snapshot;
+pub mod ui;
+pub mod workspace;
+
+pub use plane::{Control, ControlInputs};

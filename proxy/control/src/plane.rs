@@ -1,0 +1,107 @@
+//! [`Control`]: the control plane's one handle, with private fields. The composition root
+//! builds it from [`ControlInputs`] over the data plane it reaches through
+//! [`DataPlane`]'s methods.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use airlock_dataplane::policy_store::PolicyStore;
+use airlock_dataplane::DataPlane;
+use airlock_ledger::{Ledger, RunId};
+
+use crate::env::Advertised;
+use crate::ui::Review;
+
+/// What the composition root hands the control plane.
+pub struct ControlInputs {
+    /// The data plane whose runs this control plane decides.
+    pub data: Arc<DataPlane>,
+    /// The admin bearer token.
+    pub admin_token: String,
+    /// Where sandboxes reach the proxy and find the CA (`--advertise-proxy`,
+    /// `--advertise-ca`; by default the listener and the data directory's `ca.pem`).
+    pub advertised: Advertised,
+    /// Where the admin listener listens.
+    pub admin_addr: SocketAddr,
+    /// The data directory (absolute).
+    pub data_dir: PathBuf,
+    /// Whether admin clients may have the server run snapshot commands (`cmd` driver).
+    pub danger_allow_snapshot_commands: bool,
+    /// Reviewers (named tokens), notifications and the review UI's URL.
+    pub review: Review,
+}
+
+/// The control plane: the admin API, the review UI, the commit authority and the
+/// workspace decision.
+pub struct Control {
+    pub(crate) data: Arc<DataPlane>,
+    /// The durable ledger (the data plane's).
+    pub(crate) ledger: Arc<Ledger>,
+    /// The policy in force (the data plane's).
+    pub(crate) policy: Arc<PolicyStore>,
+    pub(crate) admin_token: String,
+    pub(crate) advertised: Advertised,
+    pub(crate) admin_addr: SocketAddr,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) danger_allow_snapshot_commands: bool,
+    /// One lock per run being committed, so a run is never released by two tasks while
+    /// other runs commit freely.
+    commit_locks: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) review: Review,
+}
+
+impl Control {
+    /// Builds the control plane.
+    pub fn new(inputs: ControlInputs) -> Arc<Self> {
+        Arc::new(Self {
+            ledger: inputs.data.ledger().clone(),
+            policy: inputs.data.policy().clone(),
+            data: inputs.data,
+            admin_token: inputs.admin_token,
+            advertised: inputs.advertised,
+            admin_addr: inputs.admin_addr,
+            data_dir: inputs.data_dir,
+            danger_allow_snapshot_commands: inputs.danger_allow_snapshot_commands,
+            commit_locks: Mutex::default(),
+            review: inputs.review,
+        })
+    }
+
+    /// The admin bearer token.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// Where the admin listener listens.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The data directory (absolute).
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
+    /// The data plane.
+    pub fn data(&self) -> &Arc<DataPlane> {
+        &self.data
+    }
+
+    /// The review UI's base URL (no trailing slash).
+    pub fn ui_base_url(&self) -> &str {
+        &self.review.base_url
+    }
+
+    /// Closes `run` to all further requests (a commit was decided or it was aborted).
+    pub(crate) fn close_run(&self, run: &RunId) {
+        self.data.close_run(run);
+    }
+
+    /// The commit lock of `run`.
+    pub(crate) fn commit_lock(&self, run: &RunId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.commit_locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(run.clone()).or_default().clone()
+    }
+}

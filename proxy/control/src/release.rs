@@ -1,0 +1,461 @@
+//! The commit authority: writes the commit decision, then releases a run's approved effects
+//! in dependency order, each marked `releasing` durably before it is sent, at most once.
+//!
+//! Order: an effect waits for every effect whose placeholder it carries (lineage), and for
+//! every earlier effect to the same origin (each origin sees its effects in staging
+//! order). Effects to different origins with no dependency between them are released
+//! concurrently, at most [`MAX_CONCURRENT_RELEASES`] at a time. Before an effect is sent,
+//! each placeholder it carries is replaced with the real value read from its parent's
+//! response.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use airlock_ledger::{
+    readiness, Effect, EffectId, EffectState, IssuedPlaceholder, LedgerError, Readiness,
+    ReleaseOutcome, RunId, RunState,
+};
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, Request};
+use serde::Serialize;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use crate::Control;
+use airlock_net::body::full_body;
+use airlock_net::headers::{strip_hop_by_hop, strip_reserved, to_records};
+use airlock_net::respond::error_chain;
+
+mod placeholders;
+
+use placeholders::{resolve, substituted};
+
+/// How much of an origin's response to a release is stored in the ledger.
+const RELEASE_CAPTURE_BYTES: usize = 1024 * 1024;
+/// Most effects in flight at once during a commit.
+pub const MAX_CONCURRENT_RELEASES: usize = 8;
+
+/// One effect's line in a commit report.
+#[derive(Debug, Clone, Serialize)]
+pub struct EffectOutcome {
+    /// The effect.
+    pub id: String,
+    /// Staging order.
+    pub seq: u64,
+    /// Request method.
+    pub method: String,
+    /// Request URL as staged (placeholders included).
+    pub url: String,
+    /// Final state.
+    pub state: EffectState,
+    /// The origin's status, when released or failed with a response.
+    pub status: Option<u16>,
+    /// Why it is in its state, when that needs saying.
+    pub reason: Option<String>,
+    /// One line for reviewers (the adapter's summary, else `METHOD host/path`).
+    pub summary: String,
+}
+
+/// What a commit did, reported honestly: released, failed, unknown, rejected, skipped.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitReport {
+    /// The run.
+    pub run: RunId,
+    /// The run's state after the commit.
+    pub state: RunState,
+    /// Effects per state.
+    pub counts: BTreeMap<&'static str, usize>,
+    /// Every effect of the run in staging order.
+    pub effects: Vec<EffectOutcome>,
+}
+
+impl CommitReport {
+    fn new(run: RunId, state: RunState, effects: &[Effect]) -> Self {
+        let mut counts = BTreeMap::new();
+        for effect in effects {
+            *counts.entry(effect.state.as_str()).or_insert(0) += 1;
+        }
+        Self {
+            run,
+            state,
+            counts,
+            effects: effects
+                .iter()
+                .map(|e| EffectOutcome {
+                    id: e.id.to_string(),
+                    seq: e.seq,
+                    method: e.method.clone(),
+                    url: e.url.clone(),
+                    state: e.state,
+                    status: e.release.as_ref().and_then(|r| r.status),
+                    reason: e.state_reason.clone(),
+                    summary: airlock_adapters::summary_of(e),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Why a commit could not proceed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The ledger refused or failed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// A ledger task panicked or was cancelled.
+    #[error("a ledger task failed: {0}")]
+    Task(String),
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
+) -> Result<T, CommitError> {
+    Ok(tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CommitError::Task(e.to_string()))??)
+}
+
+/// The origin of a URL (`scheme://authority`), for per-origin ordering.
+fn origin_of(url: &str) -> String {
+    url.parse::<http::Uri>()
+        .ok()
+        .map(|uri| {
+            format!(
+                "{}://{}",
+                uri.scheme_str().unwrap_or(""),
+                uri.authority().map(|a| a.as_str()).unwrap_or("")
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// Commits `run`: seals it, refuses while effects are undecided unless `approve_pending`,
+/// writes the decision, releases approved effects (see the module docs for the order) and
+/// reports. A second commit of a finished run does nothing and reports the same outcome.
+///
+/// Errors: the ledger's refusals ([`airlock_ledger::Refused`]) and storage faults.
+pub async fn commit(
+    shared: &Arc<Control>,
+    run: &RunId,
+    approve_pending: bool,
+    by: &str,
+) -> Result<CommitReport, CommitError> {
+    let lock = shared.commit_lock(run);
+    let _serial = lock.lock().await;
+    let ledger = shared.ledger.clone();
+    let (run_id, by_owned) = (run.clone(), by.to_owned());
+    let (_, release) =
+        blocking(move || ledger.begin_commit(&run_id, approve_pending, &by_owned)).await?;
+    shared.close_run(run);
+    if release {
+        release_all(shared, run).await?;
+        let ledger = shared.ledger.clone();
+        let run_id = run.clone();
+        blocking(move || ledger.finish_commit(&run_id)).await?;
+    }
+    let ledger = shared.ledger.clone();
+    let run_id = run.clone();
+    let (state, effects) = blocking(move || {
+        let state = ledger
+            .run(&run_id)?
+            .map(|r| r.state)
+            .unwrap_or(RunState::Committed);
+        Ok((state, ledger.effects(&run_id)?))
+    })
+    .await?;
+    info!(run.id = %run, run.state = %state, "commit finished");
+    Ok(CommitReport::new(run.clone(), state, &effects))
+}
+
+/// Releases every approved effect of `run`, respecting dependencies and per-origin order.
+async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitError> {
+    let ledger = shared.ledger.clone();
+    let run_id = run.clone();
+    let (issued, mut effects) =
+        blocking(move || Ok((ledger.placeholders(&run_id)?, ledger.effects(&run_id)?))).await?;
+    let issued: Arc<Vec<IssuedPlaceholder>> = Arc::new(issued);
+    // The run's effects are read once and kept current from what each step returns.
+    let index: HashMap<EffectId, usize> = effects
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.id.clone(), i))
+        .collect();
+    let origins: Vec<String> = effects.iter().map(|e| origin_of(&e.url)).collect();
+    let mut in_flight: HashSet<EffectId> = HashSet::new();
+    let mut tasks: JoinSet<Result<Effect, CommitError>> = JoinSet::new();
+    loop {
+        let states: HashMap<EffectId, EffectState> =
+            effects.iter().map(|e| (e.id.clone(), e.state)).collect();
+        let mut busy_origins: HashSet<&str> = HashSet::new();
+        let mut changed = false;
+        for position in 0..effects.len() {
+            let origin = origins[position].as_str();
+            let effect = &effects[position];
+            if in_flight.contains(&effect.id) {
+                busy_origins.insert(origin);
+                continue;
+            }
+            if effect.state != EffectState::Approved {
+                continue;
+            }
+            match readiness(effect, &states) {
+                Readiness::Skip(reason) => {
+                    let ledger = shared.ledger.clone();
+                    let id = effect.id.clone();
+                    info!(effect.id = %id, reason = %reason, "effect skipped");
+                    effects[position] =
+                        blocking(move || ledger.settle_unsent(&id, EffectState::Skipped, &reason))
+                            .await?;
+                    changed = true;
+                }
+                Readiness::Ready
+                    if !busy_origins.contains(origin)
+                        && in_flight.len() < MAX_CONCURRENT_RELEASES =>
+                {
+                    busy_origins.insert(origin);
+                    in_flight.insert(effect.id.clone());
+                    let shared = shared.clone();
+                    let effect = effect.clone();
+                    let parents: Vec<Effect> = effects
+                        .iter()
+                        .filter(|e| effect.depends_on.iter().any(|d| d.effect == e.id))
+                        .cloned()
+                        .collect();
+                    let issued = issued.clone();
+                    tasks.spawn(
+                        async move { release_one(&shared, effect, &parents, &issued).await },
+                    );
+                }
+                Readiness::Ready | Readiness::Wait => {
+                    // Each origin sees its effects in staging order.
+                    busy_origins.insert(origin);
+                }
+            }
+        }
+        if changed {
+            continue;
+        }
+        match tasks.join_next().await {
+            Some(done) => {
+                let settled = done.map_err(|e| CommitError::Task(e.to_string()))??;
+                in_flight.remove(&settled.id);
+                if let Some(&position) = index.get(&settled.id) {
+                    effects[position] = settled;
+                }
+            }
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Releases one approved effect: substitute placeholders, `releasing` (flushed), send,
+/// record the outcome and the real values of its own placeholders (flushed).
+async fn release_one(
+    shared: &Arc<Control>,
+    effect: Effect,
+    parents: &[Effect],
+    issued: &[IssuedPlaceholder],
+) -> Result<Effect, CommitError> {
+    let ledger = shared.ledger.clone();
+    let digest = effect.body_digest.clone();
+    let body = blocking(move || ledger.body(&digest)).await?;
+    let Some(body) = body else {
+        let ledger = shared.ledger.clone();
+        let id = effect.id.clone();
+        let reason = format!(
+            "the staged body {} is missing from the ledger",
+            effect.body_digest
+        );
+        return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
+    };
+    // The approval is bound to the exact request the reviewer saw.
+    if let Err(mismatch) = effect.check_approval(&body) {
+        let reason = mismatch.to_string();
+        warn!(effect.id = %effect.id, reason = %reason, "effect not sent: its approval does not match");
+        let ledger = shared.ledger.clone();
+        let id = effect.id.clone();
+        return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
+    }
+    let prepared = substituted(shared, &effect, parents, issued, body).and_then(
+        |(mut url, mut headers, body)| {
+            // The credential is added only now: the ledger holds its name, never its value.
+            let scrubber = airlock_dataplane::credentials::apply_release(
+                shared.data(),
+                &effect,
+                &mut url,
+                &mut headers,
+                !body.is_empty(),
+            )?;
+            Ok(((url, headers, body), scrubber))
+        },
+    );
+    let (prepared, scrubber) = match prepared {
+        Ok(prepared) => prepared,
+        Err(reason) => {
+            warn!(effect.id = %effect.id, reason = %reason, "effect not sent");
+            let ledger = shared.ledger.clone();
+            let id = effect.id.clone();
+            return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
+        }
+    };
+    let ledger = shared.ledger.clone();
+    let id = effect.id.clone();
+    blocking(move || ledger.mark_releasing(&id)).await?;
+    let sent_body = prepared.2.clone();
+    let outcome = send(shared, &effect.method, prepared).await.map(
+        |(status, mut headers, mut captured, total)| {
+            // An echoed secret is masked before the ledger stores the origin's answer.
+            if !scrubber.is_empty() {
+                if (captured.len() as u64) < total {
+                    scrubber.scrub_cut(&mut captured);
+                } else {
+                    scrubber.scrub(&mut captured);
+                }
+                for header in &mut headers {
+                    let mut value = header.value.as_bytes().to_vec();
+                    if scrubber.scrub(&mut value) {
+                        header.value = airlock_ledger::HeaderText::from_bytes(&value);
+                    }
+                }
+            }
+            (status, headers, captured, total)
+        },
+    );
+    let ledger = shared.ledger.clone();
+    let id = effect.id.clone();
+    let settled = match outcome {
+        Ok((status, headers, captured, total)) => {
+            let error = (status >= 400)
+                .then(|| format!("the origin answered {status}"))
+                .or_else(|| adapter_failure(&effect, &sent_body, status, &captured));
+            let resolved = if error.is_none() {
+                resolve(&effect, &captured)
+            } else {
+                Vec::new()
+            };
+            info!(effect.id = %effect.id, url = %effect.url, origin.status = status, "effect released");
+            blocking(move || {
+                ledger.record_release(
+                    &id,
+                    ReleaseOutcome {
+                        status: Some(status),
+                        headers,
+                        body: &captured,
+                        body_len: total,
+                        error,
+                        resolved,
+                    },
+                )
+            })
+            .await?
+        }
+        Err(reason) => {
+            warn!(effect.id = %effect.id, url = %effect.url, reason = %reason, "release failed");
+            blocking(move || {
+                ledger.record_release(
+                    &id,
+                    ReleaseOutcome {
+                        error: Some(reason),
+                        ..ReleaseOutcome::default()
+                    },
+                )
+            })
+            .await?
+        }
+    };
+    Ok(settled)
+}
+
+type Sent = (u16, Vec<airlock_ledger::Header>, Vec<u8>, u64);
+
+/// A release request ready to send: URL, headers, body (placeholders substituted).
+type Prepared = (String, Vec<(String, Vec<u8>)>, Vec<u8>);
+
+async fn send(
+    shared: &Arc<Control>,
+    method: &str,
+    (url, header_list, body): Prepared,
+) -> Result<Sent, String> {
+    let method = Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
+    let mut request = Request::builder().method(method).uri(url.as_str());
+    {
+        let headers = request.headers_mut().ok_or("invalid release request")?;
+        for (name, value) in &header_list {
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(value),
+            ) else {
+                continue;
+            };
+            headers.append(name, value);
+        }
+        strip_hop_by_hop(headers);
+        headers.remove(http::header::CONTENT_LENGTH);
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    }
+    let request = request
+        .body(full_body(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let exchange = async {
+        let response = shared
+            .data
+            .upstream()
+            .request(request)
+            .await
+            .map_err(|e| error_chain(&e).unwrap_or_else(|| e.to_string()))?;
+        let (mut parts, mut body) = response.into_parts();
+        strip_reserved(&mut parts.headers);
+        let mut captured = Vec::new();
+        let mut total = 0u64;
+        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+            let frame = frame.map_err(|e| format!("reading the origin's response failed: {e}"))?;
+            if let Some(data) = frame.data_ref() {
+                total += data.len() as u64;
+                let room = RELEASE_CAPTURE_BYTES.saturating_sub(captured.len());
+                captured.extend_from_slice(&data[..data.len().min(room)]);
+            }
+        }
+        Ok::<_, String>((
+            parts.status.as_u16(),
+            to_records(&parts.headers),
+            captured,
+            total,
+        ))
+    };
+    tokio::time::timeout(shared.data.limits().release_timeout, exchange)
+        .await
+        .map_err(|_| {
+            format!(
+                "the origin did not answer within {:?}",
+                shared.data.limits().release_timeout
+            )
+        })?
+}
+
+/// The effect's adapter judges the origin's answer: a `200` can still say the update was
+/// refused (git's `ng`, Slack's `ok: false`).
+fn adapter_failure(effect: &Effect, body: &[u8], status: u16, response: &[u8]) -> Option<String> {
+    let call = airlock_adapters::Call::of_effect(effect, body);
+    airlock_adapters::of_effect(effect).release_failure(&call, status, response)
+}
+
+/// Finishes commits that were decided before a restart (DESIGN.md: decisions already
+/// written are finished). Effects that were mid-release are already `unknown`.
+pub fn resume_commits(shared: &Arc<Control>) {
+    let runs = match shared.ledger.runs() {
+        Ok(runs) => runs,
+        Err(error) => {
+            warn!(error = %error, "cannot list runs to resume commits");
+            return;
+        }
+    };
+    for run in runs.into_iter().filter(|r| r.state == RunState::Committing) {
+        let shared = shared.clone();
+        info!(run.id = %run.id, "resuming a commit decided before the restart");
+        tokio::spawn(async move {
+            if let Err(error) = commit(&shared, &run.id, false, "recovery").await {
+                warn!(run.id = %run.id, error = %error, "resuming the commit failed");
+            }
+        });
+    }
+}

@@ -1,0 +1,539 @@
+//! The review UI: server-rendered HTML on the admin listener at `/`, for reviewers to read
+//! a run's effects and their lineage, approve or reject them, and commit or abort.
+//!
+//! Access: the same tokens as the admin API. A browser presents a token once (`/login`,
+//! by form or `?token=`) and gets a session cookie bound to it (see [`session`]); every
+//! page needs that session, every form that changes state carries the session's CSRF
+//! token. The proxy listener never serves any of this. Assets are embedded in the binary;
+//! no third-party CDN, no build step. Reference: docs/review-ui.md.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use airlock_ledger::{EffectId, LedgerError, RunId};
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use maud::{html, Markup, DOCTYPE};
+use serde::Deserialize;
+
+use crate::Control;
+
+mod actions;
+mod body;
+mod effect_page;
+mod graph;
+mod pages;
+pub mod session;
+
+/// A reviewer: the name of an admin token and the token. The token in `DATA/admin.token`
+/// is named `admin`; `airlock serve --reviewer-token NAME=FILE` adds more.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Reviewer {
+    /// The name recorded with the reviewer's decisions.
+    pub name: String,
+    /// The bearer token.
+    pub token: String,
+}
+
+impl std::fmt::Debug for Reviewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reviewer")
+            .field("name", &self.name)
+            .field("token", &"[redacted]")
+            .finish()
+    }
+}
+
+/// Errors reading reviewer tokens at start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewerError {
+    /// `NAME=FILE` is malformed.
+    #[error("--reviewer-token {0:?} is not NAME=FILE (NAME: letters, digits, '-', '_', '.')")]
+    Syntax(String),
+    /// The file cannot be read.
+    #[error("cannot read the token file of reviewer {name} ({path})")]
+    Read {
+        /// The reviewer.
+        name: String,
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token is too short to be a secret.
+    #[error("the token of reviewer {name} in {path} is shorter than 16 characters")]
+    Short {
+        /// The reviewer.
+        name: String,
+        /// The file.
+        path: String,
+    },
+    /// Two reviewers share a name or a token.
+    #[error("reviewer {0} is named twice, or shares its token with another reviewer")]
+    Duplicate(String),
+}
+
+/// Parses `NAME=FILE` of `--reviewer-token`.
+pub fn parse_reviewer_arg(text: &str) -> Result<(String, PathBuf), ReviewerError> {
+    let (name, file) = text
+        .split_once('=')
+        .ok_or_else(|| ReviewerError::Syntax(text.to_owned()))?;
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && !file.is_empty();
+    if !valid {
+        return Err(ReviewerError::Syntax(text.to_owned()));
+    }
+    Ok((name.to_owned(), PathBuf::from(file)))
+}
+
+/// The reviewers: `admin` with the admin token, then each named token file.
+///
+/// Errors: an unreadable file, a token under 16 characters, a repeated name or token.
+pub fn load_reviewers(
+    admin_token: &str,
+    named: &[(String, PathBuf)],
+) -> Result<Vec<Reviewer>, ReviewerError> {
+    let mut reviewers = vec![Reviewer {
+        name: "admin".to_owned(),
+        token: admin_token.to_owned(),
+    }];
+    for (name, path) in named {
+        let token = std::fs::read_to_string(path)
+            .map_err(|source| ReviewerError::Read {
+                name: name.clone(),
+                path: path.display().to_string(),
+                source,
+            })?
+            .trim()
+            .to_owned();
+        if token.len() < 16 {
+            return Err(ReviewerError::Short {
+                name: name.clone(),
+                path: path.display().to_string(),
+            });
+        }
+        if reviewers
+            .iter()
+            .any(|r| r.name == *name || r.token == token)
+        {
+            return Err(ReviewerError::Duplicate(name.clone()));
+        }
+        reviewers.push(Reviewer {
+            name: name.clone(),
+            token,
+        });
+    }
+    Ok(reviewers)
+}
+
+/// The reviewer whose token `presented` is, compared in constant time.
+pub fn reviewer_for_token<'a>(reviewers: &'a [Reviewer], presented: &str) -> Option<&'a Reviewer> {
+    let mut found = None;
+    for reviewer in reviewers {
+        if session::same(presented, &reviewer.token) {
+            found = Some(reviewer);
+        }
+    }
+    found
+}
+
+/// Review settings of a running server: reviewers, notifications, the UI's public URL.
+#[derive(Debug)]
+pub struct Review {
+    /// Every reviewer (the first is `admin`).
+    pub reviewers: Vec<Reviewer>,
+    /// Where run pages are, for links in notifications (`http://ADMIN` unless
+    /// `--ui-base-url` says otherwise), without a trailing slash.
+    pub base_url: String,
+    /// The webhook told when a run is sealed with pending effects.
+    pub notifier: Option<crate::notify::Notifier>,
+}
+
+/// A signed-in browser session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// Who.
+    pub reviewer: Reviewer,
+    /// The CSRF token its forms carry.
+    pub csrf: String,
+}
+
+/// An error page.
+#[derive(Debug)]
+pub struct UiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl UiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<LedgerError> for UiError {
+    fn from(error: LedgerError) -> Self {
+        match error {
+            LedgerError::NotFound { .. } => Self::new(StatusCode::NOT_FOUND, error.to_string()),
+            LedgerError::Refused(refused) => Self::new(StatusCode::CONFLICT, refused.to_string()),
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                airlock_net::respond::error_chain(&other).unwrap_or_else(|| other.to_string()),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        let title = self.status.canonical_reason().unwrap_or("error");
+        let page = layout(
+            title,
+            None,
+            html! {
+                h1 { (self.status.as_u16()) " " (title) }
+                p.error { (self.message) }
+                p { a href="/" { "back to runs" } }
+            },
+        );
+        html_response(self.status, page)
+    }
+}
+
+type UiResult<T> = Result<T, UiError>;
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
+) -> UiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| UiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(UiError::from)
+}
+
+/// Content-Security-Policy of every page: nothing but this origin's own style and script,
+/// forms posting only here, never framed.
+const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
+                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+fn html_response(status: StatusCode, page: Markup) -> Response {
+    let mut response = (status, page.into_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+/// The page frame: header with navigation and the reviewer, then `content`.
+fn layout(title: &str, session: Option<&Session>, content: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · airlock review" }
+                link rel="stylesheet" href="/ui/ui.css";
+                script src="/ui/ui.js" defer {}
+            }
+            body {
+                header.top {
+                    a.brand href="/" { "airlock" span { " review" } }
+                    @if let Some(session) = session {
+                        nav {
+                            a href="/" accesskey="r" { "Runs" }
+                            a href="/?state=open" { "open" }
+                            a href="/?state=sealed" { "sealed" }
+                            a href="/?state=committed" { "committed" }
+                        }
+                        div.who {
+                            "signed in as " strong { (session.reviewer.name) }
+                            form method="post" action="/logout" {
+                                input type="hidden" name="csrf" value=(session.csrf);
+                                button.link type="submit" { "sign out" }
+                            }
+                        }
+                    }
+                }
+                main { (content) }
+                footer { "keys: " kbd { "j" } "/" kbd { "k" } " move · " kbd { "Enter" } " open · " kbd { "a" } " approve · " kbd { "x" } " reject · " kbd { "?" } " help" }
+            }
+        }
+    }
+}
+
+/// The UI routes over `shared`, merged into the admin router.
+pub fn router(shared: Arc<Control>) -> Router<Arc<Control>> {
+    let pages = Router::new()
+        .route("/", get(pages::runs_list))
+        .route("/runs/{id}", get(pages::run_page))
+        .route(
+            "/runs/{id}/commit",
+            get(pages::commit_confirm).post(actions::commit_run),
+        )
+        .route("/runs/{id}/abort", post(actions::abort_run))
+        .route("/runs/{id}/approve-rule", post(actions::approve_rule))
+        .route("/effects/{id}", get(effect_page::effect_page))
+        .route("/effects/{id}/approve", post(actions::approve_effect))
+        .route("/effects/{id}/reject", post(actions::reject_effect))
+        .route("/logout", post(actions::logout))
+        .route_layer(axum::middleware::from_fn_with_state(
+            shared,
+            require_session,
+        ));
+    Router::new()
+        .route("/login", get(login_get).post(login_post))
+        .route("/ui/ui.css", get(css))
+        .route("/ui/ui.js", get(js))
+        .merge(pages)
+}
+
+async fn css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        include_str!("ui/assets/ui.css"),
+    )
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        include_str!("ui/assets/ui.js"),
+    )
+        .into_response()
+}
+
+/// The session of a request, if its cookie is genuine.
+fn session_of(shared: &Control, headers: &HeaderMap) -> Option<Session> {
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| session::cookie_value(v, session::COOKIE))?;
+    let reviewer = session::verify(cookie, &shared.review.reviewers, airlock_ledger::now_ms())?;
+    Some(Session {
+        csrf: session::csrf(reviewer, cookie),
+        reviewer: reviewer.clone(),
+    })
+}
+
+async fn require_session(
+    State(shared): State<Arc<Control>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match session_of(&shared, request.headers()) {
+        Some(session) => {
+            request.extensions_mut().insert(session);
+            next.run(request).await
+        }
+        None if request.method() == http::Method::GET => {
+            let next_path = request
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_else(|| "/".to_owned());
+            let location = format!(
+                "/login?next={}",
+                airlock_net::authority::percent_encode(&next_path, b"/")
+            );
+            let mut response = StatusCode::SEE_OTHER.into_response();
+            if let Ok(value) = HeaderValue::from_str(&location) {
+                response.headers_mut().insert(header::LOCATION, value);
+            }
+            response
+        }
+        None => UiError::new(
+            StatusCode::UNAUTHORIZED,
+            "sign in first: this action needs a reviewer session (see /login)",
+        )
+        .into_response(),
+    }
+}
+
+/// Where to go after signing in: a local path only (never another site).
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(path)
+            if path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.contains('\\')
+                && !path.starts_with("/login") =>
+        {
+            path.to_owned()
+        }
+        _ => "/".to_owned(),
+    }
+}
+
+fn redirect(to: &str) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(to) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct LoginQuery {
+    token: Option<String>,
+    next: Option<String>,
+}
+
+fn login_page(status: StatusCode, error: Option<&str>, next: &str) -> Response {
+    html_response(
+        status,
+        layout(
+            "Sign in",
+            None,
+            html! {
+                section.login {
+                    h1 { "Sign in to review" }
+                    p { "Paste an admin or reviewer token (" code { "DATA/admin.token" } ", or run " code { "airlock ui" } " for a sign-in link)." }
+                    @if let Some(error) = error { p.error role="alert" { (error) } }
+                    form method="post" action="/login" {
+                        input type="hidden" name="next" value=(next);
+                        label for="token" { "Token" }
+                        input #token type="password" name="token" autocomplete="off" autofocus required;
+                        button type="submit" { "Sign in" }
+                    }
+                }
+            },
+        ),
+    )
+}
+
+fn sign_in(shared: &Control, token: &str, next: Option<&str>) -> Response {
+    let next = safe_next(next);
+    match reviewer_for_token(&shared.review.reviewers, token.trim()) {
+        Some(reviewer) => {
+            let cookie = session::issue(reviewer, airlock_ledger::now_ms());
+            tracing::info!(reviewer = %reviewer.name, "review UI sign-in");
+            let mut response = redirect(&next);
+            if let Ok(value) = HeaderValue::from_str(&session::set_cookie(&cookie)) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        None => login_page(
+            StatusCode::UNAUTHORIZED,
+            Some("that token is not an admin or reviewer token of this server"),
+            &next,
+        ),
+    }
+}
+
+async fn login_get(
+    State(shared): State<Arc<Control>>,
+    Query(query): Query<LoginQuery>,
+) -> Response {
+    match &query.token {
+        Some(token) => sign_in(&shared, token, query.next.as_deref()),
+        None => login_page(StatusCode::OK, None, &safe_next(query.next.as_deref())),
+    }
+}
+
+async fn login_post(
+    State(shared): State<Arc<Control>>,
+    headers: axum::http::HeaderMap,
+    Form(form): Form<LoginQuery>,
+) -> Response {
+    // Login CSRF: a form posted from another site must not sign the browser in (with the
+    // attacker's token). Browsers say where a POST comes from: `Sec-Fetch-Site`, and
+    // `Origin` (`null` under this UI's no-referrer policy, so only a named origin is
+    // compared with this listener's own).
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let cross_site = matches!(header("sec-fetch-site"), Some("cross-site" | "same-site"));
+    let foreign_origin = header("origin")
+        .filter(|origin| *origin != "null")
+        .is_some_and(|origin| {
+            let named = origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"));
+            named.is_none() || named != header("host")
+        });
+    if cross_site || foreign_origin {
+        return login_page(
+            StatusCode::FORBIDDEN,
+            Some("sign-in refused: the form was posted from another site"),
+            "/",
+        );
+    }
+    sign_in(
+        &shared,
+        form.token.as_deref().unwrap_or(""),
+        form.next.as_deref(),
+    )
+}
+
+fn parse_run(id: &str) -> UiResult<RunId> {
+    RunId::parse(id).ok_or_else(|| {
+        UiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("{id:?} is not a run id (run_<ulid>)"),
+        )
+    })
+}
+
+fn parse_effect(id: &str) -> UiResult<EffectId> {
+    EffectId::parse(id).ok_or_else(|| {
+        UiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("{id:?} is not an effect id (eff_<ulid>)"),
+        )
+    })
+}
+
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` UTC.
+fn time_utc(ms: u64) -> String {
+    let Ok(at) = time::OffsetDateTime::from_unix_timestamp((ms / 1000) as i64) else {
+        return ms.to_string();
+    };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    )
+}
+
+#[cfg(test)]
+mod tests;

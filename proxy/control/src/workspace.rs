@@ -1,0 +1,532 @@
+//! Runs in step with the filesystem (DESIGN.md): the server side of `airlock run`. It
+//! attaches a workspace and its snapshot to a run, takes savepoints, and writes and applies
+//! the one decision that keeps or rolls back files and effects together.
+//!
+//! Every decision is written to the ledger (flushed) before it is acted on; applying it is
+//! idempotent on both sides, so whoever finds it unfinished (a restart, `airlock run
+//! --resume`, `airlock runs show`) finishes it the same way. See docs/run.md.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use airlock_ledger::{
+    now_ms, DecisionKind, Effect, LedgerError, Refused, RunId, Savepoint, WorkspaceDecision,
+    WorkspaceRecord,
+};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use crate::release::{CommitError, CommitReport};
+use crate::snapshot::{pause_point, Commands, Driver, SnapshotError, Store};
+use crate::Control;
+
+/// Errors of workspace operations.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    /// The ledger refused or failed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// A snapshot could not be taken or restored.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    /// The commit failed.
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    /// The request is not possible as asked.
+    #[error("{0}")]
+    Invalid(String),
+    /// A blocking task panicked or was cancelled.
+    #[error("a workspace task failed: {0}")]
+    Task(String),
+}
+
+type Result<T, E = WorkspaceError> = std::result::Result<T, E>;
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| WorkspaceError::Task(e.to_string()))?
+}
+
+/// One lock per run, so a decision is applied by one task at a time.
+fn run_lock(run: &RunId) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    let mut locks = LOCKS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    locks.entry(run.clone()).or_default().clone()
+}
+
+fn store(shared: &Control) -> Store {
+    Store::new(&shared.data_dir)
+}
+
+/// Paths a snapshot never covers: airlock's own data directory.
+fn excludes(shared: &Control) -> Vec<PathBuf> {
+    vec![shared.data_dir.clone()]
+}
+
+/// What a decision did, for the API and the summary of `airlock run`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionReport {
+    /// The run.
+    pub run: RunId,
+    /// The run's state afterwards.
+    pub state: String,
+    /// The decision applied.
+    pub decision: WorkspaceDecision,
+    /// The decision was written earlier (this call finished or reported it).
+    pub already_decided: bool,
+    /// Whether a rollback could not be verified.
+    pub rollback_unverified: bool,
+    /// The commit's report, when the decision committed.
+    pub commit: Option<CommitReport>,
+    /// The run's effects afterwards, in staging order.
+    pub effects: Vec<Value>,
+    /// The workspace record.
+    pub workspace: WorkspaceRecord,
+}
+
+fn effect_json(effect: &Effect) -> Value {
+    json!({
+        "id": effect.id,
+        "seq": effect.seq,
+        "method": effect.method,
+        "url": effect.url,
+        "state": effect.state,
+        "state_reason": effect.state_reason,
+        "depends_on": effect.depends_on.iter().map(|d| d.effect.clone()).collect::<Vec<_>>(),
+    })
+}
+
+/// Attaches `path` to `run` and takes the starting snapshot with `driver`. Attaching again
+/// returns the first record.
+pub async fn attach(
+    shared: &Arc<Control>,
+    run: &RunId,
+    path: &str,
+    driver: &str,
+    commands: Option<Commands>,
+) -> Result<(WorkspaceRecord, String)> {
+    let driver = Driver::parse(driver)?;
+    if driver == Driver::Cmd && !shared.danger_allow_snapshot_commands {
+        return Err(SnapshotError::Unsupported(
+            "this server does not run snapshot commands; start it with \
+             --danger-allow-snapshot-commands, or use airlock run's embedded server"
+                .into(),
+        )
+        .into());
+    }
+    let (shared, run, path) = (shared.clone(), run.clone(), PathBuf::from(path));
+    blocking(move || {
+        if let Some(existing) = shared.ledger.workspace(&run)? {
+            return Ok((existing, "already attached".to_owned()));
+        }
+        if shared.ledger.run(&run)?.is_none() {
+            return Err(LedgerError::NotFound {
+                kind: "run",
+                id: run.0.clone(),
+            }
+            .into());
+        }
+        let workspace = std::fs::canonicalize(&path)
+            .ok()
+            .filter(|p| p.is_dir())
+            .ok_or_else(|| {
+                WorkspaceError::Invalid(format!("{} is not a directory", path.display()))
+            })?;
+        if shared.data_dir == workspace {
+            return Err(WorkspaceError::Invalid(
+                "the workspace cannot be airlock's data directory".into(),
+            ));
+        }
+        let manifest = store(&shared).take(
+            driver,
+            &workspace,
+            run.as_str(),
+            &excludes(&shared),
+            commands.as_ref(),
+        )?;
+        let record = WorkspaceRecord {
+            path: workspace.display().to_string(),
+            driver: driver.as_str().to_owned(),
+            snapshot: manifest.id.clone(),
+            created_at_ms: now_ms(),
+            steps: Vec::new(),
+            savepoints: Vec::new(),
+            decisions: Vec::new(),
+            rollback_unverified: false,
+        };
+        let record = shared.ledger.attach_workspace(&run, record)?;
+        Ok((record, manifest.describe()))
+    })
+    .await
+}
+
+/// The workspace's changes since `snapshot`, for the record. A damaged snapshot store must
+/// not stop the decision from being written (its rollback then fails and says so), so an
+/// error gives no changes.
+fn changes_since(shared: &Control, snapshot: &str) -> airlock_ledger::Changes {
+    let store = store(shared);
+    match store
+        .load(snapshot)
+        .and_then(|manifest| store.changes(&manifest, &excludes(shared)))
+    {
+        Ok(changes) => changes,
+        Err(error) => {
+            warn!(snapshot, error = %error, "cannot list the workspace's changes");
+            airlock_ledger::Changes::default()
+        }
+    }
+}
+
+fn must_workspace(shared: &Control, run: &RunId) -> Result<WorkspaceRecord> {
+    shared.ledger.workspace(run)?.ok_or_else(|| {
+        LedgerError::NotFound {
+            kind: "workspace of run",
+            id: run.0.clone(),
+        }
+        .into()
+    })
+}
+
+/// Takes a savepoint: a snapshot of the workspace and the run's ledger position.
+pub async fn savepoint(
+    shared: &Arc<Control>,
+    run: &RunId,
+    name: Option<String>,
+) -> Result<Savepoint> {
+    let (shared, run) = (shared.clone(), run.clone());
+    blocking(move || {
+        let record = must_workspace(&shared, &run)?;
+        let name = name.unwrap_or_else(|| format!("sp{}", record.savepoints.len() + 1));
+        if record.savepoints.iter().any(|s| s.name == name) {
+            return Err(WorkspaceError::Invalid(format!(
+                "run {run} already has a savepoint named {name:?}"
+            )));
+        }
+        let driver = Driver::parse(&record.driver)?;
+        // The cmd driver's commands are those given when the workspace was attached.
+        let commands = match driver {
+            Driver::Cmd => store(&shared).load(&record.snapshot)?.commands,
+            _ => None,
+        };
+        let manifest = store(&shared).take(
+            driver,
+            std::path::Path::new(&record.path),
+            run.as_str(),
+            &excludes(&shared),
+            commands.as_ref(),
+        )?;
+        Ok(shared.ledger.add_savepoint(&run, &name, &manifest.id)?)
+    })
+    .await
+}
+
+/// What `airlock run` asks for once the command and verify ended.
+#[derive(Debug, Clone)]
+pub struct DecideRequest {
+    /// Keep the files (both passed), or roll back.
+    pub keep: bool,
+    /// On keep: commit (else hold the effects for review).
+    pub commit: bool,
+    /// On commit: approve undecided effects first.
+    pub approve_all: bool,
+    /// Why, in words.
+    pub reason: String,
+    /// Who decides.
+    pub by: String,
+}
+
+/// Writes the run's final decision (or finds the one already written) and applies it.
+pub async fn decide(
+    shared: &Arc<Control>,
+    run: &RunId,
+    request: DecideRequest,
+) -> Result<DecisionReport> {
+    let lock = run_lock(run);
+    let _serial = lock.lock().await;
+    let (decision, fresh) = {
+        let (shared, run) = (shared.clone(), run.clone());
+        blocking(move || {
+            let record = must_workspace(&shared, &run)?;
+            let changes = changes_since(&shared, &record.snapshot);
+            let decision = WorkspaceDecision {
+                kind: if request.keep {
+                    DecisionKind::Keep
+                } else {
+                    DecisionKind::Rollback
+                },
+                snapshot: record.snapshot.clone(),
+                savepoint: None,
+                after_seq: None,
+                commit: request.keep && request.commit,
+                approve_all: request.approve_all,
+                reason: request.reason,
+                by: request.by,
+                at_ms: now_ms(),
+                changes,
+                finished_at_ms: None,
+                residue: Vec::new(),
+                outcome: None,
+            };
+            Ok(shared.ledger.decide_workspace(&run, decision)?)
+        })
+        .await?
+    };
+    if fresh {
+        info!(run.id = %run, decision = decision.kind.as_str(), "workspace decision written");
+        pause_point("after_decision");
+    }
+    apply(shared, run, decision, !fresh).await
+}
+
+/// Rolls the run back to savepoint `name`: one decision restores the files to its
+/// snapshot and discards every effect staged after it (and their dependents).
+pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Result<DecisionReport> {
+    let lock = run_lock(run);
+    let serial = lock.lock().await;
+    let (decision, fresh) = {
+        let (shared, run, name) = (shared.clone(), run.clone(), name.to_owned());
+        blocking(move || {
+            let record = must_workspace(&shared, &run)?;
+            let savepoint = record
+                .savepoints
+                .iter()
+                .find(|s| s.name == name)
+                .cloned()
+                .ok_or_else(|| {
+                    WorkspaceError::Invalid(format!("run {run} has no savepoint named {name:?}"))
+                })?;
+            let changes = changes_since(&shared, &savepoint.snapshot);
+            let decision = WorkspaceDecision {
+                kind: DecisionKind::RollbackTo,
+                snapshot: savepoint.snapshot.clone(),
+                savepoint: Some(savepoint.name.clone()),
+                after_seq: Some(savepoint.effect_seq),
+                commit: false,
+                approve_all: false,
+                reason: format!("rollback to savepoint {}", savepoint.name),
+                by: "admin".into(),
+                at_ms: now_ms(),
+                changes,
+                finished_at_ms: None,
+                residue: Vec::new(),
+                outcome: None,
+            };
+            Ok(shared.ledger.decide_workspace(&run, decision)?)
+        })
+        .await?
+    };
+    if fresh {
+        pause_point("after_decision");
+    }
+    let finished_earlier = !fresh;
+    let report = apply(shared, run, decision, finished_earlier).await?;
+    drop(serial);
+    if finished_earlier && report.decision.savepoint.as_deref() != Some(name) {
+        // An unfinished decision was found and finished; the one asked for is next.
+        return Box::pin(rollback_to(shared, run, name)).await;
+    }
+    Ok(report)
+}
+
+/// Finishes a decision written earlier, if one is unfinished. With `decide_if_missing`, a
+/// run whose command never reached a decision is rolled back. Returns `None` when the run
+/// has no workspace.
+pub async fn resume(
+    shared: &Arc<Control>,
+    run: &RunId,
+    decide_if_missing: bool,
+) -> Result<Option<DecisionReport>> {
+    let lock = run_lock(run);
+    let serial = lock.lock().await;
+    // Read under the lock, so a decision another task just finished is not applied again.
+    let record = {
+        let (shared, run) = (shared.clone(), run.clone());
+        blocking(move || Ok(shared.ledger.workspace(&run)?)).await?
+    };
+    let Some(record) = record else {
+        return Ok(None);
+    };
+    if let Some(pending) = record.unfinished().cloned() {
+        return apply(shared, run, pending, true).await.map(Some);
+    }
+    if let Some(done) = record.final_decision().cloned() {
+        return report(shared, run, done, true, None).await.map(Some);
+    }
+    drop(serial);
+    if !decide_if_missing {
+        return Ok(None);
+    }
+    decide(
+        shared,
+        run,
+        DecideRequest {
+            keep: false,
+            commit: false,
+            approve_all: false,
+            reason: "airlock run was interrupted before it decided; nothing was verified".into(),
+            by: "resume".into(),
+        },
+    )
+    .await
+    .map(Some)
+}
+
+/// At start: finishes every workspace decision left unfinished by a crash.
+pub fn resume_all(shared: &Arc<Control>) {
+    let runs = match shared.ledger.runs() {
+        Ok(runs) => runs,
+        Err(error) => {
+            warn!(error = %error, "cannot list runs to resume workspace decisions");
+            return;
+        }
+    };
+    for run in runs {
+        let pending =
+            matches!(shared.ledger.workspace(&run.id), Ok(Some(r)) if r.unfinished().is_some());
+        if pending {
+            let shared = shared.clone();
+            info!(run.id = %run.id, "finishing a workspace decision written before the restart");
+            tokio::spawn(async move {
+                if let Err(error) = resume(&shared, &run.id, false).await {
+                    warn!(run.id = %run.id, error = %error, "finishing the workspace decision failed");
+                }
+            });
+        }
+    }
+}
+
+/// Applies a written decision to both sides, effects first, then files; marks it finished.
+async fn apply(
+    shared: &Arc<Control>,
+    run: &RunId,
+    decision: WorkspaceDecision,
+    already_decided: bool,
+) -> Result<DecisionReport> {
+    if decision.finished_at_ms.is_some() {
+        return report(shared, run, decision, true, None).await;
+    }
+    let mut commit = None;
+    let outcome;
+    let mut residue = Vec::new();
+    let mut unverified = false;
+    match decision.kind {
+        DecisionKind::Keep if decision.commit => {
+            match crate::release::commit(shared, run, decision.approve_all, "airlock run").await {
+                Ok(done) => {
+                    outcome = format!("files kept; run {}", done.state);
+                    commit = Some(done);
+                }
+                Err(CommitError::Ledger(LedgerError::Refused(Refused::Undecided {
+                    effects,
+                    ..
+                }))) => {
+                    outcome = format!(
+                        "files kept; {} effect(s) await a reviewer, so nothing was committed \
+                         (--approve-all approves them)",
+                        effects.len()
+                    );
+                }
+                Err(other) => return Err(other.into()),
+            }
+        }
+        DecisionKind::Keep => {
+            // A kept run stages nothing more; sealing a sealed run changes nothing.
+            let (shared2, run2) = (shared.clone(), run.clone());
+            blocking(move || Ok(shared2.ledger.seal(&run2, "airlock run")?)).await?;
+            crate::notify::run_sealed(shared, run);
+            outcome = "files kept; effects held for review".to_owned();
+        }
+        DecisionKind::Rollback | DecisionKind::RollbackTo => {
+            let (shared2, run2, decision2) = (shared.clone(), run.clone(), decision.clone());
+            let discarded = blocking(move || {
+                Ok(match decision2.kind {
+                    DecisionKind::RollbackTo => shared2.ledger.discard_effects_after(
+                        &run2,
+                        decision2.after_seq.unwrap_or(0),
+                        &format!(
+                            "rolled back to savepoint {}",
+                            decision2.savepoint.as_deref().unwrap_or("?")
+                        ),
+                    )?,
+                    _ => {
+                        shared2.ledger.abort(&run2, "airlock run")?;
+                        shared2.close_run(&run2);
+                        Vec::new()
+                    }
+                })
+            })
+            .await?;
+            let (shared2, snapshot) = (shared.clone(), decision.snapshot.clone());
+            match blocking(move || Ok(store(&shared2).restore(&snapshot, &excludes(&shared2))?))
+                .await
+            {
+                Ok(found) => residue = found,
+                Err(error) => residue.push(format!("restore failed: {error}")),
+            }
+            unverified = !residue.is_empty();
+            outcome = match decision.kind {
+                DecisionKind::RollbackTo => format!(
+                    "files restored to savepoint {}; {} effect(s) discarded",
+                    decision.savepoint.as_deref().unwrap_or("?"),
+                    discarded.len()
+                ),
+                _ => "files rolled back; run aborted, pending effects discarded".to_owned(),
+            } + if unverified {
+                "; the rollback could NOT be verified"
+            } else {
+                "; rollback verified against the snapshot manifest"
+            };
+        }
+    }
+    let (shared2, run2, outcome2) = (shared.clone(), run.clone(), outcome.clone());
+    let record = blocking(move || {
+        Ok(shared2
+            .ledger
+            .finish_workspace_decision(&run2, residue, unverified, &outcome2)?)
+    })
+    .await?;
+    let finished = record
+        .decisions
+        .iter()
+        .rev()
+        .find(|d| d.at_ms == decision.at_ms && d.kind == decision.kind)
+        .cloned()
+        .unwrap_or(decision);
+    report(shared, run, finished, already_decided, commit).await
+}
+
+async fn report(
+    shared: &Arc<Control>,
+    run: &RunId,
+    decision: WorkspaceDecision,
+    already_decided: bool,
+    commit: Option<CommitReport>,
+) -> Result<DecisionReport> {
+    let (shared, run2) = (shared.clone(), run.clone());
+    let (state, effects, workspace) = blocking(move || {
+        let state = shared
+            .ledger
+            .run(&run2)?
+            .map(|r| r.state.as_str().to_owned())
+            .unwrap_or_default();
+        let effects = shared.ledger.effects(&run2)?;
+        Ok((state, effects, must_workspace(&shared, &run2)?))
+    })
+    .await?;
+    Ok(DecisionReport {
+        run: run.clone(),
+        state,
+        decision,
+        already_decided,
+        rollback_unverified: workspace.rollback_unverified,
+        commit,
+        effects: effects.iter().map(effect_json).collect(),
+        workspace,
+    })
+}

@@ -1,0 +1,479 @@
+//! The policy's request-side facts and per-rule obligations, in the proxy.
+//!
+//! - [`decide`]: builds [`RequestFacts`] (query, headers, the run's profile) and, only when
+//!   [`Policy::body_limit`](airlock_policy::Policy::body_limit) says a body matcher needs
+//!   it, buffers the body up to that limit before deciding.
+//! - [`apply`]: the winning rule's obligations before a pass or stage: `limit`
+//!   (`query_bytes` 414, `requests_per_minute` 429, `body_bytes` and
+//!   `upload_bytes_per_run` 413, each a JSON error naming the rule and limit) and `strip`.
+//! - [`auto_approve`]: `review = "auto"` on the staged effect.
+//! - [`log_audit`]: one info line per audit match.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use airlock_ledger::{EffectId, RunId, Verdict};
+use airlock_policy::{Decision, RequestBody, RequestFacts, Rule};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::BodyExt;
+use tracing::{info, warn};
+
+use crate::handle::{full_body, Target, BODY_IDLE_TIMEOUT};
+use crate::DataPlane;
+use airlock_net::body::ProxyBody;
+use airlock_net::respond::{json_response, ProxyError, EFFECT_HEADER, ERROR_HEADER};
+
+/// The window of `limit.requests_per_minute`.
+const RATE_WINDOW: Duration = Duration::from_secs(60);
+/// Entries kept per table before it is cleared (bounds memory across many runs).
+const MAX_ENTRIES: usize = 10_000;
+
+/// Per-run state of obligations, shared by all connections.
+#[derive(Debug, Default)]
+pub struct Enforcer {
+    /// (run, rule id) -> times of the requests of the last minute.
+    windows: Mutex<HashMap<(RunId, String), VecDeque<Instant>>>,
+    /// (run, host) -> request body bytes sent or staged through rules with an upload limit.
+    uploads: Mutex<HashMap<(RunId, String), u64>>,
+    /// run -> its profile (fixed at creation, so cached for good).
+    profiles: Mutex<HashMap<RunId, Option<String>>>,
+}
+
+/// Why a request did not go on: an error, or a finished refusal (a limit's 413/414/429).
+pub enum Refused {
+    /// An error answered the usual way.
+    Error(ProxyError),
+    /// A ready response.
+    Response(Response<ProxyBody>),
+}
+
+impl From<ProxyError> for Refused {
+    fn from(error: ProxyError) -> Self {
+        Refused::Error(error)
+    }
+}
+
+/// A request over one of a rule's limits.
+#[derive(Debug)]
+struct LimitExceeded {
+    status: StatusCode,
+    rule: String,
+    /// `body_bytes`, `requests_per_minute`, `upload_bytes_per_run` or `query_bytes`.
+    limit: &'static str,
+    value: u64,
+    reason: String,
+}
+
+impl LimitExceeded {
+    /// `{error, rule, limit, limit_value, reason, reason_code, policy_revision, hint}`, the
+    /// code also in `airlock-error`; 429 answers carry `Retry-After`.
+    fn into_response(self, revision: &str) -> Response<ProxyBody> {
+        let code = format!("limit_{}", self.limit);
+        let body = serde_json::json!({
+            "error": "over a policy limit",
+            "rule": self.rule,
+            "limit": self.limit,
+            "limit_value": self.value,
+            "reason": self.reason,
+            "reason_code": code,
+            "policy_revision": revision,
+            "hint": if self.status == StatusCode::TOO_MANY_REQUESTS {
+                "slow down and retry after the Retry-After seconds, or ask the operator to raise the rule's limit"
+            } else {
+                "send less, or ask the operator to raise the rule's limit"
+            },
+        });
+        let mut response = json_response(self.status, &body);
+        if let Ok(value) = HeaderValue::from_str(&code) {
+            response.headers_mut().insert(ERROR_HEADER, value);
+        }
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+        }
+        response
+    }
+}
+
+/// The profile `run` was created with, cached after the first ledger read.
+pub fn profile_of(shared: &Arc<DataPlane>, run: &RunId) -> Result<Option<String>, ProxyError> {
+    let mut cache = shared
+        .enforce
+        .profiles
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(profile) = cache.get(run) {
+        return Ok(profile.clone());
+    }
+    let profile = shared
+        .ledger
+        .run(run)
+        .map_err(|e| ProxyError::Internal {
+            reason: format!("the ledger could not be read: {e}"),
+        })?
+        .and_then(|r| r.profile);
+    if cache.len() >= MAX_ENTRIES {
+        cache.clear();
+    }
+    cache.insert(run.clone(), profile.clone());
+    Ok(profile)
+}
+
+/// A body read up to a limit.
+enum Buffered {
+    /// All of it.
+    Whole(Bytes),
+    /// It was longer than the limit (what was read is dropped).
+    TooLarge,
+}
+
+fn declared_length(parts: &Parts) -> Option<u64> {
+    parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// Reads `body` whole if it is at most `limit` bytes; a declared `Content-Length` over the
+/// limit is refused before reading.
+async fn read_up_to(
+    body: ProxyBody,
+    declared: Option<u64>,
+    limit: u64,
+) -> Result<Buffered, ProxyError> {
+    if declared.is_some_and(|n| n > limit) {
+        return Ok(Buffered::TooLarge);
+    }
+    let mut body = body;
+    let mut collected: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0).min(limit) as usize);
+    loop {
+        let Ok(frame) = tokio::time::timeout(BODY_IDLE_TIMEOUT, body.frame()).await else {
+            return Err(ProxyError::BodyTimeout {
+                seconds: BODY_IDLE_TIMEOUT.as_secs(),
+            });
+        };
+        let Some(frame) = frame else { break };
+        let frame = frame.map_err(|error| ProxyError::BadRequest {
+            code: "body_read_failed",
+            reason: format!("the request body could not be read: {error}"),
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if (collected.len() + data.len()) as u64 > limit {
+                return Ok(Buffered::TooLarge);
+            }
+            collected.extend_from_slice(&data);
+        }
+    }
+    Ok(Buffered::Whole(Bytes::from(collected)))
+}
+
+/// Decides the request by policy, reading the body first only when a body matcher needs
+/// it. Returns the decision and the body to go on with (buffered when it was read). A
+/// body that was over the limit and is not denied (an audit rule failed on it) cannot be
+/// forwarded any more: 413.
+pub async fn decide(
+    shared: &Arc<DataPlane>,
+    run: &RunId,
+    target: &Target,
+    parts: &Parts,
+    body: ProxyBody,
+) -> Result<(Decision, ProxyBody), Refused> {
+    let profile = profile_of(shared, run)?;
+    // Every header line is offered, non-ASCII values decoded lossily: a value that is
+    // not text must not make a header look absent to a deny rule.
+    let values: Vec<(&str, std::borrow::Cow<'_, str>)> = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value.as_bytes())))
+        .collect();
+    let headers: Vec<(&str, &str)> = values
+        .iter()
+        .map(|(name, value)| (*name, value.as_ref()))
+        .collect();
+    let mut facts = RequestFacts {
+        query: parts.uri.query().unwrap_or(""),
+        headers: &headers,
+        profile: profile.as_deref(),
+        ..crate::handle::request_facts(target, parts)
+    };
+    let Some(limit) = shared.policy.current().body_limit(&facts) else {
+        return Ok((shared.policy.current().decide(&facts), body));
+    };
+    match read_up_to(body, declared_length(parts), limit).await? {
+        Buffered::Whole(bytes) => {
+            facts.body = RequestBody::Read(&bytes);
+            let decision = shared.policy.current().decide(&facts);
+            Ok((decision, full_body(bytes.clone())))
+        }
+        Buffered::TooLarge => {
+            facts.body = RequestBody::TooLarge;
+            let decision = shared.policy.current().decide(&facts);
+            if decision.action == airlock_policy::Action::Deny {
+                return Ok((decision, full_body(Bytes::new())));
+            }
+            Err(Refused::Response(
+                LimitExceeded {
+                    status: StatusCode::PAYLOAD_TOO_LARGE,
+                    rule: decision.rule.clone().unwrap_or_default(),
+                    limit: "body_bytes",
+                    value: limit,
+                    reason: format!(
+                        "the body is over the {limit} bytes a body matcher reads, so it cannot be forwarded"
+                    ),
+                }
+                .into_response(shared.policy.current().revision()),
+            ))
+        }
+    }
+}
+
+/// Logs each audit match of `decision` (info, `audit = true`): the rule and what it would
+/// have done.
+pub fn log_audit(run: &RunId, url: &str, decision: &Decision) {
+    for matched in &decision.audit {
+        info!(
+            audit = true,
+            run.id = %run,
+            url = %url,
+            policy.rule = matched.rule.as_deref().unwrap_or("<default>"),
+            policy.would = matched.action.as_str(),
+            policy.reason_code = matched.reason_code,
+            policy.decided = decision.action.as_str(),
+            "audit: a rule in audit mode matched (it did not decide)"
+        );
+    }
+}
+
+/// The audit matches of a request's decision, carried in its extensions to the read
+/// journal (`Read::audit`).
+#[derive(Debug, Clone)]
+struct AuditNote(Vec<String>);
+
+/// Attaches `decision`'s audit matches to the request, for [`take_audit`].
+pub fn note_audit(parts: &mut Parts, decision: &Decision) {
+    if decision.audit.is_empty() {
+        return;
+    }
+    let notes = decision
+        .audit
+        .iter()
+        .map(|m| {
+            format!(
+                "{} would {} ({})",
+                m.rule.as_deref().unwrap_or("<default>"),
+                m.action.as_str(),
+                m.reason_code
+            )
+        })
+        .collect();
+    parts.extensions.insert(AuditNote(notes));
+}
+
+/// The audit matches [`note_audit`] attached (empty when none).
+pub fn take_audit(parts: &mut Parts) -> Vec<String> {
+    parts
+        .extensions
+        .remove::<AuditNote>()
+        .map(|note| note.0)
+        .unwrap_or_default()
+}
+
+/// Applies the winning rule's obligations to a request about to be passed or staged:
+/// limits (in the order query, rate, body, upload) and `strip`. Returns the body to go
+/// on with (buffered when a body limit needed it).
+pub async fn apply(
+    shared: &Arc<DataPlane>,
+    run: &RunId,
+    target: &Target,
+    rule: &Rule,
+    parts: &mut Parts,
+    body: ProxyBody,
+) -> Result<ProxyBody, Refused> {
+    let policy = shared.policy.current();
+    let revision = policy.revision();
+    let refuse = |exceeded: LimitExceeded| Refused::Response(exceeded.into_response(revision));
+    let limits = rule.limits();
+    if let Some(max) = limits.query_bytes {
+        let length = parts.uri.query().map_or(0, str::len) as u64;
+        if length > max {
+            return Err(refuse(LimitExceeded {
+                status: StatusCode::URI_TOO_LONG,
+                rule: rule.id().to_owned(),
+                limit: "query_bytes",
+                value: max,
+                reason: format!("the query string is {length} bytes, over the rule's {max}"),
+            }));
+        }
+    }
+    if let Some(per_minute) = limits.requests_per_minute {
+        let mut windows = shared
+            .enforce
+            .windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if windows.len() >= MAX_ENTRIES {
+            windows.clear();
+        }
+        let now = Instant::now();
+        let window = windows
+            .entry((run.clone(), rule.id().to_owned()))
+            .or_default();
+        while window
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= RATE_WINDOW)
+        {
+            window.pop_front();
+        }
+        if window.len() >= per_minute as usize {
+            return Err(refuse(LimitExceeded {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                rule: rule.id().to_owned(),
+                limit: "requests_per_minute",
+                value: u64::from(per_minute),
+                reason: format!(
+                    "run {run} made {per_minute} requests through this rule in the last minute"
+                ),
+            }));
+        }
+        window.push_back(now);
+    }
+    let mut body = body;
+    let has_body = crate::handle::has_body(parts);
+    if let Some(max) = limits.body_bytes.filter(|_| has_body) {
+        match read_up_to(body, declared_length(parts), max).await? {
+            Buffered::Whole(bytes) => body = full_body(bytes),
+            Buffered::TooLarge => {
+                return Err(refuse(LimitExceeded {
+                    status: StatusCode::PAYLOAD_TOO_LARGE,
+                    rule: rule.id().to_owned(),
+                    limit: "body_bytes",
+                    value: max,
+                    reason: format!("the request body is over the rule's {max} bytes"),
+                }))
+            }
+        }
+    }
+    if let Some(max) = limits.upload_bytes_per_run.filter(|_| has_body) {
+        let key = (run.clone(), target.host.clone());
+        let used = {
+            let uploads = shared
+                .enforce
+                .uploads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            uploads.get(&key).copied().unwrap_or(0)
+        };
+        let room = max.saturating_sub(used);
+        let exceeded = |sent: Option<u64>| {
+            LimitExceeded {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            rule: rule.id().to_owned(),
+            limit: "upload_bytes_per_run",
+            value: max,
+            reason: match sent {
+                Some(sent) => format!(
+                    "run {run} has sent {used} bytes to {}; {sent} more is over the rule's {max} per run",
+                    target.host
+                ),
+                None => format!(
+                    "run {run} has sent {used} bytes to {}; this body is over the {room} left of the rule's {max} per run",
+                    target.host
+                ),
+            },
+        }
+        };
+        match read_up_to(body, declared_length(parts), room).await? {
+            Buffered::Whole(bytes) => {
+                let sent = bytes.len() as u64;
+                let mut uploads = shared
+                    .enforce
+                    .uploads
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if uploads.len() >= MAX_ENTRIES {
+                    uploads.clear();
+                }
+                let total = uploads.entry(key).or_insert(0);
+                if *total + sent > max {
+                    return Err(refuse(exceeded(Some(sent))));
+                }
+                *total += sent;
+                body = full_body(bytes);
+            }
+            Buffered::TooLarge => return Err(refuse(exceeded(None))),
+        }
+    }
+    for name in rule.strip() {
+        parts.headers.remove(name.as_str());
+    }
+    Ok(body)
+}
+
+/// `review = "auto"`: approves the effect named in the staged response's
+/// `airlock-effect` header (it stays staged: released only at commit, discarded on abort).
+pub async fn auto_approve(shared: &Arc<DataPlane>, rule: &Rule, response: &Response<ProxyBody>) {
+    if rule.review() != airlock_policy::Review::Auto {
+        return;
+    }
+    let Some(id) = response
+        .headers()
+        .get(EFFECT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(EffectId::parse)
+    else {
+        return;
+    };
+    let ledger = shared.ledger.clone();
+    let by = format!("policy: rule \"{}\" has review = \"auto\"", rule.id());
+    let effect = id.clone();
+    let result =
+        tokio::task::spawn_blocking(move || ledger.decide_effect(&effect, Verdict::Approve, &by))
+            .await;
+    match result {
+        Ok(Ok(_)) => {
+            info!(effect.id = %id, policy.rule = rule.id(), "effect approved automatically (review = auto)")
+        }
+        Ok(Err(error)) => {
+            warn!(effect.id = %id, error = %error, "automatic approval failed; the effect awaits review")
+        }
+        Err(error) => warn!(effect.id = %id, error = %error, "automatic approval task failed"),
+    }
+}
+
+/// Applies the `redact` obligation of `rule` to an effect's admin view: header values
+/// and JSON body values it names become `[redacted]` (the stored and released bytes are
+/// unchanged; `redacted` lists what was masked).
+pub fn redact_view(
+    policy: &airlock_policy::Policy,
+    rule: Option<&str>,
+    body: &[u8],
+    out: &mut serde_json::Value,
+) {
+    use airlock_policy::{Redaction, REDACTED};
+    let Some(redactions) = rule
+        .and_then(|id| policy.rule(id))
+        .map(Rule::redact)
+        .filter(|r| !r.is_empty())
+    else {
+        return;
+    };
+    if let Some(headers) = out["headers"].as_array_mut() {
+        for header in headers {
+            let masked = header["name"]
+                .as_str()
+                .is_some_and(|name| Redaction::masks_header(redactions, name));
+            if masked {
+                header["value"] = serde_json::json!(REDACTED);
+            }
+        }
+    }
+    if let Some(masked) = Redaction::mask_body(redactions, body) {
+        out["body"] = serde_json::json!({ "text": String::from_utf8_lossy(&masked) });
+    }
+    out["redacted"] = serde_json::json!(redactions);
+}

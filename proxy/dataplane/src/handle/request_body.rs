@@ -1,0 +1,126 @@
+//! Request bodies on the per-request path: body presence, bounded reads and the search
+//! of passed bodies for credential placeholders.
+
+use std::sync::Arc;
+
+use airlock_ledger::RunId;
+use bytes::Bytes;
+use http::header;
+use http::request::Parts;
+use http_body_util::BodyExt;
+use tracing::debug;
+
+use super::Target;
+use crate::DataPlane;
+use airlock_net::body::full_body;
+use airlock_net::body::ProxyBody;
+use airlock_net::respond::ProxyError;
+
+/// Whether the request carries a body, from its framing (invariant 4), not its method.
+pub fn has_body(parts: &Parts) -> bool {
+    if parts.headers.contains_key(header::TRANSFER_ENCODING)
+        || parts.extensions.get::<FramedBody>().is_some()
+    {
+        return true;
+    }
+    parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > 0)
+}
+
+/// Marks a request whose framing carries a body that its headers do not declare: an h2
+/// request whose HEADERS frame did not end the stream (DATA frames follow, with no
+/// `content-length`). POLICY.md invariant 4: body presence comes from framing, so such a
+/// GET is a write.
+#[derive(Debug, Clone, Copy)]
+pub struct FramedBody;
+
+/// Searches a passed body headed to `target` for credential placeholders bound elsewhere:
+/// read whole when some credential's placeholder is not bound to the host and the body
+/// is within the staging limit (a larger declared body streams on unsearched). Refuses
+/// the request when one is found.
+pub(super) async fn search_pass_body(
+    shared: &Arc<DataPlane>,
+    run: &RunId,
+    target: &Target,
+    parts: &Parts,
+    body: ProxyBody,
+) -> Result<ProxyBody, ProxyError> {
+    let policy = shared.policy.current();
+    if !has_body(parts) || !crate::credentials::any_off_host(&policy, &target.host) {
+        return Ok(body);
+    }
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > shared.limits.stage_body_bytes) {
+        debug!(run.id = %run, "a passed body over the staging limit was not searched for credential placeholders");
+        return Ok(body);
+    }
+    let bytes = read_bounded(shared, parts, body).await?;
+    if let Some(credential) =
+        crate::credentials::find_off_host(&policy, run, &target.host, parts, Some(&bytes))
+    {
+        return Err(crate::credentials::refuse_off_host(
+            shared,
+            &policy,
+            run,
+            &target.host,
+            credential,
+        ));
+    }
+    Ok(full_body(bytes))
+}
+
+/// How long a client may pause while sending a body airlock reads whole (staging).
+pub const BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Reads a request body up to the staging limit: 413 before reading when the declared
+/// length is over it (no 100 Continue is sent), 413 once the limit is passed otherwise.
+///
+pub(super) fn read_bounded(
+    shared: &Arc<DataPlane>,
+    parts: &Parts,
+    body: ProxyBody,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, ProxyError>> + Send>> {
+    let limit = shared.limits.stage_body_bytes;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    Box::pin(async move {
+        if declared.is_some_and(|n| n > limit) {
+            return Err(ProxyError::BodyTooLarge { limit });
+        }
+        let mut body = body;
+        let mut collected: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        loop {
+            let next = tokio::time::timeout(BODY_IDLE_TIMEOUT, body.frame()).await;
+            let Ok(frame) = next else {
+                return Err(ProxyError::BodyTimeout {
+                    seconds: BODY_IDLE_TIMEOUT.as_secs(),
+                });
+            };
+            let Some(frame) = frame else {
+                break;
+            };
+            let frame = frame.map_err(|error| ProxyError::BadRequest {
+                code: "body_read_failed",
+                reason: format!("the request body could not be read: {error}"),
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if (collected.len() + data.len()) as u64 > limit {
+                    return Err(ProxyError::BodyTooLarge { limit });
+                }
+                collected.extend_from_slice(&data);
+            }
+        }
+        Ok(Bytes::from(collected))
+    })
+}

@@ -1,0 +1,513 @@
+//! The proxy listener, the sandbox's door: run identity from `Proxy-Authorization`,
+//! absolute-form `http://` requests, and `CONNECT` tunnels intercepted with a minted leaf.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use airlock_ledger::RunId;
+use airlock_policy::{ConnectDecision, Scheme};
+use base64::Engine as _;
+use http::{header, Method, Request, Response};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::handle::{handle, Target};
+use crate::DataPlane;
+use airlock_net::body::ProxyBody;
+use airlock_net::headers::{PARSER_MAX_HEADERS, PARSER_MAX_HEADER_BYTES};
+use airlock_net::limits::keepalive::{Activity, Deadlines};
+use airlock_net::limits::{Cap, ConnectionGuard};
+use airlock_net::respond::ProxyError;
+
+/// How long a tunnel waits for the client's first byte.
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs the accept loop until the task is dropped.
+pub async fn serve(shared: Arc<DataPlane>, listener: TcpListener) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                warn!(error = %error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let span = info_span!("connection", client.addr = %peer);
+        let guard = match shared.connections.open() {
+            Ok(guard) => guard,
+            Err(cap) => {
+                tokio::spawn(refuse_connection(stream, cap).instrument(span));
+                continue;
+            }
+        };
+        let stream = airlock_net::linger::Lingering::new(stream);
+        tokio::spawn(serve_connection(shared, stream, guard).instrument(span));
+    }
+}
+
+/// The run a client connection is bound to, once it authenticated.
+type Binding = Arc<Mutex<Option<RunId>>>;
+
+fn http1_builder(header_read_timeout: Duration) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .max_buf_size(PARSER_MAX_HEADER_BYTES as usize)
+        .max_headers(PARSER_MAX_HEADERS)
+        .keep_alive(true);
+    builder
+}
+
+/// Past `--max-connections`: one 429 with the JSON reason, then the connection closes.
+async fn refuse_connection(mut stream: TcpStream, cap: Cap) {
+    use tokio::io::AsyncWriteExt as _;
+    let error = ProxyError::from(cap);
+    warn!(reason = %error.body()["reason"], "connection refused");
+    let body = error.body().to_string();
+    let head = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n{}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        airlock_net::respond::ERROR_HEADER,
+        error.code(),
+        body.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), write).await;
+}
+
+async fn serve_connection(
+    shared: Arc<DataPlane>,
+    stream: airlock_net::linger::Lingering,
+    guard: Arc<ConnectionGuard>,
+) {
+    let header_timeout = shared.limits.header_read_timeout;
+    let binding: Binding = Arc::new(Mutex::new(None));
+    let activity = Activity::new();
+    let deadlines = Deadlines {
+        activity: activity.clone(),
+        keep_alive: shared.limits.keep_alive_timeout,
+        auth: Some((guard.clone(), shared.limits.auth_timeout)),
+        connections: &shared.connections,
+    };
+    let service = {
+        let shared = shared.clone();
+        let activity = activity.clone();
+        service_fn(move |mut req| {
+            let shared = shared.clone();
+            let binding = binding.clone();
+            let guard = guard.clone();
+            let in_flight = activity.request(&mut req);
+            async move {
+                let response = dispatch(shared, binding, guard, req).await;
+                Ok::<_, std::convert::Infallible>(airlock_net::limits::keepalive::hold(
+                    response, in_flight,
+                ))
+            }
+        })
+    };
+    let conn = http1_builder(header_timeout)
+        .serve_connection(TokioIo::new(activity.io(stream)), service)
+        .with_upgrades();
+    if let Some(Err(error)) =
+        airlock_net::limits::keepalive::watch(conn, |conn| conn.graceful_shutdown(), deadlines)
+            .await
+    {
+        debug!(error = %error, "client connection ended with an error");
+    }
+}
+
+/// Authenticates the request's run and binds it to the connection (CASES.md C15).
+async fn authenticate(
+    shared: &Arc<DataPlane>,
+    binding: &Binding,
+    req: &Request<Incoming>,
+) -> Result<RunId, ProxyError> {
+    let bound = binding.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let Some(value) = req.headers().get(header::PROXY_AUTHORIZATION) else {
+        return bound.ok_or_else(|| ProxyError::ProxyAuth {
+            reason: "no Proxy-Authorization header: airlock needs the run's credentials".into(),
+        });
+    };
+    let credentials = value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            let (scheme, rest) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("basic").then_some(rest.trim())
+        })
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .and_then(|raw| String::from_utf8(raw).ok())
+        .and_then(|text| {
+            let (user, pass) = text.split_once(':')?;
+            Some((user.to_owned(), pass.to_owned()))
+        })
+        .ok_or_else(|| ProxyError::ProxyAuth {
+            reason: "Proxy-Authorization is not Basic base64(run_id:token)".into(),
+        })?;
+    let ledger = shared.ledger.clone();
+    let run =
+        tokio::task::spawn_blocking(move || ledger.authenticate(&credentials.0, &credentials.1))
+            .await
+            .map_err(|e| ProxyError::Internal {
+                reason: format!("authentication task failed: {e}"),
+            })?
+            .map_err(|e| ProxyError::Internal {
+                reason: format!("the ledger could not be read: {e}"),
+            })?
+            .ok_or_else(|| ProxyError::ProxyAuth {
+                reason: "the credentials name no run, or the token is wrong".into(),
+            })?;
+    let mut slot = binding.lock().unwrap_or_else(|e| e.into_inner());
+    match slot.as_ref() {
+        Some(existing) if *existing != run.id => Err(ProxyError::ProxyAuth {
+            reason: format!(
+                "this connection is bound to run {existing}; open a new connection for another run"
+            ),
+        }),
+        _ => {
+            *slot = Some(run.id.clone());
+            Ok(run.id)
+        }
+    }
+}
+
+async fn dispatch(
+    shared: Arc<DataPlane>,
+    binding: Binding,
+    guard: Arc<ConnectionGuard>,
+    mut req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let run = match authenticate(&shared, &binding, &req).await {
+        Ok(run) => run,
+        Err(error) => return error.into_response(),
+    };
+    // The connection counts against its run's cap from here until it (or the tunnel or
+    // upgraded connection it becomes, which carry the guard on) ends.
+    if let Err(cap) = guard.bind(&run) {
+        warn!(run.id = %run, "connection refused: the run is at --max-connections-per-run");
+        return ProxyError::from(cap).into_response();
+    }
+    req.extensions_mut().insert(guard);
+    if req.method() == Method::CONNECT {
+        return connect(shared, run, req).await;
+    }
+    let uri = req.uri();
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(authority)) => {
+            match Target::parse(Scheme::Http, authority.as_str(), 80) {
+                Some(target) => handle(shared, run, target, req).await,
+                None => bad_target(authority.as_str()),
+            }
+        }
+        (Some(other), Some(_)) => ProxyError::BadRequest {
+            code: "unsupported_scheme",
+            reason: format!(
+                "absolute-form {other}:// requests are not proxied; use CONNECT for https"
+            ),
+        }
+        .into_response(),
+        _ => ProxyError::BadRequest {
+            code: "not_a_proxy_request",
+            reason: "this is airlock's proxy listener: send absolute-form http:// requests or CONNECT; the admin API listens elsewhere".into(),
+        }
+        .into_response(),
+    }
+}
+
+fn bad_target(authority: &str) -> Response<ProxyBody> {
+    ProxyError::BadRequest {
+        code: "bad_connect_target",
+        reason: format!("{authority:?} is not a valid host:port"),
+    }
+    .into_response()
+}
+
+/// CONNECT: decide at the tunnel's level first, then answer 200 and intercept TLS.
+async fn connect(
+    shared: Arc<DataPlane>,
+    run: RunId,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let Some(authority) = req.uri().authority().map(|a| a.as_str().to_owned()) else {
+        return bad_target(&req.uri().to_string());
+    };
+    // RFC 9110 §9.3.6: the CONNECT target is host:port, both required.
+    let Some(target) = Target::parse(Scheme::Https, &authority, 0).filter(|t| t.port != 0) else {
+        return bad_target(&authority);
+    };
+    // One policy snapshot decides this CONNECT (a reload cannot split it).
+    let policy = shared.policy.current();
+    // The reserved manifest host is always intercepted: airlock answers it itself.
+    let decision = if target.host == crate::manifest::MANIFEST_HOST {
+        ConnectDecision::Intercept
+    } else {
+        let profile = match crate::enforce::profile_of(&shared, &run) {
+            Ok(profile) => profile,
+            Err(error) => return error.into_response(),
+        };
+        policy.decide_connect_for(&target.host, target.port, profile.as_deref())
+    };
+    if let ConnectDecision::Tunnel(decision) = decision {
+        return crate::tunnel::open(shared, run, target, decision, req).await;
+    }
+    if let ConnectDecision::Deny(decision) = decision {
+        info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
+              policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "CONNECT denied");
+        crate::denials::journal(
+            &shared,
+            &run,
+            crate::denials::Refusal {
+                method: "CONNECT".into(),
+                url: format!("https://{}", target.authority()),
+                has_body: false,
+                rule: decision.rule.clone(),
+                reason_code: decision.reason_code.to_owned(),
+                policy_revision: policy.revision().to_owned(),
+            },
+        );
+        return ProxyError::Denied {
+            rule: decision.rule,
+            reason: decision.reason,
+            reason_code: decision.reason_code.to_owned(),
+            policy_revision: policy.revision().to_owned(),
+        }
+        .into_response();
+    }
+    let config = match shared.ca.server_config(&target.host) {
+        Ok(config) => config,
+        Err(error) => {
+            return ProxyError::Internal {
+                reason: error.to_string(),
+            }
+            .into_response()
+        }
+    };
+    let span =
+        info_span!("tunnel", run.id = %run, origin.host = %target.host, origin.port = target.port);
+    tokio::spawn(
+        async move {
+            let guard = req.extensions().get::<Arc<ConnectionGuard>>().cloned();
+            let upgraded = match hyper::upgrade::on(req).await {
+                Ok(upgraded) => upgraded,
+                Err(error) => {
+                    debug!(error = %error, "CONNECT upgrade failed");
+                    return;
+                }
+            };
+            intercept(shared, run, target, config, upgraded, guard).await;
+        }
+        .instrument(span),
+    );
+    Response::new(Empty::new().map_err(|never| match never {}).boxed())
+}
+
+async fn intercept(
+    shared: Arc<DataPlane>,
+    run: RunId,
+    target: Target,
+    config: Arc<rustls::ServerConfig>,
+    upgraded: hyper::upgrade::Upgraded,
+    guard: Option<Arc<ConnectionGuard>>,
+) {
+    // Look at the client's first bytes: a TLS handshake record starts with 0x16; anything
+    // else is taken as plain HTTP inside the tunnel (CASES.md C11). A client that waits for
+    // the server to speak first (SMTP, SSH banners) gets nothing and is closed after
+    // FIRST_BYTE_TIMEOUT: such protocols need a tunnel rule, which does not exist yet.
+    let header_timeout = shared.limits.header_read_timeout;
+    let mut io = TokioIo::new(upgraded);
+    let mut first = vec![0u8; 1024];
+    let read = tokio::time::timeout(
+        FIRST_BYTE_TIMEOUT,
+        tokio::io::AsyncReadExt::read(&mut io, &mut first),
+    )
+    .await;
+    let n = match read {
+        Ok(Ok(n)) if n > 0 => n,
+        Ok(_) => return,
+        Err(_) => {
+            info!(origin.host = %target.host, origin.port = target.port,
+                  "the client sent nothing after CONNECT (a server-speaks-first protocol?); closing the tunnel");
+            return;
+        }
+    };
+    first.truncate(n);
+    let io = airlock_net::prefixed::Prefixed::new(bytes::Bytes::from(first), io);
+    if n > 0 && io_first_byte_is_not_tls(&io) {
+        plain_http_in_tunnel(shared, run, target, io, guard).await;
+        return;
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let tls = match tokio::time::timeout(header_timeout, acceptor.accept(io)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => {
+            shared
+                .metrics
+                .client_handshake_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if rejected_our_certificate(&error) {
+                shared.metrics.client_untrusted_ca(&target.host);
+                warn!(origin.host = %target.host, error = %error,
+                      "the client does not trust airlock's CA (it rejected the certificate); \
+                       give it the CA bundle, or add a tunnel rule for this host");
+            } else {
+                info!(error = %error, "TLS handshake with the client failed");
+            }
+            return;
+        }
+        Err(_) => {
+            info!("TLS handshake with the client timed out");
+            return;
+        }
+    };
+    // Invariant 2: the SNI, when sent, must name the CONNECT host.
+    let sni_mismatch = tls
+        .get_ref()
+        .1
+        .server_name()
+        .map(|sni| sni.trim_end_matches('.').to_ascii_lowercase())
+        .filter(|sni| *sni != target.host);
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let activity = Activity::new();
+    let deadlines = Deadlines {
+        activity: activity.clone(),
+        keep_alive: shared.limits.keep_alive_timeout,
+        auth: None,
+        connections: &shared.connections,
+    };
+    let io = TokioIo::new(activity.io(tls));
+    let service = service_fn(|mut req: Request<Incoming>| {
+        let in_flight = activity.request(&mut req);
+        let shared = shared.clone();
+        let run = run.clone();
+        let target = target.clone();
+        let sni_mismatch = sni_mismatch.clone();
+        // Requests carry the connection's guard on, so an upgrade keeps it counted.
+        if let Some(guard) = &guard {
+            req.extensions_mut().insert(guard.clone());
+        }
+        async move {
+            if let Some(sni) = sni_mismatch {
+                return Ok::<_, std::convert::Infallible>(
+                    ProxyError::AuthorityMismatch {
+                        reason: format!(
+                            "TLS SNI {sni:?} does not name the CONNECT host {}",
+                            target.host
+                        ),
+                    }
+                    .into_response(),
+                );
+            }
+            let response = handle(shared, run, target, req).await;
+            Ok(airlock_net::limits::keepalive::hold(response, in_flight))
+        }
+    });
+    // The client's protocol is whatever ALPN chose; each request is then translated to
+    // whatever the origin speaks (the upstream client negotiates h2 or HTTP/1.1 itself).
+    let served = if h2 {
+        let mut builder =
+            hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+        builder
+            .timer(hyper_util::rt::TokioTimer::new())
+            .max_header_list_size(PARSER_MAX_HEADER_BYTES);
+        let conn = builder.serve_connection(io, service);
+        airlock_net::limits::keepalive::watch(conn, |conn| conn.graceful_shutdown(), deadlines)
+            .await
+    } else {
+        let conn = http1_builder(header_timeout)
+            .serve_connection(io, service)
+            .with_upgrades();
+        airlock_net::limits::keepalive::watch(conn, |conn| conn.graceful_shutdown(), deadlines)
+            .await
+    };
+    if let Some(Err(error)) = served {
+        debug!(error = %error, "intercepted connection ended with an error");
+    }
+}
+
+fn io_first_byte_is_not_tls<T>(io: &airlock_net::prefixed::Prefixed<T>) -> bool {
+    io.first_byte().is_some_and(|b| b != 0x16)
+}
+
+/// Serves plain HTTP/1.1 inside a CONNECT tunnel: the same decision path with scheme
+/// `http` and the CONNECT authority. Requests carry the connection's `guard` on, so a
+/// WebSocket upgraded here keeps counting against the run's cap until it ends.
+async fn plain_http_in_tunnel<T>(
+    shared: Arc<DataPlane>,
+    run: RunId,
+    target: Target,
+    io: airlock_net::prefixed::Prefixed<T>,
+    guard: Option<Arc<ConnectionGuard>>,
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let target = Target {
+        scheme: Scheme::Http,
+        ..target
+    };
+    info!(origin.host = %target.host, origin.port = target.port, "plain HTTP inside a CONNECT tunnel");
+    let header_timeout = shared.limits.header_read_timeout;
+    let activity = Activity::new();
+    let deadlines = Deadlines {
+        activity: activity.clone(),
+        keep_alive: shared.limits.keep_alive_timeout,
+        auth: None,
+        connections: &shared.connections,
+    };
+    let service = service_fn(|mut req: Request<Incoming>| {
+        let in_flight = activity.request(&mut req);
+        let shared = shared.clone();
+        let run = run.clone();
+        let target = target.clone();
+        if let Some(guard) = &guard {
+            req.extensions_mut().insert(guard.clone());
+        }
+        async move {
+            let response = handle(shared, run, target, req).await;
+            Ok::<_, std::convert::Infallible>(airlock_net::limits::keepalive::hold(
+                response, in_flight,
+            ))
+        }
+    });
+    let conn = http1_builder(header_timeout)
+        .serve_connection(TokioIo::new(activity.io(io)), service)
+        .with_upgrades();
+    if let Some(Err(error)) =
+        airlock_net::limits::keepalive::watch(conn, |conn| conn.graceful_shutdown(), deadlines)
+            .await
+    {
+        debug!(error = %error, "plain tunnel connection ended with an error");
+    }
+}
+
+/// Whether a failed handshake is the client rejecting airlock's certificate: an
+/// `unknown_ca`, `bad_certificate`, `certificate_unknown` or `access_denied` alert right
+/// after our certificate (CASES.md C13).
+fn rejected_our_certificate(error: &std::io::Error) -> bool {
+    use rustls::AlertDescription;
+    let Some(tls) = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    else {
+        return false;
+    };
+    matches!(
+        tls,
+        rustls::Error::AlertReceived(
+            AlertDescription::UnknownCA
+                | AlertDescription::BadCertificate
+                | AlertDescription::CertificateUnknown
+                | AlertDescription::AccessDenied
+        )
+    )
+}

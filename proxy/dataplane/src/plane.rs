@@ -1,0 +1,183 @@
+//! [`DataPlane`]: the data plane's one handle, with private fields. The composition root
+//! builds it from [`DataPlaneInputs`]; the listener and the request path hold it; the
+//! control plane reaches what it needs of it through its methods.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, RwLock};
+
+use airlock_ledger::{IssuedPlaceholder, Ledger, RunId};
+use airlock_net::ca::CertificateAuthority;
+use airlock_net::dial::Dialer;
+use airlock_net::limits::Connections;
+use airlock_net::upstream::UpstreamClient;
+
+use crate::enforce::Enforcer;
+use crate::lineage::LineageWorker;
+use crate::metrics::Metrics;
+use crate::policy_store::PolicyStore;
+
+/// Limits applied to proxied requests.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest stageable body, in bytes.
+    pub stage_body_bytes: u64,
+    /// Timeout of one release request.
+    pub release_timeout: std::time::Duration,
+    /// How long a client may take to send a request head.
+    pub header_read_timeout: std::time::Duration,
+    /// Spliced and upgraded connections idle (no byte either way) this long are closed.
+    pub idle_timeout: std::time::Duration,
+    /// HTTP client connections with no request in flight and no byte either way this long
+    /// are closed gracefully ([`airlock_net::limits::keepalive`]).
+    pub keep_alive_timeout: std::time::Duration,
+    /// Proxy-listener connections not authenticated this long after accept are closed.
+    pub auth_timeout: std::time::Duration,
+}
+
+/// What the composition root hands the data plane: the shared store and policy, the CA,
+/// the upstream clients and the dialer built on one TLS configuration, the limits, and the
+/// runs already closed when the server started.
+pub struct DataPlaneInputs {
+    /// The durable ledger.
+    pub ledger: Arc<Ledger>,
+    /// The policy in force (hot-reloadable).
+    pub policy: Arc<PolicyStore>,
+    /// The CA and leaf cache.
+    pub ca: Arc<CertificateAuthority>,
+    /// The pooled upstream client (h2 or HTTP/1.1 by ALPN).
+    pub upstream: UpstreamClient,
+    /// An upstream client that offers only HTTP/1.1, for protocol upgrades (WebSocket).
+    pub upstream_http1: UpstreamClient,
+    /// The SSRF-checked dialer, for `tunnel` rules.
+    pub dialer: Dialer,
+    /// Limits.
+    pub limits: Limits,
+    /// Where the proxy listener listens.
+    pub proxy_addr: SocketAddr,
+    /// Open client connections of the proxy listener, globally and per run.
+    pub connections: Connections,
+    /// Runs that accept no more requests at start (committing, committed or aborted).
+    pub closed_runs: HashSet<RunId>,
+}
+
+/// The data plane: the proxy listener's state and the request path's services.
+pub struct DataPlane {
+    pub(crate) ledger: Arc<Ledger>,
+    pub(crate) policy: Arc<PolicyStore>,
+    pub(crate) ca: Arc<CertificateAuthority>,
+    pub(crate) upstream: UpstreamClient,
+    pub(crate) upstream_http1: UpstreamClient,
+    pub(crate) limits: Limits,
+    pub(crate) proxy_addr: SocketAddr,
+    pub(crate) lineage: LineageWorker,
+    /// Proxied requests being handled now (until their response has been sent).
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) metrics: Metrics,
+    /// Placeholders issued per run, cached for the per-request search. Loads and
+    /// invalidations both happen under this lock, so a load can never put back a list
+    /// older than an invalidation.
+    pub(crate) placeholders: Mutex<HashMap<RunId, Arc<Vec<IssuedPlaceholder>>>>,
+    /// Runs that accept no more requests, reads included: a commit was decided or the run
+    /// was aborted. (A sealed run still passes reads; it only refuses new effects.)
+    closed_runs: RwLock<HashSet<RunId>>,
+    pub(crate) dialer: Dialer,
+    /// Per-run state of rule obligations: request windows, upload totals, run profiles.
+    pub(crate) enforce: Enforcer,
+    pub(crate) connections: Connections,
+}
+
+impl DataPlane {
+    /// Builds the data plane and starts its lineage worker (a Tokio runtime must be
+    /// running).
+    pub fn new(inputs: DataPlaneInputs) -> Arc<Self> {
+        Arc::new(Self {
+            lineage: LineageWorker::start(inputs.ledger.clone()),
+            ledger: inputs.ledger,
+            policy: inputs.policy,
+            ca: inputs.ca,
+            upstream: inputs.upstream,
+            upstream_http1: inputs.upstream_http1,
+            limits: inputs.limits,
+            proxy_addr: inputs.proxy_addr,
+            in_flight: AtomicUsize::new(0),
+            metrics: Metrics::default(),
+            placeholders: Mutex::default(),
+            closed_runs: RwLock::new(inputs.closed_runs),
+            dialer: inputs.dialer,
+            enforce: Enforcer::default(),
+            connections: inputs.connections,
+        })
+    }
+
+    /// Whether `run` was closed by a commit decision or an abort.
+    pub fn is_closed(&self, run: &RunId) -> bool {
+        self.closed_runs
+            .read()
+            .map(|set| set.contains(run))
+            .unwrap_or(true)
+    }
+
+    /// Closes `run` to all further requests.
+    pub fn close_run(&self, run: &RunId) {
+        if let Ok(mut set) = self.closed_runs.write() {
+            set.insert(run.clone());
+        }
+    }
+
+    /// The durable ledger.
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// The policy in force (take one snapshot per decision).
+    pub fn policy(&self) -> &Arc<PolicyStore> {
+        &self.policy
+    }
+
+    /// The CA and its leaf cache.
+    pub fn ca(&self) -> &Arc<CertificateAuthority> {
+        &self.ca
+    }
+
+    /// The pooled upstream client, which the commit authority also releases through.
+    pub fn upstream(&self) -> &UpstreamClient {
+        &self.upstream
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Where the proxy listener listens.
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy_addr
+    }
+
+    /// Proxied requests being handled now (graceful shutdown waits for zero).
+    pub fn requests_in_flight(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The request counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Open client connections of the proxy listener.
+    pub fn connections(&self) -> &Connections {
+        &self.connections
+    }
+
+    /// Per-run state of rule obligations.
+    pub fn enforcer(&self) -> &Enforcer {
+        &self.enforce
+    }
+
+    /// The lineage worker.
+    pub fn lineage(&self) -> &LineageWorker {
+        &self.lineage
+    }
+}

@@ -1,0 +1,139 @@
+//! Staging: record the effect durably, then answer with its synthetic response.
+
+use std::sync::Arc;
+
+use airlock_ledger::{Dependency, EffectNotes, NewEffect, RunId};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{header, HeaderValue, Response};
+use tracing::info;
+
+use crate::lineage::Job;
+use crate::DataPlane;
+use airlock_adapters::{self as adapters, Call};
+use airlock_net::body::ProxyBody;
+use airlock_net::headers::{strip_hop_by_hop, to_records};
+use airlock_net::respond::{ProxyError, EFFECT_HEADER};
+
+/// Records the effect (flushed to disk), then answers with the synthetic response of the
+/// rule's adapter (`respond = "NAME"`; by default `webhook`: the rule's `[rule.respond]`
+/// template with placeholders filled in, or `202 Accepted` with a JSON body naming the
+/// effect). The `airlock-effect` header always names the effect.
+pub async fn stage(
+    shared: &Arc<DataPlane>,
+    run: &RunId,
+    url: &str,
+    rule: Option<&str>,
+    parts: Parts,
+    body: Bytes,
+    depends_on: Vec<Dependency>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let mut headers = parts.headers;
+    strip_hop_by_hop(&mut headers);
+    headers.remove(header::CONTENT_LENGTH);
+    let records = to_records(&headers);
+    let policy = shared.policy.current();
+    let template = rule
+        .and_then(|id| policy.rule(id))
+        .and_then(|rule| rule.respond())
+        .cloned();
+    let call = Call {
+        method: parts.method.as_str(),
+        url,
+        headers: records
+            .iter()
+            .map(|h| {
+                (
+                    h.name.clone(),
+                    String::from_utf8_lossy(h.value.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: &body,
+        template: template.as_ref(),
+    };
+    let mut adapter = adapters::for_rule(&shared.policy.current(), rule);
+    if let Some(answer) = adapter.answer_without_effect(&call) {
+        info!(run.id = %run, url = %url, adapter = adapter.name(), "a probe that changes nothing was answered without staging");
+        return Ok(answer.into_response(None));
+    }
+    let mut plan = adapter.plan(&call);
+    if plan.endpoint.is_none() {
+        // An endpoint the rule's adapter does not know is answered like a webhook.
+        adapter = &adapters::webhook::Webhook;
+        plan = adapter.plan(&call);
+    }
+    let specs = plan.placeholders.clone();
+    let notes = EffectNotes {
+        summary: Some(plan.summary.clone()),
+        adapter: Some(adapter.name().to_owned()),
+        compensates: None,
+    };
+    let ledger = shared.ledger.clone();
+    let run_id = run.clone();
+    let method = parts.method.to_string();
+    let url_owned = url.to_owned();
+    let rule_owned = rule.map(str::to_owned);
+    // Only the credential's name is stored; its value is added at release.
+    let inject = rule
+        .and_then(|id| policy.rule(id))
+        .and_then(|rule| rule.inject())
+        .map(str::to_owned);
+    let revision = policy.revision().to_owned();
+    let body_owned = body.clone();
+    let staged = tokio::task::spawn_blocking(move || {
+        let body = body_owned;
+        ledger.stage_with(
+            NewEffect {
+                run_id: &run_id,
+                method: &method,
+                url: &url_owned,
+                headers: records,
+                body: &body,
+                rule: rule_owned.as_deref(),
+                policy_revision: &revision,
+                placeholders: specs,
+                depends_on,
+                inject: inject.as_deref(),
+            },
+            notes,
+        )
+    })
+    .await
+    .map_err(|e| ProxyError::Internal {
+        reason: format!("staging task failed: {e}"),
+    })?;
+    let effect = match staged {
+        Ok(effect) => effect,
+        Err(airlock_ledger::LedgerError::Refused(refused)) => {
+            return Err(ProxyError::RunNotOpen {
+                reason: refused.to_string(),
+            })
+        }
+        Err(error) => {
+            return Err(ProxyError::Internal {
+                reason: format!("the ledger could not stage the effect: {error}"),
+            })
+        }
+    };
+    info!(run.id = %run, effect.id = %effect.id, effect.seq = effect.seq, url = %url,
+          effect.depends_on = effect.depends_on.len(), effect.adapter = adapter.name(), "effect staged");
+    if !effect.placeholders.is_empty() {
+        // The run now has more placeholders to look for.
+        shared
+            .placeholders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&effect.run_id);
+    }
+    shared.lineage.submit(Job::Effect {
+        effect: effect.id.clone(),
+    });
+
+    let synthetic = adapter.respond(&call, &effect);
+    let mut response = synthetic.into_response(None);
+    if let Ok(value) = HeaderValue::from_str(effect.id.as_str()) {
+        response.headers_mut().insert(EFFECT_HEADER, value);
+    }
+    Ok(response)
+}

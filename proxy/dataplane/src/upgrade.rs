@@ -1,0 +1,164 @@
+//! Protocol upgrades (WebSocket, RFC 6455 §4) through the proxy: the handshake is decided
+//! by policy like any request; a passed handshake is relayed to the origin over HTTP/1.1
+//! with its `Upgrade` headers, and after `101 Switching Protocols` bytes flow both ways
+//! unchanged. An upgrade cannot be staged: a stage rule that matches one is answered 403.
+
+use std::sync::Arc;
+
+use airlock_ledger::{Read, RunId};
+use http::request::Parts;
+use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tracing::{debug, info, warn};
+
+use crate::DataPlane;
+use airlock_net::body::{BoxError, ProxyBody};
+use airlock_net::headers::{strip_hop_by_hop, strip_reserved};
+use airlock_net::respond::error_chain;
+use airlock_net::respond::ProxyError;
+
+/// The protocol an HTTP/1.1 request asks to upgrade to (`Connection: upgrade` plus
+/// `Upgrade: NAME`), lower-cased.
+pub fn requested(headers: &HeaderMap) -> Option<String> {
+    let connection_upgrade = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    let upgrade = headers
+        .get(header::UPGRADE)?
+        .to_str()
+        .ok()?
+        .trim()
+        .to_ascii_lowercase();
+    // Only WebSocket is relayed as an upgrade (RFC 6455): after any other 101 (h2c, a
+    // custom protocol) the bytes would flow undecided. Other upgrade requests are handled
+    // as ordinary requests, their Upgrade header dropped as hop-by-hop.
+    (connection_upgrade && upgrade == "websocket").then_some(upgrade)
+}
+
+/// Relays an upgrade handshake to the origin and, on 101, joins the two connections.
+pub async fn relay(
+    shared: &Arc<DataPlane>,
+    run: &RunId,
+    url: &str,
+    rule: Option<String>,
+    protocol: String,
+    mut parts: Parts,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let audit = crate::enforce::take_audit(&mut parts);
+    let guard = parts
+        .extensions
+        .remove::<Arc<airlock_net::limits::ConnectionGuard>>();
+    let Some(client_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
+        return Err(ProxyError::BadRequest {
+            code: "upgrade_unsupported",
+            reason: "this connection cannot be upgraded (upgrades need HTTP/1.1)".into(),
+        });
+    };
+    let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    if let Some(value) = upgrade_value {
+        parts.headers.insert(header::UPGRADE, value);
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+    parts.uri = url.parse().map_err(|_| ProxyError::BadRequest {
+        code: "bad_uri",
+        reason: format!("{url} is not a valid URI"),
+    })?;
+    parts.version = http::Version::HTTP_11;
+    // The rule's credential and the run's placeholders go on the handshake (the messages
+    // that follow it are relayed unchanged and unscrubbed).
+    let scrubber = crate::credentials::apply(&mut parts)?;
+    let method = parts.method.to_string();
+    let request = Request::from_parts(
+        parts,
+        Empty::new()
+            .map_err(|never| -> BoxError { match never {} })
+            .boxed(),
+    );
+    let response =
+        shared
+            .upstream_http1
+            .request(request)
+            .await
+            .map_err(|e| ProxyError::Upstream {
+                reason: error_chain(&e).unwrap_or_else(|| e.to_string()),
+            })?;
+    let status = response.status();
+    let read = Read {
+        run_id: run.clone(),
+        seq: 0,
+        method,
+        url: url.to_owned(),
+        status: Some(status.as_u16()),
+        request_bytes: 0,
+        response_bytes: 0,
+        response_digest: None,
+        rule,
+        audit,
+        created_at_ms: airlock_ledger::now_ms(),
+        error: (status != StatusCode::SWITCHING_PROTOCOLS)
+            .then(|| format!("the origin did not switch to {protocol}")),
+    };
+    if let Err(error) = shared.ledger.journal_read(read) {
+        warn!(error = %error, "could not journal an upgrade");
+    }
+    let (mut head, body) = response.into_parts();
+    strip_reserved(&mut head.headers);
+    if let Some(scrubber) = &scrubber {
+        scrubber.scrub_headers(&mut head.headers);
+    }
+    if status != StatusCode::SWITCHING_PROTOCOLS {
+        strip_hop_by_hop(&mut head.headers);
+        return Ok(Response::from_parts(
+            head,
+            body.map_err(|e| -> BoxError { Box::new(e) }).boxed(),
+        ));
+    }
+    let origin_upgrade = hyper::upgrade::on(Response::from_parts(head.clone(), body));
+    info!(run.id = %run, url = %url, protocol = %protocol, "upgrade relayed");
+    let idle = shared.limits.idle_timeout;
+    tokio::spawn(async move {
+        // Held until the relay ends: the upgraded connection counts against the run's.
+        let _guard = guard;
+        let (client, origin) = match tokio::try_join!(client_upgrade, origin_upgrade) {
+            Ok(pair) => pair,
+            Err(error) => {
+                debug!(error = %error, "upgrade did not complete");
+                return;
+            }
+        };
+        let spliced =
+            airlock_net::limits::splice(TokioIo::new(client), TokioIo::new(origin), idle).await;
+        if spliced.idle {
+            info!(
+                bytes.up = spliced.up,
+                bytes.down = spliced.down,
+                idle_secs = idle.as_secs(),
+                "upgraded connection idle past --idle-timeout; closed both sides"
+            );
+        } else if let Some(error) = spliced.error {
+            debug!(error = %error, "upgraded connection ended with an error");
+        } else {
+            debug!(
+                bytes.up = spliced.up,
+                bytes.down = spliced.down,
+                "upgraded connection closed"
+            );
+        }
+    });
+    // The 101 keeps the origin's handshake headers (Upgrade, Connection,
+    // Sec-WebSocket-Accept, -Protocol, -Extensions) unchanged.
+    Ok(Response::from_parts(
+        head,
+        Empty::new()
+            .map_err(|never| -> BoxError { match never {} })
+            .boxed(),
+    ))
+}

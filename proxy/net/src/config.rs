@@ -1,0 +1,26 @@
+//! The one place that names the environment variables airlock reads and the files of its
+//! data directory.
+
+/// Environment variable: the admin API's base URL for CLI commands (`http://127.0.0.1:8081`).
+pub const ENV_ADMIN: &str = "AIRLOCK_ADMIN";
+/// Environment variable: the admin bearer token for CLI commands.
+pub const ENV_TOKEN: &str = "AIRLOCK_TOKEN";
+/// Environment variable: the data directory (default `./airlock-data`).
+pub const ENV_DATA: &str = "AIRLOCK_DATA";
+/// Environment variable: log filter in `tracing-subscriber` EnvFilter syntax (default `info`).
+pub const ENV_LOG: &str = "AIRLOCK_LOG";
+
+/// Environment variable, for tests only: the name of a step of `airlock run`
+/// (`after_decision`, `rollback_midway`) where the process stops for good, so a test can
+/// SIGKILL it exactly there.
+pub const ENV_TEST_PAUSE_AT: &str = "AIRLOCK_TEST_PAUSE_AT";
+
+/// File in the data directory holding the admin bearer token (mode 0600).
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+/// File in the data directory where a running server writes the addresses it listens on.
+pub const ADDRESSES_FILE: &str = "addresses.json";
+/// Directory in the data directory holding the sled ledger.
+pub const LEDGER_DIR: &str = "ledger";
+/// File in the data directory holding the key credential placeholders are derived from
+/// (hex, mode 0600).
+pub const PLACEHOLDER_KEY_FILE: &str = "placeholder.key";

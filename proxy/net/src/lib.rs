@@ -1,0 +1,18 @@
+//! airlock's network layer, under every plane: bodies, the data plane's errors and their
+//! responses, header and connection limits with keep-alive, authorities, the SSRF-checked
+//! dialer, the upstream client and the CA.
+//!
+//! Nothing here knows a run's policy decisions or the ledger's records beyond their
+//! types; the data plane (`airlock-dataplane`) builds the request path on it.
+
+pub mod authority;
+pub mod body;
+pub mod ca;
+pub mod config;
+pub mod dial;
+pub mod headers;
+pub mod limits;
+pub mod linger;
+pub mod prefixed;
+pub mod respond;
+pub mod upstream;

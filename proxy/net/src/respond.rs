@@ -1,0 +1,289 @@
+//! Every answer airlock itself gives a client of the proxy listener: one error type that
+//! knows its status and stable code, turned into a response in one place.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+
+use crate::body::ProxyBody;
+
+/// Header carrying the stable code of an error answered by airlock.
+pub const ERROR_HEADER: &str = "airlock-error";
+/// Header naming the effect a synthetic response stands for.
+pub const EFFECT_HEADER: &str = "airlock-effect";
+
+/// Why airlock answers a proxied request itself instead of the origin.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// No or wrong run credentials (RFC 9110 §11.7.1).
+    #[error("proxy authentication required")]
+    ProxyAuth {
+        /// What was wrong with the credentials.
+        reason: String,
+    },
+    /// The policy denies the request.
+    #[error("denied by policy")]
+    Denied {
+        /// The winning rule, `None` for the default.
+        rule: Option<String>,
+        /// The rule's reason.
+        reason: String,
+        /// A stable code (`rule_deny`, `default_deny`, `non_canonical_path`, …).
+        reason_code: String,
+        /// The policy revision that decided.
+        policy_revision: String,
+    },
+    /// The request cannot be understood.
+    #[error("bad request")]
+    BadRequest {
+        /// A stable code.
+        code: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The CONNECT target, TLS SNI, `Host` and absolute-form URI do not name the same host
+    /// (POLICY.md invariant 2).
+    #[error("misdirected request")]
+    AuthorityMismatch {
+        /// What disagreed.
+        reason: String,
+    },
+    /// A staged body passed the staging limit; nothing was stored.
+    #[error("request body too large to stage")]
+    BodyTooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The request's header section is over a limit (CASES.md C08).
+    #[error("request header fields too large")]
+    HeadersTooLarge {
+        /// Which limit and by how much.
+        reason: String,
+        /// The limit (fields or bytes, as `reason` says).
+        limit: u64,
+    },
+    /// The client paused too long while sending a body airlock reads whole.
+    #[error("request body timed out")]
+    BodyTimeout {
+        /// The idle limit in seconds.
+        seconds: u64,
+    },
+    /// The run does not accept effects any more.
+    #[error("run does not accept effects")]
+    RunNotOpen {
+        /// The ledger's explanation.
+        reason: String,
+    },
+    /// The destination is refused before dialing (airlock's own listeners, private addresses).
+    #[error("destination refused")]
+    DestinationRefused {
+        /// A stable code.
+        code: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The origin could not be reached or failed mid-request.
+    #[error("origin unreachable")]
+    Upstream {
+        /// What failed.
+        reason: String,
+    },
+    /// The ledger failed; the request was not staged.
+    #[error("internal error")]
+    Internal {
+        /// What failed (no secret values).
+        reason: String,
+    },
+    /// A connection cap was reached (`--max-connections-per-run`, `--max-connections`).
+    #[error("too many connections")]
+    TooManyConnections {
+        /// The flag that sets the cap.
+        limit_name: &'static str,
+        /// The cap.
+        limit: usize,
+    },
+}
+
+impl ProxyError {
+    /// Status code for this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::ProxyAuth { .. } => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            Self::Denied { .. } | Self::DestinationRefused { .. } => StatusCode::FORBIDDEN,
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::AuthorityMismatch { .. } => StatusCode::MISDIRECTED_REQUEST,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Self::RunNotOpen { .. } => StatusCode::CONFLICT,
+            Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
+            Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::TooManyConnections { .. } => StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+
+    /// Stable machine-readable code, also sent in the `airlock-error` header.
+    pub fn code(&self) -> &str {
+        match self {
+            Self::ProxyAuth { .. } => "proxy_auth_required",
+            Self::Denied { reason_code, .. } => reason_code,
+            Self::BadRequest { code, .. } | Self::DestinationRefused { code, .. } => code,
+            Self::AuthorityMismatch { .. } => "authority_mismatch",
+            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::HeadersTooLarge { .. } => "header_fields_too_large",
+            Self::BodyTimeout { .. } => "body_timeout",
+            Self::RunNotOpen { .. } => "run_not_open",
+            Self::Upstream { reason } if upstream_head_too_large(reason) => {
+                "upstream_head_too_large"
+            }
+            Self::Upstream { .. } => "upstream_unreachable",
+            Self::Internal { .. } => "internal_error",
+            Self::TooManyConnections { .. } => "too_many_connections",
+        }
+    }
+
+    /// The JSON body: `{error, reason_code, reason, rule?, policy_revision?, limit?, hint}`.
+    pub fn body(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({
+            "error": self.to_string(),
+            "reason_code": self.code(),
+        });
+        let (reason, hint) = match self {
+            Self::ProxyAuth { reason } => (
+                reason.clone(),
+                "send Proxy-Authorization: Basic base64(run_id:token); `airlock env RUN` prints a proxy URL that carries them",
+            ),
+            Self::Denied {
+                rule,
+                reason,
+                policy_revision,
+                reason_code,
+            } => {
+                body["rule"] = serde_json::json!(rule);
+                body["policy_revision"] = serde_json::json!(policy_revision);
+                (
+                    reason.clone(),
+                    if reason_code == "default_deny" {
+                        "no rule matched: a rule without `port` matches only 443 (https) or 80 (http), and private or loopback origins also need `allow_private`; if this request is needed, ask the operator for a rule that passes or stages it"
+                    } else {
+                        "if this request is needed, ask the operator to add a policy rule that passes or stages it"
+                    },
+                )
+            }
+            Self::BadRequest { reason, .. } => (reason.clone(), "fix the request and send it again"),
+            Self::AuthorityMismatch { reason } => (
+                reason.clone(),
+                "send requests only for the host named in CONNECT; open a new tunnel for another host",
+            ),
+            Self::BodyTooLarge { limit } => {
+                body["limit"] = serde_json::json!(limit);
+                (
+                    format!("the request body is over the staging limit of {limit} bytes; nothing was staged"),
+                    "send a smaller body, or ask the operator to raise --stage-body-limit",
+                )
+            }
+            Self::HeadersTooLarge { reason, limit } => {
+                body["limit"] = serde_json::json!(limit);
+                (
+                    reason.clone(),
+                    "send fewer or smaller header fields (large cookies are the usual cause)",
+                )
+            }
+            Self::BodyTimeout { seconds } => (
+                format!("no part of the request body arrived for {seconds} s; nothing was staged"),
+                "send the body without long pauses",
+            ),
+            Self::RunNotOpen { reason } => (
+                reason.clone(),
+                "the run is sealed or finished; start a new run to stage more effects",
+            ),
+            Self::DestinationRefused { reason, code } => (
+                reason.clone(),
+                if *code == "airlock_listener" {
+                    "airlock's own listeners can never be reached through the proxy, whatever allow_private says"
+                } else {
+                    "name the address range in a rule's allow_private if this destination is intended"
+                },
+            ),
+            Self::Upstream { reason } => (
+                reason.clone(),
+                if upstream_head_too_large(reason) {
+                    "the origin answered with a header section over airlock's limits (256 fields, 256 KiB; docs/protocols.md), which apply to origin responses too"
+                } else if reason.contains("CaUsedAsEndEntity") {
+                    "the origin presents a CA certificate (basicConstraints CA:TRUE, e.g. from `openssl req -x509`) as its own; verifiers refuse that: issue the origin a server certificate from a CA and give airlock that CA with --upstream-ca"
+                } else if reason.contains("certificate") {
+                    "the origin's TLS certificate was not trusted: airlock verifies origins against the webpki roots and --upstream-ca"
+                } else {
+                    "check that the origin is up and reachable"
+                },
+            ),
+            Self::Internal { reason } => (reason.clone(), "see airlock's log; retry later"),
+            Self::TooManyConnections { limit_name, limit } => {
+                body["limit"] = serde_json::json!(limit);
+                body["limit_name"] = serde_json::json!(limit_name);
+                (
+                    format!("{limit} connections are open, the most {limit_name} allows"),
+                    "reuse connections (keep-alive, HTTP/2) or close idle ones, then retry; the operator can raise the limit",
+                )
+            }
+        };
+        body["reason"] = serde_json::json!(reason);
+        body["hint"] = serde_json::json!(hint);
+        body
+    }
+
+    /// The response airlock sends for this error.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let mut response = json_response(self.status(), &self.body());
+        if let Ok(value) = HeaderValue::from_str(self.code()) {
+            response.headers_mut().insert(ERROR_HEADER, value);
+        }
+        if matches!(self, Self::ProxyAuth { .. }) {
+            response.headers_mut().insert(
+                header::PROXY_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"airlock\""),
+            );
+        }
+        response
+    }
+}
+
+/// A JSON response with Content-Type and Content-Length set.
+pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<ProxyBody> {
+    let mut bytes = serde_json::to_vec_pretty(body).unwrap_or_default();
+    bytes.push(b'\n');
+    let length = bytes.len();
+    let mut response = Response::new(
+        Full::new(Bytes::from(bytes))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    response
+}
+
+/// Whether an upstream failure is hyper's refusal of a response head over the client's
+/// limits (`http1_max_headers`, `http1_max_buf_size`: hyper's "message head is too large").
+fn upstream_head_too_large(reason: &str) -> bool {
+    reason.contains("message head is too large")
+}
+/// The messages of an error and its sources, joined with `: `.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut parts = vec![error.to_string()];
+    let mut current = error.source();
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = e.source();
+    }
+    Some(parts.join(": "))
+}
