@@ -251,6 +251,9 @@ impl Server {
             danger_allow_snapshot_commands: config.danger_allow_snapshot_commands,
             review,
         });
+        data.set_auto_review(Arc::new(airlock_control::runs::AutoReview(Arc::downgrade(
+            &control,
+        ))));
         Ok(Self {
             data,
             control,

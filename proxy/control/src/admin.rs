@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::env::{proxy_env, proxy_url, shell_exports};
+use crate::runs::{self, Actor};
 use crate::Control;
 
 mod compensate;
@@ -341,17 +342,11 @@ async fn run_env(
 
 async fn seal_run(
     State(shared): State<Arc<Control>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let run_id = parse_run(&id)?;
-    let ledger = shared.ledger.clone();
-    let (run, effects) = blocking(move || {
-        let run = ledger.seal(&run_id, "admin")?;
-        let effects = ledger.effects(&run.id)?;
-        Ok((run, effects))
-    })
-    .await?;
-    crate::notify::run_sealed(&shared, &run.id);
+    let (run, effects) = runs::seal(&shared, &run_id, &Actor::Reviewer(reviewer.name)).await?;
     Ok(Json(run_json(&shared, &run, &effects)))
 }
 
@@ -372,35 +367,25 @@ async fn commit_run(
     let run_id = parse_run(&id)?;
     let request: CommitRequest = parse_body(&body)?;
     let approve_pending = query.approve_pending || request.approve_pending;
-    // Once decided, a commit finishes whatever happens to this HTTP exchange: it runs in
-    // its own task, which a client that hangs up cannot cancel.
-    let task = tokio::spawn(async move {
-        crate::release::commit(&shared, &run_id, approve_pending, &reviewer.name).await
-    });
-    let report = task.await.map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "task_failed",
-            e.to_string(),
-        )
-    })??;
+    // Once decided, a commit finishes whatever happens to this HTTP exchange (the runs
+    // service runs it in a task of its own).
+    let report = runs::commit(
+        &shared,
+        &run_id,
+        approve_pending,
+        &Actor::Reviewer(reviewer.name),
+    )
+    .await?;
     Ok(Json(serde_json::to_value(report).unwrap_or_default()))
 }
 
 async fn abort_run(
     State(shared): State<Arc<Control>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let run_id = parse_run(&id)?;
-    let ledger = shared.ledger.clone();
-    let closing = shared.clone();
-    let (run, effects) = blocking(move || {
-        let run = ledger.abort(&run_id, "admin")?;
-        closing.close_run(&run.id);
-        let effects = ledger.effects(&run.id)?;
-        Ok((run, effects))
-    })
-    .await?;
+    let (run, effects) = runs::abort(&shared, &run_id, &Actor::Reviewer(reviewer.name)).await?;
     let mut body = run_json(&shared, &run, &effects);
     body["effects_detail"] = json!(effects.iter().map(effect_summary).collect::<Vec<_>>());
     Ok(Json(body))
@@ -529,9 +514,13 @@ async fn decide(
     verdict: Verdict,
 ) -> ApiResult<Json<Value>> {
     let effect_id = parse_effect(&id)?;
-    let ledger = shared.ledger.clone();
-    let effect =
-        blocking(move || ledger.decide_effect(&effect_id, verdict, &reviewer.name)).await?;
+    let effect = runs::decide_effect(
+        &shared,
+        &effect_id,
+        verdict,
+        &Actor::Reviewer(reviewer.name),
+    )
+    .await?;
     Ok(Json(effect_summary(&effect)))
 }
 

@@ -11,6 +11,7 @@ pub mod env;
 pub mod notify;
 mod plane;
 pub mod release;
+pub mod runs;
 pub mod snapshot;
 pub mod ui;
 pub mod workspace;

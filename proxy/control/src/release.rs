@@ -453,7 +453,9 @@ pub fn resume_commits(shared: &Arc<Control>) {
         let shared = shared.clone();
         info!(run.id = %run.id, "resuming a commit decided before the restart");
         tokio::spawn(async move {
-            if let Err(error) = commit(&shared, &run.id, false, "recovery").await {
+            if let Err(error) =
+                crate::runs::commit(&shared, &run.id, false, &crate::runs::Actor::Recovery).await
+            {
                 warn!(run.id = %run.id, error = %error, "resuming the commit failed");
             }
         });

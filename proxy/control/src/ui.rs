@@ -183,6 +183,15 @@ impl UiError {
     }
 }
 
+impl From<crate::release::CommitError> for UiError {
+    fn from(error: crate::release::CommitError) -> Self {
+        match error {
+            crate::release::CommitError::Ledger(error) => error.into(),
+            other => Self::new(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+        }
+    }
+}
+
 impl From<LedgerError> for UiError {
     fn from(error: LedgerError) -> Self {
         match error {

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use crate::release::{CommitError, CommitReport};
+use crate::runs::Actor;
 use crate::snapshot::{pause_point, Commands, Driver, SnapshotError, Store};
 use crate::Control;
 
@@ -417,7 +418,8 @@ async fn apply(
     let mut unverified = false;
     match decision.kind {
         DecisionKind::Keep if decision.commit => {
-            match crate::release::commit(shared, run, decision.approve_all, "airlock run").await {
+            match crate::runs::commit(shared, run, decision.approve_all, &Actor::Orchestrator).await
+            {
                 Ok(done) => {
                     outcome = format!("files kept; run {}", done.state);
                     commit = Some(done);
@@ -437,31 +439,31 @@ async fn apply(
         }
         DecisionKind::Keep => {
             // A kept run stages nothing more; sealing a sealed run changes nothing.
-            let (shared2, run2) = (shared.clone(), run.clone());
-            blocking(move || Ok(shared2.ledger.seal(&run2, "airlock run")?)).await?;
-            crate::notify::run_sealed(shared, run);
+            crate::runs::seal(shared, run, &Actor::Orchestrator).await?;
             outcome = "files kept; effects held for review".to_owned();
         }
         DecisionKind::Rollback | DecisionKind::RollbackTo => {
-            let (shared2, run2, decision2) = (shared.clone(), run.clone(), decision.clone());
-            let discarded = blocking(move || {
-                Ok(match decision2.kind {
-                    DecisionKind::RollbackTo => shared2.ledger.discard_effects_after(
-                        &run2,
-                        decision2.after_seq.unwrap_or(0),
-                        &format!(
-                            "rolled back to savepoint {}",
-                            decision2.savepoint.as_deref().unwrap_or("?")
-                        ),
-                    )?,
-                    _ => {
-                        shared2.ledger.abort(&run2, "airlock run")?;
-                        shared2.close_run(&run2);
-                        Vec::new()
-                    }
-                })
-            })
-            .await?;
+            let discarded = match decision.kind {
+                DecisionKind::RollbackTo => {
+                    let (shared2, run2, decision2) =
+                        (shared.clone(), run.clone(), decision.clone());
+                    blocking(move || {
+                        Ok(shared2.ledger.discard_effects_after(
+                            &run2,
+                            decision2.after_seq.unwrap_or(0),
+                            &format!(
+                                "rolled back to savepoint {}",
+                                decision2.savepoint.as_deref().unwrap_or("?")
+                            ),
+                        )?)
+                    })
+                    .await?
+                }
+                _ => {
+                    crate::runs::abort(shared, run, &Actor::Orchestrator).await?;
+                    Vec::new()
+                }
+            };
             let (shared2, snapshot) = (shared.clone(), decision.snapshot.clone());
             match blocking(move || Ok(store(&shared2).restore(&snapshot, &excludes(&shared2))?))
                 .await

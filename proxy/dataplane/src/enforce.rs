@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use airlock_ledger::{EffectId, RunId, Verdict};
+use airlock_ledger::{EffectId, RunId};
 use airlock_policy::{Decision, RequestBody, RequestFacts, Rule};
 use bytes::Bytes;
 use http::request::Parts;
@@ -414,8 +414,22 @@ pub async fn apply(
     Ok(body)
 }
 
-/// `review = "auto"`: approves the effect named in the staged response's
-/// `airlock-effect` header (it stays staged: released only at commit, discarded on abort).
+/// The control plane's side of `review = "auto"`: approves an effect a rule staged and
+/// records the rule as the actor. The composition root installs it
+/// ([`crate::DataPlane::set_auto_review`]); the data plane never approves by itself.
+pub trait AutoApprove: Send + Sync {
+    /// Approves `effect`, staged by the rule `rule`. Runs on the blocking pool.
+    ///
+    /// Errors: the ledger's refusal of the transition, or a storage fault.
+    fn approve(
+        &self,
+        effect: &EffectId,
+        rule: &str,
+    ) -> Result<airlock_ledger::Effect, airlock_ledger::LedgerError>;
+}
+
+/// Asks the control plane to approve the effect just staged when `rule` has
+/// `review = "auto"` (the effect is still staged, and still discarded on abort).
 pub async fn auto_approve(shared: &Arc<DataPlane>, rule: &Rule, response: &Response<ProxyBody>) {
     if rule.review() != airlock_policy::Review::Auto {
         return;
@@ -428,12 +442,12 @@ pub async fn auto_approve(shared: &Arc<DataPlane>, rule: &Rule, response: &Respo
     else {
         return;
     };
-    let ledger = shared.ledger.clone();
-    let by = format!("policy: rule \"{}\" has review = \"auto\"", rule.id());
-    let effect = id.clone();
-    let result =
-        tokio::task::spawn_blocking(move || ledger.decide_effect(&effect, Verdict::Approve, &by))
-            .await;
+    let Some(review) = shared.auto_review() else {
+        warn!(effect.id = %id, "no control plane to approve automatically; the effect awaits review");
+        return;
+    };
+    let (effect, rule_id) = (id.clone(), rule.id().to_owned());
+    let result = tokio::task::spawn_blocking(move || review.approve(&effect, &rule_id)).await;
     match result {
         Ok(Ok(_)) => {
             info!(effect.id = %id, policy.rule = rule.id(), "effect approved automatically (review = auto)")

@@ -86,6 +86,9 @@ pub struct DataPlane {
     /// Per-run state of rule obligations: request windows, upload totals, run profiles.
     pub(crate) enforce: Enforcer,
     pub(crate) connections: Connections,
+    /// The control plane's answer to `review = "auto"`, installed once after both planes
+    /// are built.
+    auto_review: std::sync::OnceLock<Arc<dyn crate::enforce::AutoApprove>>,
 }
 
 impl DataPlane {
@@ -108,6 +111,7 @@ impl DataPlane {
             dialer: inputs.dialer,
             enforce: Enforcer::default(),
             connections: inputs.connections,
+            auto_review: std::sync::OnceLock::new(),
         })
     }
 
@@ -174,6 +178,17 @@ impl DataPlane {
     /// Per-run state of rule obligations.
     pub fn enforcer(&self) -> &Enforcer {
         &self.enforce
+    }
+
+    /// Installs the control plane's answer to `review = "auto"` (once; a second call is
+    /// ignored).
+    pub fn set_auto_review(&self, review: Arc<dyn crate::enforce::AutoApprove>) {
+        let _ = self.auto_review.set(review);
+    }
+
+    /// The control plane's answer to `review = "auto"`, once installed.
+    pub(crate) fn auto_review(&self) -> Option<Arc<dyn crate::enforce::AutoApprove>> {
+        self.auto_review.get().cloned()
     }
 
     /// The lineage worker.

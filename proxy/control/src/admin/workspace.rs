@@ -233,7 +233,7 @@ async fn savepoint(
 ) -> ApiResult<Response> {
     let run = parse_run(&id)?;
     let request: SavepointBody = parse_body(&body)?;
-    let savepoint = crate::workspace::savepoint(&shared, &run, request.name).await?;
+    let savepoint = crate::runs::savepoint(&shared, &run, request.name).await?;
     let mut body = serde_json::to_value(&savepoint).unwrap_or_default();
     body["run"] = json!(run);
     Ok((StatusCode::CREATED, Json(body)).into_response())
@@ -252,9 +252,10 @@ async fn rollback_to(
 ) -> ApiResult<Json<Value>> {
     let run = parse_run(&id)?;
     let request: RollbackToBody = parse_body(&body)?;
-    let task = tokio::spawn(async move {
-        crate::workspace::rollback_to(&shared, &run, &request.savepoint).await
-    });
+    let task =
+        tokio::spawn(
+            async move { crate::runs::rollback_to(&shared, &run, &request.savepoint).await },
+        );
     let report = task.await.map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

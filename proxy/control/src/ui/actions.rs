@@ -11,9 +11,8 @@ use axum::response::Response;
 use axum::Form;
 use serde::Deserialize;
 
-use super::{
-    blocking, parse_effect, parse_run, redirect, safe_next, session, Session, UiError, UiResult,
-};
+use super::{parse_effect, parse_run, redirect, safe_next, session, Session, UiError, UiResult};
+use crate::runs::{self, Actor};
 use crate::Control;
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,9 +59,8 @@ async fn decide(
 ) -> UiResult<Response> {
     check_csrf(&session, &form)?;
     let effect_id = parse_effect(&id)?;
-    let ledger = shared.ledger.clone();
-    let by = session.reviewer.name.clone();
-    let effect = blocking(move || ledger.decide_effect(&effect_id, verdict, &by)).await?;
+    let actor = Actor::Reviewer(session.reviewer.name.clone());
+    let effect = runs::decide_effect(&shared, &effect_id, verdict, &actor).await?;
     let back = safe_next(form.back.as_deref());
     let back = if back == "/" {
         format!("/runs/{}#{}", effect.run_id, effect.id)
@@ -101,18 +99,8 @@ pub(super) async fn approve_rule(
     check_csrf(&session, &form)?;
     let run_id = parse_run(&id)?;
     let rule = form.rule.clone().filter(|r| !r.is_empty());
-    let ledger = shared.ledger.clone();
-    let by = session.reviewer.name.clone();
-    let run = run_id.clone();
-    blocking(move || {
-        for effect in ledger.effects(&run)? {
-            if effect.state == airlock_ledger::EffectState::Staged && effect.rule == rule {
-                ledger.decide_effect(&effect.id, Verdict::Approve, &by)?;
-            }
-        }
-        Ok(())
-    })
-    .await?;
+    let actor = Actor::Reviewer(session.reviewer.name.clone());
+    runs::approve_staged_by_rule(&shared, &run_id, rule, &actor).await?;
     Ok(redirect(&format!("/runs/{run_id}")))
 }
 
@@ -125,25 +113,10 @@ pub(super) async fn commit_run(
     check_csrf(&session, &form)?;
     let run_id = parse_run(&id)?;
     let approve_pending = form.approve_pending.is_some();
-    let by = session.reviewer.name.clone();
-    let run = run_id.clone();
+    let actor = Actor::Reviewer(session.reviewer.name.clone());
     // As in the API: once decided, the commit finishes even if the browser goes away.
-    let task =
-        tokio::spawn(
-            async move { crate::release::commit(&shared, &run, approve_pending, &by).await },
-        );
-    match task.await {
-        Ok(Ok(_report)) => Ok(redirect(&format!("/runs/{run_id}#effects"))),
-        Ok(Err(crate::release::CommitError::Ledger(error))) => Err(error.into()),
-        Ok(Err(other)) => Err(UiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            other.to_string(),
-        )),
-        Err(error) => Err(UiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            error.to_string(),
-        )),
-    }
+    runs::commit(&shared, &run_id, approve_pending, &actor).await?;
+    Ok(redirect(&format!("/runs/{run_id}#effects")))
 }
 
 pub(super) async fn abort_run(
@@ -154,15 +127,7 @@ pub(super) async fn abort_run(
 ) -> UiResult<Response> {
     check_csrf(&session, &form)?;
     let run_id = parse_run(&id)?;
-    let ledger = shared.ledger.clone();
-    let closing = shared.clone();
-    let by = session.reviewer.name.clone();
-    let run = run_id.clone();
-    blocking(move || {
-        let run = ledger.abort(&run, &by)?;
-        closing.close_run(&run.id);
-        Ok(())
-    })
-    .await?;
+    let actor = Actor::Reviewer(session.reviewer.name.clone());
+    runs::abort(&shared, &run_id, &actor).await?;
     Ok(redirect(&format!("/runs/{run_id}")))
 }

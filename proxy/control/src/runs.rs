@@ -1,0 +1,193 @@
+//! The runs service: every action on a run or an effect — seal, abort, commit, approve,
+//! reject, savepoint and rollback-to — exists once here, and records who took it.
+//!
+//! The admin API, the review UI, `airlock run`'s workspace decision, recovery after a
+//! restart and the data plane's `review = "auto"` all call these functions, so each
+//! action has one behaviour and one actor record whoever asks. Each function returns the
+//! ledger's typed refusals ([`airlock_ledger::Refused`]) unchanged.
+
+use std::sync::Arc;
+
+use airlock_ledger::{Effect, EffectId, LedgerError, Run, RunId, Verdict};
+
+use crate::release::{CommitError, CommitReport};
+use crate::workspace::{DecisionReport, WorkspaceError};
+use crate::Control;
+
+/// Who took an action; its [`Actor::recorded`] text is what the ledger keeps as `by`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Actor {
+    /// A reviewer signed in to the admin API or the review UI (the admin token is the
+    /// reviewer `admin`).
+    Reviewer(String),
+    /// A stage rule with `review = "auto"` approved the effect it staged.
+    AutoReview {
+        /// The rule's id.
+        rule: String,
+    },
+    /// `airlock run`'s workspace decision.
+    Orchestrator,
+    /// A commit decided before a restart, finished by recovery.
+    Recovery,
+}
+
+impl Actor {
+    /// The text recorded as `by` on the decision: the reviewer's name, `policy: rule "ID"
+    /// has review = "auto"`, `airlock run` or `recovery`.
+    pub fn recorded(&self) -> String {
+        match self {
+            Self::Reviewer(name) => name.clone(),
+            Self::AutoReview { rule } => format!("policy: rule \"{rule}\" has review = \"auto\""),
+            Self::Orchestrator => "airlock run".to_owned(),
+            Self::Recovery => "recovery".to_owned(),
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
+) -> Result<T, CommitError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CommitError::Task(e.to_string()))?
+        .map_err(CommitError::Ledger)
+}
+
+/// Seals `run` (it stages nothing more; reads still pass) and tells the notification
+/// webhook when effects wait for a reviewer. Returns the run and its effects. Sealing a
+/// sealed run changes nothing.
+///
+/// Errors: the ledger's refusal when the run is committed or aborted; storage faults.
+pub async fn seal(
+    control: &Arc<Control>,
+    run: &RunId,
+    actor: &Actor,
+) -> Result<(Run, Vec<Effect>), CommitError> {
+    let (ledger, run_id, by) = (control.ledger.clone(), run.clone(), actor.recorded());
+    let sealed = blocking(move || {
+        let run = ledger.seal(&run_id, &by)?;
+        let effects = ledger.effects(&run.id)?;
+        Ok((run, effects))
+    })
+    .await?;
+    crate::notify::run_sealed(control, run);
+    Ok(sealed)
+}
+
+/// Aborts `run`: every pending effect becomes `discarded`, nothing is sent, and the run
+/// refuses all further requests. Returns the run and its effects.
+///
+/// Errors: the ledger's refusal when the run is already committed; storage faults.
+pub async fn abort(
+    control: &Arc<Control>,
+    run: &RunId,
+    actor: &Actor,
+) -> Result<(Run, Vec<Effect>), CommitError> {
+    let (closing, run_id, by) = (control.clone(), run.clone(), actor.recorded());
+    blocking(move || {
+        let run = closing.ledger.abort(&run_id, &by)?;
+        closing.close_run(&run.id);
+        let effects = closing.ledger.effects(&run.id)?;
+        Ok((run, effects))
+    })
+    .await
+}
+
+/// Commits `run` ([`crate::release::commit`]: seal, decision, release in lineage order).
+/// Once asked, the commit runs in a task of its own, so a client that hangs up cannot
+/// cancel it half way.
+///
+/// Errors: [`CommitError`]: the ledger's refusals (undecided effects without
+/// `approve_pending`, a run already aborted), storage faults, a failed task.
+pub async fn commit(
+    control: &Arc<Control>,
+    run: &RunId,
+    approve_pending: bool,
+    actor: &Actor,
+) -> Result<CommitReport, CommitError> {
+    let (control, run, by) = (control.clone(), run.clone(), actor.recorded());
+    tokio::spawn(async move { crate::release::commit(&control, &run, approve_pending, &by).await })
+        .await
+        .map_err(|e| CommitError::Task(e.to_string()))?
+}
+
+/// Approves or rejects one effect (`staged` -> `approved` | `rejected`).
+///
+/// Errors: the ledger's refusal of the transition; `NotFound`; storage faults.
+pub async fn decide_effect(
+    control: &Arc<Control>,
+    effect: &EffectId,
+    verdict: Verdict,
+    actor: &Actor,
+) -> Result<Effect, CommitError> {
+    let (ledger, effect, by) = (control.ledger.clone(), effect.clone(), actor.recorded());
+    blocking(move || ledger.decide_effect(&effect, verdict, &by)).await
+}
+
+/// Approves every still-`staged` effect of `run` staged by `rule` (`None`: by no rule).
+/// Returns how many were approved.
+///
+/// Errors: the ledger's refusal of a transition; storage faults.
+pub async fn approve_staged_by_rule(
+    control: &Arc<Control>,
+    run: &RunId,
+    rule: Option<String>,
+    actor: &Actor,
+) -> Result<usize, CommitError> {
+    let (ledger, run, by) = (control.ledger.clone(), run.clone(), actor.recorded());
+    blocking(move || {
+        let mut approved = 0;
+        for effect in ledger.effects(&run)? {
+            if effect.state == airlock_ledger::EffectState::Staged && effect.rule == rule {
+                ledger.decide_effect(&effect.id, Verdict::Approve, &by)?;
+                approved += 1;
+            }
+        }
+        Ok(approved)
+    })
+    .await
+}
+
+/// Records a savepoint of `run`'s workspace, named `name` or numbered when `None`
+/// ([`crate::workspace::savepoint`]).
+///
+/// Errors: [`WorkspaceError`].
+pub async fn savepoint(
+    control: &Arc<Control>,
+    run: &RunId,
+    name: Option<String>,
+) -> Result<airlock_ledger::Savepoint, WorkspaceError> {
+    crate::workspace::savepoint(control, run, name).await
+}
+
+/// Rolls `run`'s workspace and effects back to the savepoint `name`
+/// ([`crate::workspace::rollback_to`]).
+///
+/// Errors: [`WorkspaceError`].
+pub async fn rollback_to(
+    control: &Arc<Control>,
+    run: &RunId,
+    name: &str,
+) -> Result<DecisionReport, WorkspaceError> {
+    crate::workspace::rollback_to(control, run, name).await
+}
+
+/// The control plane's answer to the data plane's `review = "auto"`: approves the effect
+/// a rule staged, recorded as [`Actor::AutoReview`].
+pub struct AutoReview(pub std::sync::Weak<Control>);
+
+impl airlock_dataplane::enforce::AutoApprove for AutoReview {
+    fn approve(&self, effect: &EffectId, rule: &str) -> Result<Effect, LedgerError> {
+        let control = self.0.upgrade().ok_or_else(|| LedgerError::NotFound {
+            kind: "control plane",
+            id: effect.to_string(),
+        })?;
+        let actor = Actor::AutoReview {
+            rule: rule.to_owned(),
+        };
+        control
+            .ledger
+            .decide_effect(effect, Verdict::Approve, &actor.recorded())
+    }
+}
