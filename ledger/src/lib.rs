@@ -9,6 +9,7 @@ mod approval;
 mod denials;
 mod effects;
 mod error;
+pub mod fingerprint;
 mod lineage;
 mod model;
 mod workspace;
@@ -22,7 +23,7 @@ pub use approval::{Approval, ApprovalMismatch};
 pub use denials::{Denial, DENIALS_KEPT_PER_RUN};
 pub use error::{LedgerError, Refused};
 pub use lineage::{
-    fingerprint, placeholder_edges, read_content as lineage_read_content, readiness, Edge,
+    placeholder_edges, read_content as lineage_read_content, readiness, Edge,
     EdgeKind, EdgeSource, EffectLineage, Notable, ReadContent, Readiness,
 };
 pub use model::{

@@ -3,8 +3,6 @@
 //! which (effect -> effect edges through placeholders), and the release readiness that
 //! follows from them.
 
-pub mod fingerprint;
-
 use std::collections::HashMap;
 
 use rand::Rng as _;
@@ -172,7 +170,7 @@ pub fn read_content(
     seq: u64,
     notable: Vec<Notable>,
     fingerprints: usize,
-    analysis: &fingerprint::Analysis,
+    analysis: &crate::fingerprint::Analysis,
 ) -> ReadContent {
     ReadContent {
         seq,
