@@ -1,11 +1,12 @@
-//! Effects: staging, reviewers' verdicts, release bookkeeping and recovery.
+//! Effects on sled: staging, reviewers' verdicts, release bookkeeping and recovery.
 
+use super::{decode, encode, index_key, run_prefix, Ledger};
 use crate::error::{LedgerError, Refused};
 use crate::model::{
     now_ms, DecisionRecord, Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder,
     NewEffect, ReleaseRecord, RunId, RunState,
 };
-use crate::{decode, encode, index_key, run_prefix, Ledger, ReleaseOutcome, Result, Verdict};
+use crate::{ReleaseOutcome, Result, Verdict};
 
 impl Ledger {
     /// Stages an effect: stores its body by digest and the record, then flushes to disk.
