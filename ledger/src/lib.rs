@@ -1,20 +1,28 @@
-//! Durable ledger of airlock's runs, effects, reads and decisions on sled, with their state machines.
+//! Durable ledger of airlock's runs, effects, reads and decisions: the storage trait
+//! [`Store`] with its written contracts, its sled implementation [`Ledger`] (the embedded
+//! default), the state machines as pure
+//! functions ([`rules`]) every backend calls, and content fingerprinting ([`fingerprint`]),
+//! which is pure and stays out of the stores.
 //!
-//! The ledger is the only writer of its trees; callers use this typed, synchronous API
-//! (wrap calls in `spawn_blocking` from async code). Records are serde JSON. Every
-//! operation that a client or the commit authority acts on (staging, decisions,
-//! `releasing`, release outcomes) is flushed to disk before it returns.
+//! Callers use this typed, synchronous API (wrap calls in `spawn_blocking` from async
+//! code), usually as an `Arc<dyn Store>`. Records are serde JSON. Every operation that a
+//! client or the commit authority acts on (staging, decisions, `releasing`, release
+//! outcomes) is durable before it returns.
 
 mod approval;
+pub mod change;
 mod denials;
 mod error;
 pub mod fingerprint;
 mod lineage;
 mod model;
+pub mod rules;
 mod sled_store;
+mod store;
 mod workspace;
 
 pub use approval::{Approval, ApprovalMismatch};
+pub use change::Change;
 pub use denials::{Denial, DENIALS_KEPT_PER_RUN};
 pub use error::{LedgerError, Refused};
 pub use lineage::{
@@ -28,6 +36,7 @@ pub use model::{
 };
 pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use sled_store::Ledger;
+pub use store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
 pub use workspace::{
     Changes, DecisionKind, Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord,
 };
@@ -35,7 +44,7 @@ pub use workspace::{
 /// Result of ledger operations.
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
-/// What the origin answered a release, for [`Ledger::record_release`].
+/// What the origin answered a release, for [`EffectStore::record_release`].
 #[derive(Debug, Clone, Default)]
 pub struct ReleaseOutcome<'a> {
     /// The origin's status, when it answered.

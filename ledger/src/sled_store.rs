@@ -1,9 +1,15 @@
-//! The sled store: airlock's embedded default ledger, on sled 0.34.
+//! The sled store: airlock's embedded default ledger, on sled 0.34, one process writing.
+//!
+//! On-disk format (kept so old data directories open): one tree per record kind, keys
+//! below, values serde JSON unless said otherwise. Each method holds the write lock over
+//! its read-modify-write, so its changes are atomic with respect to every other method;
+//! durable methods flush (group commit) before they return.
 
 mod effects;
 mod journal;
 mod lineage;
 mod runs;
+mod store_impl;
 mod workspace;
 
 use std::path::Path;
@@ -11,10 +17,12 @@ use std::sync::Mutex;
 
 use serde::{de::DeserializeOwned, Serialize};
 
+use crate::change::{Change, Notifier};
 use crate::model::RunId;
 use crate::{LedgerError, Result, DEFAULT_CACHE_BYTES};
 
-/// The durable store. Cheap to share behind an `Arc`.
+/// The sled store ([`crate::Store`] on sled; the name predates the trait). Cheap to share
+/// behind an `Arc`.
 pub struct Ledger {
     db: sled::Db,
     /// The page cache asked of sled, in bytes.
@@ -46,6 +54,8 @@ pub struct Ledger {
     /// Group commit: callers that arrive while a flush runs share the next one.
     flushes: Mutex<FlushState>,
     flushed: std::sync::Condvar,
+    /// Subscribers to this store's changes.
+    notifier: Notifier,
 }
 
 /// Flush generations: `started` counts flushes begun, `completed` the last one finished.
@@ -88,19 +98,15 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
-fn random_token() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 24];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// Wraps a sled fault as [`LedgerError::Storage`].
+trait OrStorage<T> {
+    fn or_storage(self) -> Result<T>;
 }
 
-/// Compares two secrets in time independent of where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+impl<T> OrStorage<T> for std::result::Result<T, sled::Error> {
+    fn or_storage(self) -> Result<T> {
+        self.map_err(LedgerError::storage)
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl Ledger {
@@ -127,25 +133,27 @@ impl Ledger {
             .path(path)
             .cache_capacity(cache_bytes)
             .flush_every_ms(Some(200))
-            .open()?;
+            .open()
+            .or_storage()?;
         Ok(Self {
-            runs: db.open_tree("runs")?,
-            effects: db.open_tree("effects")?,
-            run_effects: db.open_tree("run_effects")?,
-            reads: db.open_tree("reads")?,
-            bodies: db.open_tree("bodies")?,
-            counters: db.open_tree("counters")?,
-            placeholders: db.open_tree("placeholders")?,
-            read_content: db.open_tree("read_content")?,
-            read_hashes: db.open_tree("read_hashes")?,
-            effect_lineage: db.open_tree("effect_lineage")?,
-            workspaces: db.open_tree("workspaces")?,
-            denials: db.open_tree("denials")?,
+            runs: db.open_tree("runs").or_storage()?,
+            effects: db.open_tree("effects").or_storage()?,
+            run_effects: db.open_tree("run_effects").or_storage()?,
+            reads: db.open_tree("reads").or_storage()?,
+            bodies: db.open_tree("bodies").or_storage()?,
+            counters: db.open_tree("counters").or_storage()?,
+            placeholders: db.open_tree("placeholders").or_storage()?,
+            read_content: db.open_tree("read_content").or_storage()?,
+            read_hashes: db.open_tree("read_hashes").or_storage()?,
+            effect_lineage: db.open_tree("effect_lineage").or_storage()?,
+            workspaces: db.open_tree("workspaces").or_storage()?,
+            denials: db.open_tree("denials").or_storage()?,
             db,
             cache_bytes,
             write: Mutex::new(()),
             flushes: Mutex::default(),
             flushed: std::sync::Condvar::new(),
+            notifier: Notifier::new(),
         })
     }
 
@@ -154,11 +162,23 @@ impl Ledger {
         self.cache_bytes
     }
 
+    /// [`crate::Store::subscribe`] on sled: a receiver of this ledger's changes.
+    pub fn subscribe(&self) -> std::sync::mpsc::Receiver<Change> {
+        self.notifier.subscribe()
+    }
+
     /// Bytes the ledger's files take on disk (sled's `size_on_disk`).
     ///
     /// Errors: [`LedgerError::Storage`] when sled cannot read its files' sizes.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk()?)
+        self.db.size_on_disk().or_storage()
+    }
+
+    /// Flushes, then announces `changes`: the tail of every durable write.
+    fn flush_and_send(&self, changes: impl IntoIterator<Item = Change>) -> Result<()> {
+        self.flush()?;
+        self.notifier.send(changes);
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -191,7 +211,7 @@ impl Ledger {
                     state.completed = generation;
                 }
                 self.flushed.notify_all();
-                result?;
+                result.or_storage()?;
                 if generation >= needed {
                     return Ok(());
                 }
@@ -208,13 +228,16 @@ impl Ledger {
     /// Reserves `n` consecutive sequence numbers of `counter` for `run`; returns the last.
     fn next_seqs(&self, counter: &str, run: &RunId, n: u64) -> Result<u64> {
         let key = format!("{counter}/{run}");
-        let next = self.counters.update_and_fetch(key.as_bytes(), |old| {
-            let current = old
-                .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .map(u64::from_be_bytes)
-                .unwrap_or(0);
-            Some((current + n).to_be_bytes().to_vec())
-        })?;
+        let next = self
+            .counters
+            .update_and_fetch(key.as_bytes(), |old| {
+                let current = old
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map(u64::from_be_bytes)
+                    .unwrap_or(0);
+                Some((current + n).to_be_bytes().to_vec())
+            })
+            .or_storage()?;
         Ok(next
             .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
             .map(u64::from_be_bytes)

@@ -3,7 +3,7 @@
 use crate::model::{Read, RunId};
 use crate::Result;
 
-use super::{decode, encode, index_key, run_prefix, Ledger};
+use super::{decode, encode, index_key, run_prefix, Ledger, OrStorage as _};
 use crate::denials::{Denial, DENIALS_KEPT_PER_RUN};
 
 impl Ledger {
@@ -14,7 +14,8 @@ impl Ledger {
     pub fn journal_read(&self, mut read: Read) -> Result<Read> {
         read.seq = self.next_seq("reads", &read.run_id)?;
         self.reads
-            .insert(index_key(&read.run_id, read.seq), encode(&read))?;
+            .insert(index_key(&read.run_id, read.seq), encode(&read))
+            .or_storage()?;
         Ok(read)
     }
 
@@ -49,7 +50,9 @@ impl Ledger {
             for (i, read) in group.iter_mut().enumerate() {
                 read.seq = first + i as u64;
             }
-            self.reads.insert(index_key(&run, first), encode(&group))?;
+            self.reads
+                .insert(index_key(&run, first), encode(&group))
+                .or_storage()?;
             for (place, read) in places.into_iter().zip(group) {
                 out[place] = Some(read);
             }
@@ -61,7 +64,7 @@ impl Ledger {
     pub fn reads(&self, run: &RunId) -> Result<Vec<Read>> {
         let mut out = Vec::new();
         for item in self.reads.scan_prefix(run_prefix(run)) {
-            let (key, value) = item?;
+            let (key, value) = item.or_storage()?;
             // A record is one read, or a batch of consecutive reads (a JSON array).
             if value.first() == Some(&b'[') {
                 out.extend(decode::<Vec<Read>>(&key, &value)?);
@@ -80,7 +83,8 @@ impl Ledger {
         denial.seq = self.next_seq("denials", &denial.run_id)?;
         if denial.seq <= DENIALS_KEPT_PER_RUN {
             self.denials
-                .insert(index_key(&denial.run_id, denial.seq), encode(&denial))?;
+                .insert(index_key(&denial.run_id, denial.seq), encode(&denial))
+                .or_storage()?;
         }
         Ok(denial.seq)
     }
@@ -90,7 +94,7 @@ impl Ledger {
         self.denials
             .scan_prefix(run_prefix(run))
             .map(|item| {
-                let (key, value) = item?;
+                let (key, value) = item.or_storage()?;
                 decode(&key, &value)
             })
             .collect()

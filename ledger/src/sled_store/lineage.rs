@@ -1,20 +1,18 @@
 //! Lineage on sled: placeholders, read content analyses and effect lineage.
 
-use rand::Rng as _;
-
-use super::{decode, encode, run_prefix, Ledger};
-use crate::lineage::{placeholder_edges, Edge, EffectLineage, ReadContent};
+use super::{decode, encode, run_prefix, Ledger, OrStorage as _};
+use crate::lineage::{Edge, EffectLineage, ReadContent};
 use crate::model::{EffectId, Placeholder, PlaceholderSpec, RunId, ValueKind};
-use crate::Result;
+use crate::{rules, Result};
 
 fn seq_key(run: &RunId, seq: u64) -> Vec<u8> {
     super::index_key(run, seq)
 }
 
 impl Ledger {
-    /// Allocates placeholder values for a new effect: numbers from a per-run random base in
-    /// [10^15, 9 * 10^15) (16 digits, within JSON's safe integers), strings `ph_` plus 24
-    /// random characters. Called under the write lock.
+    /// Allocates placeholder values for a new effect ([`rules::placeholder_value`]): the
+    /// run's number base is kept in `counters` under `placeholder-base/RUN`, the count under
+    /// `placeholders/RUN`. Called under the write lock.
     pub(crate) fn allocate_placeholders(
         &self,
         run: &RunId,
@@ -22,34 +20,27 @@ impl Ledger {
     ) -> Result<Vec<Placeholder>> {
         let mut out = Vec::new();
         for spec in specs {
-            let value = match spec.kind {
+            let (base, seq) = match spec.kind {
                 ValueKind::Number => {
                     let base_key = format!("placeholder-base/{run}");
-                    let base = match self.counters.get(base_key.as_bytes())? {
+                    let base = match self.counters.get(base_key.as_bytes()).or_storage()? {
                         Some(bytes) => <[u8; 8]>::try_from(bytes.as_ref())
                             .map(u64::from_be_bytes)
                             .unwrap_or(0),
                         None => {
-                            let base: u64 = rand::thread_rng()
-                                .gen_range(1_000_000_000_000_000..9_000_000_000_000_000);
+                            let base = rules::random_placeholder_base();
                             self.counters
-                                .insert(base_key.as_bytes(), &base.to_be_bytes())?;
+                                .insert(base_key.as_bytes(), &base.to_be_bytes())
+                                .or_storage()?;
                             base
                         }
                     };
-                    (base + self.next_seq("placeholders", run)?).to_string()
+                    (base, self.next_seq("placeholders", run)?)
                 }
-                ValueKind::String => {
-                    const ALPHABET: &[u8] = b"abcdefghijkmnopqrstuvwxyz23456789";
-                    let mut rng = rand::thread_rng();
-                    let tail: String = (0..24)
-                        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
-                        .collect();
-                    format!("ph_{tail}")
-                }
+                ValueKind::String => (0, 0),
             };
             out.push(Placeholder {
-                value,
+                value: rules::placeholder_value(spec.kind, base, seq),
                 kind: spec.kind,
                 pointer: spec.pointer.clone(),
                 real: None,
@@ -63,7 +54,7 @@ impl Ledger {
         self.placeholders
             .scan_prefix(run_prefix(run))
             .map(|item| {
-                let (key, value) = item?;
+                let (key, value) = item.or_storage()?;
                 decode(&key, &value)
             })
             .collect()
@@ -82,8 +73,10 @@ impl Ledger {
         for hash in fingerprints {
             bytes.extend_from_slice(&hash.to_le_bytes());
         }
-        self.read_hashes.insert(key.clone(), bytes)?;
-        self.read_content.insert(key, encode(content))?;
+        self.read_hashes.insert(key.clone(), bytes).or_storage()?;
+        self.read_content
+            .insert(key, encode(content))
+            .or_storage()?;
         Ok(())
     }
 
@@ -91,11 +84,12 @@ impl Ledger {
     pub fn read_contents(&self, run: &RunId) -> Result<Vec<(ReadContent, Vec<u64>)>> {
         let mut out = Vec::new();
         for item in self.read_content.scan_prefix(run_prefix(run)) {
-            let (key, value) = item?;
+            let (key, value) = item.or_storage()?;
             let content: ReadContent = decode(&key, &value)?;
             let hashes = self
                 .read_hashes
-                .get(&key)?
+                .get(&key)
+                .or_storage()?
                 .map(|bytes| {
                     bytes
                         .chunks_exact(8)
@@ -112,28 +106,23 @@ impl Ledger {
     /// Stores an effect's content analysis and read -> effect edges.
     pub fn store_effect_lineage(&self, effect: &EffectId, lineage: &EffectLineage) -> Result<()> {
         self.effect_lineage
-            .insert(effect.0.as_bytes(), encode(lineage))?;
+            .insert(effect.0.as_bytes(), encode(lineage))
+            .or_storage()?;
         Ok(())
     }
 
     /// An effect's content analysis, once it finished.
     pub fn effect_lineage(&self, effect: &EffectId) -> Result<Option<EffectLineage>> {
-        match self.effect_lineage.get(effect.0.as_bytes())? {
+        match self.effect_lineage.get(effect.0.as_bytes()).or_storage()? {
             Some(bytes) => Ok(Some(decode(effect.0.as_bytes(), &bytes)?)),
             None => Ok(None),
         }
     }
 
-    /// Every edge of a run: read -> effect edges from content analysis and
-    /// effect -> effect edges from placeholders, in effect staging order.
+    /// [`crate::LineageStore::edges`] on sled: every edge of a run, in effect staging order.
+    ///
+    /// Errors: [`crate::LedgerError::NotFound`] for an unknown run.
     pub fn edges(&self, run: &RunId) -> Result<Vec<Edge>> {
-        let mut out = Vec::new();
-        for effect in self.effects(run)? {
-            out.extend(placeholder_edges(&effect));
-            if let Some(lineage) = self.effect_lineage(&effect.id)? {
-                out.extend(lineage.edges);
-            }
-        }
-        Ok(out)
+        crate::LineageStore::edges(self, run)
     }
 }

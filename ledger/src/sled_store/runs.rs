@@ -1,34 +1,25 @@
-//! Runs on sled: creation, authentication, flags, seal, commit and abort.
+//! Runs on sled: creation, flags, seal, commit and abort.
 
-use crate::model::{
-    now_ms, DecisionRecord, Effect, EffectState, Run, RunFlag, RunId, RunState, MAX_RUN_FLAGS,
-};
-use crate::{approval, LedgerError, Refused, Result};
-
-use super::{constant_time_eq, decode, encode, random_token, Ledger};
+use super::{decode, encode, Ledger, OrStorage as _};
+use crate::change::Change;
+use crate::model::{now_ms, Run, RunFlag, RunId};
+use crate::rules::{self, CommitStart};
+use crate::{LedgerError, Result};
 
 impl Ledger {
-    // ----- runs -------------------------------------------------------------------------
-
-    /// Creates an open run with a fresh random token (48 hex characters), flushed.
+    /// [`crate::RunStore::create_run`] on sled: the run under its id in tree `runs`.
     pub fn create_run(&self, profile: Option<String>) -> Result<Run> {
-        let run = Run {
-            id: RunId::generate(),
-            token: random_token(),
-            state: RunState::Open,
-            profile,
-            created_at_ms: now_ms(),
-            decisions: Vec::new(),
-            flags: Vec::new(),
-        };
-        self.runs.insert(run.id.0.as_bytes(), encode(&run))?;
-        self.flush()?;
+        let run = rules::new_run(RunId::generate(), rules::random_token(), profile, now_ms());
+        self.runs
+            .insert(run.id.0.as_bytes(), encode(&run))
+            .or_storage()?;
+        self.flush_and_send([Change::RunChanged(run.id.clone())])?;
         Ok(run)
     }
 
-    /// The run with this id, if any.
+    /// [`crate::RunStore::run`] on sled.
     pub fn run(&self, id: &RunId) -> Result<Option<Run>> {
-        match self.runs.get(id.0.as_bytes())? {
+        match self.runs.get(id.0.as_bytes()).or_storage()? {
             Some(bytes) => Ok(Some(decode(id.0.as_bytes(), &bytes)?)),
             None => Ok(None),
         }
@@ -41,215 +32,126 @@ impl Ledger {
         })
     }
 
-    /// Every run, oldest first.
+    /// [`crate::RunStore::runs`] on sled: every run, oldest first.
     pub fn runs(&self) -> Result<Vec<Run>> {
         self.runs
             .iter()
             .map(|item| {
-                let (key, value) = item?;
+                let (key, value) = item.or_storage()?;
                 decode(&key, &value)
             })
             .collect()
     }
 
-    /// The run whose id and token match, compared in constant time; `None` otherwise.
+    /// [`crate::RunStore::authenticate`] on sled: the run whose id and token match,
+    /// compared in constant time; `None` otherwise.
     pub fn authenticate(&self, run_id: &str, token: &str) -> Result<Option<Run>> {
-        let Some(id) = RunId::parse(run_id) else {
-            return Ok(None);
-        };
-        Ok(self
-            .run(&id)?
-            .filter(|run| constant_time_eq(run.token.as_bytes(), token.as_bytes())))
+        crate::RunStore::authenticate(self, run_id, token)
     }
 
-    /// Adds `flag` to the run (kept up to [`MAX_RUN_FLAGS`]; later flags are dropped and
-    /// `false` is returned). Flushed.
+    /// [`crate::RunStore::flag_run`] on sled. Durable.
     ///
     /// Errors: [`LedgerError::NotFound`] for an unknown run, and storage faults.
     pub fn flag_run(&self, id: &RunId, flag: RunFlag) -> Result<bool> {
         let stored = {
             let _guard = self.lock();
             let mut run = self.must_run(id)?;
-            if run.flags.len() >= MAX_RUN_FLAGS {
-                false
-            } else {
-                run.flags.push(flag);
+            let stored = rules::flag_run(&mut run, flag);
+            if stored {
                 self.put_run(&run)?;
-                true
             }
+            stored
         };
-        self.flush()?;
+        let changes = stored.then(|| Change::RunChanged(id.clone()));
+        self.flush_and_send(changes)?;
         Ok(stored)
     }
 
     pub(super) fn put_run(&self, run: &Run) -> Result<()> {
-        self.runs.insert(run.id.0.as_bytes(), encode(run))?;
+        self.runs
+            .insert(run.id.0.as_bytes(), encode(run))
+            .or_storage()?;
         Ok(())
     }
 
-    /// Seals an open run (no new effects); a sealed run stays sealed. Flushed.
+    /// [`crate::RunStore::seal`] on sled. Durable.
     ///
-    /// Errors: [`Refused::RunTransition`] when the run is committing, committed or aborted.
+    /// Errors: [`crate::Refused::RunTransition`] when the run is committing, committed or
+    /// aborted.
     pub fn seal(&self, id: &RunId, by: &str) -> Result<Run> {
         let _guard = self.lock();
         let mut run = self.must_run(id)?;
-        match run.state {
-            RunState::Sealed => return Ok(run),
-            RunState::Open => {}
-            state => {
-                return Err(Refused::RunTransition {
-                    run: id.clone(),
-                    state,
-                    action: "sealed",
-                }
-                .into())
-            }
+        if !rules::seal(&mut run, by, now_ms())? {
+            return Ok(run);
         }
-        run.state = RunState::Sealed;
-        run.decisions.push(DecisionRecord {
-            kind: "seal".into(),
-            by: by.into(),
-            at_ms: now_ms(),
-        });
         self.put_run(&run)?;
-        self.flush()?;
+        self.flush_and_send([Change::RunChanged(id.clone())])?;
         Ok(run)
     }
 
-    /// Writes the commit decision: seals the run if open, approves undecided effects when
-    /// `approve_pending`, and moves the run to `committing`. Flushed before it returns.
+    /// [`crate::RunStore::begin_commit`] on sled: the approved effects and the run are
+    /// written under the write lock, then flushed. Durable.
     ///
-    /// Returns `(run, true)` when the decision was written now or earlier and release must
-    /// (still) proceed, `(run, false)` when the run already finished committing (a second
-    /// commit is a no-op).
-    ///
-    /// Errors: [`Refused::Undecided`] when effects are `staged` and `approve_pending` is
-    /// false; [`Refused::RunTransition`] for an aborted run.
+    /// Errors: [`crate::Refused::Undecided`], [`crate::Refused::RunTransition`].
     pub fn begin_commit(&self, id: &RunId, approve_pending: bool, by: &str) -> Result<(Run, bool)> {
         let _guard = self.lock();
         let mut run = self.must_run(id)?;
-        match run.state {
-            RunState::Committed | RunState::PartiallyCommitted => return Ok((run, false)),
-            RunState::Committing => return Ok((run, true)),
-            RunState::Aborted => {
-                return Err(Refused::RunTransition {
-                    run: id.clone(),
-                    state: run.state,
-                    action: "committed",
-                }
-                .into())
-            }
-            RunState::Open | RunState::Sealed => {}
-        }
         let effects = self.effects_unlocked(id)?;
-        let undecided: Vec<&Effect> = effects
-            .iter()
-            .filter(|e| e.state == EffectState::Staged)
-            .collect();
-        if !undecided.is_empty() && !approve_pending {
-            return Err(Refused::Undecided {
+        let approved = match rules::begin_commit(&mut run, &effects, approve_pending, by, now_ms())?
+        {
+            CommitStart::Begun(approved) => approved,
+            start => return Ok((run, start.proceeds())),
+        };
+        let mut changes = Vec::with_capacity(approved.len() + 2);
+        for effect in &approved {
+            self.put_effect(effect)?;
+            changes.push(Change::EffectChanged {
                 run: id.clone(),
-                effects: undecided.iter().map(|e| e.id.clone()).collect(),
-            }
-            .into());
-        }
-        let at_ms = now_ms();
-        for effect in undecided {
-            let mut effect = effect.clone();
-            effect.state = EffectState::Approved;
-            effect.approval = Some(approval::Approval::of(
-                &effect,
-                &format!("{by} (approve_pending)"),
-            ));
-            effect.decisions.push(DecisionRecord {
-                kind: "approve".into(),
-                by: format!("{by} (approve_pending)"),
-                at_ms,
-            });
-            self.put_effect(&effect)?;
-        }
-        if run.state == RunState::Open {
-            run.decisions.push(DecisionRecord {
-                kind: "seal".into(),
-                by: by.into(),
-                at_ms,
+                effect: effect.id.clone(),
             });
         }
-        run.state = RunState::Committing;
-        run.decisions.push(DecisionRecord {
-            kind: "commit".into(),
-            by: by.into(),
-            at_ms,
-        });
         self.put_run(&run)?;
-        self.flush()?;
+        changes.push(Change::RunChanged(id.clone()));
+        changes.push(Change::RunClosed(id.clone()));
+        self.flush_and_send(changes)?;
         Ok((run, true))
     }
 
-    /// Ends a commit: `committed` when every approved effect was released,
-    /// `partially_committed` when any failed, was skipped, or is unknown. Flushed.
+    /// [`crate::RunStore::finish_commit`] on sled. Durable.
     pub fn finish_commit(&self, id: &RunId) -> Result<Run> {
         let _guard = self.lock();
         let mut run = self.must_run(id)?;
-        if run.state != RunState::Committing {
+        let effects = self.effects_unlocked(id)?;
+        if !rules::finish_commit(&mut run, &effects) {
             return Ok(run);
         }
-        let effects = self.effects_unlocked(id)?;
-        let partial = effects.iter().any(|e| {
-            matches!(
-                e.state,
-                EffectState::Failed
-                    | EffectState::Unknown
-                    | EffectState::Skipped
-                    | EffectState::Approved
-                    | EffectState::Releasing
-            )
-        });
-        run.state = if partial {
-            RunState::PartiallyCommitted
-        } else {
-            RunState::Committed
-        };
         self.put_run(&run)?;
-        self.flush()?;
+        self.flush_and_send([Change::RunChanged(id.clone())])?;
         Ok(run)
     }
 
-    /// Aborts an open or sealed run: every `staged` or `approved` effect becomes `discarded`;
-    /// nothing is sent. Aborting an aborted run is a no-op. Flushed.
+    /// [`crate::RunStore::abort`] on sled. Durable.
     ///
-    /// Errors: [`Refused::RunTransition`] when a commit decision was already written.
+    /// Errors: [`crate::Refused::RunTransition`] when a commit decision was already written.
     pub fn abort(&self, id: &RunId, by: &str) -> Result<Run> {
         let _guard = self.lock();
         let mut run = self.must_run(id)?;
-        match run.state {
-            RunState::Aborted => return Ok(run),
-            RunState::Open | RunState::Sealed => {}
-            state => {
-                return Err(Refused::RunTransition {
-                    run: id.clone(),
-                    state,
-                    action: "aborted",
-                }
-                .into())
-            }
+        let effects = self.effects_unlocked(id)?;
+        let Some(discarded) = rules::abort(&mut run, &effects, by, now_ms())? else {
+            return Ok(run);
+        };
+        let mut changes = Vec::with_capacity(discarded.len() + 2);
+        for effect in &discarded {
+            self.put_effect(effect)?;
+            changes.push(Change::EffectChanged {
+                run: id.clone(),
+                effect: effect.id.clone(),
+            });
         }
-        let at_ms = now_ms();
-        for mut effect in self.effects_unlocked(id)? {
-            if effect.state.can_become(EffectState::Discarded) {
-                effect.state = EffectState::Discarded;
-                effect.state_reason = Some("run aborted".into());
-                self.put_effect(&effect)?;
-            }
-        }
-        run.state = RunState::Aborted;
-        run.decisions.push(DecisionRecord {
-            kind: "abort".into(),
-            by: by.into(),
-            at_ms,
-        });
         self.put_run(&run)?;
-        self.flush()?;
+        changes.push(Change::RunChanged(id.clone()));
+        changes.push(Change::RunClosed(id.clone()));
+        self.flush_and_send(changes)?;
         Ok(run)
     }
 }

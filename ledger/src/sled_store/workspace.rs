@@ -1,19 +1,24 @@
-//! Workspaces on sled (`airlock run`): attach, steps, savepoints and decisions.
+//! Workspaces on sled (`airlock run`): attach, steps, savepoints and decisions, one
+//! record per run in tree `workspaces`.
 
-use super::{decode, encode, Ledger};
-use crate::model::{now_ms, DecisionRecord, Effect, EffectId, EffectState, RunId, RunState};
-use crate::workspace::{DecisionKind, Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
-use crate::{LedgerError, Refused, Result};
+use super::{decode, encode, Ledger, OrStorage as _};
+use crate::change::Change;
+use crate::model::{now_ms, Effect, RunId};
+use crate::rules::workspace as rules;
+use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
+use crate::{LedgerError, Result};
 
 impl Ledger {
     fn put_workspace(&self, run: &RunId, record: &WorkspaceRecord) -> Result<()> {
-        self.workspaces.insert(run.0.as_bytes(), encode(record))?;
+        self.workspaces
+            .insert(run.0.as_bytes(), encode(record))
+            .or_storage()?;
         Ok(())
     }
 
-    /// The workspace of a run, if one was attached.
+    /// [`crate::WorkspaceStore::workspace`] on sled.
     pub fn workspace(&self, run: &RunId) -> Result<Option<WorkspaceRecord>> {
-        match self.workspaces.get(run.0.as_bytes())? {
+        match self.workspaces.get(run.0.as_bytes()).or_storage()? {
             Some(bytes) => Ok(Some(decode(run.0.as_bytes(), &bytes)?)),
             None => Ok(None),
         }
@@ -26,8 +31,7 @@ impl Ledger {
         })
     }
 
-    /// Attaches a workspace and its starting snapshot to a run. Attaching again returns the
-    /// first record unchanged. Flushed.
+    /// [`crate::WorkspaceStore::attach_workspace`] on sled. Durable.
     pub fn attach_workspace(
         &self,
         run: &RunId,
@@ -39,70 +43,51 @@ impl Ledger {
             return Ok(existing);
         }
         self.put_workspace(run, &record)?;
-        self.flush()?;
+        self.flush_and_send([Change::WorkspaceChanged(run.clone())])?;
         Ok(record)
     }
 
-    /// Records a command run in the workspace. Flushed.
+    /// [`crate::WorkspaceStore::record_step`] on sled. Durable.
     pub fn record_step(&self, run: &RunId, step: StepRecord) -> Result<WorkspaceRecord> {
         let _guard = self.lock();
         let mut record = self.must_workspace(run)?;
         record.steps.push(step);
         self.put_workspace(run, &record)?;
-        self.flush()?;
+        self.flush_and_send([Change::WorkspaceChanged(run.clone())])?;
         Ok(record)
     }
 
-    /// The sequence number of the run's last staged effect (0 when none).
+    /// [`crate::WorkspaceStore::last_effect_seq`] on sled: the `effects/RUN` counter.
     pub fn last_effect_seq(&self, run: &RunId) -> Result<u64> {
         let key = format!("effects/{run}");
         Ok(self
             .counters
-            .get(key.as_bytes())?
+            .get(key.as_bytes())
+            .or_storage()?
             .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
             .map(u64::from_be_bytes)
             .unwrap_or(0))
     }
 
-    /// Adds a savepoint at the run's current ledger position. Flushed.
+    /// [`crate::WorkspaceStore::add_savepoint`] on sled. Durable.
     ///
-    /// Errors: [`Refused::RunTransition`] unless the run is open or sealed, or when the
-    /// name is taken or a final decision was written.
+    /// Errors: [`crate::Refused::RunTransition`] unless the run is open or sealed, or when
+    /// the name is taken or a final decision was written.
     pub fn add_savepoint(&self, run: &RunId, name: &str, snapshot: &str) -> Result<Savepoint> {
         let _guard = self.lock();
-        let state = self.must_run(run)?.state;
+        let run_record = self.must_run(run)?;
         let mut record = self.must_workspace(run)?;
-        if !matches!(state, RunState::Open | RunState::Sealed)
-            || record.final_decision().is_some()
-            || record.savepoints.iter().any(|s| s.name == name)
-        {
-            return Err(Refused::RunTransition {
-                run: run.clone(),
-                state,
-                action: "given this savepoint (the name is taken, or the run is decided)",
-            }
-            .into());
-        }
-        let savepoint = Savepoint {
-            name: name.to_owned(),
-            snapshot: snapshot.to_owned(),
-            effect_seq: self.last_effect_seq(run)?,
-            at_ms: now_ms(),
-        };
-        record.savepoints.push(savepoint.clone());
+        let position = self.last_effect_seq(run)?;
+        let savepoint =
+            rules::add_savepoint(&run_record, &mut record, name, snapshot, position, now_ms())?;
         self.put_workspace(run, &record)?;
-        self.flush()?;
+        self.flush_and_send([Change::WorkspaceChanged(run.clone())])?;
         Ok(savepoint)
     }
 
-    /// Writes a workspace decision, flushed, before anything acts on it.
+    /// [`crate::WorkspaceStore::decide_workspace`] on sled. Durable.
     ///
-    /// Returns `(decision, true)` when written now. When a decision is still unfinished,
-    /// or a final decision exists and `decision` is final too, returns that one and
-    /// `false`: a decision is never re-made differently.
-    ///
-    /// Errors: [`Refused::RunTransition`] for a `rollback_to` after the final decision or
-    /// when the run is not open or sealed.
+    /// Errors: [`crate::Refused::RunTransition`].
     pub fn decide_workspace(
         &self,
         run: &RunId,
@@ -111,51 +96,20 @@ impl Ledger {
         let _guard = self.lock();
         let mut run_record = self.must_run(run)?;
         let mut record = self.must_workspace(run)?;
-        if let Some(pending) = record.unfinished() {
-            return Ok((pending.clone(), false));
+        let (decision, fresh) = rules::decide_workspace(&mut run_record, &mut record, decision)?;
+        if !fresh {
+            return Ok((decision, false));
         }
-        if let Some(existing) = record.final_decision() {
-            if decision.kind != DecisionKind::RollbackTo {
-                return Ok((existing.clone(), false));
-            }
-        }
-        let open = matches!(run_record.state, RunState::Open | RunState::Sealed);
-        if decision.kind == DecisionKind::RollbackTo && (!open || record.final_decision().is_some())
-        {
-            return Err(Refused::RunTransition {
-                run: run.clone(),
-                state: run_record.state,
-                action: "rolled back to a savepoint",
-            }
-            .into());
-        }
-        if decision.kind == DecisionKind::Rollback
-            && !matches!(
-                run_record.state,
-                RunState::Open | RunState::Sealed | RunState::Aborted
-            )
-        {
-            return Err(Refused::RunTransition {
-                run: run.clone(),
-                state: run_record.state,
-                action: "rolled back (a commit decision was written)",
-            }
-            .into());
-        }
-        record.decisions.push(decision.clone());
-        run_record.decisions.push(DecisionRecord {
-            kind: format!("workspace_{}", decision.kind.as_str()),
-            by: decision.by.clone(),
-            at_ms: decision.at_ms,
-        });
         self.put_workspace(run, &record)?;
         self.put_run(&run_record)?;
-        self.flush()?;
+        self.flush_and_send([
+            Change::WorkspaceChanged(run.clone()),
+            Change::RunChanged(run.clone()),
+        ])?;
         Ok((decision, true))
     }
 
-    /// Marks the unfinished decision finished, with the residue found after a rollback
-    /// (a non-empty residue marks the run `rollback_unverified`). Flushed.
+    /// [`crate::WorkspaceStore::finish_workspace_decision`] on sled. Durable.
     pub fn finish_workspace_decision(
         &self,
         run: &RunId,
@@ -165,29 +119,17 @@ impl Ledger {
     ) -> Result<WorkspaceRecord> {
         let _guard = self.lock();
         let mut record = self.must_workspace(run)?;
-        let Some(decision) = record
-            .decisions
-            .iter_mut()
-            .find(|d| d.finished_at_ms.is_none())
-        else {
+        if !rules::finish_workspace_decision(&mut record, residue, unverified, outcome, now_ms()) {
             return Ok(record);
-        };
-        decision.finished_at_ms = Some(now_ms());
-        decision.residue = residue;
-        decision.outcome = Some(outcome.to_owned());
-        if unverified {
-            record.rollback_unverified = true;
         }
         self.put_workspace(run, &record)?;
-        self.flush()?;
+        self.flush_and_send([Change::WorkspaceChanged(run.clone())])?;
         Ok(record)
     }
 
-    /// Discards every pending (`staged` or `approved`) effect of the run staged after
-    /// `after_seq`, and every effect that depends on a discarded one, whatever its seq.
-    /// Earlier effects stay as they are. Idempotent. Flushed.
+    /// [`crate::WorkspaceStore::discard_effects_after`] on sled. Durable.
     ///
-    /// Errors: [`Refused::RunTransition`] unless the run is open or sealed.
+    /// Errors: [`crate::Refused::RunTransition`] unless the run is open or sealed.
     pub fn discard_effects_after(
         &self,
         run: &RunId,
@@ -195,48 +137,14 @@ impl Ledger {
         reason: &str,
     ) -> Result<Vec<Effect>> {
         let _guard = self.lock();
-        let state = self.must_run(run)?.state;
-        if !matches!(state, RunState::Open | RunState::Sealed) {
-            return Err(Refused::RunTransition {
-                run: run.clone(),
-                state,
-                action: "rolled back to a savepoint",
-            }
-            .into());
-        }
+        let run_record = self.must_run(run)?;
         let effects = self.effects_unlocked(run)?;
-        let mut gone: std::collections::HashSet<EffectId> = effects
-            .iter()
-            .filter(|e| e.seq > after_seq)
-            .map(|e| e.id.clone())
-            .collect();
-        // Dependents of anything gone are gone too (closure over effect -> effect lineage).
-        loop {
-            let before = gone.len();
-            for effect in &effects {
-                if effect.depends_on.iter().any(|d| gone.contains(&d.effect)) {
-                    gone.insert(effect.id.clone());
-                }
-            }
-            if gone.len() == before {
-                break;
-            }
+        let discarded =
+            rules::discard_effects_after(&run_record, &effects, after_seq, reason, now_ms())?;
+        for effect in &discarded {
+            self.put_effect(effect)?;
         }
-        let mut discarded = Vec::new();
-        for mut effect in effects {
-            if gone.contains(&effect.id) && effect.state.can_become(EffectState::Discarded) {
-                effect.state = EffectState::Discarded;
-                effect.state_reason = Some(reason.to_owned());
-                effect.decisions.push(DecisionRecord {
-                    kind: "discard".into(),
-                    by: "rollback_to".into(),
-                    at_ms: now_ms(),
-                });
-                self.put_effect(&effect)?;
-                discarded.push(effect);
-            }
-        }
-        self.flush()?;
+        self.flush_and_send(discarded.iter().map(Change::of_effect))?;
         Ok(discarded)
     }
 }
