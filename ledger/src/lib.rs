@@ -1,20 +1,24 @@
 //! Durable ledger of airlock's runs, effects, reads and decisions: the storage trait
 //! [`Store`] with its written contracts, its sled implementation [`Ledger`] (the embedded
-//! default), the state machines as pure
+//! default) and the in-memory model [`MemoryStore`], the state machines as pure
 //! functions ([`rules`]) every backend calls, and content fingerprinting ([`fingerprint`]),
 //! which is pure and stays out of the stores.
 //!
 //! Callers use this typed, synchronous API (wrap calls in `spawn_blocking` from async
 //! code), usually as an `Arc<dyn Store>`. Records are serde JSON. Every operation that a
 //! client or the commit authority acts on (staging, decisions, `releasing`, release
-//! outcomes) is durable before it returns.
+//! outcomes) is durable before it returns. A new backend passes [`conformance`] (feature
+//! `conformance`).
 
 mod approval;
 pub mod change;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 mod denials;
 mod error;
 pub mod fingerprint;
 mod lineage;
+mod memory;
 mod model;
 pub mod rules;
 mod sled_store;
@@ -29,6 +33,7 @@ pub use lineage::{
     placeholder_edges, read_content as lineage_read_content, readiness, Edge, EdgeKind, EdgeSource,
     EffectLineage, Notable, ReadContent, Readiness,
 };
+pub use memory::MemoryStore;
 pub use model::{
     now_ms, DecisionRecord, Dependency, Digest, Effect, EffectId, EffectNotes, EffectState, Header,
     HeaderText, IssuedPlaceholder, NewEffect, Placeholder, PlaceholderSpec, Read, ReleaseRecord,
