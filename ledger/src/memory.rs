@@ -20,8 +20,8 @@ use crate::store::{EffectStore, JournalStore, LineageStore, RunStore, Store, Wor
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{LedgerError, ReleaseOutcome, Result, Verdict};
 
-/// The in-memory store. Clones share the same records (a clone is another handle on one
-/// store, as reopening is for sled); each handle has its own subscribers.
+/// The in-memory store. Clones are handles on one store (as reopening is for sled): they
+/// share its records and its subscribers.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
