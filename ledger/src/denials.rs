@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{decode, encode, index_key, run_prefix, Ledger, Result, RunId};
+use crate::RunId;
 
 /// At most this many denials are kept per run; later ones are counted, not stored (a
 /// looping agent must not grow the ledger without bound).
@@ -30,28 +30,4 @@ pub struct Denial {
     pub policy_revision: String,
     /// When, ms since the Unix epoch.
     pub created_at_ms: u64,
-}
-
-impl Ledger {
-    /// Journals a denial (not flushed on its own, like reads). Returns its sequence number;
-    /// past [`DENIALS_KEPT_PER_RUN`] the number still counts but nothing is stored.
-    pub fn journal_denial(&self, mut denial: Denial) -> Result<u64> {
-        denial.seq = self.next_seq("denials", &denial.run_id)?;
-        if denial.seq <= DENIALS_KEPT_PER_RUN {
-            self.denials
-                .insert(index_key(&denial.run_id, denial.seq), encode(&denial))?;
-        }
-        Ok(denial.seq)
-    }
-
-    /// A run's stored denials in order.
-    pub fn denials(&self, run: &RunId) -> Result<Vec<Denial>> {
-        self.denials
-            .scan_prefix(run_prefix(run))
-            .map(|item| {
-                let (key, value) = item?;
-                decode(&key, &value)
-            })
-            .collect()
-    }
 }

@@ -1,13 +1,28 @@
-//! Typed errors of the ledger: storage faults versus refused transitions.
+//! Typed errors of the ledger: storage faults versus refused transitions. No backend's
+//! own error type appears here: a backend wraps its faults in [`LedgerError::Storage`].
 
 use crate::model::{EffectId, EffectState, RunId, RunState};
 
 /// Anything the ledger cannot do.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LedgerError {
-    /// sled failed; the ledger stops rather than guess (fail-stop).
+    /// The backend failed (sled, a database connection …); the ledger stops rather than
+    /// guess (fail-stop). Build it with [`LedgerError::storage`].
     #[error("ledger storage failed")]
-    Storage(#[from] sled::Error),
+    Storage {
+        /// The backend's own error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Another writer changed the record between this operation's read and its write, so
+    /// nothing was written; the caller may retry the whole operation. An embedded store
+    /// with one writer never returns it; a shared backend (PostgreSQL) does.
+    #[error("ledger record {key} was changed by another writer; retry")]
+    Conflict {
+        /// The key of the record (a run or effect identifier, or a backend's key).
+        key: String,
+    },
     /// A stored record does not parse: the data directory is damaged or from a newer version.
     #[error("ledger record {key} is corrupt")]
     Corrupt {
@@ -30,8 +45,18 @@ pub enum LedgerError {
     Refused(#[from] Refused),
 }
 
+impl LedgerError {
+    /// A [`LedgerError::Storage`] wrapping a backend's error.
+    pub fn storage(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Storage {
+            source: source.into(),
+        }
+    }
+}
+
 /// An expected refusal: the request is well formed but the state does not allow it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Refused {
     /// The run no longer accepts effects.
     #[error("run {run} is {state}: it accepts no new effects")]

@@ -142,7 +142,7 @@ impl HeaderText {
     }
 }
 
-/// States of a run (DESIGN.md): `open -> sealed -> committing -> committed | partially_committed`,
+/// States of a run (docs/design.md, glossary): `open -> sealed -> committing -> committed | partially_committed`,
 /// or `open | sealed -> aborted`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -189,7 +189,7 @@ impl fmt::Display for RunState {
     }
 }
 
-/// States of an effect (DESIGN.md): `staged -> approved | rejected`; at commit
+/// States of an effect (docs/design.md, glossary): `staged -> approved | rejected`; at commit
 /// `approved -> releasing -> released | failed`; `skipped`, `discarded`, and `unknown`
 /// (the process died while releasing; never silently re-sent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::model::{Dependency, Digest};
+use crate::model::{Dependency, Digest, RunId};
 
 fn effect(i: usize, deps: &[usize]) -> Effect {
     Effect {

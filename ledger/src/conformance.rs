@@ -1,0 +1,74 @@
+//! The conformance suite every [`Store`] backend must pass (feature `conformance`, and
+//! the crate's own tests): contract tests per concern ([`contracts`]) and a model test
+//! ([`model`]) that runs random operation sequences against a backend and the in-memory
+//! model and asserts the same answers, as sled v0.34.7's own model tests do.
+//!
+//! A backend's test calls [`contracts::all`] with a [`Backend`] and runs
+//! [`model::same_answers`] under proptest with [`model::operations`]. The functions panic
+//! on the first broken contract: they are tests.
+
+use crate::{Ledger, MemoryStore, Store};
+
+pub mod contracts;
+pub mod model;
+
+/// How the suite gets stores of one backend.
+pub trait Backend {
+    /// A store over new, empty storage.
+    fn fresh(&mut self) -> Box<dyn Store>;
+
+    /// A store over the storage of the last [`Backend::fresh`] store, which the caller has
+    /// dropped: for a durable backend, its files reopened, so that only what was durable
+    /// is seen.
+    fn reopen(&mut self) -> Box<dyn Store>;
+}
+
+/// The sled backend over temporary directories.
+#[derive(Debug, Default)]
+pub struct SledBackend {
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Backend for SledBackend {
+    fn fresh(&mut self) -> Box<dyn Store> {
+        // A test helper: a machine without a writable temporary directory cannot run it.
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = Ledger::open(dir.path()).expect("open a new sled ledger");
+        self.dir = Some(dir);
+        Box::new(store)
+    }
+
+    fn reopen(&mut self) -> Box<dyn Store> {
+        let dir = self.dir.as_ref().expect("reopen after fresh");
+        // sled's flusher thread lets go of the directory lock a moment after the drop.
+        let mut reopened = Ledger::open(dir.path());
+        for _ in 0..100 {
+            if reopened.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            reopened = Ledger::open(dir.path());
+        }
+        Box::new(reopened.expect("reopen the sled ledger"))
+    }
+}
+
+/// The in-memory backend: reopening is another handle on the same records.
+#[derive(Debug, Default)]
+pub struct MemoryBackend {
+    store: MemoryStore,
+}
+
+impl Backend for MemoryBackend {
+    fn fresh(&mut self) -> Box<dyn Store> {
+        self.store = MemoryStore::new();
+        Box::new(self.store.clone())
+    }
+
+    fn reopen(&mut self) -> Box<dyn Store> {
+        Box::new(self.store.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,512 @@
+//! The model test: random operation sequences run against two stores (a backend and the
+//! in-memory model) must give the same answers. Identifiers, tokens, placeholder values
+//! and timestamps are random or clock-bound, so answers are compared after
+//! [`Normalizer`] renames each by order of first appearance and zeroes the times.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::contracts::{new_denial, new_effect, new_read, new_workspace};
+use crate::{
+    Changes, DecisionKind, Dependency, EdgeKind, EffectId, EffectLineage, EffectState, LedgerError,
+    PlaceholderSpec, ReadContent, ReleaseOutcome, RunFlag, RunId, StepRecord, Store, ValueKind,
+    Verdict, WorkspaceDecision,
+};
+
+/// One operation; `run` and `effect` index the runs and effects created so far (modulo
+/// their count; an operation on a run before any exists names an unknown run).
+#[derive(Debug, Clone)]
+#[expect(missing_docs, reason = "the fields are the store methods' arguments")]
+pub enum Op {
+    CreateRun,
+    Stage {
+        run: usize,
+        body: u8,
+        numbers: u8,
+        strings: u8,
+        depends_on: Option<usize>,
+    },
+    Decide {
+        effect: usize,
+        approve: bool,
+    },
+    Seal {
+        run: usize,
+    },
+    BeginCommit {
+        run: usize,
+        approve_pending: bool,
+    },
+    FinishCommit {
+        run: usize,
+    },
+    Abort {
+        run: usize,
+    },
+    MarkReleasing {
+        effect: usize,
+    },
+    RecordRelease {
+        effect: usize,
+        ok: bool,
+    },
+    SettleUnsent {
+        effect: usize,
+        skipped: bool,
+    },
+    Recover,
+    FlagRun {
+        run: usize,
+    },
+    Authenticate {
+        run: usize,
+        right: bool,
+    },
+    JournalRead {
+        run: usize,
+    },
+    JournalReads {
+        runs: Vec<usize>,
+    },
+    JournalDenial {
+        run: usize,
+    },
+    StoreReadContent {
+        run: usize,
+        seq: u64,
+        fingerprints: Vec<u64>,
+    },
+    StoreEffectLineage {
+        effect: usize,
+    },
+    AttachWorkspace {
+        run: usize,
+    },
+    RecordStep {
+        run: usize,
+    },
+    AddSavepoint {
+        run: usize,
+        name: u8,
+    },
+    DecideWorkspace {
+        run: usize,
+        kind: u8,
+        after_seq: u64,
+    },
+    FinishWorkspaceDecision {
+        run: usize,
+        unverified: bool,
+    },
+    DiscardEffectsAfter {
+        run: usize,
+        after_seq: u64,
+    },
+    /// Reads back everything about one run.
+    Query {
+        run: usize,
+    },
+    /// Lists every run.
+    Runs,
+}
+
+/// Sequences of 1 to `max_len` operations, biased towards creating runs and staging.
+pub fn operations(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+    let run = 0usize..4;
+    let effect = 0usize..8;
+    let op = prop_oneof![
+        3 => Just(Op::CreateRun),
+        4 => (run.clone(), 0u8..3, 0u8..2, 0u8..2, proptest::option::of(effect.clone()))
+            .prop_map(|(run, body, numbers, strings, depends_on)| Op::Stage { run, body, numbers, strings, depends_on }),
+        3 => (effect.clone(), any::<bool>()).prop_map(|(effect, approve)| Op::Decide { effect, approve }),
+        1 => run.clone().prop_map(|run| Op::Seal { run }),
+        2 => (run.clone(), any::<bool>()).prop_map(|(run, approve_pending)| Op::BeginCommit { run, approve_pending }),
+        1 => run.clone().prop_map(|run| Op::FinishCommit { run }),
+        1 => run.clone().prop_map(|run| Op::Abort { run }),
+        2 => effect.clone().prop_map(|effect| Op::MarkReleasing { effect }),
+        2 => (effect.clone(), any::<bool>()).prop_map(|(effect, ok)| Op::RecordRelease { effect, ok }),
+        1 => (effect.clone(), any::<bool>()).prop_map(|(effect, skipped)| Op::SettleUnsent { effect, skipped }),
+        1 => Just(Op::Recover),
+        1 => run.clone().prop_map(|run| Op::FlagRun { run }),
+        1 => (run.clone(), any::<bool>()).prop_map(|(run, right)| Op::Authenticate { run, right }),
+        2 => run.clone().prop_map(|run| Op::JournalRead { run }),
+        1 => proptest::collection::vec(run.clone(), 0..4).prop_map(|runs| Op::JournalReads { runs }),
+        1 => run.clone().prop_map(|run| Op::JournalDenial { run }),
+        1 => (run.clone(), 1u64..4, proptest::collection::vec(any::<u64>(), 0..3))
+            .prop_map(|(run, seq, fingerprints)| Op::StoreReadContent { run, seq, fingerprints }),
+        1 => effect.clone().prop_map(|effect| Op::StoreEffectLineage { effect }),
+        1 => run.clone().prop_map(|run| Op::AttachWorkspace { run }),
+        1 => run.clone().prop_map(|run| Op::RecordStep { run }),
+        1 => (run.clone(), 0u8..3).prop_map(|(run, name)| Op::AddSavepoint { run, name }),
+        1 => (run.clone(), 0u8..3, 0u64..4).prop_map(|(run, kind, after_seq)| Op::DecideWorkspace { run, kind, after_seq }),
+        1 => (run.clone(), any::<bool>()).prop_map(|(run, unverified)| Op::FinishWorkspaceDecision { run, unverified }),
+        1 => (run.clone(), 0u64..4).prop_map(|(run, after_seq)| Op::DiscardEffectsAfter { run, after_seq }),
+        2 => run.prop_map(|run| Op::Query { run }),
+        1 => Just(Op::Runs),
+    ];
+    proptest::collection::vec(op, 1..=max_len)
+}
+
+/// Runs `ops` against both stores (each fresh) and compares every answer after
+/// normalisation. Returns the first difference, described.
+pub fn same_answers(a: &dyn Store, b: &dyn Store, ops: &[Op]) -> Result<(), String> {
+    let mut left = Driver::new(a);
+    let mut right = Driver::new(b);
+    for (i, op) in ops.iter().enumerate() {
+        let (x, y) = (left.apply(op), right.apply(op));
+        if x != y {
+            return Err(format!(
+                "operation {i} {op:?} answered differently:\n  {x}\n  {y}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One store, the ids it handed out, and the renaming of its answers.
+struct Driver<'a> {
+    store: &'a dyn Store,
+    runs: Vec<(RunId, String)>,
+    effects: Vec<(EffectId, Option<String>)>,
+    names: Normalizer,
+}
+
+impl<'a> Driver<'a> {
+    fn new(store: &'a dyn Store) -> Self {
+        Self {
+            store,
+            runs: Vec::new(),
+            effects: Vec::new(),
+            names: Normalizer::default(),
+        }
+    }
+
+    fn run(&self, index: usize) -> RunId {
+        match self.runs.len() {
+            0 => RunId("run_00000000000000000000000000".into()),
+            n => self.runs[index % n].0.clone(),
+        }
+    }
+
+    fn effect(&self, index: usize) -> EffectId {
+        match self.effects.len() {
+            0 => EffectId("eff_00000000000000000000000000".into()),
+            n => self.effects[index % n].0.clone(),
+        }
+    }
+
+    fn apply(&mut self, op: &Op) -> Value {
+        let store = self.store;
+        let answer = match op {
+            Op::CreateRun => {
+                let run = store.create_run(Some("p".into()));
+                if let Ok(run) = &run {
+                    self.runs.push((run.id.clone(), run.token.clone()));
+                }
+                answer(run)
+            }
+            Op::Stage {
+                run,
+                body,
+                numbers,
+                strings,
+                depends_on,
+            } => {
+                let run = self.run(*run);
+                let body = vec![b'a' + body; 3];
+                let mut specs = Vec::new();
+                for i in 0..*numbers {
+                    specs.push(PlaceholderSpec {
+                        pointer: format!("/n{i}"),
+                        kind: ValueKind::Number,
+                    });
+                }
+                for i in 0..*strings {
+                    specs.push(PlaceholderSpec {
+                        pointer: format!("/s{i}"),
+                        kind: ValueKind::String,
+                    });
+                }
+                let mut new = new_effect(&run, &body, specs);
+                if let (Some(parent), false) = (depends_on, self.effects.is_empty()) {
+                    let (effect, value) = &self.effects[parent % self.effects.len()];
+                    new.depends_on.push(Dependency {
+                        effect: effect.clone(),
+                        value: value.clone().unwrap_or_else(|| "none".into()),
+                        found_in: "body".into(),
+                    });
+                }
+                let effect = store.stage(new);
+                if let Ok(effect) = &effect {
+                    let first = effect.placeholders.first().map(|p| p.value.clone());
+                    self.effects.push((effect.id.clone(), first));
+                }
+                answer(effect)
+            }
+            Op::Decide { effect, approve } => {
+                let verdict = if *approve {
+                    Verdict::Approve
+                } else {
+                    Verdict::Reject
+                };
+                answer(store.decide_effect(&self.effect(*effect), verdict, "alice"))
+            }
+            Op::Seal { run } => answer(store.seal(&self.run(*run), "t")),
+            Op::BeginCommit {
+                run,
+                approve_pending,
+            } => answer(store.begin_commit(&self.run(*run), *approve_pending, "t")),
+            Op::FinishCommit { run } => answer(store.finish_commit(&self.run(*run))),
+            Op::Abort { run } => answer(store.abort(&self.run(*run), "t")),
+            Op::MarkReleasing { effect } => answer(store.mark_releasing(&self.effect(*effect))),
+            Op::RecordRelease { effect, ok } => answer(store.record_release(
+                &self.effect(*effect),
+                ReleaseOutcome {
+                    status: Some(if *ok { 201 } else { 500 }),
+                    body: b"done",
+                    body_len: 4,
+                    error: (!ok).then(|| "origin said 500".into()),
+                    ..ReleaseOutcome::default()
+                },
+            )),
+            Op::SettleUnsent { effect, skipped } => {
+                let to = if *skipped {
+                    EffectState::Skipped
+                } else {
+                    EffectState::Failed
+                };
+                answer(store.settle_unsent(&self.effect(*effect), to, "unsent"))
+            }
+            Op::Recover => sorted(self.names.normalize(answer(store.recover()))),
+            Op::FlagRun { run } => answer(store.flag_run(
+                &self.run(*run),
+                RunFlag {
+                    code: "c".into(),
+                    detail: "d".into(),
+                    at_ms: 1,
+                },
+            )),
+            Op::Authenticate { run, right } => {
+                let id = self.run(*run);
+                let token = match (right, self.runs.iter().find(|(r, _)| *r == id)) {
+                    (true, Some((_, token))) => token.clone(),
+                    _ => "wrong".into(),
+                };
+                answer(store.authenticate(id.as_str(), &token))
+            }
+            Op::JournalRead { run } => {
+                answer(store.journal_read(new_read(&self.run(*run), "https://r/")))
+            }
+            Op::JournalReads { runs } => {
+                let reads = runs
+                    .iter()
+                    .map(|r| new_read(&self.run(*r), "https://b/"))
+                    .collect();
+                answer(store.journal_reads(reads))
+            }
+            Op::JournalDenial { run } => answer(store.journal_denial(new_denial(&self.run(*run)))),
+            Op::StoreReadContent {
+                run,
+                seq,
+                fingerprints,
+            } => {
+                let mut fingerprints = fingerprints.clone();
+                fingerprints.sort_unstable();
+                let content = ReadContent::not_analysed(*seq, "test".into());
+                answer(store.store_read_content(&self.run(*run), &content, &fingerprints))
+            }
+            Op::StoreEffectLineage { effect } => {
+                let lineage = EffectLineage {
+                    analyzed_at_ms: 1,
+                    fingerprints: 2,
+                    truncated: false,
+                    skipped: None,
+                    edges: vec![crate::Edge {
+                        from: crate::EdgeSource::Read { seq: 1 },
+                        to: self.effect(*effect),
+                        kind: EdgeKind::Content,
+                        overlap_bytes: 3,
+                        overlap_permille: 500,
+                        excerpt: None,
+                        detail: None,
+                    }],
+                    incomplete_reads: Vec::new(),
+                };
+                answer(store.store_effect_lineage(&self.effect(*effect), &lineage))
+            }
+            Op::AttachWorkspace { run } => {
+                answer(store.attach_workspace(&self.run(*run), new_workspace()))
+            }
+            Op::RecordStep { run } => answer(store.record_step(
+                &self.run(*run),
+                StepRecord {
+                    kind: "command".into(),
+                    command: "true".into(),
+                    exit_code: Some(0),
+                    success: true,
+                    duration_ms: 1,
+                    note: None,
+                    output: None,
+                    at_ms: 1,
+                },
+            )),
+            Op::AddSavepoint { run, name } => {
+                answer(store.add_savepoint(&self.run(*run), &format!("s{name}"), "snap_1"))
+            }
+            Op::DecideWorkspace {
+                run,
+                kind,
+                after_seq,
+            } => {
+                let kind = [
+                    DecisionKind::Keep,
+                    DecisionKind::Rollback,
+                    DecisionKind::RollbackTo,
+                ][usize::from(*kind) % 3];
+                answer(store.decide_workspace(
+                    &self.run(*run),
+                    WorkspaceDecision {
+                        kind,
+                        snapshot: "snap_0".into(),
+                        savepoint: None,
+                        after_seq: (kind == DecisionKind::RollbackTo).then_some(*after_seq),
+                        commit: false,
+                        approve_all: false,
+                        reason: "test".into(),
+                        by: "t".into(),
+                        at_ms: 1,
+                        changes: Changes::default(),
+                        finished_at_ms: None,
+                        residue: Vec::new(),
+                        outcome: None,
+                    },
+                ))
+            }
+            Op::FinishWorkspaceDecision { run, unverified } => {
+                answer(store.finish_workspace_decision(
+                    &self.run(*run),
+                    vec!["x".into()],
+                    *unverified,
+                    "done",
+                ))
+            }
+            Op::DiscardEffectsAfter { run, after_seq } => {
+                answer(store.discard_effects_after(&self.run(*run), *after_seq, "rolled back"))
+            }
+            Op::Query { run } => {
+                let run = self.run(*run);
+                let effects = store.effects(&run);
+                let bodies: Vec<Value> = effects
+                    .iter()
+                    .flatten()
+                    .map(|e| answer(store.body(&e.body_digest)))
+                    .collect();
+                let lineage: Vec<Value> = effects
+                    .iter()
+                    .flatten()
+                    .map(|e| answer(store.effect_lineage(&e.id)))
+                    .collect();
+                Value::Array(vec![
+                    answer(store.run(&run)),
+                    answer(effects),
+                    Value::Array(bodies),
+                    Value::Array(lineage),
+                    answer(store.reads(&run)),
+                    answer(store.denials(&run)),
+                    answer(store.read_contents(&run)),
+                    answer(store.edges(&run)),
+                    answer(store.workspace(&run)),
+                    answer(store.last_effect_seq(&run)),
+                    sorted(self.names.normalize(answer(store.placeholders(&run)))),
+                ])
+            }
+            Op::Runs => sorted(self.names.normalize(answer(store.runs()))),
+        };
+        self.names.normalize(answer)
+    }
+}
+
+/// An answer as JSON: the value, or the error's class (never its random identifiers).
+fn answer<T: Serialize>(result: Result<T, LedgerError>) -> Value {
+    match result {
+        Ok(value) => {
+            serde_json::json!({ "ok": serde_json::to_value(value).unwrap_or(Value::Null) })
+        }
+        Err(LedgerError::NotFound { kind, .. }) => Value::String(format!("not_found:{kind}")),
+        Err(LedgerError::Refused(refused)) => Value::String(format!("refused:{}", refused.code())),
+        Err(LedgerError::Conflict { .. }) => Value::String("conflict".into()),
+        Err(LedgerError::Corrupt { .. }) => Value::String("corrupt".into()),
+        Err(other) => Value::String(format!("error:{other}")),
+    }
+}
+
+/// `value` (`{"ok": [...]}`) with its list sorted by JSON text: for listings whose order
+/// follows random identifiers or values.
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(mut object) => {
+            if let Some(Value::Array(items)) = object.get_mut("ok") {
+                items.sort_by_key(|item| item.to_string());
+            }
+            Value::Object(object)
+        }
+        other => other,
+    }
+}
+
+/// Renames identifiers, tokens and placeholder values by order of first appearance and
+/// zeroes every `*_ms` time.
+#[derive(Debug, Default)]
+pub struct Normalizer {
+    names: HashMap<String, String>,
+}
+
+impl Normalizer {
+    /// `value` with every random or clock-bound part replaced.
+    pub fn normalize(&mut self, value: Value) -> Value {
+        match value {
+            Value::String(text) => Value::String(self.rename(text)),
+            Value::Array(items) => {
+                Value::Array(items.into_iter().map(|v| self.normalize(v)).collect())
+            }
+            Value::Object(object) => Value::Object(
+                object
+                    .into_iter()
+                    .map(|(key, value)| {
+                        let value = if key == "token" {
+                            Value::String("<token>".into())
+                        } else if key.ends_with("_ms") && value.is_number() {
+                            Value::from(0)
+                        } else {
+                            self.normalize(value)
+                        };
+                        (key, value)
+                    })
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    fn rename(&mut self, text: String) -> String {
+        let kind = if RunId::parse(&text).is_some() {
+            "run"
+        } else if EffectId::parse(&text).is_some() {
+            "eff"
+        } else if text.starts_with("ph_") && text.len() == 27 {
+            "ph"
+        } else if text.len() == 16 && text.bytes().all(|b| b.is_ascii_digit()) {
+            "number"
+        } else {
+            return text;
+        };
+        let next = self.names.len();
+        self.names
+            .entry(text)
+            .or_insert_with(|| format!("<{kind}#{next}>"))
+            .clone()
+    }
+}

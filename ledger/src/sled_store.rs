@@ -1,0 +1,246 @@
+//! The sled store: airlock's embedded default ledger, on sled 0.34, one process writing.
+//!
+//! On-disk format (kept so old data directories open): one tree per record kind, keys
+//! below, values serde JSON unless said otherwise. Each method holds the write lock over
+//! its read-modify-write, so its changes are atomic with respect to every other method;
+//! durable methods flush (group commit) before they return.
+
+mod effects;
+mod journal;
+mod lineage;
+mod runs;
+mod store_impl;
+mod workspace;
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::change::{Change, Notifier};
+use crate::model::RunId;
+use crate::{LedgerError, Result, DEFAULT_CACHE_BYTES};
+
+/// The sled store ([`crate::Store`] on sled; the name predates the trait). Cheap to share
+/// behind an `Arc`.
+pub struct Ledger {
+    db: sled::Db,
+    /// The page cache asked of sled, in bytes.
+    cache_bytes: u64,
+    runs: sled::Tree,
+    effects: sled::Tree,
+    /// `run_id \0 seq(be u64)` -> effect id
+    run_effects: sled::Tree,
+    /// `run_id \0 seq(be u64)` -> Read
+    reads: sled::Tree,
+    /// digest -> bytes
+    bodies: sled::Tree,
+    /// `effects/run_id` and `reads/run_id` -> last sequence number (be u64)
+    counters: sled::Tree,
+    /// `run_id \0 value` -> IssuedPlaceholder
+    placeholders: sled::Tree,
+    /// `run_id \0 read seq` -> read content meta (notable values); hashes in `read_hashes`
+    read_content: sled::Tree,
+    /// `run_id \0 read seq` -> winnowed fingerprints, little-endian u64s, sorted
+    read_hashes: sled::Tree,
+    /// effect id -> EffectLineage
+    effect_lineage: sled::Tree,
+    /// run id -> WorkspaceRecord (`airlock run`)
+    workspaces: sled::Tree,
+    /// `run_id \0 seq(be u64)` -> Denial
+    denials: sled::Tree,
+    /// Serialises read-modify-write of run and effect records.
+    write: Mutex<()>,
+    /// Group commit: callers that arrive while a flush runs share the next one.
+    flushes: Mutex<FlushState>,
+    flushed: std::sync::Condvar,
+    /// Subscribers to this store's changes.
+    notifier: Notifier,
+}
+
+/// Flush generations: `started` counts flushes begun, `completed` the last one finished.
+#[derive(Debug, Default)]
+struct FlushState {
+    started: u64,
+    completed: u64,
+    running: bool,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger").finish_non_exhaustive()
+    }
+}
+
+fn index_key(run: &RunId, seq: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(run.0.len() + 9);
+    key.extend_from_slice(run.0.as_bytes());
+    key.push(0);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn run_prefix(run: &RunId) -> Vec<u8> {
+    let mut key = run.0.as_bytes().to_vec();
+    key.push(0);
+    key
+}
+
+fn decode<T: DeserializeOwned>(key: &[u8], bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|source| LedgerError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        source,
+    })
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serialising these plain structs (strings, numbers, vectors) cannot fail.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// Wraps a sled fault as [`LedgerError::Storage`].
+trait OrStorage<T> {
+    fn or_storage(self) -> Result<T>;
+}
+
+impl<T> OrStorage<T> for std::result::Result<T, sled::Error> {
+    fn or_storage(self) -> Result<T> {
+        self.map_err(LedgerError::storage)
+    }
+}
+
+impl Ledger {
+    /// Opens (or creates) the ledger in directory `path`, with a page cache of
+    /// [`DEFAULT_CACHE_BYTES`].
+    ///
+    /// Errors: [`LedgerError::Storage`] when sled cannot open it (for example another
+    /// process holds it).
+    pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the ledger in directory `path`, keeping about `cache_bytes` of
+    /// its pages in memory (sled's `cache_capacity`, counted by the pages' size on disk;
+    /// older pages are read back from disk when needed). The cache fills as the ledger
+    /// grows and then stops growing; resident memory ends above base + `cache_bytes`
+    /// (sled's pages take more room in memory than on disk: with 64 MiB the soak reached
+    /// ≈128 MiB), and sled's per-page bookkeeping still grows with the ledger's size beyond
+    /// that (≈0.2 MiB per MB of ledger; docs/protocols.md "Known gaps").
+    ///
+    /// Errors: as [`Ledger::open`].
+    pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self> {
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(cache_bytes)
+            .flush_every_ms(Some(200))
+            .open()
+            .or_storage()?;
+        Ok(Self {
+            runs: db.open_tree("runs").or_storage()?,
+            effects: db.open_tree("effects").or_storage()?,
+            run_effects: db.open_tree("run_effects").or_storage()?,
+            reads: db.open_tree("reads").or_storage()?,
+            bodies: db.open_tree("bodies").or_storage()?,
+            counters: db.open_tree("counters").or_storage()?,
+            placeholders: db.open_tree("placeholders").or_storage()?,
+            read_content: db.open_tree("read_content").or_storage()?,
+            read_hashes: db.open_tree("read_hashes").or_storage()?,
+            effect_lineage: db.open_tree("effect_lineage").or_storage()?,
+            workspaces: db.open_tree("workspaces").or_storage()?,
+            denials: db.open_tree("denials").or_storage()?,
+            db,
+            cache_bytes,
+            write: Mutex::new(()),
+            flushes: Mutex::default(),
+            flushed: std::sync::Condvar::new(),
+            notifier: Notifier::new(),
+        })
+    }
+
+    /// The page cache this ledger was opened with, in bytes.
+    pub fn cache_capacity(&self) -> u64 {
+        self.cache_bytes
+    }
+
+    /// [`crate::Store::subscribe`] on sled: a receiver of this ledger's changes.
+    pub fn subscribe(&self) -> std::sync::mpsc::Receiver<Change> {
+        self.notifier.subscribe()
+    }
+
+    /// Bytes the ledger's files take on disk (sled's `size_on_disk`).
+    ///
+    /// Errors: [`LedgerError::Storage`] when sled cannot read its files' sizes.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        self.db.size_on_disk().or_storage()
+    }
+
+    /// Flushes, then announces `changes`: the tail of every durable write.
+    fn flush_and_send(&self, changes: impl IntoIterator<Item = Change>) -> Result<()> {
+        self.flush()?;
+        self.notifier.send(changes);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // The guard protects no data of its own, so a poisoned lock is still usable.
+        self.write.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Flushes every write so far to disk.
+    ///
+    /// Group commit: a caller needs a flush that *started* after it arrived (one already
+    /// running may miss its writes). Callers that arrive while a flush runs wait for it,
+    /// then one of them runs the next flush for all of them, so concurrent stagers share
+    /// disk syncs instead of queueing one each.
+    pub fn flush(&self) -> Result<()> {
+        let mut state = self.flushes.lock().unwrap_or_else(|e| e.into_inner());
+        let needed = state.started + 1;
+        loop {
+            if state.completed >= needed {
+                return Ok(());
+            }
+            if !state.running {
+                state.running = true;
+                state.started += 1;
+                let generation = state.started;
+                drop(state);
+                let result = self.db.flush();
+                state = self.flushes.lock().unwrap_or_else(|e| e.into_inner());
+                state.running = false;
+                if result.is_ok() {
+                    state.completed = generation;
+                }
+                self.flushed.notify_all();
+                result.or_storage()?;
+                if generation >= needed {
+                    return Ok(());
+                }
+                continue;
+            }
+            state = self.flushed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn next_seq(&self, counter: &str, run: &RunId) -> Result<u64> {
+        self.next_seqs(counter, run, 1)
+    }
+
+    /// Reserves `n` consecutive sequence numbers of `counter` for `run`; returns the last.
+    fn next_seqs(&self, counter: &str, run: &RunId, n: u64) -> Result<u64> {
+        let key = format!("{counter}/{run}");
+        let next = self
+            .counters
+            .update_and_fetch(key.as_bytes(), |old| {
+                let current = old
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map(u64::from_be_bytes)
+                    .unwrap_or(0);
+                Some((current + n).to_be_bytes().to_vec())
+            })
+            .or_storage()?;
+        Ok(next
+            .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+            .map(u64::from_be_bytes)
+            .unwrap_or(n))
+    }
+}

@@ -1,0 +1,198 @@
+//! Effects on sled: staging, reviewers' verdicts, release bookkeeping and recovery.
+
+use super::{decode, encode, index_key, run_prefix, Ledger, OrStorage as _};
+use crate::change::Change;
+use crate::model::{
+    now_ms, Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder, NewEffect, RunId,
+};
+use crate::{rules, LedgerError, ReleaseOutcome, Result, Verdict};
+
+impl Ledger {
+    /// [`crate::EffectStore::stage`] on sled: stores the body by digest and the record,
+    /// then flushes. Only after this returns may the client be answered.
+    ///
+    /// Errors: [`crate::Refused::RunNotOpen`] when the run is sealed, committing, finished
+    /// or aborted; [`LedgerError::NotFound`] for an unknown run.
+    pub fn stage(&self, new: NewEffect<'_>) -> Result<Effect> {
+        self.stage_with(new, EffectNotes::default())
+    }
+
+    /// [`Ledger::stage`] with an adapter's notes (summary, adapter name, compensated
+    /// effect) stored on the effect. Same errors.
+    pub fn stage_with(&self, new: NewEffect<'_>, notes: EffectNotes) -> Result<Effect> {
+        let digest = Digest::sha256_of(new.body);
+        let effect = {
+            let _guard = self.lock();
+            let run = self.must_run(new.run_id)?;
+            rules::check_stage(&run)?;
+            let seq = self.next_seq("effects", new.run_id)?;
+            let placeholders = self.allocate_placeholders(new.run_id, &new.placeholders)?;
+            let run_id = new.run_id;
+            let body = new.body;
+            let effect = rules::new_effect(
+                new,
+                notes,
+                EffectId::generate(),
+                seq,
+                digest.clone(),
+                placeholders,
+                now_ms(),
+            );
+            for placeholder in &effect.placeholders {
+                let issued = IssuedPlaceholder {
+                    value: placeholder.value.clone(),
+                    kind: placeholder.kind,
+                    effect: effect.id.clone(),
+                };
+                let mut key = run_prefix(run_id);
+                key.extend_from_slice(placeholder.value.as_bytes());
+                self.placeholders
+                    .insert(key, encode(&issued))
+                    .or_storage()?;
+            }
+            self.put_body(&digest, body)?;
+            self.put_effect(&effect)?;
+            self.run_effects
+                .insert(index_key(run_id, seq), effect.id.0.as_bytes())
+                .or_storage()?;
+            effect
+        };
+        // Outside the lock so that concurrent stagers share one flush.
+        self.flush_and_send(Change::of_staged(&effect))?;
+        Ok(effect)
+    }
+
+    fn put_body(&self, digest: &Digest, body: &[u8]) -> Result<()> {
+        if !self.bodies.contains_key(digest.0.as_bytes()).or_storage()? {
+            self.bodies.insert(digest.0.as_bytes(), body).or_storage()?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn put_effect(&self, effect: &Effect) -> Result<()> {
+        self.effects
+            .insert(effect.id.0.as_bytes(), encode(effect))
+            .or_storage()?;
+        Ok(())
+    }
+
+    /// [`crate::EffectStore::effect`] on sled.
+    pub fn effect(&self, id: &EffectId) -> Result<Option<Effect>> {
+        match self.effects.get(id.0.as_bytes()).or_storage()? {
+            Some(bytes) => Ok(Some(decode(id.0.as_bytes(), &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(super) fn must_effect(&self, id: &EffectId) -> Result<Effect> {
+        self.effect(id)?.ok_or_else(|| LedgerError::NotFound {
+            kind: "effect",
+            id: id.0.clone(),
+        })
+    }
+
+    /// [`crate::EffectStore::effects`] on sled: a run's effects in staging order.
+    ///
+    /// Errors: [`LedgerError::NotFound`] for an unknown run.
+    pub fn effects(&self, run: &RunId) -> Result<Vec<Effect>> {
+        self.must_run(run)?;
+        self.effects_unlocked(run)
+    }
+
+    pub(super) fn effects_unlocked(&self, run: &RunId) -> Result<Vec<Effect>> {
+        let mut out = Vec::new();
+        for item in self.run_effects.scan_prefix(run_prefix(run)) {
+            let (_, id) = item.or_storage()?;
+            let id = EffectId(String::from_utf8_lossy(&id).into_owned());
+            if let Some(effect) = self.effect(&id)? {
+                out.push(effect);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`crate::EffectStore::body`] on sled: a stored body by digest.
+    pub fn body(&self, digest: &Digest) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .bodies
+            .get(digest.0.as_bytes())
+            .or_storage()?
+            .map(|b| b.to_vec()))
+    }
+
+    /// Reads effect `id` under the write lock, lets `change` decide and change it, and
+    /// writes it back durably, announcing it.
+    fn update_effect(
+        &self,
+        id: &EffectId,
+        change: impl FnOnce(&Self, &mut Effect) -> Result<()>,
+    ) -> Result<Effect> {
+        let _guard = self.lock();
+        let mut effect = self.must_effect(id)?;
+        change(self, &mut effect)?;
+        self.put_effect(&effect)?;
+        self.flush_and_send([Change::EffectChanged {
+            run: effect.run_id.clone(),
+            effect: effect.id.clone(),
+        }])?;
+        Ok(effect)
+    }
+
+    /// [`crate::EffectStore::decide_effect`] on sled. Durable.
+    ///
+    /// Errors: [`crate::Refused::EffectTransition`] or [`crate::Refused::RunTransition`].
+    pub fn decide_effect(&self, id: &EffectId, verdict: Verdict, by: &str) -> Result<Effect> {
+        self.update_effect(id, |ledger, effect| {
+            let run = ledger.must_run(&effect.run_id)?;
+            Ok(rules::decide_effect(effect, &run, verdict, by, now_ms())?)
+        })
+    }
+
+    /// [`crate::EffectStore::mark_releasing`] on sled. Durable.
+    ///
+    /// Errors: [`crate::Refused::EffectTransition`] unless the effect is `approved`.
+    pub fn mark_releasing(&self, id: &EffectId) -> Result<Effect> {
+        self.update_effect(id, |_, effect| Ok(rules::mark_releasing(effect, now_ms())?))
+    }
+
+    /// [`crate::EffectStore::record_release`] on sled: the response body stored by
+    /// digest. Durable.
+    ///
+    /// Errors: [`crate::Refused::EffectTransition`].
+    pub fn record_release(&self, id: &EffectId, outcome: ReleaseOutcome<'_>) -> Result<Effect> {
+        self.update_effect(id, |ledger, effect| {
+            let body = outcome.body;
+            let digest = Digest::sha256_of(body);
+            rules::record_release(effect, outcome, digest.clone(), now_ms())?;
+            ledger.put_body(&digest, body)
+        })
+    }
+
+    /// [`crate::EffectStore::settle_unsent`] on sled. Durable.
+    ///
+    /// Errors: [`crate::Refused::EffectTransition`].
+    pub fn settle_unsent(&self, id: &EffectId, to: EffectState, reason: &str) -> Result<Effect> {
+        self.update_effect(id, |_, effect| {
+            Ok(rules::settle_unsent(effect, to, reason)?)
+        })
+    }
+
+    /// [`crate::EffectStore::recover`] on sled: scans every effect. Durable.
+    pub fn recover(&self) -> Result<Vec<Effect>> {
+        let _guard = self.lock();
+        let mut changed = Vec::new();
+        for item in self.effects.iter() {
+            let (key, value) = item.or_storage()?;
+            let mut effect: Effect = decode(&key, &value)?;
+            if rules::recover(&mut effect) {
+                self.put_effect(&effect)?;
+                changed.push(effect);
+            }
+        }
+        self.flush_and_send(changed.iter().map(|effect| Change::EffectChanged {
+            run: effect.run_id.clone(),
+            effect: effect.id.clone(),
+        }))?;
+        Ok(changed)
+    }
+}

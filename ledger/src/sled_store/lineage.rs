@@ -1,0 +1,128 @@
+//! Lineage on sled: placeholders, read content analyses and effect lineage.
+
+use super::{decode, encode, run_prefix, Ledger, OrStorage as _};
+use crate::lineage::{Edge, EffectLineage, ReadContent};
+use crate::model::{EffectId, Placeholder, PlaceholderSpec, RunId, ValueKind};
+use crate::{rules, Result};
+
+fn seq_key(run: &RunId, seq: u64) -> Vec<u8> {
+    super::index_key(run, seq)
+}
+
+impl Ledger {
+    /// Allocates placeholder values for a new effect ([`rules::placeholder_value`]): the
+    /// run's number base is kept in `counters` under `placeholder-base/RUN`, the count under
+    /// `placeholders/RUN`. Called under the write lock.
+    pub(crate) fn allocate_placeholders(
+        &self,
+        run: &RunId,
+        specs: &[PlaceholderSpec],
+    ) -> Result<Vec<Placeholder>> {
+        let mut out = Vec::new();
+        for spec in specs {
+            let (base, seq) = match spec.kind {
+                ValueKind::Number => {
+                    let base_key = format!("placeholder-base/{run}");
+                    let base = match self.counters.get(base_key.as_bytes()).or_storage()? {
+                        Some(bytes) => <[u8; 8]>::try_from(bytes.as_ref())
+                            .map(u64::from_be_bytes)
+                            .unwrap_or(0),
+                        None => {
+                            let base = rules::random_placeholder_base();
+                            self.counters
+                                .insert(base_key.as_bytes(), &base.to_be_bytes())
+                                .or_storage()?;
+                            base
+                        }
+                    };
+                    (base, self.next_seq("placeholders", run)?)
+                }
+                ValueKind::String => (0, 0),
+            };
+            out.push(Placeholder {
+                value: rules::placeholder_value(spec.kind, base, seq),
+                kind: spec.kind,
+                pointer: spec.pointer.clone(),
+                real: None,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every placeholder issued in `run`.
+    pub fn placeholders(&self, run: &RunId) -> Result<Vec<crate::model::IssuedPlaceholder>> {
+        self.placeholders
+            .scan_prefix(run_prefix(run))
+            .map(|item| {
+                let (key, value) = item.or_storage()?;
+                decode(&key, &value)
+            })
+            .collect()
+    }
+
+    /// Stores the analysis of read `seq`'s response: its winnowed fingerprints (sorted) and
+    /// notable values.
+    pub fn store_read_content(
+        &self,
+        run: &RunId,
+        content: &ReadContent,
+        fingerprints: &[u64],
+    ) -> Result<()> {
+        let key = seq_key(run, content.seq);
+        let mut bytes = Vec::with_capacity(fingerprints.len() * 8);
+        for hash in fingerprints {
+            bytes.extend_from_slice(&hash.to_le_bytes());
+        }
+        self.read_hashes.insert(key.clone(), bytes).or_storage()?;
+        self.read_content
+            .insert(key, encode(content))
+            .or_storage()?;
+        Ok(())
+    }
+
+    /// The analyses of `run`'s reads with their fingerprints, in read order.
+    pub fn read_contents(&self, run: &RunId) -> Result<Vec<(ReadContent, Vec<u64>)>> {
+        let mut out = Vec::new();
+        for item in self.read_content.scan_prefix(run_prefix(run)) {
+            let (key, value) = item.or_storage()?;
+            let content: ReadContent = decode(&key, &value)?;
+            let hashes = self
+                .read_hashes
+                .get(&key)
+                .or_storage()?
+                .map(|bytes| {
+                    bytes
+                        .chunks_exact(8)
+                        .filter_map(|c| <[u8; 8]>::try_from(c).ok())
+                        .map(u64::from_le_bytes)
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push((content, hashes));
+        }
+        Ok(out)
+    }
+
+    /// Stores an effect's content analysis and read -> effect edges.
+    pub fn store_effect_lineage(&self, effect: &EffectId, lineage: &EffectLineage) -> Result<()> {
+        self.effect_lineage
+            .insert(effect.0.as_bytes(), encode(lineage))
+            .or_storage()?;
+        Ok(())
+    }
+
+    /// An effect's content analysis, once it finished.
+    pub fn effect_lineage(&self, effect: &EffectId) -> Result<Option<EffectLineage>> {
+        match self.effect_lineage.get(effect.0.as_bytes()).or_storage()? {
+            Some(bytes) => Ok(Some(decode(effect.0.as_bytes(), &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// [`crate::LineageStore::edges`] on sled: every edge of a run, in effect staging order.
+    ///
+    /// Errors: [`crate::LedgerError::NotFound`] for an unknown run.
+    pub fn edges(&self, run: &RunId) -> Result<Vec<Edge>> {
+        crate::LineageStore::edges(self, run)
+    }
+}

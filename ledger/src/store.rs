@@ -1,0 +1,306 @@
+//! The storage trait: what every ledger backend (sled, the in-memory model, a later
+//! PostgreSQL) provides, grouped by concern, with the contracts callers rely on.
+//!
+//! # Contracts (every backend; [`crate::conformance`] checks them)
+//!
+//! - **Atomic.** Each method takes effect entirely or not at all. An `Err` changes
+//!   nothing, except that a storage fault in a journal method may leave a sequence
+//!   number unused.
+//! - **Refusals change nothing.** [`crate::Refused`] comes from the pure rules in
+//!   [`crate::rules`], which every backend calls: the same request in the same state is
+//!   refused by every backend, and leaves every record as it was.
+//! - **Durable on return.** A method documented "durable" has its write on disk
+//!   (fsync-class for a database) before it returns `Ok`: the client may be answered and
+//!   the commit authority may act on it. Journal methods (reads, denials, lineage
+//!   analyses) are not durable on their own; the next durable write carries them.
+//! - **At most once.** [`EffectStore::mark_releasing`] succeeds at most once per effect,
+//!   even with several writers: the second caller gets [`crate::Refused::EffectTransition`]
+//!   (or [`crate::LedgerError::Conflict`] to retry, which then refuses).
+//! - **Gap-free sequence numbers.** Per run, effects, reads and denials are numbered
+//!   1, 2, 3 … in the order the store accepted them, with no gaps and no repeats.
+//! - **Identifiers.** Runs are `run_<ulid>`, effects `eff_<ulid>` ([`crate::RunId`],
+//!   [`crate::EffectId`]); listings "oldest first" are in identifier order (ULIDs created
+//!   in the same millisecond sort in random order).
+//! - **Notifications.** After each durable write the store sends the [`Change`]s it made
+//!   to every [`Store::subscribe`]r; see [`crate::change`].
+//!
+//! The trait is dyn-compatible: hold an `Arc<dyn Store>`. Methods of the concern traits
+//! are callable on `dyn Store` without importing them.
+
+use std::sync::mpsc::Receiver;
+
+use crate::change::Change;
+use crate::denials::Denial;
+use crate::lineage::{placeholder_edges, Edge, EffectLineage, ReadContent};
+use crate::model::{
+    Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder, NewEffect, Read, Run,
+    RunFlag, RunId,
+};
+use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
+use crate::{ReleaseOutcome, Result, Verdict};
+
+/// A ledger backend: every concern, plus flushing, sizes and change notifications.
+pub trait Store:
+    RunStore + EffectStore + JournalStore + LineageStore + WorkspaceStore + std::fmt::Debug
+{
+    /// Makes every write so far durable (journal writes included). Concurrent callers may
+    /// share one flush (group commit).
+    ///
+    /// Errors: [`crate::LedgerError::Storage`].
+    fn flush(&self) -> Result<()>;
+
+    /// Bytes the backend's files take on disk (0 for a backend without files).
+    ///
+    /// Errors: [`crate::LedgerError::Storage`] when the size cannot be read.
+    fn size_on_disk(&self) -> Result<u64>;
+
+    /// The page cache the backend was opened with, in bytes (0 when it has none).
+    fn cache_capacity(&self) -> u64;
+
+    /// A new subscriber to this store's changes ([`crate::change`]): every durable write
+    /// from now on sends its [`Change`]s, in order. Drop the receiver to unsubscribe.
+    fn subscribe(&self) -> Receiver<Change>;
+}
+
+/// Runs: one agent execution, one transaction.
+pub trait RunStore: Send + Sync + 'static {
+    /// Creates an open run with a fresh random token (48 hex characters). Durable.
+    /// Sends [`Change::RunChanged`].
+    ///
+    /// Errors: storage faults.
+    fn create_run(&self, profile: Option<String>) -> Result<Run>;
+
+    /// The run with this id, if any.
+    fn run(&self, id: &RunId) -> Result<Option<Run>>;
+
+    /// Every run, oldest first (identifier order).
+    fn runs(&self) -> Result<Vec<Run>>;
+
+    /// The run whose id and token match, the token compared in constant time; `None`
+    /// for a malformed id, an unknown run or a wrong token.
+    fn authenticate(&self, run_id: &str, token: &str) -> Result<Option<Run>> {
+        let Some(id) = RunId::parse(run_id) else {
+            return Ok(None);
+        };
+        Ok(self
+            .run(&id)?
+            .filter(|run| crate::rules::constant_time_eq(run.token.as_bytes(), token.as_bytes())))
+    }
+
+    /// Adds `flag` to the run (kept up to [`crate::MAX_RUN_FLAGS`]; later flags are dropped
+    /// and `false` is returned). Durable.
+    ///
+    /// Errors: [`crate::LedgerError::NotFound`] for an unknown run, and storage faults.
+    fn flag_run(&self, id: &RunId, flag: RunFlag) -> Result<bool>;
+
+    /// Seals an open run (no new effects); a sealed run stays sealed. Durable.
+    ///
+    /// Errors: [`crate::Refused::RunTransition`] when the run is committing, committed or
+    /// aborted; [`crate::LedgerError::NotFound`].
+    fn seal(&self, id: &RunId, by: &str) -> Result<Run>;
+
+    /// Writes the commit decision ([`crate::rules::begin_commit`]): seals the run if open,
+    /// approves undecided effects when `approve_pending`, and moves the run to
+    /// `committing`, all in one atomic write. Durable. Sends [`Change::RunClosed`].
+    ///
+    /// Returns `(run, true)` when the decision was written now or earlier and release must
+    /// (still) proceed, `(run, false)` when the run already finished committing.
+    ///
+    /// Errors: [`crate::Refused::Undecided`] when effects are `staged` and
+    /// `approve_pending` is false; [`crate::Refused::RunTransition`] for an aborted run.
+    fn begin_commit(&self, id: &RunId, approve_pending: bool, by: &str) -> Result<(Run, bool)>;
+
+    /// Ends a commit: `committed` when every approved effect was released,
+    /// `partially_committed` otherwise; a run not `committing` is returned unchanged.
+    /// Durable.
+    ///
+    /// Errors: [`crate::LedgerError::NotFound`].
+    fn finish_commit(&self, id: &RunId) -> Result<Run>;
+
+    /// Aborts an open or sealed run: every `staged` or `approved` effect becomes
+    /// `discarded`; nothing is sent. Aborting an aborted run is a no-op. Durable. Sends
+    /// [`Change::RunClosed`].
+    ///
+    /// Errors: [`crate::Refused::RunTransition`] when a commit decision was already written.
+    fn abort(&self, id: &RunId, by: &str) -> Result<Run>;
+}
+
+/// Effects: staging, reviewers' verdicts, release bookkeeping and recovery.
+pub trait EffectStore: Send + Sync + 'static {
+    /// [`EffectStore::stage_with`] without an adapter's notes.
+    fn stage(&self, new: NewEffect<'_>) -> Result<Effect> {
+        self.stage_with(new, EffectNotes::default())
+    }
+
+    /// Stages an effect: its body stored by SHA-256 digest, the next effect sequence
+    /// number of its run, placeholders allocated for its synthetic response, `notes`
+    /// kept. Durable: only after this returns may the client be answered. Sends
+    /// [`Change::EffectChanged`], and [`Change::PlaceholdersIssued`] when it issued any.
+    ///
+    /// Errors: [`crate::Refused::RunNotOpen`] unless the run is open;
+    /// [`crate::LedgerError::NotFound`] for an unknown run.
+    fn stage_with(&self, new: NewEffect<'_>, notes: EffectNotes) -> Result<Effect>;
+
+    /// The effect with this id, if any.
+    fn effect(&self, id: &EffectId) -> Result<Option<Effect>>;
+
+    /// A run's effects in staging order (by sequence number).
+    ///
+    /// Errors: [`crate::LedgerError::NotFound`] for an unknown run.
+    fn effects(&self, run: &RunId) -> Result<Vec<Effect>>;
+
+    /// A stored body (of an effect or a release's response) by digest.
+    fn body(&self, digest: &Digest) -> Result<Option<Vec<u8>>>;
+
+    /// Records a reviewer's verdict ([`crate::rules::decide_effect`]). Durable.
+    ///
+    /// Errors: [`crate::Refused::EffectTransition`] or [`crate::Refused::RunTransition`];
+    /// [`crate::LedgerError::NotFound`].
+    fn decide_effect(&self, id: &EffectId, verdict: Verdict, by: &str) -> Result<Effect>;
+
+    /// Marks an approved effect `releasing`, durably, just before it is sent. Succeeds at
+    /// most once per effect.
+    ///
+    /// Errors: [`crate::Refused::EffectTransition`] unless the effect is `approved`.
+    fn mark_releasing(&self, id: &EffectId) -> Result<Effect>;
+
+    /// Records the outcome of a release: `released` when `outcome.error` is `None`, else
+    /// `failed`; the response body stored by SHA-256 digest; resolved placeholders get
+    /// their real values. Durable.
+    ///
+    /// Errors: [`crate::Refused::EffectTransition`] unless the effect is `releasing`
+    /// (or `approved`, for `failed`).
+    fn record_release(&self, id: &EffectId, outcome: ReleaseOutcome<'_>) -> Result<Effect>;
+
+    /// Ends an approved effect without sending it: `to` is `skipped` or `failed`. Durable.
+    ///
+    /// Errors: [`crate::Refused::EffectTransition`].
+    fn settle_unsent(&self, id: &EffectId, to: EffectState, reason: &str) -> Result<Effect>;
+
+    /// Recovery after a restart: every effect left `releasing` becomes `unknown`. Returns
+    /// them (identifier order). Durable.
+    fn recover(&self) -> Result<Vec<Effect>>;
+}
+
+/// The journal: reads and denials, numbered per run, not durable on their own.
+pub trait JournalStore: Send + Sync + 'static {
+    /// Journals a read with the next read sequence number of its run (the run need not
+    /// exist). Not durable on its own.
+    fn journal_read(&self, read: Read) -> Result<Read>;
+
+    /// Journals several reads and returns them, in the order given, with their sequence
+    /// numbers; the reads of one run get consecutive numbers. Not durable on its own.
+    fn journal_reads(&self, reads: Vec<Read>) -> Result<Vec<Read>>;
+
+    /// A run's reads in sequence order (empty for an unknown run).
+    fn reads(&self, run: &RunId) -> Result<Vec<Read>>;
+
+    /// Journals a denial; returns its sequence number. Past
+    /// [`crate::DENIALS_KEPT_PER_RUN`] the number still counts but nothing is stored. Not
+    /// durable on its own.
+    fn journal_denial(&self, denial: Denial) -> Result<u64>;
+
+    /// A run's stored denials in sequence order.
+    fn denials(&self, run: &RunId) -> Result<Vec<Denial>>;
+}
+
+/// Lineage: placeholders issued, analyses of reads and effects, edges.
+pub trait LineageStore: EffectStore {
+    /// Every placeholder issued in `run`, in value order (bytewise).
+    fn placeholders(&self, run: &RunId) -> Result<Vec<IssuedPlaceholder>>;
+
+    /// Stores the analysis of read `content.seq`'s response with its winnowed
+    /// `fingerprints` (sorted; computed by the caller with [`crate::fingerprint`]),
+    /// replacing an earlier one. Not durable on its own.
+    fn store_read_content(
+        &self,
+        run: &RunId,
+        content: &ReadContent,
+        fingerprints: &[u64],
+    ) -> Result<()>;
+
+    /// The analyses of `run`'s reads with their fingerprints, in read order.
+    fn read_contents(&self, run: &RunId) -> Result<Vec<(ReadContent, Vec<u64>)>>;
+
+    /// Stores an effect's content analysis and read -> effect edges, replacing an earlier
+    /// one. Not durable on its own.
+    fn store_effect_lineage(&self, effect: &EffectId, lineage: &EffectLineage) -> Result<()>;
+
+    /// An effect's content analysis, once it finished.
+    fn effect_lineage(&self, effect: &EffectId) -> Result<Option<EffectLineage>>;
+
+    /// Every edge of a run: for each effect in staging order, its effect -> effect edges
+    /// (placeholders), then its stored read -> effect edges.
+    ///
+    /// Errors: [`crate::LedgerError::NotFound`] for an unknown run.
+    fn edges(&self, run: &RunId) -> Result<Vec<Edge>> {
+        let mut out = Vec::new();
+        for effect in self.effects(run)? {
+            out.extend(placeholder_edges(&effect));
+            if let Some(lineage) = self.effect_lineage(&effect.id)? {
+                out.extend(lineage.edges);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The workspace side of a run (`airlock run`).
+pub trait WorkspaceStore: Send + Sync + 'static {
+    /// The workspace of a run, if one was attached.
+    fn workspace(&self, run: &RunId) -> Result<Option<WorkspaceRecord>>;
+
+    /// Attaches a workspace and its starting snapshot to a run; attaching again returns
+    /// the first record unchanged. Durable.
+    ///
+    /// Errors: [`crate::LedgerError::NotFound`] for an unknown run.
+    fn attach_workspace(&self, run: &RunId, record: WorkspaceRecord) -> Result<WorkspaceRecord>;
+
+    /// Records a command run in the workspace. Durable.
+    ///
+    /// Errors: [`crate::LedgerError::NotFound`] without a workspace.
+    fn record_step(&self, run: &RunId, step: StepRecord) -> Result<WorkspaceRecord>;
+
+    /// The sequence number of the run's last staged effect (0 when none).
+    fn last_effect_seq(&self, run: &RunId) -> Result<u64>;
+
+    /// Adds a savepoint at the run's current ledger position. Durable.
+    ///
+    /// Errors: [`crate::Refused::RunTransition`] unless the run is open or sealed, or
+    /// when the name is taken or a final decision was written;
+    /// [`crate::LedgerError::NotFound`].
+    fn add_savepoint(&self, run: &RunId, name: &str, snapshot: &str) -> Result<Savepoint>;
+
+    /// Writes a workspace decision ([`crate::rules::workspace::decide_workspace`]) before
+    /// anything acts on it. Durable. `(decision, false)` is the decision already written.
+    ///
+    /// Errors: [`crate::Refused::RunTransition`]; [`crate::LedgerError::NotFound`].
+    fn decide_workspace(
+        &self,
+        run: &RunId,
+        decision: WorkspaceDecision,
+    ) -> Result<(WorkspaceDecision, bool)>;
+
+    /// Marks the unfinished decision finished, with the residue found after a rollback
+    /// (`unverified` marks the run `rollback_unverified`). Durable.
+    ///
+    /// Errors: [`crate::LedgerError::NotFound`] without a workspace.
+    fn finish_workspace_decision(
+        &self,
+        run: &RunId,
+        residue: Vec<String>,
+        unverified: bool,
+        outcome: &str,
+    ) -> Result<WorkspaceRecord>;
+
+    /// Discards every pending effect staged after `after_seq` and every effect depending
+    /// on a discarded one. Idempotent. Returns the effects discarded now. Durable.
+    ///
+    /// Errors: [`crate::Refused::RunTransition`] unless the run is open or sealed.
+    fn discard_effects_after(
+        &self,
+        run: &RunId,
+        after_seq: u64,
+        reason: &str,
+    ) -> Result<Vec<Effect>>;
+}
