@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use airlock_dataplane::policy_store::PolicyStore;
-use airlock_ledger::{Ledger, RunState};
+use airlock_ledger::{Ledger, RunState, Store};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
@@ -133,7 +133,7 @@ impl Server {
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
         let ledger_path = data_dir.join(LEDGER_DIR);
-        let ledger = Arc::new(
+        let ledger: Arc<dyn Store> = Arc::new(
             Ledger::open_with_cache(&ledger_path, config.ledger_cache_bytes).map_err(|source| {
                 StartError::Ledger {
                     path: ledger_path.display().to_string(),

@@ -551,7 +551,7 @@ async fn ca_pem(State(shared): State<Arc<Control>>) -> Response {
 /// Prometheus text for the ledger: its page cache (`--ledger-cache-mib`) and its size on
 /// disk, which grows with every read, effect and denial (nothing prunes it yet). Blocking:
 /// sled stats its files (and lists its blob directory) for the size.
-fn ledger_metrics(ledger: &airlock_ledger::Ledger) -> String {
+fn ledger_metrics(ledger: &dyn airlock_ledger::Store) -> String {
     let mut text = format!(
         "# HELP airlock_ledger_cache_capacity_bytes Ledger pages kept in memory at most (--ledger-cache-mib).\n\
          # TYPE airlock_ledger_cache_capacity_bytes gauge\n\
@@ -570,7 +570,7 @@ fn ledger_metrics(ledger: &airlock_ledger::Ledger) -> String {
 
 async fn metrics(State(shared): State<Arc<Control>>) -> Response {
     let ledger = shared.ledger.clone();
-    let ledger_text = tokio::task::spawn_blocking(move || ledger_metrics(&ledger))
+    let ledger_text = tokio::task::spawn_blocking(move || ledger_metrics(&*ledger))
         .await
         .unwrap_or_default();
     let in_flight = shared.data.requests_in_flight();

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use airlock_dataplane::policy_store::PolicyStore;
 use airlock_dataplane::DataPlane;
-use airlock_ledger::{Ledger, RunId};
+use airlock_ledger::{RunId, Store};
 
 use crate::env::Advertised;
 use crate::ui::Review;
@@ -38,7 +38,7 @@ pub struct ControlInputs {
 pub struct Control {
     pub(crate) data: Arc<DataPlane>,
     /// The durable ledger (the data plane's).
-    pub(crate) ledger: Arc<Ledger>,
+    pub(crate) ledger: Arc<dyn Store>,
     /// The policy in force (the data plane's).
     pub(crate) policy: Arc<PolicyStore>,
     pub(crate) admin_token: String,

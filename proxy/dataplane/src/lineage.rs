@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use airlock_ledger::fingerprint::{analyze, credential_like};
-use airlock_ledger::{EdgeKind, EffectId, Ledger, Notable, Read, RunId};
+use airlock_ledger::{EdgeKind, EffectId, Notable, Read, RunId, Store};
 use bytes::Bytes;
 use tracing::{debug, warn};
 
@@ -102,12 +102,12 @@ pub struct LineageWorker {
     queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     reads: mpsc::SyncSender<Job>,
     effects: mpsc::Sender<Job>,
-    ledger: Arc<Ledger>,
+    ledger: Arc<dyn Store>,
 }
 
 impl LineageWorker {
     /// Starts the worker thread over `ledger`.
-    pub fn start(ledger: Arc<Ledger>) -> Self {
+    pub fn start(ledger: Arc<dyn Store>) -> Self {
         let (reads, read_rx) = mpsc::sync_channel::<Job>(READ_QUEUE);
         let (effects, effect_rx) = mpsc::channel::<Job>();
         let worker_ledger = ledger.clone();
@@ -126,14 +126,14 @@ impl LineageWorker {
                             reads.push(job);
                         }
                         Job::Effect { .. } => {
-                            run_reads(&worker_ledger, &mut seen, std::mem::take(&mut reads));
-                            if let Err(error) = run_job(&worker_ledger, &mut seen, job) {
+                            run_reads(&*worker_ledger, &mut seen, std::mem::take(&mut reads));
+                            if let Err(error) = run_job(&*worker_ledger, &mut seen, job) {
                                 warn!(error = %error, "lineage analysis failed; the request itself was not affected");
                             }
                         }
                     }
                 }
-                run_reads(&worker_ledger, &mut seen, reads);
+                run_reads(&*worker_ledger, &mut seen, reads);
             };
             // After a busy turn the worker naps briefly and then drains what arrived
             // instead of blocking on the channel: a sender then never has to wake a
@@ -305,7 +305,7 @@ fn is_opaque(content_type: Option<&str>) -> bool {
 }
 
 /// Journals a batch of reads (one ledger record per run) and analyses each.
-fn run_reads(ledger: &Ledger, seen: &mut Seen, jobs: Vec<Job>) {
+fn run_reads(ledger: &dyn Store, seen: &mut Seen, jobs: Vec<Job>) {
     if jobs.is_empty() {
         return;
     }
@@ -351,7 +351,7 @@ fn digest_of(body: &[Bytes]) -> airlock_ledger::Digest {
 
 /// Analyses one journaled read's captured body and headers.
 fn analyse_read(
-    ledger: &Ledger,
+    ledger: &dyn Store,
     seen: &mut Seen,
     read: Read,
     body: Vec<Bytes>,

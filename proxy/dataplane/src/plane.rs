@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, RwLock};
 
-use airlock_ledger::{IssuedPlaceholder, Ledger, RunId};
+use std::sync::mpsc::Receiver;
+
+use airlock_ledger::{Change, IssuedPlaceholder, RunId, Store};
 use airlock_net::ca::CertificateAuthority;
 use airlock_net::dial::Dialer;
 use airlock_net::limits::Connections;
@@ -41,7 +43,7 @@ pub struct Limits {
 /// runs already closed when the server started.
 pub struct DataPlaneInputs {
     /// The durable ledger.
-    pub ledger: Arc<Ledger>,
+    pub ledger: Arc<dyn Store>,
     /// The policy in force (hot-reloadable).
     pub policy: Arc<PolicyStore>,
     /// The CA and leaf cache.
@@ -64,7 +66,7 @@ pub struct DataPlaneInputs {
 
 /// The data plane: the proxy listener's state and the request path's services.
 pub struct DataPlane {
-    pub(crate) ledger: Arc<Ledger>,
+    pub(crate) ledger: Arc<dyn Store>,
     pub(crate) policy: Arc<PolicyStore>,
     pub(crate) ca: Arc<CertificateAuthority>,
     pub(crate) upstream: UpstreamClient,
@@ -95,7 +97,8 @@ impl DataPlane {
     /// Builds the data plane and starts its lineage worker (a Tokio runtime must be
     /// running).
     pub fn new(inputs: DataPlaneInputs) -> Arc<Self> {
-        Arc::new(Self {
+        let changes = inputs.ledger.subscribe();
+        let plane = Arc::new(Self {
             lineage: LineageWorker::start(inputs.ledger.clone()),
             ledger: inputs.ledger,
             policy: inputs.policy,
@@ -112,7 +115,17 @@ impl DataPlane {
             enforce: Enforcer::default(),
             connections: inputs.connections,
             auto_review: std::sync::OnceLock::new(),
-        })
+        });
+        follow_changes(Arc::downgrade(&plane), changes);
+        plane
+    }
+
+    /// Forgets the cached placeholders of `run` (the next request reloads them).
+    pub(crate) fn forget_placeholders(&self, run: &RunId) {
+        self.placeholders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(run);
     }
 
     /// Whether `run` was closed by a commit decision or an abort.
@@ -131,7 +144,7 @@ impl DataPlane {
     }
 
     /// The durable ledger.
-    pub fn ledger(&self) -> &Arc<Ledger> {
+    pub fn ledger(&self) -> &Arc<dyn Store> {
         &self.ledger
     }
 
@@ -194,5 +207,28 @@ impl DataPlane {
     /// The lineage worker.
     pub fn lineage(&self) -> &LineageWorker {
         &self.lineage
+    }
+}
+
+/// Keeps the caches that assume one writer in step with the store's change notifications
+/// ([`airlock_ledger::Change`]): a run closed by any writer (this process, or another one
+/// on a shared store) refuses requests here too, and a run's issued placeholders are
+/// reloaded after any writer issued more. Runs on a thread of its own until the plane is
+/// gone or the store stops sending.
+fn follow_changes(plane: std::sync::Weak<DataPlane>, changes: Receiver<Change>) {
+    let spawned = std::thread::Builder::new()
+        .name("airlock-changes".into())
+        .spawn(move || {
+            for change in changes {
+                let Some(plane) = plane.upgrade() else { break };
+                match change {
+                    Change::RunClosed(run) => plane.close_run(&run),
+                    Change::PlaceholdersIssued(run) => plane.forget_placeholders(&run),
+                    _ => {}
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(error = %error, "cannot follow the ledger's change notifications");
     }
 }

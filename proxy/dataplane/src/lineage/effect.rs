@@ -2,7 +2,7 @@
 //! the read -> effect edges.
 
 use airlock_ledger::fingerprint::{analyze, credential_like, overlap};
-use airlock_ledger::{now_ms, Edge, EdgeKind, EdgeSource, EffectLineage, Ledger};
+use airlock_ledger::{now_ms, Edge, EdgeKind, EdgeSource, EffectLineage, Store};
 
 use super::{run_reads, Job, Seen};
 
@@ -10,7 +10,7 @@ use super::{run_reads, Job, Seen};
 const MIN_OVERLAP_BYTES: u64 = 24;
 
 pub(super) fn run_job(
-    ledger: &Ledger,
+    ledger: &dyn Store,
     seen: &mut Seen,
     job: Job,
 ) -> Result<(), airlock_ledger::LedgerError> {
