@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{now_ms, Digest, Effect};
+use crate::values::{now_ms, Digest};
 
 /// A reviewer's approval of one effect as it stood.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,12 +19,13 @@ pub struct Approval {
 }
 
 impl Approval {
-    /// An approval of `effect` as it stands now, by `by`.
-    pub fn of(effect: &Effect, by: &str) -> Self {
+    /// An approval by `by`, now, of the request whose body has digest `body_digest`
+    /// (the effect's as it stands).
+    pub fn new(by: &str, body_digest: Digest) -> Self {
         Self {
             by: by.to_owned(),
             at_ms: now_ms(),
-            body_digest: effect.body_digest.clone(),
+            body_digest,
         }
     }
 }
@@ -52,31 +53,4 @@ pub enum ApprovalMismatch {
         /// The digest of the body found in storage.
         actual: Digest,
     },
-}
-
-impl Effect {
-    /// Checks that `body` (the body about to be released, before placeholder substitution)
-    /// is the request the reviewer approved: its SHA-256 equals the effect's digest, and the
-    /// effect's digest equals the approval's.
-    ///
-    /// Errors: [`ApprovalMismatch::Changed`] or [`ApprovalMismatch::Body`].
-    pub fn check_approval(&self, body: &[u8]) -> Result<(), ApprovalMismatch> {
-        let actual = Digest::sha256_of(body);
-        if actual != self.body_digest {
-            return Err(ApprovalMismatch::Body {
-                expected: self.body_digest.clone(),
-                actual,
-            });
-        }
-        match &self.approval {
-            Some(approval) if approval.body_digest != self.body_digest => {
-                Err(ApprovalMismatch::Changed {
-                    by: approval.by.clone(),
-                    approved: approval.body_digest.clone(),
-                    now: self.body_digest.clone(),
-                })
-            }
-            _ => Ok(()),
-        }
-    }
 }

@@ -23,6 +23,7 @@ mod model;
 pub mod rules;
 mod sled_store;
 mod store;
+mod values;
 mod workspace;
 
 pub use approval::{Approval, ApprovalMismatch};
