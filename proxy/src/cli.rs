@@ -39,6 +39,7 @@ mod admin_client;
 mod compensate;
 mod policy;
 mod policy_tools;
+pub mod run;
 mod serve;
 
 pub(crate) use admin_client::connect;
@@ -61,7 +62,7 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            if let Some(failed) = error.downcast_ref::<crate::run::RunFailed>() {
+            if let Some(failed) = error.downcast_ref::<run::RunFailed>() {
                 eprintln!("error: {failed}");
                 return ExitCode::from(failed.code);
             }
@@ -140,13 +141,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo => crate::demo::run().await,
         Command::Ui { url_only, admin } => admin_client::ui(url_only, &admin),
         Command::Policy { command } => policy::policy_command(command).await,
-        Command::Run(args) => crate::run::run(*args).await,
-        Command::Savepoint { run, name, admin } => crate::run::savepoint(&admin, &run, name).await,
+        Command::Run(args) => run::run(*args).await,
+        Command::Savepoint { run, name, admin } => run::savepoint(&admin, &run, name).await,
         Command::RollbackTo {
             run,
             savepoint,
             admin,
-        } => crate::run::rollback_to(&admin, &run, &savepoint).await,
+        } => run::rollback_to(&admin, &run, &savepoint).await,
         Command::Runs { command } => admin_client::runs(command).await,
         Command::Effects { run, admin } => admin_client::effects(&run, &admin).await,
         Command::Show { effect, admin } => admin_client::show(&effect, &admin).await,

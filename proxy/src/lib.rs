@@ -9,7 +9,6 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
-pub mod run;
 pub mod server;
 
 pub use config::ServeConfig;

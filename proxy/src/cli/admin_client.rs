@@ -137,7 +137,7 @@ pub(super) async fn runs(command: RunsCommand) -> anyhow::Result<()> {
                 }
             }
             if let Some(report) = &workspace {
-                outln!("\n{}", crate::run::summary(report).trim_end());
+                outln!("\n{}", crate::cli::run::summary(report).trim_end());
             }
             Ok(())
         }

@@ -38,7 +38,7 @@ pub(super) enum Command {
     Serve(Box<ServeArgs>),
     /// Run a command as one transaction: snapshot, run, verify, then keep or roll back
     /// files and effects together
-    Run(Box<crate::run::RunArgs>),
+    Run(Box<crate::cli::run::RunArgs>),
     /// Take a savepoint of a run: a workspace snapshot and the ledger position
     Savepoint {
         /// The run

@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Context as _};
 use serde_json::{json, Value};
 
-use crate::cli::{connect, AdminArgs};
+use super::{connect, AdminArgs};
 
 mod outside;
 mod summary;
