@@ -9,11 +9,10 @@ use crate::client::ClientError;
 
 mod args;
 mod policy_test;
-mod render;
 use crate::config::ENV_LOG;
+pub use crate::render::{counts, effects_table, render_effect};
 pub(crate) use args::AdminArgs;
 use args::{CaCommand, Cli, Command};
-pub use render::{counts, effects_table, render_effect};
 
 /// Writes to stdout; a closed pipe (`airlock … | head`) ends the program quietly instead
 /// of panicking.

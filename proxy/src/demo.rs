@@ -265,7 +265,7 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
     let effects = admin.get(&format!("/v1/runs/{run_id}/effects")).await?;
     let list = effects["effects"].as_array().cloned().unwrap_or_default();
     say("a reviewer lists the run's pending effects  (airlock effects RUN)");
-    print!("{}", indent(&crate::cli::effects_table(&list)));
+    print!("{}", indent(&crate::render::effects_table(&list)));
     let mut leaking = None;
     for effect in &list {
         let id = effect["id"].as_str().unwrap_or_default();
@@ -275,7 +275,7 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
             .is_some_and(|s| s.iter().any(|e| e["kind"] == "content"));
         if carries_data || shown["url"].as_str().unwrap_or("").contains("/comments") {
             say(&format!("the reviewer reads {id}  (airlock show EFFECT)"));
-            print!("{}", indent(&crate::cli::render_effect(&shown)));
+            print!("{}", indent(&crate::render::render_effect(&shown)));
         }
         if carries_data {
             leaking = Some(id.to_owned());
@@ -309,7 +309,7 @@ async fn story(dir: &std::path::Path) -> anyhow::Result<()> {
     );
     print!(
         "{}",
-        indent(&crate::cli::effects_table(
+        indent(&crate::render::effects_table(
             report["effects"]
                 .as_array()
                 .map(Vec::as_slice)

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod render;
 pub mod server;
 
 pub use config::ServeConfig;

@@ -335,9 +335,9 @@ impl Server {
         info!(proxy = %data.proxy_addr(), admin = %control.admin_addr(),
               policy.revision = data.policy().current().revision(), data = %control.data_dir().display(),
               "airlock listening");
-        airlock_control::release::resume_commits(&control);
+        airlock_control::runs::resume_commits(&control);
         let _watch = AbortOnDrop(data.policy().watch());
-        airlock_control::workspace::resume_all(&control);
+        airlock_control::runs::workspace::resume_all(&control);
         info!(url = %format!("{}/login", control.ui_base_url()), "review UI (sign in with a reviewer token; `airlock ui` prints a sign-in link)");
         let router = airlock_control::admin::router(control);
         let proxy = airlock_dataplane::listener::serve(data, proxy);

@@ -14,6 +14,5 @@ pub mod release;
 pub mod runs;
 pub mod snapshot;
 pub mod ui;
-pub mod workspace;
 
 pub use plane::{Control, ControlInputs};

@@ -438,26 +438,3 @@ fn adapter_failure(effect: &Effect, body: &[u8], status: u16, response: &[u8]) -
     let call = airlock_adapters::Call::of_effect(effect, body);
     airlock_adapters::of_effect(effect).release_failure(&call, status, response)
 }
-
-/// Finishes commits that were decided before a restart (DESIGN.md: decisions already
-/// written are finished). Effects that were mid-release are already `unknown`.
-pub fn resume_commits(shared: &Arc<Control>) {
-    let runs = match shared.ledger.runs() {
-        Ok(runs) => runs,
-        Err(error) => {
-            warn!(error = %error, "cannot list runs to resume commits");
-            return;
-        }
-    };
-    for run in runs.into_iter().filter(|r| r.state == RunState::Committing) {
-        let shared = shared.clone();
-        info!(run.id = %run.id, "resuming a commit decided before the restart");
-        tokio::spawn(async move {
-            if let Err(error) =
-                crate::runs::commit(&shared, &run.id, false, &crate::runs::Actor::Recovery).await
-            {
-                warn!(run.id = %run.id, error = %error, "resuming the commit failed");
-            }
-        });
-    }
-}

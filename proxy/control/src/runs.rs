@@ -8,11 +8,14 @@
 
 use std::sync::Arc;
 
-use airlock_ledger::{Effect, EffectId, LedgerError, Run, RunId, Verdict};
+use airlock_ledger::{Effect, EffectId, LedgerError, Run, RunId, RunState, Verdict};
+use tracing::{info, warn};
 
 use crate::release::{CommitError, CommitReport};
-use crate::workspace::{DecisionReport, WorkspaceError};
 use crate::Control;
+use workspace::{DecisionReport, WorkspaceError};
+
+pub mod workspace;
 
 /// Who took an action; its [`Actor::recorded`] text is what the ledger keeps as `by`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,7 +153,7 @@ pub async fn approve_staged_by_rule(
 }
 
 /// Records a savepoint of `run`'s workspace, named `name` or numbered when `None`
-/// ([`crate::workspace::savepoint`]).
+/// ([`workspace::savepoint`]).
 ///
 /// Errors: [`WorkspaceError`].
 pub async fn savepoint(
@@ -158,11 +161,11 @@ pub async fn savepoint(
     run: &RunId,
     name: Option<String>,
 ) -> Result<airlock_ledger::Savepoint, WorkspaceError> {
-    crate::workspace::savepoint(control, run, name).await
+    workspace::savepoint(control, run, name).await
 }
 
 /// Rolls `run`'s workspace and effects back to the savepoint `name`
-/// ([`crate::workspace::rollback_to`]).
+/// ([`workspace::rollback_to`]).
 ///
 /// Errors: [`WorkspaceError`].
 pub async fn rollback_to(
@@ -170,7 +173,28 @@ pub async fn rollback_to(
     run: &RunId,
     name: &str,
 ) -> Result<DecisionReport, WorkspaceError> {
-    crate::workspace::rollback_to(control, run, name).await
+    workspace::rollback_to(control, run, name).await
+}
+
+/// Finishes commits that were decided before a restart (DESIGN.md: decisions already
+/// written are finished). Effects that were mid-release are already `unknown`.
+pub fn resume_commits(shared: &Arc<Control>) {
+    let runs = match shared.ledger.runs() {
+        Ok(runs) => runs,
+        Err(error) => {
+            warn!(error = %error, "cannot list runs to resume commits");
+            return;
+        }
+    };
+    for run in runs.into_iter().filter(|r| r.state == RunState::Committing) {
+        let shared = shared.clone();
+        info!(run.id = %run.id, "resuming a commit decided before the restart");
+        tokio::spawn(async move {
+            if let Err(error) = commit(&shared, &run.id, false, &Actor::Recovery).await {
+                warn!(run.id = %run.id, error = %error, "resuming the commit failed");
+            }
+        });
+    }
 }
 
 /// The control plane's answer to the data plane's `review = "auto"`: approves the effect

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_body, parse_run, ApiError, ApiResult};
-use crate::workspace::{DecideRequest, WorkspaceError};
+use crate::runs::workspace::{DecideRequest, WorkspaceError};
 use crate::Control;
 
 impl From<WorkspaceError> for ApiError {
@@ -79,7 +79,7 @@ async fn attach(
         }
     };
     let (record, described) =
-        crate::workspace::attach(&shared, &run, &request.path, &driver, commands).await?;
+        crate::runs::workspace::attach(&shared, &run, &request.path, &driver, commands).await?;
     let mut body = serde_json::to_value(&record).unwrap_or_default();
     body["run"] = json!(run);
     body["snapshot_contents"] = json!(described);
@@ -178,7 +178,8 @@ async fn decide(
         by: "airlock run".into(),
     };
     // Applied in its own task: a client that hangs up does not stop it halfway.
-    let task = tokio::spawn(async move { crate::workspace::decide(&shared, &run, request).await });
+    let task =
+        tokio::spawn(async move { crate::runs::workspace::decide(&shared, &run, request).await });
     let report = task.await.map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -204,7 +205,7 @@ async fn resume(
     let run = parse_run(&id)?;
     let request: ResumeBody = parse_body(&body)?;
     let task = tokio::spawn(async move {
-        crate::workspace::resume(&shared, &run, request.decide_if_missing).await
+        crate::runs::workspace::resume(&shared, &run, request.decide_if_missing).await
     });
     let report = task.await.map_err(|e| {
         ApiError::new(

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::describe_exit;
-use crate::cli::effects_table;
+use crate::render::effects_table;
 
 /// The human summary of a decision report.
 pub fn summary(report: &Value) -> String {

@@ -18,8 +18,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
+use super::Actor;
 use crate::release::{CommitError, CommitReport};
-use crate::runs::Actor;
 use crate::snapshot::{pause_point, Commands, Driver, SnapshotError, Store};
 use crate::Control;
 
@@ -418,8 +418,7 @@ async fn apply(
     let mut unverified = false;
     match decision.kind {
         DecisionKind::Keep if decision.commit => {
-            match crate::runs::commit(shared, run, decision.approve_all, &Actor::Orchestrator).await
-            {
+            match super::commit(shared, run, decision.approve_all, &Actor::Orchestrator).await {
                 Ok(done) => {
                     outcome = format!("files kept; run {}", done.state);
                     commit = Some(done);
@@ -439,7 +438,7 @@ async fn apply(
         }
         DecisionKind::Keep => {
             // A kept run stages nothing more; sealing a sealed run changes nothing.
-            crate::runs::seal(shared, run, &Actor::Orchestrator).await?;
+            super::seal(shared, run, &Actor::Orchestrator).await?;
             outcome = "files kept; effects held for review".to_owned();
         }
         DecisionKind::Rollback | DecisionKind::RollbackTo => {
@@ -460,7 +459,7 @@ async fn apply(
                     .await?
                 }
                 _ => {
-                    crate::runs::abort(shared, run, &Actor::Orchestrator).await?;
+                    super::abort(shared, run, &Actor::Orchestrator).await?;
                     Vec::new()
                 }
             };
