@@ -17,7 +17,6 @@
 
 pub mod decode;
 pub mod scrub;
-mod store;
 
 use airlock_net::authority::percent_encode;
 use std::fmt;
@@ -30,10 +29,13 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use tracing::warn;
 
 use crate::policy_store::Snapshot;
+pub use crate::secrets::{
+    placeholder_var, CredentialError, Credentials, Secret, PLACEHOLDER_ENV_PREFIX,
+    PLACEHOLDER_PREFIX,
+};
 use crate::DataPlane;
 use airlock_net::respond::ProxyError;
 use scrub::Scrubber;
-pub use store::{placeholder_var, CredentialError, Credentials, Secret};
 
 /// The reason code of a request refused because it carries a run's credential placeholder
 /// to a host outside the credential's bind.
@@ -42,12 +44,6 @@ pub const OFF_HOST_CODE: &str = "credential_placeholder_off_host";
 /// The reason code of a request an injecting rule matched but that is outside the
 /// credential's bind (the loader refuses such rules; this is the check at the door).
 pub const OUTSIDE_BIND_CODE: &str = "credential_outside_bind";
-
-/// Prefix of every credential placeholder.
-pub const PLACEHOLDER_PREFIX: &str = "airlock-ph-";
-
-/// Prefix of the environment variables that hand a run its placeholders.
-pub const PLACEHOLDER_ENV_PREFIX: &str = "AIRLOCK_CREDENTIAL_";
 
 /// What to do to one request on its way out: the credential to place, and the run's
 /// placeholders to swap for their values.
@@ -273,7 +269,7 @@ pub fn apply_release(
     } else {
         airlock_policy::Scheme::Https
     };
-    let target = crate::handle::Target::parse(
+    let target = airlock_net::authority::Target::parse(
         scheme,
         uri.authority().map(|a| a.as_str()).unwrap_or(""),
         scheme.default_port(),

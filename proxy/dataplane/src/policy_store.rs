@@ -17,7 +17,7 @@ use airlock_ledger::now_ms;
 use airlock_policy::{Policy, PolicyError};
 use arc_swap::ArcSwap;
 
-use crate::credentials::{CredentialError, Credentials};
+use crate::secrets::{CredentialError, Credentials};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};

@@ -1,5 +1,6 @@
-//! The credential store: secret values read from their sources at start, and the key
-//! per-run placeholders are derived from.
+//! The credential store: the values of the policy's credentials, read from their sources
+//! when a policy is loaded, and the key per-run placeholders are derived from. The policy
+//! store holds one per policy; [`crate::credentials`] places the values on requests.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -9,7 +10,11 @@ use airlock_ledger::RunId;
 use airlock_policy::{Credential, CredentialSource, Policy};
 use sha2::{Digest as _, Sha256};
 
-use super::{PLACEHOLDER_ENV_PREFIX, PLACEHOLDER_PREFIX};
+/// Prefix of every credential placeholder.
+pub const PLACEHOLDER_PREFIX: &str = "airlock-ph-";
+
+/// Prefix of the environment variables that hand a run its placeholders.
+pub const PLACEHOLDER_ENV_PREFIX: &str = "AIRLOCK_CREDENTIAL_";
 
 /// A secret value. `Debug` and `Display` print `<redacted>`; only [`Secret::expose`] gives
 /// the value, at the places that put it on a request.
