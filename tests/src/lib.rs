@@ -82,6 +82,20 @@ impl Fixture {
     }
 }
 
+impl Fixture {
+    /// Like [`Fixture::start`], then creates a run; returns airlock, the run's id and its
+    /// environment.
+    pub async fn start_run(
+        &self,
+        policy: &str,
+        args: &[&str],
+    ) -> (Airlock, String, BTreeMap<String, String>) {
+        let airlock = self.start(policy, args);
+        let (run, env) = airlock.create_run().await;
+        (airlock, run, env)
+    }
+}
+
 impl Default for Fixture {
     fn default() -> Self {
         Self::new()
@@ -327,6 +341,43 @@ impl Airlock {
         list["effects"].as_array().cloned().unwrap_or_default()
     }
 
+    /// A run's reads (the admin API's `/v1/runs/{run}/reads`), or `None` when the call
+    /// fails or the answer has no list: made for [`poll_until`] probes.
+    pub async fn reads(&self, run: &str) -> Option<Vec<Value>> {
+        let reads = self
+            .admin
+            .get(&format!("/v1/runs/{run}/reads"))
+            .await
+            .ok()?;
+        reads["reads"].as_array().cloned()
+    }
+
+    /// Approves a staged effect (panics when the admin API refuses).
+    pub async fn approve(&self, effect: &str) -> Value {
+        self.post(&format!("/v1/effects/{effect}/approve"), None)
+            .await
+            .expect("approve")
+    }
+
+    /// Commits a run as decided so far: `POST /v1/runs/{run}/commit` with no body; returns
+    /// the report (panics when the admin API refuses).
+    pub async fn commit(&self, run: &str) -> Value {
+        self.post(&format!("/v1/runs/{run}/commit"), None)
+            .await
+            .expect("commit")
+    }
+
+    /// Commits a run approving every pending effect (`{"approve_pending": true}`); returns
+    /// the report (panics when the admin API refuses).
+    pub async fn commit_pending(&self, run: &str) -> Value {
+        self.post(
+            &format!("/v1/runs/{run}/commit"),
+            Some(serde_json::json!({"approve_pending": true})),
+        )
+        .await
+        .expect("commit")
+    }
+
     /// `POST path` on the admin API, returning the JSON or the error.
     pub async fn post(&self, path: &str, body: Option<Value>) -> Result<Value, ClientError> {
         self.admin.post(path, body).await
@@ -491,6 +542,46 @@ pub async fn ok_origin(ca: &OriginCa) -> Origin {
     )
     .await
     .expect("origin starts")
+}
+
+/// An origin that answers every request with `status` and the text `body`, and records
+/// it; HTTPS with a certificate from `ca`, or plain HTTP with `None`.
+pub async fn text_origin(ca: Option<&OriginCa>, status: u16, body: &'static str) -> Origin {
+    Origin::start(
+        ca,
+        std::sync::Arc::new(move |_req: &Received| Reply::text(status, body)),
+    )
+    .await
+    .expect("origin starts")
+}
+
+/// Like [`text_origin`], each answer sent only after `delay`.
+pub async fn slow_text_origin(
+    ca: Option<&OriginCa>,
+    status: u16,
+    body: &'static str,
+    delay: Duration,
+) -> Origin {
+    Origin::start(
+        ca,
+        std::sync::Arc::new(move |_req: &Received| {
+            let mut reply = Reply::text(status, body);
+            reply.delay = Some(delay);
+            reply
+        }),
+    )
+    .await
+    .expect("origin starts")
+}
+
+/// The `state` of each effect in a commit report, in order.
+pub fn effect_states(report: &Value) -> Vec<Value> {
+    report["effects"]
+        .as_array()
+        .expect("effects")
+        .iter()
+        .map(|e| e["state"].clone())
+        .collect()
 }
 
 /// Opens a CONNECT tunnel through airlock to `authority` with `run`'s credentials and

@@ -7,67 +7,14 @@
 //! Needs Debian's `chromium` and `chromedriver` (package `chromium-driver`). Without
 //! them the test is skipped with a message, except under CI (`CI` set), where it fails.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt as _;
+mod chromium;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use airlock_tests::review::Scenario;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::json;
-
-fn on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    names.iter().find_map(|name| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .find(|candidate| candidate.is_file())
-    })
-}
-
-/// chromedriver, killed when dropped.
-struct Driver {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        // chromedriver runs in its own process group with the browsers it starts: the
-        // whole group goes, so a test that panics before closing its session leaves no
-        // Chromium behind.
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.child.id())])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_driver(chromedriver: &Path) -> Driver {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let child = Command::new(chromedriver)
-        .process_group(0)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver starts");
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "chromedriver did not listen within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Driver { child, addr }
-}
 
 /// `target/ui-screenshots` beside this test executable (`target/<profile>/deps/browser-…`).
 fn screenshot_dir() -> PathBuf {
@@ -144,22 +91,12 @@ async fn row_state(client: &Client, effect: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reviewer_rejects_the_leak_and_commits_the_rest_in_chromium() {
-    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
-    let chromedriver = on_path(&["chromedriver"]);
-    let (Some(chromium), Some(chromedriver)) = (chromium, chromedriver) else {
-        assert!(
-            !in_ci,
-            "CI is set but chromium and chromedriver are not both on PATH: .ci/run installs the Debian packages chromium and chromium-driver"
-        );
-        println!(
-            "SKIPPED reviewer_rejects_the_leak_and_commits_the_rest_in_chromium: chromium and chromedriver \
-             are not on PATH (apt-get install chromium chromium-driver)"
-        );
+    let Some(tools) = chromium::Tools::find(
+        "reviewer_rejects_the_leak_and_commits_the_rest_in_chromium",
+        false,
+    ) else {
         return;
     };
-    // fantoccini's rustls connector uses the process-wide provider; airlock uses ring.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let s = Scenario::start(&[]).await;
     let admin = s.admin_url().to_owned();
     // Two more runs, so the list shows more than one state.
@@ -179,22 +116,16 @@ async fn reviewer_rejects_the_leak_and_commits_the_rest_in_chromium() {
         .post("/v1/runs", Some(json!({"profile": "triage"})))
         .await
         .expect("a third run");
-    let driver = start_driver(&chromedriver);
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".to_owned(),
-        json!({
-            "binary": chromium,
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1280,1000", "--hide-scrollbars", "--no-first-run", "--no-proxy-server"],
-        }),
-    );
-    let client = ClientBuilder::rustls()
-        .expect("rustls client")
-        .capabilities(caps)
-        .connect(&format!("http://{}", driver.addr))
-        .await
-        .expect("a WebDriver session");
+    let (client, driver) = tools
+        .open(
+            &[
+                "--window-size=1280,1000".to_owned(),
+                "--hide-scrollbars".to_owned(),
+                "--no-proxy-server".to_owned(),
+            ],
+            None,
+        )
+        .await;
     let dir = screenshot_dir();
     println!("screenshots: {}", dir.display());
 

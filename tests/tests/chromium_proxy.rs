@@ -14,94 +14,17 @@
 //! Needs `chromium`, `chromedriver` (package `chromium-driver`) and `certutil`. Without
 //! them the test is skipped with a message, except under CI (`CI` set), where it fails.
 
-use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
-use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod chromium;
+
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock_tests::{loopback_policy, Fixture, Origin, Received, Reply};
 use base64::Engine as _;
-use fantoccini::{ClientBuilder, Locator};
-use serde_json::json;
+use fantoccini::Locator;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-fn on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    names.iter().find_map(|name| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .find(|candidate| candidate.is_file())
-    })
-}
-
-/// chromedriver, killed when dropped.
-struct Driver {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        // chromedriver runs in its own process group with the browsers it starts: the
-        // whole group goes, so a test that panics before closing its session leaves no
-        // Chromium behind.
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.child.id())])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts chromedriver with `home` as its (and so Chromium's) `HOME`.
-fn start_driver(chromedriver: &Path, home: &Path) -> Driver {
-    let port = StdListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let child = Command::new(chromedriver)
-        .process_group(0)
-        .arg(format!("--port={port}"))
-        .env("HOME", home)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver starts");
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while StdStream::connect(addr).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "chromedriver did not listen within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Driver { child, addr }
-}
-
-/// Creates `$home/.pki/nssdb` trusting `ca_file` as a root for TLS servers.
-fn nss_trust(certutil: &Path, home: &Path, ca_file: &Path) {
-    let db = home.join(".pki/nssdb");
-    std::fs::create_dir_all(&db).expect("nssdb dir");
-    let db_arg = format!("sql:{}", db.display());
-    let run = |args: &[&str]| {
-        let out = Command::new(certutil)
-            .args(args)
-            .output()
-            .expect("certutil runs");
-        assert!(
-            out.status.success(),
-            "certutil {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&["-N", "-d", &db_arg, "--empty-password"]);
-    let ca = ca_file.to_str().expect("utf-8 path");
-    run(&["-A", "-d", &db_arg, "-n", "airlock", "-t", "C,,", "-i", ca]);
-}
 
 /// The loopback forwarder: each connection's first head (Chromium's CONNECT) gets
 /// `Proxy-Authorization: Basic base64(run:token)` added; then bytes are spliced unchanged.
@@ -153,25 +76,9 @@ async fn forwarder(airlock: String, credentials: String) -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c12_headless_chromium_loads_an_https_origin_through_airlock() {
-    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
-    let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
-    let chromedriver = on_path(&["chromedriver"]);
-    let certutil = on_path(&["certutil"]);
-    let (Some(chromium), Some(chromedriver), Some(certutil)) = (chromium, chromedriver, certutil)
-    else {
-        assert!(
-            !in_ci,
-            "CI is set but chromium, chromedriver and certutil are not all on PATH: .ci/run \
-             installs the Debian packages chromium, chromium-driver and libnss3-tools"
-        );
-        println!(
-            "SKIPPED case_c12: chromium, chromedriver and certutil are not all on PATH \
-             (apt-get install chromium chromium-driver libnss3-tools)"
-        );
+    let Some(tools) = chromium::Tools::find("case_c12", true) else {
         return;
     };
-    // fantoccini's rustls connector uses the process-wide provider; airlock uses ring.
-    let _ = rustls::crypto::ring::default_provider().install_default();
 
     let fixture = Fixture::new();
     let origin = Origin::start_alpn(
@@ -198,27 +105,16 @@ async fn case_c12_headless_chromium_loads_an_https_origin_through_airlock() {
     let token = airlock.run_token(&run).await;
     let proxy = forwarder(airlock.proxy.clone(), format!("{run}:{token}")).await;
 
-    let home = tempfile::tempdir().expect("home");
-    nss_trust(&certutil, home.path(), &airlock.ca_file());
-    let driver = start_driver(&chromedriver, home.path());
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".to_owned(),
-        json!({
-            "binary": chromium,
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--no-first-run",
-                     format!("--proxy-server=http://{proxy}"),
-                     // Chromium never proxies loopback unless told to.
-                     "--proxy-bypass-list=<-loopback>"],
-        }),
-    );
-    let client = ClientBuilder::rustls()
-        .expect("rustls client")
-        .capabilities(caps)
-        .connect(&format!("http://{}", driver.addr))
-        .await
-        .expect("a WebDriver session");
+    let (client, driver) = tools
+        .open(
+            &[
+                format!("--proxy-server=http://{proxy}"),
+                // Chromium never proxies loopback unless told to.
+                "--proxy-bypass-list=<-loopback>".to_owned(),
+            ],
+            Some(&airlock.ca_file()),
+        )
+        .await;
     let url = format!("https://127.0.0.1:{port}/");
     client.goto(&url).await.expect("open the origin's page");
     let text = client

@@ -7,16 +7,29 @@ mod git;
 mod github;
 mod slack_graphql;
 
-use airlock_tests::Airlock;
-use serde_json::Value;
+/// Passes reads and stages writes under `/repos/**` on 127.0.0.1:`port`, answered like
+/// GitHub (`respond = "github"`).
+pub(crate) fn github_policy(port: u16) -> String {
+    format!(
+        r#"version = 1
+default = "deny"
+allow_private = ["127.0.0.0/8"]
 
-/// Approves every staged effect of `run` and commits it; returns the commit report.
-pub(crate) async fn approve_all_and_commit(airlock: &Airlock, run: &str) -> Value {
-    airlock
-        .post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(serde_json::json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit")
+[[rule]]
+id = "github-reads"
+host = "127.0.0.1"
+port = {port}
+method = "read"
+action = "pass"
+
+[[rule]]
+id = "github-writes"
+host = "127.0.0.1"
+port = {port}
+method = "write"
+path = "/repos/**"
+action = "stage"
+respond = "github"
+"#
+    )
 }

@@ -6,8 +6,9 @@ use airlock_tests::{curl, loopback_policy, ok_origin, Fixture};
 async fn case_c15_missing_or_wrong_credentials_get_407_with_the_challenge() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, mut env) = airlock.create_run().await;
+    let (airlock, run, mut env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!("https://127.0.0.1:{}/", origin.addr().port());
 
     for proxy in [
@@ -55,8 +56,9 @@ async fn case_c15_missing_or_wrong_credentials_get_407_with_the_challenge() {
 async fn a_runs_token_cannot_act_on_another_run() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run_a, env_a) = airlock.create_run().await;
+    let (airlock, run_a, env_a) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let (run_b, _) = airlock.create_run().await;
     let token_a = airlock.run_token(&run_a).await;
     let mut env = env_a.clone();
@@ -79,8 +81,9 @@ async fn a_runs_token_cannot_act_on_another_run() {
 async fn denied_host_and_path_get_403_json_without_reaching_the_origin() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
 
     // A host no rule names: refused at CONNECT.
     let out = curl(
@@ -125,8 +128,9 @@ async fn denied_host_and_path_get_403_json_without_reaching_the_origin() {
 async fn admin_api_requires_the_bearer_token_and_the_proxy_never_reaches_it() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let wrong = airlock_tests::AdminClient::new(&airlock.admin_url, "not-the-token");
     for path in [
         "/v1/runs",
@@ -152,8 +156,7 @@ async fn admin_api_requires_the_bearer_token_and_the_proxy_never_reaches_it() {
         loopback_policy(admin_port).replace("[[rule]]", "[[rule]]\nscheme = \"http\"")
     );
     let admin_addr = format!("127.0.0.1:{admin_port}");
-    let airlock = fx.start(&policy, &["--admin", &admin_addr]);
-    let (_, env) = airlock.create_run().await;
+    let (_airlock, _, env) = fx.start_run(&policy, &["--admin", &admin_addr]).await;
     for url in [
         format!("http://{admin_addr}/v1/runs"),
         format!("http://[::ffff:127.0.0.1]:{admin_port}/v1/runs"),

@@ -21,8 +21,9 @@ async fn raw(proxy: &str, request: &str) -> String {
 async fn malformed_requests_get_clear_errors_and_staged_effects_survive() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!("https://127.0.0.1:{}/hook", origin.addr().port());
     assert_eq!(
         curl(&env, &["-X", "POST", "--data", "keep me", &url])

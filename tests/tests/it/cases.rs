@@ -2,10 +2,11 @@
 //! sections, slow clients, IP literals, clients that distrust airlock's CA, immediate
 //! answers.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_tests::{curl, loopback_policy, run_client_async, Fixture, Origin, Received, Reply};
+use airlock_tests::{
+    curl, loopback_policy, run_client_async, slow_text_origin, text_origin, Fixture,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod framing;
@@ -15,21 +16,19 @@ mod tls;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c09_slow_clients_are_cut_long_streams_are_not() {
     let fx = Fixture::new();
-    let origin = Origin::start(
+    let origin = slow_text_origin(
         Some(&fx.origin_ca),
-        Arc::new(|_: &Received| {
-            let mut reply = Reply::text(200, "data: tick\n\n");
-            reply.delay = Some(Duration::from_secs(4));
-            reply
-        }),
+        200,
+        "data: tick\n\n",
+        Duration::from_secs(4),
     )
-    .await
-    .expect("origin");
-    let airlock = fx.start(
-        &loopback_policy(origin.addr().port()),
-        &["--header-read-timeout", "2"],
-    );
-    let (_run, env) = airlock.create_run().await;
+    .await;
+    let (airlock, _run, env) = fx
+        .start_run(
+            &loopback_policy(origin.addr().port()),
+            &["--header-read-timeout", "2"],
+        )
+        .await;
     // Tricklers: one header byte every 500 ms never finish a head; they are closed.
     let mut tricklers = Vec::new();
     for _ in 0..5 {
@@ -81,14 +80,10 @@ async fn case_c09_slow_clients_are_cut_long_streams_are_not() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c21_the_synthetic_answer_is_immediate_and_release_comes_later() {
     let fx = Fixture::new();
-    let origin = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply::text(200, "ok")),
-    )
-    .await
-    .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let origin = text_origin(Some(&fx.origin_ca), 200, "ok").await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     // An agent whose client gives up after 5 s still gets its answer.
     let out = run_client_async(
         "curl",
@@ -113,13 +108,7 @@ async fn case_c21_the_synthetic_answer_is_immediate_and_release_comes_later() {
     // The reviewer decides later; only then does the effect leave.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(origin.received().is_empty());
-    let report = airlock
-        .post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(serde_json::json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit");
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "committed");
     assert_eq!(origin.received().len(), 1);
 }

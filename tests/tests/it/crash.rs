@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_tests::{
-    curl, eventually, loopback_policy, ok_origin, poll_until, Fixture, Origin, Received, Reply,
+    curl, eventually, loopback_policy, ok_origin, poll_until, slow_text_origin, Fixture, Origin,
+    Received, Reply,
 };
 use serde_json::json;
 
@@ -12,8 +13,9 @@ use serde_json::json;
 async fn sigkill_after_202_keeps_the_effect_and_commit_releases_it_once() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let mut airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (mut airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!("https://127.0.0.1:{}/hook", origin.addr().port());
     let out = curl(&env, &["-X", "POST", "--data", "survives", &url]).await;
     assert_eq!(out.status, 202);
@@ -26,13 +28,7 @@ async fn sigkill_after_202_keeps_the_effect_and_commit_releases_it_once() {
     assert_eq!(effects[0]["id"], effect.as_str());
     assert_eq!(effects[0]["state"], "staged");
 
-    let report = airlock
-        .post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit");
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "committed");
     let received = origin.received();
     assert_eq!(received.len(), 1);
@@ -56,8 +52,9 @@ async fn sigkill_during_commit_never_sends_twice_and_marks_the_interrupted_effec
     )
     .await
     .expect("origin");
-    let mut airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (mut airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let base = format!("https://127.0.0.1:{}", origin.addr().port());
     for path in ["/first", "/second", "/third"] {
         let out = curl(
@@ -142,18 +139,10 @@ async fn sigkill_during_commit_never_sends_twice_and_marks_the_interrupted_effec
 async fn a_commit_finishes_even_when_the_admin_client_hangs_up() {
     use tokio::io::AsyncWriteExt;
     let fx = Fixture::new();
-    let origin = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| {
-            let mut reply = Reply::text(200, "ok");
-            reply.delay = Some(Duration::from_millis(400));
-            reply
-        }),
-    )
-    .await
-    .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let origin = slow_text_origin(Some(&fx.origin_ca), 200, "ok", Duration::from_millis(400)).await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let base = format!("https://127.0.0.1:{}", origin.addr().port());
     for path in ["/a", "/b", "/c"] {
         assert_eq!(
@@ -209,18 +198,16 @@ async fn a_commit_finishes_even_when_the_admin_client_hangs_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_accepting_lets_requests_in_flight_finish_and_keeps_the_ledger() {
     let fx = Fixture::new();
-    let origin = Origin::start(
+    let origin = slow_text_origin(
         Some(&fx.origin_ca),
-        Arc::new(|_: &Received| {
-            let mut reply = Reply::text(200, "slow but complete");
-            reply.delay = Some(Duration::from_millis(1500));
-            reply
-        }),
+        200,
+        "slow but complete",
+        Duration::from_millis(1500),
     )
-    .await
-    .expect("origin");
-    let mut airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    .await;
+    let (mut airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let base = format!("https://127.0.0.1:{}", origin.addr().port());
     assert_eq!(
         curl(

@@ -212,14 +212,8 @@ async fn the_token_is_injected_on_pass_and_only_at_release_on_stage_and_never_st
         .expect("effect");
     assert!(!effect.to_string().contains(SECRET), "{effect}");
 
-    airlock
-        .post(&format!("/v1/effects/{effect_id}/approve"), None)
-        .await
-        .expect("approve");
-    let report = airlock
-        .post(&format!("/v1/runs/{run}/commit"), None)
-        .await
-        .expect("commit");
+    airlock.approve(&effect_id).await;
+    let report = airlock.commit(&run).await;
     assert_eq!(report["effects"][0]["state"], "released", "{report}");
     let received = origin.received();
     assert_eq!(received.len(), 2, "released once");
@@ -426,14 +420,8 @@ async fn a_placeholder_is_swapped_on_bound_hosts_and_refused_and_flagged_elsewhe
     assert_eq!(manifest["credentials"][0]["hosts"], json!(["127.0.0.1"]));
     assert!(!manifest.to_string().contains(SECRET));
 
-    airlock
-        .post(&format!("/v1/effects/{effect_id}/approve"), None)
-        .await
-        .expect("approve");
-    let report = airlock
-        .post(&format!("/v1/runs/{run}/commit"), None)
-        .await
-        .expect("commit");
+    airlock.approve(&effect_id).await;
+    let report = airlock.commit(&run).await;
     assert_eq!(report["effects"][0]["state"], "released", "{report}");
     let released = origin.received();
     assert_eq!(released.len(), 2);

@@ -164,8 +164,7 @@ action = "tunnel"
 allow_private = ["127.0.0.1"]
 "#
     );
-    let airlock = fx.start(&policy, &["--idle-timeout", "2"]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx.start_run(&policy, &["--idle-timeout", "2"]).await;
     let token = airlock.run_token(&run).await;
     let authority = format!("127.0.0.1:{port}");
     let mut stream = connect_tunnel(&airlock.proxy, &run, &token, &authority).await;
@@ -176,13 +175,9 @@ allow_private = ["127.0.0.1"]
         .expect("the origin side was closed too");
     // The run's record says why the tunnel ended.
     let read = airlock_tests::poll_until(Duration::from_secs(10), || async {
-        let reads = airlock
-            .admin
-            .get(&format!("/v1/runs/{run}/reads"))
-            .await
-            .ok()?;
-        reads["reads"]
-            .as_array()?
+        airlock
+            .reads(&run)
+            .await?
             .iter()
             .find(|r| r["method"] == "CONNECT")
             .cloned()
@@ -201,8 +196,9 @@ allow_private = ["127.0.0.1"]
 async fn an_idle_upgraded_connection_is_closed_on_both_sides() {
     let fx = Fixture::new();
     let (port, mut closed) = echo_origin(true).await;
-    let airlock = fx.start(&loopback_policy(port), &["--idle-timeout", "1"]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(&loopback_policy(port), &["--idle-timeout", "1"])
+        .await;
     let token = airlock.run_token(&run).await;
     let mut stream = TcpStream::connect(&airlock.proxy).await.expect("connect");
     let head = format!(
@@ -224,8 +220,9 @@ async fn a_run_past_its_connection_cap_gets_429_and_the_count_is_released() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&loopback_policy(port), &["--max-connections-per-run", "2"]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(&loopback_policy(port), &["--max-connections-per-run", "2"])
+        .await;
     let token = airlock.run_token(&run).await;
     let authority = format!("127.0.0.1:{port}");
     let first = connect_tunnel(&airlock.proxy, &run, &token, &authority).await;
@@ -352,8 +349,9 @@ async fn slow_origin(ca: Option<&airlock_tests::OriginCa>) -> Origin {
 async fn a_websocket_in_a_plain_http_tunnel_counts_against_the_run_until_it_ends() {
     let fx = Fixture::new();
     let (port, _closed) = echo_origin(true).await;
-    let airlock = fx.start(&loopback_policy(port), &["--max-connections-per-run", "1"]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(&loopback_policy(port), &["--max-connections-per-run", "1"])
+        .await;
     let token = airlock.run_token(&run).await;
     let authority = format!("127.0.0.1:{port}");
     let mut ws = connect_tunnel(&airlock.proxy, &run, &token, &authority).await;

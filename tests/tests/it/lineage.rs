@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use airlock_tests::{curl, Fixture, Origin, Received, Reply};
+use airlock_tests::{curl, effect_states, Fixture, Origin, Received, Reply};
 use serde_json::{json, Value};
 
 mod edges;
@@ -134,8 +134,7 @@ async fn placeholder_dependency_is_released_after_its_parent_with_the_real_value
     let fx = Fixture::new();
     let origin = items_origin(&fx, Reply::json(201, &json!({"id": 4242, "state": "open"}))).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&items_policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&items_policy(port), &[]).await;
     let base = format!("https://127.0.0.1:{port}");
     let (parent, child, placeholder) = stage_item_and_comment(&env, &base).await;
 
@@ -168,13 +167,7 @@ async fn placeholder_dependency_is_released_after_its_parent_with_the_real_value
         .iter()
         .any(|e| e["from"] == parent.as_str() && e["to"] == child.as_str()));
 
-    let report = airlock
-        .post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit");
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "committed", "{report}");
     let received = origin.received();
     let seen: Vec<(String, String)> = received
@@ -224,8 +217,7 @@ async fn rejected_or_failed_parent_skips_its_dependents() {
         };
         let origin = items_origin(&fx, create).await;
         let port = origin.addr().port();
-        let airlock = fx.start(&items_policy(port), &[]);
-        let (run, env) = airlock.create_run().await;
+        let (airlock, run, env) = fx.start_run(&items_policy(port), &[]).await;
         let base = format!("https://127.0.0.1:{port}");
         let (parent, child, _) = stage_item_and_comment(&env, &base).await;
         let other = curl(
@@ -246,19 +238,8 @@ async fn rejected_or_failed_parent_skips_its_dependents() {
                 .await
                 .expect("reject");
         }
-        let report = airlock
-            .post(
-                &format!("/v1/runs/{run}/commit"),
-                Some(json!({"approve_pending": true})),
-            )
-            .await
-            .expect("commit");
-        let states: Vec<Value> = report["effects"]
-            .as_array()
-            .expect("effects")
-            .iter()
-            .map(|e| e["state"].clone())
-            .collect();
+        let report = airlock.commit_pending(&run).await;
+        let states = effect_states(&report);
         let parent_state = if failing { "failed" } else { "rejected" };
         assert_eq!(
             states,
@@ -287,17 +268,10 @@ async fn missing_real_value_fails_the_child_without_sending_a_placeholder() {
     // The origin's answer has no /id: the real value cannot be read back.
     let origin = items_origin(&fx, Reply::json(201, &json!({"created": true}))).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&items_policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&items_policy(port), &[]).await;
     let base = format!("https://127.0.0.1:{port}");
     let (_, child, _) = stage_item_and_comment(&env, &base).await;
-    let report = airlock
-        .post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit");
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["effects"][0]["state"], "released");
     assert_eq!(report["effects"][1]["state"], "failed");
     assert_eq!(report["effects"][1]["id"], child.as_str());

@@ -62,8 +62,7 @@ action = "pass"
 "#,
         header(port)
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let url = format!("https://127.0.0.1:{port}/graphql");
     let query = r#"{"query":"query Viewer { viewer { login } }"}"#;
     let out = curl(
@@ -147,8 +146,7 @@ reason = "only pushes to main are delivered"
 "#,
         header(port)
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let url = format!("https://127.0.0.1:{port}/hooks");
     let matching = r#"{"ref":"refs/heads/main","forced":false,"password":"hunter2"}"#;
     let send = |event: &'static str, body: &'static str| {
@@ -222,10 +220,7 @@ reason = "only pushes to main are delivered"
         .iter()
         .any(|h| h["name"] == "cookie" || h["name"] == "x-forwarded-for"));
 
-    let report = airlock
-        .post(&format!("/v1/runs/{run}/commit"), None)
-        .await
-        .expect("commit");
+    let report = airlock.commit(&run).await;
     assert_eq!(report["state"], "committed", "{report}");
     let received = origin.received();
     assert_eq!(received.len(), 1);
@@ -267,8 +262,7 @@ action = "pass"
 "#,
         header(port)
     );
-    let airlock = fx.start(&policy, &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (_airlock, _run, env) = fx.start_run(&policy, &[]).await;
     let slow = format!("https://127.0.0.1:{port}/slow/a");
     for _ in 0..2 {
         let out = curl(&env, &["-H", "cookie: a=b", &slow]).await;
@@ -349,13 +343,9 @@ action = "pass"
         "audit line logged"
     );
     let recorded = poll_until(Duration::from_secs(10), || async {
-        let reads = airlock
-            .admin
-            .get(&format!("/v1/runs/{ci}/reads"))
-            .await
-            .ok()?;
-        reads["reads"]
-            .as_array()?
+        airlock
+            .reads(&ci)
+            .await?
             .iter()
             .any(|r| r["audit"][0] == "would-block-admin would deny (rule_deny)")
             .then_some(())
@@ -383,8 +373,7 @@ method = ["DELETE"]
 action = "deny"
 "#
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let url = format!("https://127.0.0.1:{port}/items/1");
     let out = curl(&env, &["-X", "DELETE", &url]).await;
     assert_eq!(out.status, 200, "{}", out.stderr);
@@ -395,13 +384,9 @@ action = "deny"
     assert!(log.contains("audit") && log.contains("no-deletes"), "{log}");
     // The read names the rule that would have denied it.
     let found = poll_until(Duration::from_secs(10), || async {
-        let reads = airlock
-            .admin
-            .get(&format!("/v1/runs/{run}/reads"))
-            .await
-            .ok()?;
-        reads["reads"]
-            .as_array()?
+        airlock
+            .reads(&run)
+            .await?
             .iter()
             .any(|r| {
                 r["rule"] == "no-deletes"
@@ -452,8 +437,7 @@ action = "pass"
 "#,
         header(port)
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let out = airlock_tests::run_client_async(
         "python3",
         &[

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use airlock_tests::{curl, loopback_policy, Fixture, Origin, Received, Reply};
+use airlock_tests::{curl, loopback_policy, text_origin, Fixture, Origin, Received, Reply};
 
 fn payload() -> Vec<u8> {
     // 300 KiB of every byte value, so any re-encoding or truncation shows.
@@ -30,8 +30,9 @@ async fn passed_get_returns_the_origin_body_byte_for_byte_and_is_journaled() {
     )
     .await
     .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!("https://127.0.0.1:{}/data.bin?v=2", origin.addr().port());
 
     let out = curl(&env, &["-H", "x-client: 1", &url]).await;
@@ -92,16 +93,10 @@ async fn passed_get_returns_the_origin_body_byte_for_byte_and_is_journaled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_absolute_form_follows_the_same_path() {
     let fx = Fixture::new();
-    let origin = Origin::start(
-        None,
-        Arc::new(|_: &Received| Reply::text(200, "plain hello")),
-    )
-    .await
-    .expect("origin");
+    let origin = text_origin(None, 200, "plain hello").await;
     let policy =
         loopback_policy(origin.addr().port()).replace("[[rule]]", "[[rule]]\nscheme = \"http\"");
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let url = format!("http://127.0.0.1:{}/hello", origin.addr().port());
     let out = curl(&env, &[&url]).await;
     assert_eq!(
@@ -135,14 +130,10 @@ async fn plain_http_absolute_form_follows_the_same_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_can_read_its_policy_manifest_through_the_proxy() {
     let fx = Fixture::new();
-    let origin = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply::text(200, "ok")),
-    )
-    .await
-    .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let origin = text_origin(Some(&fx.origin_ca), 200, "ok").await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     for url in [
         "http://airlock.invalid/.well-known/airlock/policy",
         "https://airlock.invalid/.well-known/airlock/policy",
@@ -184,8 +175,7 @@ async fn a_default_deny_names_the_rule_that_matched_host_and_port_but_not_the_me
          [[rule]]\nid = \"api-reads\"\nhost = \"127.0.0.1\"\nport = {port}\nmethod = \"read\"\naction = \"pass\"\n",
         port.wrapping_add(1)
     );
-    let airlock = fx.start(&policy, &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (_airlock, _run, env) = fx.start_run(&policy, &[]).await;
     let url = format!("https://127.0.0.1:{port}/items/1");
     let out = curl(&env, &["-X", "DELETE", &url]).await;
     assert_eq!(out.status, 403, "{}", out.stderr);

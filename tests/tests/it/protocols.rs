@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use airlock_tests::{curl, loopback_policy, Fixture, Origin, Received, Reply};
+use airlock_tests::{curl, loopback_policy, text_origin, Fixture, Origin, Received, Reply};
 
 fn hello(_: &Received) -> Reply {
     let mut reply = Reply::text(200, "hello");
@@ -39,8 +39,7 @@ async fn case_c04_client_and_origin_disagree_on_h2() {
             .map(|r| format!("[[rule]]{}", r.replace("id = \"", "id = \"none-")))
             .collect::<String>(),
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let cases = [
         ("--http2", &h1_only, "2", "HTTP/1.1"),
         ("--http2", &h2_only, "2", "HTTP/2.0"),
@@ -108,8 +107,9 @@ async fn case_c05_reframing_for_every_client_version() {
     )
     .await
     .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (_airlock, _run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let base = format!("https://127.0.0.1:{}", origin.addr().port());
 
     let head = curl(&env, &["-I", &format!("{base}/x")]).await;
@@ -195,8 +195,9 @@ async fn case_c19_origins_cannot_forge_airlock_headers() {
     )
     .await
     .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (_airlock, _run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     for flag in ["--http1.1", "--http2"] {
         let out = curl(
             &env,
@@ -215,14 +216,10 @@ async fn case_c19_origins_cannot_forge_airlock_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c20_staged_body_limits_raw_and_decoded() {
     let fx = Fixture::new();
-    let origin = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply::text(200, "ok")),
-    )
-    .await
-    .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let origin = text_origin(Some(&fx.origin_ca), 200, "ok").await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!("https://127.0.0.1:{}/upload", origin.addr().port());
 
     // 2 GiB streamed chunked: reading stops at the 10 MiB limit with 413; nothing stored.
@@ -300,12 +297,7 @@ async fn case_c11_other_ports_server_speaks_first_and_plain_http_in_connect() {
     use base64::Engine as _;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fx = Fixture::new();
-    let plain = Origin::start(
-        None,
-        Arc::new(|_: &Received| Reply::text(200, "plain inside connect")),
-    )
-    .await
-    .expect("origin");
+    let plain = text_origin(None, 200, "plain inside connect").await;
     // A banner-first server: it speaks first and never reads.
     let banner = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -321,8 +313,7 @@ async fn case_c11_other_ports_server_speaks_first_and_plain_http_in_connect() {
         "version = 1\nallow_private = [\"127.0.0.0/8\"]\n[[rule]]\nid = \"other-ports\"\nhost = \"127.0.0.1\"\nport = [{}, {banner_port}]\nmethod = \"read\"\naction = \"pass\"\n",
         plain.addr().port()
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let token = airlock.run_token(&run).await;
     let auth = base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"));
 
@@ -455,8 +446,7 @@ async fn case_c03_trailers_reach_the_client() {
         h1.addr().port(),
         h2.addr().port()
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx.start_run(&policy, &[]).await;
     for (origin, body) in [(&h1, &b"chunked body"[..]), (&h2, &b""[..])] {
         for alpn in [&b"http/1.1"[..], &b"h2"[..]] {
             let authority = format!("127.0.0.1:{}", origin.addr().port());
@@ -503,8 +493,7 @@ async fn an_h2_get_with_data_frames_is_a_write() {
     .await
     .expect("origin");
     let port = origin.addr().port();
-    let airlock = fx.start(&loopback_policy(port), &[]);
-    let (run, _env) = airlock.create_run().await;
+    let (airlock, run, _env) = fx.start_run(&loopback_policy(port), &[]).await;
     let token = airlock.run_token(&run).await;
     let authority = format!("127.0.0.1:{port}");
     let stream = airlock_tests::connect_tunnel(&airlock.proxy, &run, &token, &authority).await;
@@ -560,8 +549,9 @@ async fn a_non_websocket_upgrade_is_an_ordinary_request() {
     )
     .await
     .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (_airlock, _run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let out = curl(
         &env,
         &[

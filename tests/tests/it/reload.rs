@@ -92,8 +92,7 @@ async fn hot_reload_changes_a_decision_without_dropping_connections() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&loopback_policy(port), &[]);
-    let (run, _env) = airlock.create_run().await;
+    let (airlock, run, _env) = fx.start_run(&loopback_policy(port), &[]).await;
     let mut tunnel = Tunnel::open(&airlock, &run, &format!("127.0.0.1:{port}")).await;
     let (first, _, first_revision) = generation(&airlock).await;
     assert_eq!(first, 1);
@@ -196,8 +195,7 @@ async fn policy_replay_redecides_a_past_run_and_reload_swaps_the_servers_policy(
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&loopback_policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&loopback_policy(port), &[]).await;
     let base = format!("https://127.0.0.1:{port}");
     assert_eq!(
         airlock_tests::curl(&env, &[&format!("{base}/a")])
@@ -308,8 +306,7 @@ async fn policy_replay_redecides_effects_from_their_headers_and_body() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&loopback_policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (_airlock, run, env) = fx.start_run(&loopback_policy(port), &[]).await;
     let base = format!("https://127.0.0.1:{port}");
     assert_eq!(
         airlock_tests::curl(&env, &[&format!("{base}/a")])

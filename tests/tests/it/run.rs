@@ -86,6 +86,16 @@ fn run_command(fx: &Fixture, policy: &Path, args: &[&str]) -> Command {
     command
 }
 
+/// [`run_command`] on the workspace `ws`, running `sh -c script` there.
+fn sh_command(fx: &Fixture, policy: &Path, args: &[&str], ws: &Path, script: &str) -> Command {
+    let mut command = run_command(fx, policy, args);
+    command
+        .arg("--workspace")
+        .arg(ws)
+        .args(["--", "sh", "-c", script]);
+    command
+}
+
 async fn output(mut command: Command) -> Output {
     tokio::task::spawn_blocking(move || command.output().expect("run airlock"))
         .await
@@ -120,11 +130,13 @@ async fn run_verify_fails_files_byte_identical_effect_discarded_origin_untouched
     let before = tree(&ws);
 
     let script = agent_script(origin.addr().port());
-    let mut command = run_command(&fx, &policy, &["--json", "--verify", "test -f never-there"]);
-    command
-        .arg("--workspace")
-        .arg(&ws)
-        .args(["--", "sh", "-c", &script]);
+    let command = sh_command(
+        &fx,
+        &policy,
+        &["--json", "--verify", "test -f never-there"],
+        &ws,
+        &script,
+    );
     let out = output(command).await;
     assert!(!out.status.success(), "verify failed, so airlock run fails");
     let report = json_report(&out);
@@ -175,11 +187,13 @@ async fn run_verify_passes_keeps_files_effect_pending_commit_releases_once() {
     let ws = workspace(&fx);
 
     let script = agent_script(origin.addr().port());
-    let mut command = run_command(&fx, &policy, &["--verify", "grep -q changed README"]);
-    command
-        .arg("--workspace")
-        .arg(&ws)
-        .args(["--", "sh", "-c", &script]);
+    let command = sh_command(
+        &fx,
+        &policy,
+        &["--verify", "grep -q changed README"],
+        &ws,
+        &script,
+    );
     let out = output(command).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -206,13 +220,7 @@ async fn run_verify_passes_keeps_files_effect_pending_commit_releases_once() {
     assert_eq!(effects.len(), 1);
     assert_eq!(effects[0]["state"], "staged");
     for _ in 0..2 {
-        let report = airlock
-            .post(
-                &format!("/v1/runs/{run}/commit"),
-                Some(json!({"approve_pending": true})),
-            )
-            .await
-            .expect("commit");
+        let report = airlock.commit_pending(&run).await;
         assert_eq!(report["state"], "committed");
     }
     let received = origin.received();
@@ -231,26 +239,26 @@ async fn run_on_pass_commit_releases_only_with_approve_all() {
     let script = format!("curl -sS --fail -X POST --data one {url}");
 
     // Without --approve-all nothing is approved, so nothing is committed.
-    let mut command = run_command(&fx, &policy, &["--json", "--on-pass", "commit"]);
-    command
-        .arg("--workspace")
-        .arg(&ws)
-        .args(["--", "sh", "-c", &script]);
+    let command = sh_command(
+        &fx,
+        &policy,
+        &["--json", "--on-pass", "commit"],
+        &ws,
+        &script,
+    );
     let out = output(command).await;
     let held = json_report(&out);
     assert!(out.status.success(), "{held:#}");
     assert_eq!(held["state"], "sealed", "{held:#}");
     assert!(origin.received().is_empty());
 
-    let mut command = run_command(
+    let command = sh_command(
         &fx,
         &policy,
         &["--json", "--on-pass", "commit", "--approve-all"],
+        &ws,
+        &script,
     );
-    command
-        .arg("--workspace")
-        .arg(&ws)
-        .args(["--", "sh", "-c", &script]);
     let out = output(command).await;
     let committed = json_report(&out);
     assert!(out.status.success(), "{committed:#}");

@@ -3,16 +3,12 @@
 //! refused after resolution even though a rule passes the host; a rule's `allow_private`
 //! opens exactly its range; airlock's own listeners stay refused.
 
-use std::sync::Arc;
-
-use airlock_tests::{curl, Fixture, Origin, Received, Reply};
+use airlock_tests::{curl, text_origin, Fixture};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_names_resolving_to_private_addresses_are_refused_unless_allowed() {
     let fx = Fixture::new();
-    let origin = Origin::start(None, Arc::new(|_: &Received| Reply::text(200, "origin")))
-        .await
-        .expect("origin");
+    let origin = text_origin(None, 200, "origin").await;
     let port = origin.addr().port();
     let policy = |ports: &str| {
         format!(
@@ -61,8 +57,7 @@ action = "stage"
         .collect();
     args.extend(["--resolve".into(), "allowed.ok.test=127.0.0.1".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let airlock = fx.start(&policy(&port.to_string()), &args);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy(&port.to_string()), &args).await;
 
     for (name, ip) in refused {
         let out = curl(&env, &[&format!("http://{name}.ssrf.test:{port}/")]).await;

@@ -9,8 +9,9 @@ use serde_json::json;
 async fn staged_post_is_held_then_released_exactly_once_on_commit() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!(
         "https://127.0.0.1:{}/hooks/deploy?x=1",
         origin.addr().port()
@@ -50,14 +51,8 @@ async fn staged_post_is_held_then_released_exactly_once_on_commit() {
     assert_eq!(effects[0]["state"], "staged");
     assert_eq!(effects[0]["method"], "POST");
 
-    airlock
-        .post(&format!("/v1/effects/{effect_id}/approve"), None)
-        .await
-        .expect("approve");
-    let report = airlock
-        .post(&format!("/v1/runs/{run}/commit"), None)
-        .await
-        .expect("commit");
+    airlock.approve(&effect_id).await;
+    let report = airlock.commit(&run).await;
     assert_eq!(report["state"], "committed", "{report}");
     assert_eq!(report["effects"][0]["state"], "released");
     assert_eq!(report["effects"][0]["status"], 200);
@@ -108,8 +103,9 @@ async fn staged_post_is_held_then_released_exactly_once_on_commit() {
 async fn abort_discards_and_nothing_is_sent() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!("https://127.0.0.1:{}/hooks/a", origin.addr().port());
     for _ in 0..2 {
         let out = curl(&env, &["-X", "POST", "--data", "x=1", &url]).await;
@@ -148,8 +144,9 @@ async fn abort_discards_and_nothing_is_sent() {
 async fn commit_refuses_undecided_and_rejected_effects_stay_unsent() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let base = format!("https://127.0.0.1:{}", origin.addr().port());
     let mut ids = Vec::new();
     for path in ["/one", "/two", "/three"] {
@@ -219,8 +216,9 @@ async fn commit_refuses_undecided_and_rejected_effects_stay_unsent() {
 async fn sealed_run_refuses_new_effects_with_409() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!("https://127.0.0.1:{}/hook", origin.addr().port());
     airlock
         .post(&format!("/v1/runs/{run}/seal"), None)
@@ -241,11 +239,12 @@ async fn sealed_run_refuses_new_effects_with_409() {
 async fn body_over_the_staging_limit_is_413_and_nothing_is_stored() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(
-        &loopback_policy(origin.addr().port()),
-        &["--stage-body-limit", "1024"],
-    );
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(
+            &loopback_policy(origin.addr().port()),
+            &["--stage-body-limit", "1024"],
+        )
+        .await;
     let url = format!("https://127.0.0.1:{}/upload", origin.addr().port());
     let big = fx.dir.path().join("big.bin");
     std::fs::write(&big, vec![b'a'; 4096]).expect("write");
@@ -303,8 +302,9 @@ async fn failed_release_is_reported_honestly() {
     )
     .await
     .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let base = format!("https://127.0.0.1:{}", origin.addr().port());
     for path in ["/broken", "/fine"] {
         assert_eq!(
@@ -317,13 +317,7 @@ async fn failed_release_is_reported_honestly() {
             202
         );
     }
-    let report = airlock
-        .post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit");
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "partially_committed");
     assert_eq!(report["effects"][0]["state"], "failed");
     assert_eq!(report["effects"][0]["status"], 500);

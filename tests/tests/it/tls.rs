@@ -46,8 +46,7 @@ async fn case_c14_minted_leaves_pass_openssl_x509_strict() {
         "{}\n[[rule]]\nid = \"named\"\nhost = \"api.example.test\"\naction = \"pass\"\n",
         loopback_policy(origin.addr().port())
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx.start_run(&policy, &[]).await;
     let token = airlock.run_token(&run).await;
     let ca_pem = std::fs::read_to_string(airlock.ca_file()).expect("ca.pem");
 
@@ -139,8 +138,9 @@ print(r.headers.get("airlock-effect"))
 async fn case_c14_python_requests_works_through_the_proxy() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let base = format!("https://127.0.0.1:{}", origin.addr().port());
     let out = run_client_async(
         "python3",

@@ -22,8 +22,7 @@ allow_private = ["127.0.0.1"]
 reason = "a certificate-pinned client"
 "#
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let origin_ca = fx.dir.path().join("origin-ca.pem");
     let url = format!("https://127.0.0.1:{port}/through?x=1");
     // Trusting only the origin's CA: this succeeds only if no airlock leaf is in the way.
@@ -53,13 +52,9 @@ reason = "a certificate-pinned client"
     assert!(!out.success, "airlock must not intercept a tunnel");
 
     let read = poll_until(Duration::from_secs(10), || async {
-        let reads = airlock
-            .admin
-            .get(&format!("/v1/runs/{run}/reads"))
-            .await
-            .ok()?;
-        reads["reads"]
-            .as_array()?
+        airlock
+            .reads(&run)
+            .await?
             .iter()
             .find(|r| r["method"] == "CONNECT" && r["response_bytes"].as_u64() > Some(0))
             .cloned()
@@ -102,11 +97,12 @@ action = "pass"
         format!("{text}\n[[rule]]\nid = \"no-secrets-here\"\nhost = \"127.0.0.1\"\nport = {port}\npath = \"/secrets/**\"\naction = \"deny\"\n"),
     )
     .expect("write baseline");
-    let airlock = fx.start(
-        &policy,
-        &["--baseline", baseline.to_str().expect("utf-8 path")],
-    );
-    let (_run, env) = airlock.create_run().await;
+    let (_airlock, _run, env) = fx
+        .start_run(
+            &policy,
+            &["--baseline", baseline.to_str().expect("utf-8 path")],
+        )
+        .await;
     let out = curl(&env, &[&format!("https://127.0.0.1:{port}/secrets/key")]).await;
     assert_eq!(out.status, 403);
     let body = out.json();

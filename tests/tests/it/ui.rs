@@ -367,8 +367,7 @@ action = "stage"
 respond = "github"
 "#
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let out = curl(
         &env,
         &[
@@ -409,8 +408,9 @@ async fn denied_requests_are_shown_on_the_run_page_and_by_runs_show() {
     let fx = airlock_tests::Fixture::new();
     let origin = airlock_tests::ok_origin(&fx.origin_ca).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&airlock_tests::loopback_policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&airlock_tests::loopback_policy(port), &[])
+        .await;
     let denied = format!("https://127.0.0.1:{port}/forbidden/secrets");
     assert_eq!(curl(&env, &[&denied]).await.status, 403);
 

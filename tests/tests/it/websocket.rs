@@ -205,8 +205,7 @@ async fn case_c06_websocket_inside_an_intercepted_tunnel_and_plain_ws() {
     ));
     let (wss_port, wss_seen) = echo_origin(Some(origin_tls)).await;
     let (ws_port, ws_seen) = echo_origin(None).await;
-    let airlock = fx.start(&policy(wss_port, ws_port), &[]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx.start_run(&policy(wss_port, ws_port), &[]).await;
     let token = airlock.run_token(&run).await;
     let ca = std::fs::read_to_string(airlock.ca_file()).expect("ca");
 

@@ -8,31 +8,6 @@ use std::sync::Arc;
 use airlock_tests::{airlock_bin, curl, Fixture, Origin, Reply};
 use serde_json::{json, Value};
 
-fn policy(port: u16) -> String {
-    format!(
-        r#"version = 1
-default = "deny"
-allow_private = ["127.0.0.0/8"]
-
-[[rule]]
-id = "github-reads"
-host = "127.0.0.1"
-port = {port}
-method = "read"
-action = "pass"
-
-[[rule]]
-id = "github-writes"
-host = "127.0.0.1"
-port = {port}
-method = "write"
-path = "/repos/**"
-action = "stage"
-respond = "github"
-"#
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compensate_stages_inverses_of_released_effects_in_reverse_order() {
     let fx = Fixture::new();
@@ -54,8 +29,7 @@ async fn compensate_stages_inverses_of_released_effects_in_reverse_order() {
     .await
     .expect("origin");
     let port = origin.addr().port();
-    let airlock = fx.start(&policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&super::github_policy(port), &[]).await;
     let repo = format!("https://127.0.0.1:{port}/repos/acme/widgets");
     let post = |url: String, body: Value| {
         let env = env.clone();
@@ -100,7 +74,7 @@ async fn compensate_stages_inverses_of_released_effects_in_reverse_order() {
         "{refused:?}"
     );
 
-    let report = super::approve_all_and_commit(&airlock, &run).await;
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(
         report["state"], "partially_committed",
         "the release fails: {report}"
@@ -174,7 +148,7 @@ async fn compensate_stages_inverses_of_released_effects_in_reverse_order() {
         .all(|e| e["state"] == "staged" && e["compensates"].is_string()));
     assert_eq!(origin.received().len(), 3, "nothing sent before review");
 
-    let report = super::approve_all_and_commit(&airlock, &target).await;
+    let report = airlock.commit_pending(&target).await;
     assert_eq!(report["state"], "committed", "{report}");
     let received = origin.received();
     let sent: Vec<(&str, &str)> = received[3..]

@@ -3,10 +3,10 @@
 //! moved meanwhile.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use airlock_tests::git_http::{self, git};
-use airlock_tests::{run_client_async, Fixture, Origin};
+use airlock_tests::{run_client_async, Airlock, Fixture, Origin};
 
 fn policy(port: u16) -> String {
     format!(
@@ -32,6 +32,48 @@ action = "stage"
 respond = "git"
 "#
     )
+}
+
+/// A loopback HTTPS origin serving a bare `remote.git` with git's smart-HTTP backend, a
+/// clone of it, and airlock with [`policy`] and a run.
+struct Remote {
+    /// The origin (`git http-backend` over `root`).
+    origin: Origin,
+    /// Where `remote.git` lives.
+    root: PathBuf,
+    /// The clone the agent works in.
+    work: PathBuf,
+    /// The commit `main` points at.
+    main: String,
+    airlock: Airlock,
+    run: String,
+    env: BTreeMap<String, String>,
+}
+
+/// Sets up a [`Remote`] in `fx`'s directory.
+async fn remote(fx: &Fixture) -> Remote {
+    let root = fx.dir.path().join("git");
+    std::fs::create_dir_all(&root).expect("root");
+    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
+        .await
+        .expect("origin");
+    let port = origin.addr().port();
+    let work = fx.dir.path().join("work");
+    let main = repositories(
+        &root,
+        &work,
+        &format!("https://127.0.0.1:{port}/remote.git"),
+    );
+    let (airlock, run, env) = fx.start_run(&policy(port), &[]).await;
+    Remote {
+        origin,
+        root,
+        work,
+        main,
+        airlock,
+        run,
+        env,
+    }
 }
 
 /// A bare `remote.git` under `root` with one commit on `main`, and a clone of it in
@@ -111,20 +153,15 @@ async fn git_push_is_staged_git_exits_0_and_commit_releases_it() {
         return;
     }
     let fx = Fixture::new();
-    let root = fx.dir.path().join("git");
-    std::fs::create_dir_all(&root).expect("root");
-    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
-        .await
-        .expect("origin");
-    let port = origin.addr().port();
-    let work = fx.dir.path().join("work");
-    let main = repositories(
-        &root,
-        &work,
-        &format!("https://127.0.0.1:{port}/remote.git"),
-    );
-    let airlock = fx.start(&policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let Remote {
+        origin: _origin,
+        root,
+        work,
+        main,
+        airlock,
+        run,
+        env,
+    } = remote(&fx).await;
 
     git(&work, &["checkout", "-q", "-b", "agent/cleanup"]);
     std::fs::write(work.join("CLEANUP"), "tidy\n").expect("write");
@@ -159,7 +196,7 @@ async fn git_push_is_staged_git_exits_0_and_commit_releases_it() {
     );
     assert_eq!(effects[0]["adapter"], "git");
 
-    let report = super::approve_all_and_commit(&airlock, &run).await;
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "committed", "{report}");
     assert_eq!(
         ref_of(&root, "refs/heads/agent/cleanup"),
@@ -181,7 +218,7 @@ async fn git_push_is_staged_git_exits_0_and_commit_releases_it() {
         .as_str()
         .expect("a run")
         .to_owned();
-    let report = super::approve_all_and_commit(&airlock, &target).await;
+    let report = airlock.commit_pending(&target).await;
     assert_eq!(report["state"], "committed", "{report}");
     assert_eq!(
         ref_of(&root, "refs/heads/agent/cleanup"),
@@ -198,20 +235,15 @@ async fn a_push_to_a_remote_that_moved_fails_with_gits_reason() {
         return;
     }
     let fx = Fixture::new();
-    let root = fx.dir.path().join("git");
-    std::fs::create_dir_all(&root).expect("root");
-    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
-        .await
-        .expect("origin");
-    let port = origin.addr().port();
-    let work = fx.dir.path().join("work");
-    repositories(
-        &root,
-        &work,
-        &format!("https://127.0.0.1:{port}/remote.git"),
-    );
-    let airlock = fx.start(&policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let Remote {
+        origin: _origin,
+        root,
+        work,
+        main: _,
+        airlock,
+        run,
+        env,
+    } = remote(&fx).await;
 
     std::fs::write(work.join("AGENT"), "agent\n").expect("write");
     git(&work, &["add", "AGENT"]);
@@ -235,7 +267,7 @@ async fn a_push_to_a_remote_that_moved_fails_with_gits_reason() {
     git(&other, &["push", "-q", "origin", "main"]);
     let moved = ref_of(&root, "refs/heads/main");
 
-    let report = super::approve_all_and_commit(&airlock, &run).await;
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "partially_committed", "{report}");
     let effect = &report["effects"][0];
     assert_eq!(effect["state"], "failed", "{report}");
@@ -262,20 +294,15 @@ async fn an_update_push_is_compensated_by_putting_the_ref_back() {
         return;
     }
     let fx = Fixture::new();
-    let root = fx.dir.path().join("git");
-    std::fs::create_dir_all(&root).expect("root");
-    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
-        .await
-        .expect("origin");
-    let port = origin.addr().port();
-    let work = fx.dir.path().join("work");
-    let main = repositories(
-        &root,
-        &work,
-        &format!("https://127.0.0.1:{port}/remote.git"),
-    );
-    let airlock = fx.start(&policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let Remote {
+        origin: _origin,
+        root,
+        work,
+        main,
+        airlock,
+        run,
+        env,
+    } = remote(&fx).await;
     std::fs::write(work.join("AGENT"), "agent\n").expect("write");
     git(&work, &["add", "AGENT"]);
     git(&work, &["commit", "-q", "-m", "agent change"]);
@@ -285,7 +312,7 @@ async fn an_update_push_is_compensated_by_putting_the_ref_back() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = super::approve_all_and_commit(&airlock, &run).await;
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "committed", "{report}");
     assert_ne!(ref_of(&root, "refs/heads/main"), Some(main.clone()));
 
@@ -297,7 +324,7 @@ async fn an_update_push_is_compensated_by_putting_the_ref_back() {
         .as_str()
         .expect("a run")
         .to_owned();
-    let report = super::approve_all_and_commit(&airlock, &target).await;
+    let report = airlock.commit_pending(&target).await;
     assert_eq!(report["state"], "committed", "{report}");
     assert_eq!(ref_of(&root, "refs/heads/main"), Some(main), "main is back");
 }
@@ -309,20 +336,15 @@ async fn a_push_over_gits_post_buffer_is_staged_and_released() {
         return;
     }
     let fx = Fixture::new();
-    let root = fx.dir.path().join("git");
-    std::fs::create_dir_all(&root).expect("root");
-    let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
-        .await
-        .expect("origin");
-    let port = origin.addr().port();
-    let work = fx.dir.path().join("work");
-    repositories(
-        &root,
-        &work,
-        &format!("https://127.0.0.1:{port}/remote.git"),
-    );
-    let airlock = fx.start(&policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let Remote {
+        origin: _origin,
+        root,
+        work,
+        main: _,
+        airlock,
+        run,
+        env,
+    } = remote(&fx).await;
     // 3 MiB that do not compress: git sends the pack chunked, after a probe request.
     let mut noise = Vec::with_capacity(3 << 20);
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -349,7 +371,7 @@ async fn a_push_over_gits_post_buffer_is_staged_and_released() {
     );
     let effects = airlock.effects(&run).await;
     assert_eq!(effects.len(), 1, "one effect, no probe: {effects:?}");
-    let report = super::approve_all_and_commit(&airlock, &run).await;
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "committed", "{report}");
     assert_eq!(ref_of(&root, "refs/heads/agent/big"), Some(head));
 }

@@ -9,31 +9,6 @@ use airlock_tests::{run_client_async, Fixture, Origin, Reply};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-fn policy(port: u16) -> String {
-    format!(
-        r#"version = 1
-default = "deny"
-allow_private = ["127.0.0.0/8"]
-
-[[rule]]
-id = "github-reads"
-host = "127.0.0.1"
-port = {port}
-method = "read"
-action = "pass"
-
-[[rule]]
-id = "github-writes"
-host = "127.0.0.1"
-port = {port}
-method = "write"
-path = "/repos/**"
-action = "stage"
-respond = "github"
-"#
-    )
-}
-
 /// A GitHub user as the REST API documents it (the fields the client here reads).
 #[derive(Debug, Deserialize)]
 #[expect(dead_code, reason = "the fields are the schema check")]
@@ -206,8 +181,7 @@ async fn a_github_client_works_on_staged_objects_and_commit_substitutes_real_num
     .await
     .expect("origin");
     let port = origin.addr().port();
-    let airlock = fx.start(&policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&super::github_policy(port), &[]).await;
 
     let api = format!("https://127.0.0.1:{port}");
     let out = run_client_async("python3", &["-c", CLIENT, &api], &env).await;
@@ -254,7 +228,7 @@ async fn a_github_client_works_on_staged_objects_and_commit_substitutes_real_num
     );
     assert!(summaries[1].starts_with(&format!("comment on acme/widgets#{}", pr.number)));
 
-    let report = super::approve_all_and_commit(&airlock, &run).await;
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "committed", "{report}");
     let received = origin.received();
     let paths: Vec<(&str, &str)> = received

@@ -134,8 +134,7 @@ async fn slack_post_then_update_by_ts_is_released_with_the_real_ts() {
         .await
         .expect("origin");
     let port = origin.addr().port();
-    let airlock = fx.start(&policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy(port), &[]).await;
     let api = format!("https://127.0.0.1:{port}/api");
 
     let posted = post_json(
@@ -170,7 +169,7 @@ async fn slack_post_then_update_by_ts_is_released_with_the_real_ts() {
         .as_str()
         .unwrap_or("")
         .starts_with("edit message"));
-    let report = super::approve_all_and_commit(&airlock, &run).await;
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "committed", "{report}");
     let received = origin.received();
     assert_eq!(received.len(), 2);
@@ -187,8 +186,7 @@ async fn slack_ok_false_at_release_is_a_failure() {
         .await
         .expect("origin");
     let port = origin.addr().port();
-    let airlock = fx.start(&policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy(port), &[]).await;
     let url = format!("https://127.0.0.1:{port}/api/chat.update");
     post_json(
         &env,
@@ -196,7 +194,7 @@ async fn slack_ok_false_at_release_is_a_failure() {
         &json!({"channel": "C1", "ts": "1.2", "text": "x"}),
     )
     .await;
-    let report = super::approve_all_and_commit(&airlock, &run).await;
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["effects"][0]["state"], "failed", "{report}");
     assert_eq!(
         report["effects"][0]["reason"],
@@ -211,8 +209,7 @@ async fn graphql_mutations_are_answered_from_their_selection_and_released_with_r
         .await
         .expect("origin");
     let port = origin.addr().port();
-    let airlock = fx.start(&policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy(port), &[]).await;
     let url = format!("https://127.0.0.1:{port}/graphql");
 
     let created = post_json(
@@ -274,7 +271,7 @@ async fn graphql_mutations_are_answered_from_their_selection_and_released_with_r
         )
         .await
         .expect("reject");
-    let report = super::approve_all_and_commit(&airlock, &run).await;
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["effects"][0]["state"], "released", "{report}");
     assert_eq!(report["effects"][1]["state"], "released", "{report}");
     let received = origin.received();

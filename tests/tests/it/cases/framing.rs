@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_tests::{curl, run_client_async, Fixture, Origin, Received, Reply};
+use airlock_tests::{curl, run_client_async, text_origin, Fixture, Origin, Received, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A plain-HTTP origin that answers from the request head only: `413` at once without
@@ -74,12 +74,7 @@ async fn raw_origin() -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c01_expect_continue_meets_stage_deny_and_pass() {
     let fx = Fixture::new();
-    let tls_origin = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply::text(201, "stored")),
-    )
-    .await
-    .expect("origin");
+    let tls_origin = text_origin(Some(&fx.origin_ca), 201, "stored").await;
     let (raw_port, raw_seen) = raw_origin().await;
     let policy = format!(
         r#"version = 1
@@ -105,8 +100,7 @@ action = "pass"
         tls = tls_origin.addr().port(),
         raw = raw_port
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let big = fx.dir.path().join("2mib.bin");
     std::fs::write(&big, vec![b'x'; 2 * 1024 * 1024]).expect("write");
     let data = format!("@{}", big.display());
@@ -238,8 +232,7 @@ method = "read"
 action = "pass"
 "#
     );
-    let airlock = fx.start(&policy, &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
     let base = format!("https://127.0.0.1:{port}");
     let five = fx.dir.path().join("five.bin");
     std::fs::write(
@@ -271,13 +264,7 @@ action = "pass"
     // Staged: the decoded body is stored, and released later with a Content-Length.
     let out = run_client_async("sh", &["-c", &script("/staged")], &env).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "202");
-    airlock
-        .post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(serde_json::json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit");
+    airlock.commit_pending(&run).await;
     let received = origin.received();
     let released = received
         .iter()

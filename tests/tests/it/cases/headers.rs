@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use airlock_tests::{curl, loopback_policy, Fixture, Origin, Received, Reply};
+use airlock_tests::{curl, loopback_policy, text_origin, Fixture, Origin, Received, Reply};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c07_content_encoding_untouched_on_pass_and_kept_on_stage() {
@@ -29,8 +29,9 @@ async fn case_c07_content_encoding_untouched_on_pass_and_kept_on_stage() {
     )
     .await
     .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!("https://127.0.0.1:{}/data", origin.addr().port());
     let via = curl(&env, &[&url]).await;
     let ca = fx.dir.path().join("origin-ca.pem");
@@ -90,8 +91,9 @@ async fn case_c08_large_header_sections_on_every_side() {
     )
     .await
     .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (_airlock, _run, env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let url = format!("https://127.0.0.1:{}/", origin.addr().port());
     let cookie = format!("cookie: big={}", "c".repeat(60 * 1024));
     let mut many: Vec<String> = (0..150).map(|i| format!("x-h{i}: value {i}")).collect();
@@ -142,9 +144,7 @@ print(r.text)
 async fn case_c08_past_the_limits_the_client_gets_431_with_a_reason_not_a_reset() {
     let fx = Fixture::new();
     let origin = airlock_tests::ok_origin(&fx.origin_ca).await;
-    let plain = Origin::start(None, Arc::new(|_: &Received| Reply::text(200, "plain")))
-        .await
-        .expect("plain origin");
+    let plain = text_origin(None, 200, "plain").await;
     let policy = loopback_policy(origin.addr().port()).replace(
         "[[rule]]\nid = \"forbidden\"",
         &format!(
@@ -152,8 +152,7 @@ async fn case_c08_past_the_limits_the_client_gets_431_with_a_reason_not_a_reset(
             plain.addr().port()
         ),
     );
-    let airlock = fx.start(&policy, &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (_airlock, _run, env) = fx.start_run(&policy, &[]).await;
     let https = format!("https://127.0.0.1:{}/", origin.addr().port());
     let http = format!("http://127.0.0.1:{}/", plain.addr().port());
     // (curl 7.88 cannot itself send a head over ~128 KiB through TLS, nor an h2 header

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use airlock_tests::{curl, loopback_policy, Fixture, Origin, Received, Reply};
+use airlock_tests::{curl, loopback_policy, text_origin, Fixture, Origin, Received, Reply};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c10_connect_to_ip_literals_and_ipv6() {
@@ -31,8 +31,7 @@ async fn case_c10_connect_to_ip_literals_and_ipv6() {
         v4.addr().port(),
         v6.addr().port()
     );
-    let airlock = fx.start(&policy, &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (_airlock, _run, env) = fx.start_run(&policy, &[]).await;
     for url in [
         format!("https://127.0.0.2:{}/", v4.addr().port()),
         format!("https://[::1]:{}/", v6.addr().port()),
@@ -47,14 +46,10 @@ async fn case_c10_connect_to_ip_literals_and_ipv6() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c13_a_client_with_its_own_roots_is_recorded_per_host() {
     let fx = Fixture::new();
-    let origin = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply::text(200, "ok")),
-    )
-    .await
-    .expect("origin");
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (_run, mut env) = airlock.create_run().await;
+    let origin = text_origin(Some(&fx.origin_ca), 200, "ok").await;
+    let (airlock, _run, mut env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     // A client that trusts only its own bundled roots (not airlock's CA).
     let own_roots = fx.dir.path().join("own-roots.pem");
     std::fs::write(&own_roots, fx.origin_ca.cert_pem()).expect("write");

@@ -67,8 +67,7 @@ inject = "basic-bot"
 "#,
         secret_file.display()
     );
-    let airlock = fx.start(&policy, &[]);
-    let (_, env) = airlock.create_run().await;
+    let (_airlock, _, env) = fx.start_run(&policy, &[]).await;
     let base = format!("https://127.0.0.1:{port}");
 
     let out = curl(&env, &[&format!("{base}/q/items?api_key=mine&page=2")]).await;

@@ -26,11 +26,12 @@ async fn an_idle_keep_alive_connection_is_closed_but_a_slow_request_completes() 
         loopback_policy(port),
         plain.addr().port()
     );
-    let airlock = fx.start(
-        &policy,
-        &["--keep-alive-timeout", "1", "--header-read-timeout", "300"],
-    );
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(
+            &policy,
+            &["--keep-alive-timeout", "1", "--header-read-timeout", "300"],
+        )
+        .await;
     let token = airlock.run_token(&run).await;
     let authority = format!("127.0.0.1:{port}");
     let ca = std::fs::read_to_string(airlock.ca_file()).expect("ca");
@@ -121,11 +122,12 @@ async fn a_response_the_client_reads_slowly_is_not_cut_by_the_keep_alive_timeout
     .await
     .expect("origin");
     let port = origin.addr().port();
-    let airlock = fx.start(
-        &loopback_policy(port),
-        &["--keep-alive-timeout", "1", "--header-read-timeout", "300"],
-    );
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(
+            &loopback_policy(port),
+            &["--keep-alive-timeout", "1", "--header-read-timeout", "300"],
+        )
+        .await;
     let token = airlock.run_token(&run).await;
     let credentials = basic(&run, &token);
     let mut readers = Vec::new();
@@ -188,11 +190,12 @@ async fn an_upload_that_goes_on_after_an_early_answer_is_not_cut_by_the_keep_ali
     let policy = format!(
         "version = 1\ndefault = \"deny\"\nallow_private = [\"127.0.0.0/8\"]\n\n[[rule]]\nid = \"upload\"\nhost = \"127.0.0.1\"\nport = {port}\nmethod = [\"POST\"]\naction = \"pass\"\n"
     );
-    let airlock = fx.start(
-        &policy,
-        &["--keep-alive-timeout", "1", "--header-read-timeout", "300"],
-    );
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(
+            &policy,
+            &["--keep-alive-timeout", "1", "--header-read-timeout", "300"],
+        )
+        .await;
     let token = airlock.run_token(&run).await;
     let mut stream = TcpStream::connect(&airlock.proxy).await.expect("connect");
     let head = format!(

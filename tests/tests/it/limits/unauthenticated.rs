@@ -17,17 +17,18 @@ async fn past_the_unauthenticated_cap_the_oldest_unauthenticated_connection_is_e
     let fx = Fixture::new();
     let plain = slow_origin(None).await;
     let port = plain.addr().port();
-    let airlock = fx.start(
-        &loopback_policy(port),
-        // A long --auth-timeout: only the eviction can close the silent connection.
-        &[
-            "--max-unauthenticated-connections",
-            "2",
-            "--auth-timeout",
-            "300",
-        ],
-    );
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(
+            &loopback_policy(port),
+            // A long --auth-timeout: only the eviction can close the silent connection.
+            &[
+                "--max-unauthenticated-connections",
+                "2",
+                "--auth-timeout",
+                "300",
+            ],
+        )
+        .await;
     let token = airlock.run_token(&run).await;
     let url = format!("http://127.0.0.1:{port}/");
     let mut authenticated = TcpStream::connect(&airlock.proxy).await.expect("connect");
@@ -62,8 +63,9 @@ async fn a_connection_that_does_not_authenticate_in_time_is_closed() {
     let fx = Fixture::new();
     let plain = slow_origin(None).await;
     let port = plain.addr().port();
-    let airlock = fx.start(&loopback_policy(port), &["--auth-timeout", "1"]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(&loopback_policy(port), &["--auth-timeout", "1"])
+        .await;
     let token = airlock.run_token(&run).await;
     let url = format!("http://127.0.0.1:{port}/");
     let mut authenticated = TcpStream::connect(&airlock.proxy).await.expect("connect");

@@ -27,8 +27,7 @@ async fn webhook_carrying_read_rows_has_a_content_edge_and_an_unrelated_one_has_
     let fx = Fixture::new();
     let origin = items_origin(&fx, Reply::json(201, &json!({"id": 1}))).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&items_policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&items_policy(port), &[]).await;
     let base = format!("https://127.0.0.1:{port}");
 
     let read = curl(&env, &[&format!("{base}/contacts")]).await;
@@ -171,8 +170,7 @@ async fn credential_value_from_a_read_is_flagged_on_the_effect() {
     .await
     .expect("origin");
     let port = origin.addr().port();
-    let airlock = fx.start(&items_policy(port), &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (airlock, _run, env) = fx.start_run(&items_policy(port), &[]).await;
     let base = format!("https://127.0.0.1:{port}");
     assert_eq!(curl(&env, &[&format!("{base}/config")]).await.status, 200);
     let post = curl(
@@ -231,8 +229,7 @@ async fn a_header_value_every_read_repeats_links_the_effect_to_its_first_read_on
     .await
     .expect("origin");
     let port = origin.addr().port();
-    let airlock = fx.start(&items_policy(port), &[]);
-    let (_run, env) = airlock.create_run().await;
+    let (airlock, _run, env) = fx.start_run(&items_policy(port), &[]).await;
     let base = format!("https://127.0.0.1:{port}");
     for path in ["/config", "/contacts", "/config?again=1"] {
         assert_eq!(curl(&env, &[&format!("{base}{path}")]).await.status, 200);

@@ -1,6 +1,6 @@
 //! Placeholders and real values inside encoded bodies: never leaked, encoded in place, decided again.
 
-use airlock_tests::{curl, Fixture, Reply};
+use airlock_tests::{curl, effect_states, Fixture, Reply};
 use serde_json::{json, Value};
 
 use super::{items_origin, items_policy};
@@ -11,8 +11,7 @@ async fn placeholders_hidden_in_encoded_bodies_never_reach_an_origin() {
     let fx = Fixture::new();
     let origin = items_origin(&fx, Reply::json(201, &json!({"id": 77, "node_id": "N_77"}))).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&items_policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&items_policy(port), &[]).await;
     let base = format!("https://127.0.0.1:{port}");
     let created = curl(
         &env,
@@ -49,13 +48,7 @@ async fn placeholders_hidden_in_encoded_bodies_never_reach_an_origin() {
         .expect("show");
     assert_eq!(shown["depends_on"][0]["found_in"], "body (encoded)");
     // At release airlock cannot substitute inside gzip: the child fails unsent.
-    let report = airlock
-        .post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit");
+    let report = airlock.commit_pending(&run).await;
     assert_eq!(report["effects"][0]["state"], "released");
     assert_eq!(report["effects"][1]["state"], "failed");
     assert!(
@@ -78,8 +71,7 @@ async fn real_values_are_encoded_for_where_they_stand_and_the_result_is_decided_
     let hostile = r#"a"b/../../admin?q=1#"#;
     let origin = items_origin(&fx, Reply::json(201, &json!({"id": 5, "node_id": hostile}))).await;
     let port = origin.addr().port();
-    let airlock = fx.start(&items_policy(port), &[]);
-    let (run, env) = airlock.create_run().await;
+    let (airlock, run, env) = fx.start_run(&items_policy(port), &[]).await;
     let base = format!("https://127.0.0.1:{port}");
     let created = curl(
         &env,
@@ -117,19 +109,8 @@ async fn real_values_are_encoded_for_where_they_stand_and_the_result_is_decided_
     )
     .await;
     assert_eq!(in_path.status, 202);
-    let report = airlock
-        .post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit");
-    let states: Vec<Value> = report["effects"]
-        .as_array()
-        .expect("effects")
-        .iter()
-        .map(|e| e["state"].clone())
-        .collect();
+    let report = airlock.commit_pending(&run).await;
+    let states = effect_states(&report);
     assert_eq!(
         states,
         vec![json!("released"), json!("released"), json!("failed")],

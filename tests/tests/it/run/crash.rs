@@ -13,7 +13,9 @@ use airlock_tests::{
 };
 use serde_json::json;
 
-use super::{agent_script, cli, json_report, output, run_command, tree, workspace, write_policy};
+use super::{
+    agent_script, cli, json_report, output, run_command, sh_command, tree, workspace, write_policy,
+};
 
 /// Spawns `airlock run` paused at `point` and waits until it says so; returns the child
 /// and the run id.
@@ -53,11 +55,7 @@ async fn kill_after_decision_resume_finishes_the_same_rollback() {
     let ws = workspace(&fx);
     let before = tree(&ws);
     let script = agent_script(origin.addr().port());
-    let mut command = run_command(&fx, &policy, &["--verify", "false"]);
-    command
-        .arg("--workspace")
-        .arg(&ws)
-        .args(["--", "sh", "-c", &script]);
+    let command = sh_command(&fx, &policy, &["--verify", "false"], &ws, &script);
     let (child, run) =
         spawn_paused(command, &fx.dir.path().join("run.log"), "after_decision").await;
     sigkill(child);
@@ -96,11 +94,7 @@ async fn kill_during_rollback_restart_and_runs_show_finish_it() {
     let ws = workspace(&fx);
     let before = tree(&ws);
     let script = agent_script(origin.addr().port());
-    let mut command = run_command(&fx, &policy, &["--verify", "false"]);
-    command
-        .arg("--workspace")
-        .arg(&ws)
-        .args(["--", "sh", "-c", &script]);
+    let command = sh_command(&fx, &policy, &["--verify", "false"], &ws, &script);
     let (child, run) =
         spawn_paused(command, &fx.dir.path().join("run.log"), "rollback_midway").await;
     sigkill(child);

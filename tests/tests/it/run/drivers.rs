@@ -3,7 +3,7 @@
 use airlock_tests::{loopback_policy, ok_origin, Fixture};
 use serde_json::json;
 
-use super::{agent_script, git, json_report, output, run_command, tree, workspace, write_policy};
+use super::{agent_script, git, json_report, output, sh_command, tree, workspace, write_policy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_git_driver_restores_untracked_files_and_a_dirty_index_exactly() {
@@ -39,15 +39,13 @@ async fn run_git_driver_restores_untracked_files_and_a_dirty_index_exactly() {
                   && mkdir -p newdir && echo y > newdir/y && git add -A \
                   && git -c user.name=a -c user.email=a@localhost commit -qm agent \
                   && echo z > after-commit.txt";
-    let mut command = run_command(
+    let command = sh_command(
         &fx,
         &policy,
         &["--json", "--snapshot", "git", "--verify", "false"],
+        &repo,
+        script,
     );
-    command
-        .arg("--workspace")
-        .arg(&repo)
-        .args(["--", "sh", "-c", script]);
     let out = output(command).await;
     let report = json_report(&out);
     assert_eq!(report["decision"]["kind"], "rollback", "{report:#}");
@@ -97,7 +95,7 @@ async fn cmd_driver_runs_the_given_commands_and_the_residue_check_catches_a_bad_
 
     // A rollback command that works: verified against the manifest.
     for (rollback, verified) in [(restore.as_str(), true), ("true", false)] {
-        let mut command = run_command(
+        let command = sh_command(
             &fx,
             &policy,
             &[
@@ -111,11 +109,9 @@ async fn cmd_driver_runs_the_given_commands_and_the_residue_check_catches_a_bad_
                 "--verify",
                 "false",
             ],
+            &ws,
+            &script,
         );
-        command
-            .arg("--workspace")
-            .arg(&ws)
-            .args(["--", "sh", "-c", &script]);
         let report = json_report(&output(command).await);
         assert_eq!(report["decision"]["kind"], "rollback", "{report:#}");
         assert_eq!(report["workspace"]["driver"], "cmd");
@@ -133,8 +129,9 @@ async fn cmd_driver_runs_the_given_commands_and_the_residue_check_catches_a_bad_
     assert!(origin.received().is_empty());
 
     // A standalone server runs no snapshot commands unless told it may.
-    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
-    let (run, _) = airlock.create_run().await;
+    let (airlock, run, _) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
     let refused = airlock
         .post(
             &format!("/v1/runs/{run}/workspace"),

@@ -3,7 +3,7 @@
 use airlock_tests::{loopback_policy, ok_origin, Fixture};
 use serde_json::json;
 
-use super::{cli, output, run_command, tree, workspace, write_policy};
+use super::{cli, output, sh_command, tree, workspace, write_policy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn savepoint_rollback_to_restores_files_and_discards_later_effects_only() {
@@ -106,11 +106,7 @@ async fn unverifiable_rollback(damaged: &str) {
         "rm -rf '{}' && echo tampered > README && echo new > extra.txt",
         objects.display()
     );
-    let mut command = run_command(&fx, &policy, &["--verify", "false"]);
-    command
-        .arg("--workspace")
-        .arg(&ws)
-        .args(["--", "sh", "-c", &script]);
+    let command = sh_command(&fx, &policy, &["--verify", "false"], &ws, &script);
     let out = output(command).await;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success());
