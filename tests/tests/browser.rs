@@ -7,6 +7,8 @@
 //! Needs Debian's `chromium` and `chromedriver` (package `chromium-driver`). Without
 //! them the test is skipped with a message, except under CI (`CI` set), where it fails.
 
+// Shared by the two browser binaries, outside `it` (which must not link fantoccini).
+#[path = "shared/chromium.rs"]
 mod chromium;
 
 use std::path::{Path, PathBuf};

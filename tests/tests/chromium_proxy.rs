@@ -14,6 +14,8 @@
 //! Needs `chromium`, `chromedriver` (package `chromium-driver`) and `certutil`. Without
 //! them the test is skipped with a message, except under CI (`CI` set), where it fails.
 
+// Shared by the two browser binaries, outside `it` (which must not link fantoccini).
+#[path = "shared/chromium.rs"]
 mod chromium;
 
 use std::net::SocketAddr;
