@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::values::{now_ms, Digest};
+use crate::values::Digest;
 
 /// A reviewer's approval of one effect as it stood.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,12 +19,12 @@ pub struct Approval {
 }
 
 impl Approval {
-    /// An approval by `by`, now, of the request whose body has digest `body_digest`
-    /// (the effect's as it stands).
-    pub fn new(by: &str, body_digest: Digest) -> Self {
+    /// An approval by `by` at `at_ms` (ms since the Unix epoch) of the request whose body
+    /// has digest `body_digest` (the effect's as it stands).
+    pub fn new(by: &str, body_digest: Digest, at_ms: u64) -> Self {
         Self {
             by: by.to_owned(),
-            at_ms: now_ms(),
+            at_ms,
             body_digest,
         }
     }

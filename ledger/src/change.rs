@@ -1,5 +1,7 @@
 //! Change notifications: what a store's writes changed, for the in-process caches that
-//! assume one writer (closed runs, the placeholder cache, commit locks).
+//! assume one writer. The data plane follows them for its closed runs and its placeholder
+//! cache; commit locks across processes need leases in the store itself (a later
+//! backend's concern), which notifications alone cannot give.
 //!
 //! A store sends a [`Change`] to every subscriber after the write it describes is durable.
 //! The embedded stores (sled, memory) announce their own writes; a backend several

@@ -149,7 +149,7 @@ pub fn begin_commit(
     for effect in undecided {
         let mut effect = effect.clone();
         effect.state = EffectState::Approved;
-        effect.approval = Some(Approval::new(&approver, effect.body_digest.clone()));
+        effect.approval = Some(Approval::new(&approver, effect.body_digest.clone(), at_ms));
         effect.decisions.push(DecisionRecord {
             kind: "approve".into(),
             by: approver.clone(),
@@ -340,7 +340,7 @@ pub fn decide_effect(
     check_effect_transition(effect, to)?;
     effect.state = to;
     effect.approval = match verdict {
-        Verdict::Approve => Some(Approval::new(by, effect.body_digest.clone())),
+        Verdict::Approve => Some(Approval::new(by, effect.body_digest.clone(), at_ms)),
         Verdict::Reject => None,
     };
     effect.decisions.push(DecisionRecord {

@@ -3,9 +3,13 @@
 //!
 //! # Contracts (every backend; [`crate::conformance`] checks them)
 //!
-//! - **Atomic.** Each method takes effect entirely or not at all. An `Err` changes
-//!   nothing, except that a storage fault in a journal method may leave a sequence
-//!   number unused.
+//! - **Atomic against other callers.** Each method takes effect entirely or not at all
+//!   as other callers see it. A refusal changes nothing. A *storage fault* (an `Err`
+//!   that is not a refusal) may leave part of a multi-record write visible and not
+//!   durable, and may leave a sequence number unused: the sled store writes record by
+//!   record (a staged effect's counter, body, record and index; a commit's effects, then
+//!   its run), so after a fault callers fail stop rather than guess; the in-memory model
+//!   never faults. A backend with transactions (PostgreSQL) gives all-or-nothing.
 //! - **Refusals change nothing.** [`crate::Refused`] comes from the pure rules in
 //!   [`crate::rules`], which every backend calls: the same request in the same state is
 //!   refused by every backend, and leaves every record as it was.
@@ -17,12 +21,14 @@
 //!   even with several writers: the second caller gets [`crate::Refused::EffectTransition`]
 //!   (or [`crate::LedgerError::Conflict`] to retry, which then refuses).
 //! - **Gap-free sequence numbers.** Per run, effects, reads and denials are numbered
-//!   1, 2, 3 … in the order the store accepted them, with no gaps and no repeats.
+//!   1, 2, 3 … in the order the store accepted them, with no repeats, and with no gaps
+//!   unless a storage fault interrupted a write (above).
 //! - **Identifiers.** Runs are `run_<ulid>`, effects `eff_<ulid>` ([`crate::RunId`],
 //!   [`crate::EffectId`]); listings "oldest first" are in identifier order (ULIDs created
 //!   in the same millisecond sort in random order).
 //! - **Notifications.** After each durable write the store sends the [`Change`]s it made
-//!   to every [`Store::subscribe`]r; see [`crate::change`].
+//!   to every [`Store::subscribe`]r; see [`crate::change`]. Changes of one writer arrive
+//!   in the order of its writes; changes of concurrent writers may interleave.
 //!
 //! The trait is dyn-compatible: hold an `Arc<dyn Store>`. Methods of the concern traits
 //! are callable on `dyn Store` without importing them.

@@ -251,9 +251,7 @@ impl Server {
             danger_allow_snapshot_commands: config.danger_allow_snapshot_commands,
             review,
         });
-        data.set_auto_review(Arc::new(airlock_control::runs::AutoReview(Arc::downgrade(
-            &control,
-        ))));
+        data.set_auto_review(Arc::new(airlock_control::runs::AutoReview::new(&control)));
         Ok(Self {
             data,
             control,

@@ -369,7 +369,7 @@ async fn commit_run(
     let approve_pending = query.approve_pending || request.approve_pending;
     // Once decided, a commit finishes whatever happens to this HTTP exchange (the runs
     // service runs it in a task of its own).
-    let report = runs::commit(
+    let report = runs::commit_detached(
         &shared,
         &run_id,
         approve_pending,

@@ -97,9 +97,9 @@ pub async fn abort(
     .await
 }
 
-/// Commits `run` ([`crate::release::commit`]: seal, decision, release in lineage order).
-/// Once asked, the commit runs in a task of its own, so a client that hangs up cannot
-/// cancel it half way.
+/// Commits `run` ([`crate::release::commit`]: seal, decision, release in lineage order),
+/// in the caller's task: `airlock run`'s workspace decision holds its run lock across
+/// the commit and writes its own outcome after it.
 ///
 /// Errors: [`CommitError`]: the ledger's refusals (undecided effects without
 /// `approve_pending`, a run already aborted), storage faults, a failed task.
@@ -109,8 +109,21 @@ pub async fn commit(
     approve_pending: bool,
     actor: &Actor,
 ) -> Result<CommitReport, CommitError> {
-    let (control, run, by) = (control.clone(), run.clone(), actor.recorded());
-    tokio::spawn(async move { crate::release::commit(&control, &run, approve_pending, &by).await })
+    crate::release::commit(control, run, approve_pending, &actor.recorded()).await
+}
+
+/// [`commit`] in a task of its own, awaited: once asked by a client (the admin API, the
+/// review UI) or by recovery, a commit finishes even if the asker goes away half way.
+///
+/// Errors: as [`commit`], and [`CommitError::Task`] when the task itself failed.
+pub async fn commit_detached(
+    control: &Arc<Control>,
+    run: &RunId,
+    approve_pending: bool,
+    actor: &Actor,
+) -> Result<CommitReport, CommitError> {
+    let (control, run, actor) = (control.clone(), run.clone(), actor.clone());
+    tokio::spawn(async move { commit(&control, &run, approve_pending, &actor).await })
         .await
         .map_err(|e| CommitError::Task(e.to_string()))?
 }
@@ -124,8 +137,22 @@ pub async fn decide_effect(
     verdict: Verdict,
     actor: &Actor,
 ) -> Result<Effect, CommitError> {
-    let (ledger, effect, by) = (control.ledger.clone(), effect.clone(), actor.recorded());
-    blocking(move || ledger.decide_effect(&effect, verdict, &by)).await
+    let (control, effect, actor) = (control.clone(), effect.clone(), actor.clone());
+    blocking(move || decide_effect_blocking(&control, &effect, verdict, &actor)).await
+}
+
+/// [`decide_effect`] on the calling thread (call it from the blocking pool).
+///
+/// Errors: as [`decide_effect`].
+pub fn decide_effect_blocking(
+    control: &Control,
+    effect: &EffectId,
+    verdict: Verdict,
+    actor: &Actor,
+) -> Result<Effect, LedgerError> {
+    control
+        .ledger
+        .decide_effect(effect, verdict, &actor.recorded())
 }
 
 /// Approves every still-`staged` effect of `run` staged by `rule` (`None`: by no rule).
@@ -198,8 +225,16 @@ pub fn resume_commits(shared: &Arc<Control>) {
 }
 
 /// The control plane's answer to the data plane's `review = "auto"`: approves the effect
-/// a rule staged, recorded as [`Actor::AutoReview`].
-pub struct AutoReview(pub std::sync::Weak<Control>);
+/// a rule staged through [`decide_effect_blocking`], recorded as [`Actor::AutoReview`].
+/// Holds the control plane weakly (the data plane must not keep it alive).
+pub struct AutoReview(std::sync::Weak<Control>);
+
+impl AutoReview {
+    /// The answer of `control`, for [`airlock_dataplane::DataPlane::set_auto_review`].
+    pub fn new(control: &Arc<Control>) -> Self {
+        Self(Arc::downgrade(control))
+    }
+}
 
 impl airlock_dataplane::enforce::AutoApprove for AutoReview {
     fn approve(&self, effect: &EffectId, rule: &str) -> Result<Effect, LedgerError> {
@@ -210,8 +245,6 @@ impl airlock_dataplane::enforce::AutoApprove for AutoReview {
         let actor = Actor::AutoReview {
             rule: rule.to_owned(),
         };
-        control
-            .ledger
-            .decide_effect(effect, Verdict::Approve, &actor.recorded())
+        decide_effect_blocking(&control, effect, Verdict::Approve, &actor)
     }
 }

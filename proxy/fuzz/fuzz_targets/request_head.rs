@@ -1,4 +1,4 @@
-//! Fuzz target: the request-head checks airlock does itself (`proxy/src/authority.rs`).
+//! Fuzz target: the request-head checks airlock does itself (`proxy/net/src/authority.rs`).
 //!
 //! Input, as text: line 1 is a CONNECT target (`host:port`), line 2 a request target
 //! (absolute-form or origin-form URI), the other lines `name: value` header fields.

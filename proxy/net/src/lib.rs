@@ -3,7 +3,9 @@
 //! dialer, the upstream client and the CA.
 //!
 //! Nothing here knows a run's policy decisions or the ledger's records beyond their
-//! types; the data plane (`airlock-dataplane`) builds the request path on it.
+//! types; the data plane (`airlock-dataplane`) builds the request path on it. [`config`]
+//! sits here, at the bottom, because every plane names the same environment variables
+//! and data-directory files (one place names them all).
 
 pub mod authority;
 pub mod body;

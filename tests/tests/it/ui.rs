@@ -280,6 +280,50 @@ async fn named_reviewer_tokens_sign_decisions() {
     assert_eq!(export["approval"], Value::Null);
 }
 
+/// The run actions exist once (the control plane's runs service): seal and abort through
+/// the API record the signed-in reviewer, as the UI always did (the API used to record
+/// `admin` whoever asked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_records_the_signed_in_reviewer_for_seal_and_abort_as_the_ui_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alice = dir.path().join("alice.token");
+    std::fs::write(&alice, "alice-secret-token-0123456789\n").expect("write");
+    let arg = format!("alice={}", alice.display());
+    let s = Scenario::start(&["--reviewer-token", &arg]).await;
+    let admin = s.admin_url();
+    let alice = airlock_tests::AdminClient::new(admin, "alice-secret-token-0123456789");
+    alice
+        .post(&format!("/v1/runs/{}/seal", s.run), None)
+        .await
+        .expect("alice seals through the API");
+    alice
+        .post(&format!("/v1/runs/{}/abort", s.run), None)
+        .await
+        .expect("alice aborts through the API");
+    let run = s
+        .airlock
+        .admin
+        .get(&format!("/v1/runs/{}", s.run))
+        .await
+        .expect("run");
+    let decisions = run["decisions"].as_array().expect("decisions");
+    let by: Vec<(&str, &str)> = decisions
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or_default(),
+                d["by"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(by.contains(&("seal", "alice")), "{run}");
+    assert!(by.contains(&("abort", "alice")), "{run}");
+    assert!(
+        s.origin.received().iter().all(|r| r.method == "GET"),
+        "nothing was released"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_is_told_when_a_run_is_sealed_with_pending_effects() {
     let hook = Origin::start(

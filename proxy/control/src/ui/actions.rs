@@ -115,7 +115,7 @@ pub(super) async fn commit_run(
     let approve_pending = form.approve_pending.is_some();
     let actor = Actor::Reviewer(session.reviewer.name.clone());
     // As in the API: once decided, the commit finishes even if the browser goes away.
-    runs::commit(&shared, &run_id, approve_pending, &actor).await?;
+    runs::commit_detached(&shared, &run_id, approve_pending, &actor).await?;
     Ok(redirect(&format!("/runs/{run_id}#effects")))
 }
 

@@ -229,3 +229,36 @@ async fn a_request_without_run_credentials_gets_407() {
     assert_eq!(status, 407);
     assert!(origin.received().is_empty());
 }
+
+/// The data plane follows the store's change notifications: a run aborted by another
+/// writer of the same store (here, a direct store call standing in for another process
+/// on a shared ledger) refuses requests on this plane too, without a restart.
+#[tokio::test]
+async fn a_run_closed_by_another_writer_refuses_requests_here() {
+    let origin = Origin::start(None, origin_handler()).await.expect("origin");
+    let plane = start(origin.addr().port()).await;
+    let run = plane.ledger.create_run(None).expect("run");
+    let url = format!("http://{}/customers", origin.addr());
+    let (status, _, _) = send(&plane, &run, "GET", &url, "").await;
+    assert_eq!(status, 200, "an open run's read passes");
+    plane
+        .ledger
+        .abort(&run.id, "another writer")
+        .expect("abort");
+    let mut last = 0;
+    for _ in 0..100 {
+        let (status, _, body) = send(&plane, &run, "GET", &url, "").await;
+        last = status;
+        if status == 409 {
+            assert_eq!(body["reason_code"], "run_not_open", "{body}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(last, 409, "the closed run is refused");
+    assert_eq!(
+        origin.received().len(),
+        1,
+        "only the first read reached the origin"
+    );
+}
