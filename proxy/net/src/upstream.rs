@@ -202,3 +202,46 @@ fn causes<'a>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Failure;
+    use crate::dial::DialError;
+    use std::sync::Arc;
+
+    fn tls(error: rustls::Error) -> std::io::Error {
+        // How tokio-rustls hands a handshake failure to hyper-rustls.
+        std::io::Error::new(std::io::ErrorKind::InvalidData, error)
+    }
+
+    #[test]
+    fn tls_failures_are_read_through_the_io_error_that_wraps_them() {
+        let ca = rustls::Error::InvalidCertificate(rustls::CertificateError::Other(
+            rustls::OtherError(Arc::new(webpki::Error::CaUsedAsEndEntity)),
+        ));
+        assert_eq!(Failure::of(&tls(ca)), Failure::CaAsEndEntity);
+        let unknown = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        assert_eq!(Failure::of(&tls(unknown)), Failure::UntrustedCertificate);
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure);
+        assert_eq!(Failure::of(&tls(alert)), Failure::Tls);
+    }
+
+    #[test]
+    fn dial_and_io_failures_are_classified_by_type() {
+        let timeout = DialError::Timeout {
+            addr: "127.0.0.1:1".parse().expect("literal address"),
+            timeout: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(Failure::of(&timeout), Failure::TimedOut);
+        let refused = DialError::Connect {
+            addr: "127.0.0.1:1".parse().expect("literal address"),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert_eq!(Failure::of(&refused), Failure::Connect);
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(Failure::of(&reset), Failure::Closed);
+        // Text that names a cause is not a cause.
+        let text = std::io::Error::other("message head is too large: CaUsedAsEndEntity");
+        assert_eq!(Failure::of(&text), Failure::Other);
+    }
+}
