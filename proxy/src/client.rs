@@ -9,6 +9,7 @@ use serde_json::Value;
 
 /// Errors talking to the admin API.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The admin listener could not be reached.
     #[error("cannot reach the admin API at {url}: {reason}")]
@@ -23,9 +24,9 @@ pub enum ClientError {
     Api {
         /// HTTP status.
         status: u16,
-        /// Stable error code.
+        /// Stable error code (the body's `reason_code`).
         code: String,
-        /// The API's message.
+        /// What happened (the body's `reason`).
         message: String,
         /// Extra details, if any.
         details: Option<Value>,
@@ -146,8 +147,8 @@ impl AdminClient {
         } else {
             Err(ClientError::Api {
                 status: status.as_u16(),
-                code: value["code"].as_str().unwrap_or("error").to_owned(),
-                message: value["error"]
+                code: value["reason_code"].as_str().unwrap_or("error").to_owned(),
+                message: value["reason"]
                     .as_str()
                     .unwrap_or("request failed")
                     .to_owned(),

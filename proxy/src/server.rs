@@ -19,6 +19,7 @@ use airlock_net::upstream::{client, client_tls};
 
 /// Errors starting the server; each names the file or address at fault.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// The data directory cannot be created or written.
     #[error("cannot use data directory {path}")]
@@ -65,6 +66,9 @@ pub enum StartError {
     /// The notification webhook is invalid.
     #[error(transparent)]
     Notify(#[from] airlock_control::notify::NotifyError),
+    /// The policy cannot be loaded for another reason.
+    #[error(transparent)]
+    Load(airlock_dataplane::policy_store::LoadError),
 }
 
 /// How long a graceful shutdown waits for requests in flight.
@@ -108,6 +112,7 @@ impl From<airlock_dataplane::policy_store::LoadError> for StartError {
             airlock_dataplane::policy_store::LoadError::Credential(error) => {
                 StartError::Credential(error)
             }
+            other => StartError::Load(other),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use airlock_ledger::{Effect, EffectId, LedgerError, Refused, Run, RunId, Verdict};
+use airlock_net::respond::Side;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -11,6 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tracing::warn;
 
 use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::runs::{self, Actor};
@@ -23,22 +25,54 @@ mod workspace;
 
 use render::{body_json, edge_json, effect_summary, headers_json, run_json};
 
-/// An admin API error: status, stable code, message.
+/// An admin API error: status, stable code, what happened. It becomes a response in one
+/// place, [`ApiError::into_response`], with the data plane's field names:
+/// `{error, reason_code, reason, hint, details?}`.
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
     code: &'static str,
-    message: String,
+    reason: String,
     details: Option<Value>,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    fn new(status: StatusCode, code: &'static str, reason: impl Into<String>) -> Self {
         Self {
             status,
             code,
-            message: message.into(),
+            reason: reason.into(),
             details: None,
+        }
+    }
+
+    /// Whose move it is: the caller's for 4xx answers, airlock's own for the rest.
+    pub fn side(&self) -> Side {
+        if self.status.is_server_error() {
+            Side::Internal
+        } else {
+            Side::Client
+        }
+    }
+
+    /// What to do about it, by code.
+    fn hint(&self) -> &'static str {
+        match self.code {
+            "unauthorized" => "send Authorization: Bearer TOKEN; the admin token is in DATA/admin.token, reviewer tokens in the files --reviewer-token names",
+            "not_found" => "check the id (GET /v1/runs lists runs); docs/admin-api.md lists the endpoints",
+            "bad_json" | "bad_body" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
+                "fix the request and send it again; docs/admin-api.md describes each body"
+            }
+            "undecided_effects" => "approve or reject each effect in details.undecided first, or commit with approve_pending = true",
+            "run_not_open" | "invalid_run_transition" | "invalid_effect_transition" => {
+                "the run or effect is past that step; GET it to see its state"
+            }
+            "policy_invalid" => "fix the policy file; the policy in force is unchanged (docs/policy.md lists every key)",
+            "snapshot_unsupported" => "give the workspace snapshot_cmd and rollback_cmd, or use a git workspace",
+            "run_not_committed" => "only a committed run can be compensated; commit it first",
+            "already_compensated" => "the run was compensated before; see its compensation run",
+            _ if self.status.is_server_error() => "see airlock's log; retry later",
+            _ => "see reason; docs/admin-api.md describes each endpoint",
         }
     }
 }
@@ -57,7 +91,7 @@ impl From<LedgerError> for ApiError {
                 Self {
                     status: StatusCode::CONFLICT,
                     code: refused.code(),
-                    message: refused.to_string(),
+                    reason: refused.to_string(),
                     details,
                 }
             }
@@ -84,8 +118,18 @@ impl From<crate::release::CommitError> for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The admin listener's one error-to-response mapping: the status, and the JSON body
+    /// `{error, reason_code, reason, hint, details?}` (`error` the status's short name).
     fn into_response(self) -> Response {
-        let mut body = json!({ "error": self.message, "code": self.code });
+        if self.side().is_failure() {
+            warn!(reason_code = self.code, reason = %self.reason, "admin request failed");
+        }
+        let mut body = json!({
+            "error": self.status.canonical_reason().unwrap_or("error").to_ascii_lowercase(),
+            "reason_code": self.code,
+            "reason": self.reason,
+            "hint": self.hint(),
+        });
         if let Some(details) = self.details {
             body["details"] = details;
         }
@@ -174,7 +218,10 @@ async fn require_token(
         let mut response = ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "send Authorization: Bearer TOKEN (the token is in DATA/admin.token)",
+            match presented {
+                None => "no bearer token was sent",
+                Some(_) => "the bearer token is not the admin token nor a reviewer's",
+            },
         )
         .into_response();
         response.headers_mut().insert(

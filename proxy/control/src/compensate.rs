@@ -24,6 +24,7 @@ pub fn profile_for(run: &RunId) -> String {
 
 /// Why compensations could not be made.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CompensateError {
     /// The ledger refused or failed (unknown run: `NotFound`).
     #[error(transparent)]

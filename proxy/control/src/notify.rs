@@ -21,6 +21,7 @@ pub const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Errors configuring the webhook.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NotifyError {
     /// The URL is not an absolute `http://` or `https://` URL.
     #[error("--notify-webhook {0:?} is not an absolute http:// or https:// URL")]

@@ -98,6 +98,7 @@ impl CommitReport {
 
 /// Why a commit could not proceed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CommitError {
     /// The ledger refused or failed.
     #[error(transparent)]

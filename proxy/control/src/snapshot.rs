@@ -23,6 +23,7 @@ pub const SNAPSHOTS_DIR: &str = "snapshots";
 
 /// Errors taking or restoring a snapshot; each names the path or command at fault.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SnapshotError {
     /// A file operation failed.
     #[error("{action} {path}")]

@@ -50,6 +50,7 @@ impl std::fmt::Debug for Reviewer {
 
 /// Errors reading reviewer tokens at start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReviewerError {
     /// `NAME=FILE` is malformed.
     #[error("--reviewer-token {0:?} is not NAME=FILE (NAME: letters, digits, '-', '_', '.')")]
@@ -167,18 +168,58 @@ pub struct Session {
     pub csrf: String,
 }
 
-/// An error page.
+/// An error page: status, stable code (the admin API's `reason_code`s), what happened.
+/// It becomes a page in one place, [`UiError::into_response`].
 #[derive(Debug)]
 pub struct UiError {
     status: StatusCode,
+    code: &'static str,
     message: String,
 }
 
 impl UiError {
+    /// An error with the usual code of `status`.
     fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        let code = match status {
+            StatusCode::BAD_REQUEST => "bad_request",
+            StatusCode::UNAUTHORIZED => "unauthorized",
+            StatusCode::FORBIDDEN => "forbidden",
+            StatusCode::NOT_FOUND => "not_found",
+            StatusCode::CONFLICT => "conflict",
+            _ if status.is_server_error() => "internal_error",
+            _ => "error",
+        };
+        Self::with_code(status, code, message)
+    }
+
+    fn with_code(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
+            code,
             message: message.into(),
+        }
+    }
+
+    /// Whose move it is: the reviewer's for 4xx answers, airlock's own for the rest.
+    pub fn side(&self) -> airlock_net::respond::Side {
+        if self.status.is_server_error() {
+            airlock_net::respond::Side::Internal
+        } else {
+            airlock_net::respond::Side::Client
+        }
+    }
+
+    /// What to do about it.
+    fn hint(&self) -> &'static str {
+        match self.status {
+            StatusCode::UNAUTHORIZED => "sign in with a reviewer token at /login",
+            StatusCode::FORBIDDEN => "reload the page and try again",
+            StatusCode::NOT_FOUND => "check the link; the runs page lists every run",
+            StatusCode::CONFLICT => {
+                "the run or effect is past that step; reload it to see its state"
+            }
+            status if status.is_server_error() => "see airlock's log; retry later",
+            _ => "go back and try again",
         }
     }
 }
@@ -196,9 +237,12 @@ impl From<LedgerError> for UiError {
     fn from(error: LedgerError) -> Self {
         match error {
             LedgerError::NotFound { .. } => Self::new(StatusCode::NOT_FOUND, error.to_string()),
-            LedgerError::Refused(refused) => Self::new(StatusCode::CONFLICT, refused.to_string()),
-            other => Self::new(
+            LedgerError::Refused(refused) => {
+                Self::with_code(StatusCode::CONFLICT, refused.code(), refused.to_string())
+            }
+            other => Self::with_code(
                 StatusCode::INTERNAL_SERVER_ERROR,
+                "ledger_error",
                 airlock_net::respond::error_chain(&other).unwrap_or_else(|| other.to_string()),
             ),
         }
@@ -206,7 +250,12 @@ impl From<LedgerError> for UiError {
 }
 
 impl IntoResponse for UiError {
+    /// The review UI's one error-to-response mapping: an HTML page with the status, the
+    /// reason, the hint and the code.
     fn into_response(self) -> Response {
+        if self.side().is_failure() {
+            tracing::warn!(reason_code = self.code, reason = %self.message, "review UI request failed");
+        }
         let title = self.status.canonical_reason().unwrap_or("error");
         let page = layout(
             title,
@@ -214,6 +263,7 @@ impl IntoResponse for UiError {
             html! {
                 h1 { (self.status.as_u16()) " " (title) }
                 p.error { (self.message) }
+                p.hint { (self.hint()) " (" code { (self.code) } ")" }
                 p { a href="/" { "back to runs" } }
             },
         );

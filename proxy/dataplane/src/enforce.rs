@@ -5,7 +5,8 @@
 //!   it, buffers the body up to that limit before deciding.
 //! - [`apply`]: the winning rule's obligations before a pass or stage: `limit`
 //!   (`query_bytes` 414, `requests_per_minute` 429, `body_bytes` and
-//!   `upload_bytes_per_run` 413, each a JSON error naming the rule and limit) and `strip`.
+//!   `upload_bytes_per_run` 413, each a [`ProxyError::OverLimit`] naming the rule and
+//!   limit) and `strip`.
 //! - [`auto_approve`]: `review = "auto"` on the staged effect.
 //! - [`log_audit`]: one info line per audit match.
 
@@ -17,14 +18,14 @@ use airlock_ledger::{EffectId, RunId};
 use airlock_policy::{Decision, RequestBody, RequestFacts, Rule};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{header, Response};
 use http_body_util::BodyExt;
 use tracing::{info, warn};
 
 use crate::handle::{full_body, Target, BODY_IDLE_TIMEOUT};
 use crate::DataPlane;
 use airlock_net::body::ProxyBody;
-use airlock_net::respond::{json_response, ProxyError, EFFECT_HEADER, ERROR_HEADER};
+use airlock_net::respond::{ProxyError, RuleLimit, EFFECT_HEADER};
 
 /// The window of `limit.requests_per_minute`.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
@@ -40,63 +41,6 @@ pub struct Enforcer {
     uploads: Mutex<HashMap<(RunId, String), u64>>,
     /// run -> its profile (fixed at creation, so cached for good).
     profiles: Mutex<HashMap<RunId, Option<String>>>,
-}
-
-/// Why a request did not go on: an error, or a finished refusal (a limit's 413/414/429).
-pub enum Refused {
-    /// An error answered the usual way.
-    Error(ProxyError),
-    /// A ready response.
-    Response(Response<ProxyBody>),
-}
-
-impl From<ProxyError> for Refused {
-    fn from(error: ProxyError) -> Self {
-        Refused::Error(error)
-    }
-}
-
-/// A request over one of a rule's limits.
-#[derive(Debug)]
-struct LimitExceeded {
-    status: StatusCode,
-    rule: String,
-    /// `body_bytes`, `requests_per_minute`, `upload_bytes_per_run` or `query_bytes`.
-    limit: &'static str,
-    value: u64,
-    reason: String,
-}
-
-impl LimitExceeded {
-    /// `{error, rule, limit, limit_value, reason, reason_code, policy_revision, hint}`, the
-    /// code also in `airlock-error`; 429 answers carry `Retry-After`.
-    fn into_response(self, revision: &str) -> Response<ProxyBody> {
-        let code = format!("limit_{}", self.limit);
-        let body = serde_json::json!({
-            "error": "over a policy limit",
-            "rule": self.rule,
-            "limit": self.limit,
-            "limit_value": self.value,
-            "reason": self.reason,
-            "reason_code": code,
-            "policy_revision": revision,
-            "hint": if self.status == StatusCode::TOO_MANY_REQUESTS {
-                "slow down and retry after the Retry-After seconds, or ask the operator to raise the rule's limit"
-            } else {
-                "send less, or ask the operator to raise the rule's limit"
-            },
-        });
-        let mut response = json_response(self.status, &body);
-        if let Ok(value) = HeaderValue::from_str(&code) {
-            response.headers_mut().insert(ERROR_HEADER, value);
-        }
-        if self.status == StatusCode::TOO_MANY_REQUESTS {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
-        }
-        response
-    }
 }
 
 /// The profile `run` was created with, cached after the first ledger read.
@@ -182,7 +126,7 @@ pub async fn decide(
     target: &Target,
     parts: &Parts,
     body: ProxyBody,
-) -> Result<(Decision, ProxyBody), Refused> {
+) -> Result<(Decision, ProxyBody), ProxyError> {
     let profile = profile_of(shared, run)?;
     // Every header line is offered, non-ASCII values decoded lossily: a value that is
     // not text must not make a header look absent to a deny rule.
@@ -216,18 +160,15 @@ pub async fn decide(
             if decision.action == airlock_policy::Action::Deny {
                 return Ok((decision, full_body(Bytes::new())));
             }
-            Err(Refused::Response(
-                LimitExceeded {
-                    status: StatusCode::PAYLOAD_TOO_LARGE,
-                    rule: decision.rule.clone().unwrap_or_default(),
-                    limit: "body_bytes",
-                    value: limit,
-                    reason: format!(
-                        "the body is over the {limit} bytes a body matcher reads, so it cannot be forwarded"
-                    ),
-                }
-                .into_response(shared.policy.current().revision()),
-            ))
+            Err(ProxyError::OverLimit {
+                rule: decision.rule.clone().unwrap_or_default(),
+                limit: RuleLimit::BodyBytes,
+                value: limit,
+                reason: format!(
+                    "the body is over the {limit} bytes a body matcher reads, so it cannot be forwarded"
+                ),
+                policy_revision: shared.policy.current().revision().to_owned(),
+            })
         }
     }
 }
@@ -293,21 +234,20 @@ pub async fn apply(
     rule: &Rule,
     parts: &mut Parts,
     body: ProxyBody,
-) -> Result<ProxyBody, Refused> {
+) -> Result<ProxyBody, ProxyError> {
     let policy = shared.policy.current();
     let revision = policy.revision();
-    let refuse = |exceeded: LimitExceeded| Refused::Response(exceeded.into_response(revision));
     let limits = rule.limits();
     if let Some(max) = limits.query_bytes {
         let length = parts.uri.query().map_or(0, str::len) as u64;
         if length > max {
-            return Err(refuse(LimitExceeded {
-                status: StatusCode::URI_TOO_LONG,
+            return Err(ProxyError::OverLimit {
                 rule: rule.id().to_owned(),
-                limit: "query_bytes",
+                limit: RuleLimit::QueryBytes,
                 value: max,
                 reason: format!("the query string is {length} bytes, over the rule's {max}"),
-            }));
+                policy_revision: revision.to_owned(),
+            });
         }
     }
     if let Some(per_minute) = limits.requests_per_minute {
@@ -330,15 +270,15 @@ pub async fn apply(
             window.pop_front();
         }
         if window.len() >= per_minute as usize {
-            return Err(refuse(LimitExceeded {
-                status: StatusCode::TOO_MANY_REQUESTS,
+            return Err(ProxyError::OverLimit {
                 rule: rule.id().to_owned(),
-                limit: "requests_per_minute",
+                limit: RuleLimit::RequestsPerMinute,
                 value: u64::from(per_minute),
                 reason: format!(
                     "run {run} made {per_minute} requests through this rule in the last minute"
                 ),
-            }));
+                policy_revision: revision.to_owned(),
+            });
         }
         window.push_back(now);
     }
@@ -348,13 +288,13 @@ pub async fn apply(
         match read_up_to(body, declared_length(parts), max).await? {
             Buffered::Whole(bytes) => body = full_body(bytes),
             Buffered::TooLarge => {
-                return Err(refuse(LimitExceeded {
-                    status: StatusCode::PAYLOAD_TOO_LARGE,
+                return Err(ProxyError::OverLimit {
                     rule: rule.id().to_owned(),
-                    limit: "body_bytes",
+                    limit: RuleLimit::BodyBytes,
                     value: max,
                     reason: format!("the request body is over the rule's {max} bytes"),
-                }))
+                    policy_revision: revision.to_owned(),
+                })
             }
         }
     }
@@ -370,10 +310,9 @@ pub async fn apply(
         };
         let room = max.saturating_sub(used);
         let exceeded = |sent: Option<u64>| {
-            LimitExceeded {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::OverLimit {
             rule: rule.id().to_owned(),
-            limit: "upload_bytes_per_run",
+            limit: RuleLimit::UploadBytesPerRun,
             value: max,
             reason: match sent {
                 Some(sent) => format!(
@@ -385,6 +324,7 @@ pub async fn apply(
                     target.host
                 ),
             },
+            policy_revision: revision.to_owned(),
         }
         };
         match read_up_to(body, declared_length(parts), room).await? {
@@ -400,12 +340,12 @@ pub async fn apply(
                 }
                 let total = uploads.entry(key).or_insert(0);
                 if *total + sent > max {
-                    return Err(refuse(exceeded(Some(sent))));
+                    return Err(exceeded(Some(sent)));
                 }
                 *total += sent;
                 body = full_body(bytes);
             }
-            Buffered::TooLarge => return Err(refuse(exceeded(None))),
+            Buffered::TooLarge => return Err(exceeded(None)),
         }
     }
     for name in rule.strip() {

@@ -13,10 +13,9 @@ use tracing::warn;
 use crate::lineage::{Job, READ_CAPTURE_BYTES};
 use crate::DataPlane;
 use airlock_net::body::{BoxError, MeteredBody, ProxyBody};
-use airlock_net::dial::find_dial_error;
 use airlock_net::headers::{strip_hop_by_hop, strip_reserved};
-use airlock_net::respond::error_chain;
 use airlock_net::respond::ProxyError;
+use airlock_net::upstream::Failure;
 
 /// What a finished response leaves for lineage analysis: captured body, the response
 /// headers (a cheap clone: header values are reference-counted), and whether the body's
@@ -107,20 +106,7 @@ pub async fn forward(
     let response = match shared.upstream.request(upstream).await {
         Ok(response) => response,
         Err(error) => {
-            let proxy_error = match find_dial_error(&error) {
-                Some(dial) => match dial.refusal_code() {
-                    Some(code) => ProxyError::DestinationRefused {
-                        code,
-                        reason: dial.to_string(),
-                    },
-                    None => ProxyError::Upstream {
-                        reason: dial.to_string(),
-                    },
-                },
-                None => ProxyError::Upstream {
-                    reason: error_chain(&error).unwrap_or_else(|| error.to_string()),
-                },
-            };
+            let proxy_error = ProxyError::upstream(&error);
             journal(
                 None,
                 0,
@@ -153,7 +139,10 @@ pub async fn forward(
                     Some(reason.clone()),
                     None,
                 );
-                return Err(ProxyError::Upstream { reason });
+                return Err(ProxyError::Upstream {
+                    failure: Failure::Withheld,
+                    reason,
+                });
             }
             coding => {
                 parts.headers.remove(http::header::CONTENT_ENCODING);

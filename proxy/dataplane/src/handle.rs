@@ -128,8 +128,8 @@ pub async fn handle(
         );
     }
     let response = result.unwrap_or_else(|error| {
-        if error.status().is_server_error() {
-            warn!(run.id = %run, url = %url, error = %error, reason = %error.body()["reason"], "request failed");
+        if error.side().is_failure() {
+            warn!(run.id = %run, url = %url, error = %error, error.side = error.side().as_str(), reason = %error.body()["reason"], "request failed");
         }
         error.into_response()
     });
@@ -165,11 +165,7 @@ async fn decide_and_act(
         ));
     }
     let mut parts = parts;
-    let (decision, body) = match crate::enforce::decide(shared, run, target, &parts, body).await {
-        Ok(decided) => decided,
-        Err(crate::enforce::Refused::Error(error)) => return Err(error),
-        Err(crate::enforce::Refused::Response(response)) => return Ok(response),
-    };
+    let (decision, body) = crate::enforce::decide(shared, run, target, &parts, body).await?;
     crate::enforce::log_audit(run, url, &decision);
     crate::enforce::note_audit(&mut parts, &decision);
     // What a passed request gets placed on it on the way out: the rule's credential and
@@ -226,13 +222,7 @@ async fn decide_and_act(
                 && matches!(decision.action, Action::Pass | Action::Stage)
         });
     let body = match rule {
-        Some(rule) => {
-            match crate::enforce::apply(shared, run, target, rule, &mut parts, body).await {
-                Ok(body) => body,
-                Err(crate::enforce::Refused::Error(error)) => return Err(error),
-                Err(crate::enforce::Refused::Response(response)) => return Ok(response),
-            }
-        }
+        Some(rule) => crate::enforce::apply(shared, run, target, rule, &mut parts, body).await?,
         None => body,
     };
     if let Some(protocol) = crate::upgrade::requested(&parts.headers) {

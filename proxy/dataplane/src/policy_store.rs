@@ -73,6 +73,7 @@ pub struct Reloaded {
 
 /// Why a policy could not be loaded: the file, or one of its credentials' sources.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The policy (or baseline) file cannot be read, parsed or compiled.
     #[error(transparent)]

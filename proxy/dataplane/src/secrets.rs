@@ -48,6 +48,7 @@ impl fmt::Display for Secret {
 /// A credential whose value cannot be read at start. Messages name the credential and
 /// the source, never any value or command output.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CredentialError {
     /// The environment variable is not set (or not UTF-8).
     #[error("credential \"{name}\": environment variable {var} is not set (or not UTF-8) in airlock's environment")]

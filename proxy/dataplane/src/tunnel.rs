@@ -105,13 +105,5 @@ pub async fn open(
 }
 
 fn dial_error(error: DialError) -> ProxyError {
-    match error.refusal_code() {
-        Some(code) => ProxyError::DestinationRefused {
-            code,
-            reason: error.to_string(),
-        },
-        None => ProxyError::Upstream {
-            reason: airlock_net::respond::error_chain(&error).unwrap_or_else(|| error.to_string()),
-        },
-    }
+    ProxyError::upstream(&error)
 }

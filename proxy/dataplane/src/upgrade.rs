@@ -16,7 +16,6 @@ use tracing::{debug, info, warn};
 use crate::DataPlane;
 use airlock_net::body::{BoxError, ProxyBody};
 use airlock_net::headers::{strip_hop_by_hop, strip_reserved};
-use airlock_net::respond::error_chain;
 use airlock_net::respond::ProxyError;
 
 /// The protocol an HTTP/1.1 request asks to upgrade to (`Connection: upgrade` plus
@@ -82,14 +81,11 @@ pub async fn relay(
             .map_err(|never| -> BoxError { match never {} })
             .boxed(),
     );
-    let response =
-        shared
-            .upstream_http1
-            .request(request)
-            .await
-            .map_err(|e| ProxyError::Upstream {
-                reason: error_chain(&e).unwrap_or_else(|| e.to_string()),
-            })?;
+    let response = shared
+        .upstream_http1
+        .request(request)
+        .await
+        .map_err(|e| ProxyError::upstream(&e))?;
     let status = response.status();
     let read = Read {
         run_id: run.clone(),

@@ -29,6 +29,7 @@ const LEAF_LIFETIME: Duration = Duration::from_secs(90 * 24 * 3600);
 
 /// Errors creating, loading or using the CA.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CaError {
     /// Reading or writing a CA file failed.
     #[error("cannot access {path}")]

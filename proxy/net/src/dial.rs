@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 /// Why a destination was not dialed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DialError {
     /// The URI names no host.
     #[error("the request names no host")]

@@ -1,19 +1,99 @@
 //! Every answer airlock itself gives a client of the proxy listener: one error type that
-//! knows its status and stable code, turned into a response in one place.
+//! knows its status, stable code and side, turned into a response in one place
+//! ([`ProxyError::into_response`]).
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
 use crate::body::ProxyBody;
+use crate::upstream::Failure;
 
 /// Header carrying the stable code of an error answered by airlock.
 pub const ERROR_HEADER: &str = "airlock-error";
 /// Header naming the effect a synthetic response stands for.
 pub const EFFECT_HEADER: &str = "airlock-effect";
 
+/// Whose move it is when airlock answers with an error: logs and metrics decide by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Side {
+    /// The client sent something airlock cannot take (credentials, a malformed or
+    /// oversized request, too many connections, a run that is closed).
+    Client,
+    /// The origin failed, could not be reached, or answered what airlock withholds.
+    Origin,
+    /// The policy refused it: a deny, a rule's limit, a destination no rule allows.
+    Policy,
+    /// airlock itself failed (the ledger, a task).
+    Internal,
+}
+
+impl Side {
+    /// The label value (`client`, `origin`, `policy`, `internal`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Client => "client",
+            Side::Origin => "origin",
+            Side::Policy => "policy",
+            Side::Internal => "internal",
+        }
+    }
+
+    /// Whether the operator should hear of it: the origin's or airlock's failures, not
+    /// refusals working as intended.
+    pub fn is_failure(self) -> bool {
+        matches!(self, Side::Origin | Side::Internal)
+    }
+}
+
+/// One of a policy rule's `limit` obligations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RuleLimit {
+    /// `query_bytes`: 414.
+    QueryBytes,
+    /// `requests_per_minute`: 429 with `Retry-After`.
+    RequestsPerMinute,
+    /// `body_bytes` (also the bytes a body matcher reads): 413.
+    BodyBytes,
+    /// `upload_bytes_per_run`: 413.
+    UploadBytesPerRun,
+}
+
+impl RuleLimit {
+    /// The key in the policy file.
+    pub fn name(self) -> &'static str {
+        match self {
+            RuleLimit::QueryBytes => "query_bytes",
+            RuleLimit::RequestsPerMinute => "requests_per_minute",
+            RuleLimit::BodyBytes => "body_bytes",
+            RuleLimit::UploadBytesPerRun => "upload_bytes_per_run",
+        }
+    }
+
+    /// The stable code: `limit_` and the name.
+    fn code(self) -> &'static str {
+        match self {
+            RuleLimit::QueryBytes => "limit_query_bytes",
+            RuleLimit::RequestsPerMinute => "limit_requests_per_minute",
+            RuleLimit::BodyBytes => "limit_body_bytes",
+            RuleLimit::UploadBytesPerRun => "limit_upload_bytes_per_run",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            RuleLimit::QueryBytes => StatusCode::URI_TOO_LONG,
+            RuleLimit::RequestsPerMinute => StatusCode::TOO_MANY_REQUESTS,
+            RuleLimit::BodyBytes | RuleLimit::UploadBytesPerRun => StatusCode::PAYLOAD_TOO_LARGE,
+        }
+    }
+}
+
 /// Why airlock answers a proxied request itself instead of the origin.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProxyError {
     /// No or wrong run credentials (RFC 9110 §11.7.1).
     #[error("proxy authentication required")]
@@ -82,9 +162,25 @@ pub enum ProxyError {
         /// Why.
         reason: String,
     },
+    /// A request over one of the winning rule's limits (POLICY.md, docs/policy.md "limit").
+    #[error("over a policy limit")]
+    OverLimit {
+        /// The rule.
+        rule: String,
+        /// Which of its limits.
+        limit: RuleLimit,
+        /// The limit's value (bytes, or requests per minute).
+        value: u64,
+        /// What went over it.
+        reason: String,
+        /// The policy revision that decided.
+        policy_revision: String,
+    },
     /// The origin could not be reached or failed mid-request.
     #[error("origin unreachable")]
     Upstream {
+        /// What kind of failure, from the error's types.
+        failure: Failure,
         /// What failed.
         reason: String,
     },
@@ -116,9 +212,51 @@ impl ProxyError {
             Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::RunNotOpen { .. } => StatusCode::CONFLICT,
+            Self::OverLimit { limit, .. } => limit.status(),
             Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             Self::TooManyConnections { .. } => StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+
+    /// Whose move it is.
+    pub fn side(&self) -> Side {
+        match self {
+            Self::ProxyAuth { .. }
+            | Self::BadRequest { .. }
+            | Self::AuthorityMismatch { .. }
+            | Self::BodyTooLarge { .. }
+            | Self::HeadersTooLarge { .. }
+            | Self::BodyTimeout { .. }
+            | Self::RunNotOpen { .. }
+            | Self::TooManyConnections { .. } => Side::Client,
+            Self::Denied { .. } | Self::DestinationRefused { .. } | Self::OverLimit { .. } => {
+                Side::Policy
+            }
+            Self::Upstream { .. } => Side::Origin,
+            Self::Internal { .. } => Side::Internal,
+        }
+    }
+
+    /// The answer to a failed request to an origin (or dial): a refused destination
+    /// (airlock's own listener, a private address) when the dialer refused it, otherwise
+    /// [`ProxyError::Upstream`] classified from the error's types.
+    pub fn upstream(error: &(dyn std::error::Error + 'static)) -> Self {
+        match crate::dial::find_dial_error(error) {
+            Some(dial) => match dial.refusal_code() {
+                Some(code) => Self::DestinationRefused {
+                    code,
+                    reason: dial.to_string(),
+                },
+                None => Self::Upstream {
+                    failure: Failure::of(error),
+                    reason: error_chain(dial).unwrap_or_else(|| dial.to_string()),
+                },
+            },
+            None => Self::Upstream {
+                failure: Failure::of(error),
+                reason: error_chain(error).unwrap_or_else(|| error.to_string()),
+            },
         }
     }
 
@@ -133,16 +271,20 @@ impl ProxyError {
             Self::HeadersTooLarge { .. } => "header_fields_too_large",
             Self::BodyTimeout { .. } => "body_timeout",
             Self::RunNotOpen { .. } => "run_not_open",
-            Self::Upstream { reason } if upstream_head_too_large(reason) => {
-                "upstream_head_too_large"
-            }
+            Self::OverLimit { limit, .. } => limit.code(),
+            Self::Upstream {
+                failure: Failure::HeadTooLarge,
+                ..
+            } => "upstream_head_too_large",
             Self::Upstream { .. } => "upstream_unreachable",
             Self::Internal { .. } => "internal_error",
             Self::TooManyConnections { .. } => "too_many_connections",
         }
     }
 
-    /// The JSON body: `{error, reason_code, reason, rule?, policy_revision?, limit?, hint}`.
+    /// The JSON body: `{error, reason_code, reason, hint}` and, as the error has them,
+    /// `rule`, `policy_revision`, `limit` (a number; a rule limit's name, its value in
+    /// `limit_value`) and `limit_name`.
     pub fn body(&self) -> serde_json::Value {
         let mut body = serde_json::json!({
             "error": self.to_string(),
@@ -205,16 +347,36 @@ impl ProxyError {
                     "name the address range in a rule's allow_private if this destination is intended"
                 },
             ),
-            Self::Upstream { reason } => (
+            Self::OverLimit {
+                rule,
+                limit,
+                value,
+                reason,
+                policy_revision,
+            } => {
+                body["rule"] = serde_json::json!(rule);
+                // The name, as before the fold (tests/tests/it/matchers.rs asserts it); the
+                // number is `limit_value`.
+                body["limit"] = serde_json::json!(limit.name());
+                body["limit_value"] = serde_json::json!(value);
+                body["policy_revision"] = serde_json::json!(policy_revision);
+                (
+                    reason.clone(),
+                    if *limit == RuleLimit::RequestsPerMinute {
+                        "slow down and retry after the Retry-After seconds, or ask the operator to raise the rule's limit"
+                    } else {
+                        "send less, or ask the operator to raise the rule's limit"
+                    },
+                )
+            }
+            Self::Upstream { failure, reason } => (
                 reason.clone(),
-                if upstream_head_too_large(reason) {
-                    "the origin answered with a header section over airlock's limits (256 fields, 256 KiB; docs/protocols.md), which apply to origin responses too"
-                } else if reason.contains("CaUsedAsEndEntity") {
-                    "the origin presents a CA certificate (basicConstraints CA:TRUE, e.g. from `openssl req -x509`) as its own; verifiers refuse that: issue the origin a server certificate from a CA and give airlock that CA with --upstream-ca"
-                } else if reason.contains("certificate") {
-                    "the origin's TLS certificate was not trusted: airlock verifies origins against the webpki roots and --upstream-ca"
-                } else {
-                    "check that the origin is up and reachable"
+                match failure {
+                    Failure::HeadTooLarge => "the origin answered with a header section over airlock's limits (256 fields, 256 KiB; docs/protocols.md), which apply to origin responses too",
+                    Failure::CaAsEndEntity => "the origin presents a CA certificate (basicConstraints CA:TRUE, e.g. from `openssl req -x509`) as its own; verifiers refuse that: issue the origin a server certificate from a CA and give airlock that CA with --upstream-ca",
+                    Failure::UntrustedCertificate => "the origin's TLS certificate was not trusted: airlock verifies origins against the webpki roots and --upstream-ca",
+                    Failure::Withheld => "airlock withheld the origin's answer for the reason given; retrying helps only if the origin answers differently",
+                    _ => "check that the origin is up and reachable",
                 },
             ),
             Self::Internal { reason } => (reason.clone(), "see airlock's log; retry later"),
@@ -238,11 +400,22 @@ impl ProxyError {
         if let Ok(value) = HeaderValue::from_str(self.code()) {
             response.headers_mut().insert(ERROR_HEADER, value);
         }
-        if matches!(self, Self::ProxyAuth { .. }) {
-            response.headers_mut().insert(
-                header::PROXY_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"airlock\""),
-            );
+        match self {
+            Self::ProxyAuth { .. } => {
+                response.headers_mut().insert(
+                    header::PROXY_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"airlock\""),
+                );
+            }
+            Self::OverLimit {
+                limit: RuleLimit::RequestsPerMinute,
+                ..
+            } => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            }
+            _ => {}
         }
         response
     }
@@ -269,11 +442,6 @@ pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<P
     response
 }
 
-/// Whether an upstream failure is hyper's refusal of a response head over the client's
-/// limits (`http1_max_headers`, `http1_max_buf_size`: hyper's "message head is too large").
-fn upstream_head_too_large(reason: &str) -> bool {
-    reason.contains("message head is too large")
-}
 /// The messages of an error and its sources, joined with `: `.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut parts = vec![error.to_string()];
@@ -286,4 +454,53 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> Option<String> 
         current = e.source();
     }
     Some(parts.join(": "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_limit_is_429_with_retry_after_and_the_limits_fields() {
+        let error = ProxyError::OverLimit {
+            rule: "slow".into(),
+            limit: RuleLimit::RequestsPerMinute,
+            value: 2,
+            reason: "too many".into(),
+            policy_revision: "rev".into(),
+        };
+        assert_eq!(error.side(), Side::Policy);
+        let body = error.body();
+        assert_eq!(body["limit"], "requests_per_minute");
+        assert_eq!(body["limit_value"], 2);
+        assert_eq!(body["reason_code"], "limit_requests_per_minute");
+        assert_eq!(body["rule"], "slow");
+        assert_eq!(body["policy_revision"], "rev");
+        let response = error.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "60");
+        assert_eq!(
+            response.headers()[ERROR_HEADER],
+            "limit_requests_per_minute"
+        );
+    }
+
+    #[test]
+    fn upstream_codes_and_hints_follow_the_failure_not_the_text() {
+        let error = ProxyError::Upstream {
+            failure: Failure::HeadTooLarge,
+            reason: "anything".into(),
+        };
+        assert_eq!(error.code(), "upstream_head_too_large");
+        assert_eq!(error.side(), Side::Origin);
+        let error = ProxyError::Upstream {
+            failure: Failure::Other,
+            reason: "message head is too large, certificate".into(),
+        };
+        assert_eq!(error.code(), "upstream_unreachable");
+        assert_eq!(
+            error.body()["hint"],
+            "check that the origin is up and reachable"
+        );
+    }
 }

@@ -56,7 +56,7 @@ pub(super) async fn replace(
         Err(failure) => Err(ApiError {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             code: "policy_invalid",
-            message: format!(
+            reason: format!(
                 "{}; policy {} (generation {}) stays in force",
                 failure.error, failure.revision, failure.generation
             ),

@@ -25,6 +25,7 @@ use crate::Control;
 
 /// Errors of workspace operations.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WorkspaceError {
     /// The ledger refused or failed.
     #[error(transparent)]
