@@ -4,9 +4,8 @@
 
 use std::sync::Arc;
 
-use airlock_ledger::{Dependency, IssuedPlaceholder, RunId};
+use airlock_ledger::RunId;
 use airlock_policy::Action;
-use bytes::Bytes;
 use http::request::Parts;
 use http::{header, Request, Response};
 use http_body_util::BodyExt;
@@ -14,7 +13,6 @@ use hyper::body::Incoming;
 use tracing::{debug, info, warn};
 
 use crate::forward::forward;
-use crate::lineage::find_placeholders;
 use crate::stage::stage;
 use crate::DataPlane;
 use airlock_net::body::{BoxError, ProxyBody};
@@ -22,27 +20,17 @@ use airlock_net::respond::ProxyError;
 
 pub use airlock_net::authority::Target;
 
+mod act;
+mod authority;
+mod inspect;
 mod request_body;
 
+use act::{nearest_miss, refuse_undialable};
 pub use airlock_net::body::full_body;
+use authority::check_authority;
+use inspect::{find_dependencies, issued_placeholders};
 pub use request_body::{has_body, FramedBody, BODY_IDLE_TIMEOUT};
 use request_body::{read_bounded, search_pass_body};
-
-/// Checks that the request's URI authority and `Host` header name `target` (invariant 2).
-fn check_authority(parts: &Parts, target: &Target) -> Result<(), ProxyError> {
-    use airlock_net::authority::AuthorityProblem;
-    airlock_net::authority::check_authority(&parts.uri, &parts.headers, target).map_err(|problem| {
-        match problem {
-            AuthorityProblem::UriMismatch(reason) | AuthorityProblem::HostMismatch(reason) => {
-                ProxyError::AuthorityMismatch { reason }
-            }
-            AuthorityProblem::DuplicateHost => ProxyError::BadRequest {
-                code: "duplicate_host",
-                reason: "the request has more than one Host header".into(),
-            },
-        }
-    })
-}
 
 /// Counts a request as in flight until dropped, which is when its response body has been
 /// sent (graceful shutdown waits for zero).
@@ -373,137 +361,4 @@ pub(crate) fn request_facts<'a>(
         parts.uri.path(),
         has_body(parts),
     )
-}
-
-/// For a request no rule allowed (`default_deny`): the first rule that matched its scheme,
-/// host and port but not a later condition, e.g. ``rule "api" matches this host and port
-/// but not its method`` — what the agent (or the operator reading the 403) most likely
-/// needs to know. Evaluated with [`airlock_policy::Policy::explain`] on the request's
-/// method and path only, and only on this (rare) path.
-fn nearest_miss(
-    policy: &airlock_policy::Policy,
-    target: &Target,
-    parts: &Parts,
-    decision: &airlock_policy::Decision,
-) -> Option<String> {
-    if decision.reason_code != airlock_policy::reason_code::DEFAULT_DENY {
-        return None;
-    }
-    policy
-        .explain(&request_facts(target, parts))
-        .rules
-        .into_iter()
-        .find_map(|trace| match trace.outcome {
-            airlock_policy::RuleOutcome::Mismatch { field }
-                if !trace.baseline && !matches!(field, "scheme" | "host" | "port") =>
-            {
-                Some(format!(
-                    "rule \"{}\" matches this host and port but not its {field}",
-                    trace.id
-                ))
-            }
-            _ => None,
-        })
-}
-
-/// The placeholders issued so far in `run`, from an in-memory cache (filled from the
-/// ledger on first use, refreshed whenever an effect that issues placeholders is staged):
-/// this runs on every request, so it must not hop threads or scan storage.
-async fn issued_placeholders(
-    shared: &Arc<DataPlane>,
-    run: &RunId,
-) -> Result<Arc<Vec<IssuedPlaceholder>>, ProxyError> {
-    let mut cache = shared
-        .placeholders
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(cached) = cache.get(run) {
-        return Ok(cached.clone());
-    }
-    let issued = Arc::new(
-        shared
-            .ledger
-            .placeholders(run)
-            .map_err(|e| ProxyError::Internal {
-                reason: format!("the ledger could not be read: {e}"),
-            })?,
-    );
-    if cache.len() >= 10_000 {
-        cache.clear();
-    }
-    cache.insert(run.clone(), issued.clone());
-    Ok(issued)
-}
-
-/// The earlier effects whose placeholders the request carries, in its URL, header values
-/// or (when given) body.
-fn find_dependencies(
-    issued: &[IssuedPlaceholder],
-    parts: &Parts,
-    body: Option<&Bytes>,
-) -> Vec<Dependency> {
-    if issued.is_empty() {
-        return Vec::new();
-    }
-    let mut out: Vec<Dependency> = Vec::new();
-    let mut add = |found: Vec<&IssuedPlaceholder>, place: String| {
-        for placeholder in found {
-            if !out.iter().any(|d| d.value == placeholder.value) {
-                out.push(Dependency {
-                    effect: placeholder.effect.clone(),
-                    value: placeholder.value.clone(),
-                    found_in: place.clone(),
-                });
-            }
-        }
-    };
-    add(
-        find_placeholders(issued, &parts.uri.to_string()),
-        "url".into(),
-    );
-    for (name, value) in &parts.headers {
-        add(
-            find_placeholders(issued, &String::from_utf8_lossy(value.as_bytes())),
-            format!("header:{name}"),
-        );
-    }
-    if let Some(body) = body {
-        add(
-            find_placeholders(issued, &String::from_utf8_lossy(body)),
-            "body".into(),
-        );
-        // Also under gzip, percent-encoding and base64: a placeholder must not slip past
-        // in an encoded body.
-        let encoding = parts
-            .headers
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok());
-        for text in airlock_ledger::fingerprint::decoded_texts(body, encoding)
-            .iter()
-            .skip(1)
-        {
-            add(find_placeholders(issued, text), "body (encoded)".into());
-        }
-    }
-    out
-}
-
-/// Refuses a destination the release could never dial: its name resolves only to private
-/// or special-purpose addresses no `allow_private` names, or to airlock's own listeners
-/// (POLICY.md invariant 1, checked at staging as it is on pass). A name that does not
-/// resolve now is staged: the origin may be reachable at release.
-async fn refuse_undialable(shared: &DataPlane, target: &Target) -> Result<(), ProxyError> {
-    match shared.dialer.resolve(&target.host, target.port).await {
-        Err(dial) => match dial.refusal_code() {
-            Some(code) => Err(ProxyError::DestinationRefused {
-                code,
-                reason: dial.to_string(),
-            }),
-            None => {
-                debug!(origin.host = %target.host, error = %dial, "staging for a destination that does not resolve now");
-                Ok(())
-            }
-        },
-        Ok(_) => Ok(()),
-    }
 }
