@@ -3,14 +3,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use airlock_ledger::{Digest, Read, RunId};
+use airlock_ledger::{Digest, Read, RunId, Store};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Request, Response};
+use http::{HeaderMap, Request, Response};
 use http_body_util::BodyExt;
 use tracing::warn;
 
-use crate::lineage::{Job, READ_CAPTURE_BYTES};
+use crate::credentials::decode::Coding;
+use crate::credentials::scrub::Scrubber;
+use crate::lineage::{Job, LineageWorker, READ_CAPTURE_BYTES};
 use crate::DataPlane;
 use airlock_net::body::{BoxError, MeteredBody, ProxyBody};
 use airlock_net::headers::{strip_hop_by_hop, strip_reserved};
@@ -33,6 +35,60 @@ pub async fn forward(
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let audit = crate::enforce::take_audit(&mut parts);
+    let scrubber = prepare_head(&mut parts, url)?;
+    let sent = Arc::new(AtomicU64::new(0));
+    let request_body = meter_request(body, &sent);
+    let method = parts.method.to_string();
+    let upstream = Request::from_parts(parts, request_body);
+    let journal = ReadJournal {
+        started: airlock_ledger::now_ms(),
+        ledger: shared.ledger.clone(),
+        lineage: shared.lineage.clone(),
+        run: run.clone(),
+        url: url.to_owned(),
+        method,
+        sent,
+        rule,
+        audit,
+    };
+    let response = match shared.upstream.request(upstream).await {
+        Ok(response) => response,
+        Err(error) => {
+            let proxy_error = ProxyError::upstream(&error);
+            let reason = proxy_error.body()["reason"].to_string();
+            journal.record(None, 0, None, Some(reason), None);
+            return Err(proxy_error);
+        }
+    };
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    strip_reserved(&mut parts.headers);
+    let decode = match scrub_head(scrubber.as_ref(), &mut parts.headers) {
+        Ok(decode) => decode,
+        Err(reason) => {
+            let status = Some(parts.status.as_u16());
+            journal.record(status, 0, None, Some(reason.clone()), None);
+            return Err(ProxyError::Upstream {
+                failure: Failure::Withheld,
+                reason,
+            });
+        }
+    };
+    let status = parts.status.as_u16();
+    let headers = parts.headers.clone();
+    let body: ProxyBody = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
+    let body = decode_and_scrub(body, decode, scrubber)?;
+    Ok(Response::from_parts(
+        parts,
+        meter_response(body, status, headers, journal),
+    ))
+}
+
+/// Readies a passed request's head for the origin: hop-by-hop headers stripped (`TE:
+/// trailers` kept when the client asked for trailers), the absolute URI, HTTP/1.1, and the
+/// rule's credential and the run's placeholders placed, only now (never journaled).
+/// Returns the scrubber of what was placed, when anything was.
+fn prepare_head(parts: &mut Parts, url: &str) -> Result<Option<Scrubber>, ProxyError> {
     let trailers = airlock_net::headers::wants_trailers(&parts.headers);
     strip_hop_by_hop(&mut parts.headers);
     if trailers {
@@ -45,115 +101,55 @@ pub async fn forward(
         reason: format!("{url} is not a valid URI"),
     })?;
     parts.version = http::Version::HTTP_11;
-    // The rule's credential and the run's placeholders, placed only now (never journaled).
-    let scrubber = crate::credentials::apply(&mut parts)?.filter(|s| !s.is_empty());
-    let sent = Arc::new(AtomicU64::new(0));
-    let sent_in_body = sent.clone();
+    Ok(crate::credentials::apply(parts)?.filter(|s| !s.is_empty()))
+}
+
+/// The request body, counted into `sent` as it goes.
+fn meter_request(body: ProxyBody, sent: &Arc<AtomicU64>) -> ProxyBody {
     // A request without a body (most reads) has nothing to count: no wrapper.
-    let request_body = if http_body::Body::is_end_stream(&body) {
-        body
-    } else {
-        MeteredBody::new(
-            body,
-            false,
-            Box::new(move |metered| sent_in_body.store(metered.bytes, Ordering::Relaxed)),
-        )
-        .boxed()
+    if http_body::Body::is_end_stream(&body) {
+        return body;
+    }
+    let sent = sent.clone();
+    MeteredBody::new(
+        body,
+        false,
+        Box::new(move |metered| sent.store(metered.bytes, Ordering::Relaxed)),
+    )
+    .boxed()
+}
+
+/// Scrubs the answer's headers where a secret was placed, and says how its body must be
+/// decoded to be scrubbed (the origin ignored `Accept-Encoding: identity`); an answer in a
+/// coding that cannot be decoded is withheld (the error's reason).
+fn scrub_head(
+    scrubber: Option<&Scrubber>,
+    headers: &mut HeaderMap,
+) -> Result<Option<Coding>, String> {
+    let Some(scrubber) = scrubber else {
+        return Ok(None);
     };
-    let method = parts.method.to_string();
-    let upstream = Request::from_parts(parts, request_body);
-    let started = airlock_ledger::now_ms();
-    let journal = {
-        let ledger = shared.ledger.clone();
-        let lineage = shared.lineage.clone();
-        let run = run.clone();
-        let url = url.to_owned();
-        move |status: Option<u16>,
-              response_bytes: u64,
-              digest: Option<[u8; 32]>,
-              error: Option<String>,
-              content: Option<Content>| {
-            let read = Read {
-                run_id: run,
-                seq: 0,
-                method,
-                url,
-                status,
-                request_bytes: sent.load(Ordering::Relaxed),
-                response_bytes,
-                response_digest: digest.map(|h| Digest::from_blake3(&h)),
-                rule,
-                created_at_ms: started,
-                error,
-                audit: audit.clone(),
-            };
-            match content {
-                // Journaled and analysed by the lineage worker, off the request path.
-                Some((body, headers, digest_pending)) => lineage.submit(Job::Read {
-                    read: Box::new(read),
-                    body,
-                    headers,
-                    digest_pending,
-                }),
-                None => {
-                    if let Err(error) = ledger.journal_read(read) {
-                        warn!(error = %error, "could not journal a read");
-                    }
-                }
-            }
-        }
-    };
-    let response = match shared.upstream.request(upstream).await {
-        Ok(response) => response,
-        Err(error) => {
-            let proxy_error = ProxyError::upstream(&error);
-            journal(
-                None,
-                0,
-                None,
-                Some(proxy_error.body()["reason"].to_string()),
-                None,
-            );
-            return Err(proxy_error);
-        }
-    };
-    let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    strip_reserved(&mut parts.headers);
-    // Where a secret was placed, an encoded answer must be decoded to be scrubbed (the
-    // origin ignored `Accept-Encoding: identity`), or withheld when it cannot be.
-    let mut decode = None;
-    if let Some(scrubber) = &scrubber {
-        scrubber.scrub_headers(&mut parts.headers);
-        use crate::credentials::decode::Coding;
-        match Coding::of(&parts.headers) {
-            Coding::Identity => {}
-            Coding::Unsupported(coding) => {
-                let reason = format!(
-                    "the origin answered with Content-Encoding {coding} although airlock asked for identity; airlock cannot search it for the credential it placed, so the answer is withheld"
-                );
-                journal(
-                    Some(parts.status.as_u16()),
-                    0,
-                    None,
-                    Some(reason.clone()),
-                    None,
-                );
-                return Err(ProxyError::Upstream {
-                    failure: Failure::Withheld,
-                    reason,
-                });
-            }
-            coding => {
-                parts.headers.remove(http::header::CONTENT_ENCODING);
-                parts.headers.remove(http::header::CONTENT_LENGTH);
-                decode = Some(coding);
-            }
+    scrubber.scrub_headers(headers);
+    match Coding::of(headers) {
+        Coding::Identity => Ok(None),
+        Coding::Unsupported(coding) => Err(format!(
+            "the origin answered with Content-Encoding {coding} although airlock asked for identity; airlock cannot search it for the credential it placed, so the answer is withheld"
+        )),
+        coding => {
+            headers.remove(http::header::CONTENT_ENCODING);
+            headers.remove(http::header::CONTENT_LENGTH);
+            Ok(Some(coding))
         }
     }
-    let status = parts.status.as_u16();
-    let headers = parts.headers.clone();
-    let body: ProxyBody = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
+}
+
+/// The answer's body, decoded when [`scrub_head`] said so, with an echoed secret masked
+/// before the client, the journal or lineage sees it.
+fn decode_and_scrub(
+    body: ProxyBody,
+    decode: Option<Coding>,
+    scrubber: Option<Scrubber>,
+) -> Result<ProxyBody, ProxyError> {
     let body: ProxyBody = match &decode {
         Some(coding) => match crate::credentials::decode::DecodedBody::new(body, coding) {
             Some(decoded) => decoded.boxed(),
@@ -166,12 +162,20 @@ pub async fn forward(
         },
         None => body,
     };
-    let body: ProxyBody = match scrubber {
-        // An echoed secret is masked before the client, the journal or lineage sees it.
+    Ok(match scrubber {
         Some(scrubber) => crate::credentials::scrub::ScrubBody::new(body, scrubber).boxed(),
         None => body,
-    };
-    let body = MeteredBody::new(
+    })
+}
+
+/// The answer's body, metered and captured: when it ends the read is journaled.
+fn meter_response(
+    body: ProxyBody,
+    status: u16,
+    headers: HeaderMap,
+    journal: ReadJournal,
+) -> ProxyBody {
+    MeteredBody::new(
         body,
         true,
         Box::new(move |metered| {
@@ -180,7 +184,7 @@ pub async fn forward(
             } else {
                 None
             };
-            journal(
+            journal.record(
                 Some(status),
                 metered.bytes,
                 metered.blake3,
@@ -193,6 +197,61 @@ pub async fn forward(
     // The digest of a body that fits the capture is taken by the lineage worker, which
     // journals the read (off the request path).
     .defer_hash()
-    .boxed();
-    Ok(Response::from_parts(parts, body))
+    .boxed()
+}
+
+/// What the read's journal entry needs from the request, kept until its answer ends.
+struct ReadJournal {
+    ledger: Arc<dyn Store>,
+    lineage: LineageWorker,
+    run: RunId,
+    url: String,
+    method: String,
+    /// Request body bytes sent, counted by [`meter_request`].
+    sent: Arc<AtomicU64>,
+    rule: Option<String>,
+    audit: Vec<String>,
+    started: u64,
+}
+
+impl ReadJournal {
+    /// Journals the read: through the lineage worker when its body was captured (off the
+    /// request path), directly otherwise.
+    fn record(
+        self,
+        status: Option<u16>,
+        response_bytes: u64,
+        digest: Option<[u8; 32]>,
+        error: Option<String>,
+        content: Option<Content>,
+    ) {
+        let read = Read {
+            run_id: self.run,
+            seq: 0,
+            method: self.method,
+            url: self.url,
+            status,
+            request_bytes: self.sent.load(Ordering::Relaxed),
+            response_bytes,
+            response_digest: digest.map(|h| Digest::from_blake3(&h)),
+            rule: self.rule,
+            created_at_ms: self.started,
+            error,
+            audit: self.audit,
+        };
+        match content {
+            // Journaled and analysed by the lineage worker, off the request path.
+            Some((body, headers, digest_pending)) => self.lineage.submit(Job::Read {
+                read: Box::new(read),
+                body,
+                headers,
+                digest_pending,
+            }),
+            None => {
+                if let Err(error) = self.ledger.journal_read(read) {
+                    warn!(error = %error, "could not journal a read");
+                }
+            }
+        }
+    }
 }

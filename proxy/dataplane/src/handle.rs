@@ -1,47 +1,71 @@
-//! One request, once its run and destination are known: decide by policy, then pass,
-//! stage or deny. The same path serves plain `http://` requests and requests inside an
-//! intercepted CONNECT (POLICY.md invariant 7: one decision function).
+//! One request, once its run and destination are known, as a sequence of named phases
+//! (cloudflare/pingora's `ProxyHttp` is the model). The same path serves plain `http://`
+//! requests and requests inside an intercepted CONNECT (POLICY.md invariant 7: one
+//! decision function).
+//!
+//! ```text
+//! phase              what it does                                   can end the request with
+//! admit              head limits, body framing, URL, run open       431, 409 (unjournaled)
+//!   (the manifest host, airlock.invalid, is answered here)          the manifest
+//! check_authority    the URI and Host name the target (invariant 2) 421, 400
+//! decide             a placeholder headed off its host; the policy  403, 413
+//!                    decision (the body read first when a body
+//!                    matcher needs it); audit; credential plan;
+//!                    the decision counted and logged
+//! apply_obligations  the rule's limits and strip                    413, 414, 429
+//! act                upgrade | deny | stage | pass                  (always ends it)
+//!   upgrade          relay when passed, else 403
+//!   deny             403 naming the nearest miss
+//!   stage            refuse_undialable, inspect_stage_body, stage, auto-approve
+//!   pass             inspect_pass_body, then forward, stage or a staged read's answer
+//! journal            always, for every admitted request: a denial is journaled, an
+//!                    error becomes its response (logged at warn when a 5xx)
+//! ```
+//!
+//! Each phase after `admit` can end the request early with a [`ProxyError`], the answers
+//! above or an error of its own (a 500 when the ledger cannot be read, a 502 from the origin);
+//! `journal` runs at the end whatever the outcome, and the request counts as in flight
+//! until its response body has been sent. The order of the checks is part of the contract (the smuggling defences and
+//! the field cases depend on it): authority before policy, the off-host placeholder
+//! refusal before the decision, obligations before anything is passed or staged.
 
 use std::sync::Arc;
 
-use airlock_ledger::{Dependency, IssuedPlaceholder, RunId};
-use airlock_policy::Action;
-use bytes::Bytes;
+use airlock_ledger::RunId;
 use http::request::Parts;
-use http::{header, Request, Response};
+use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tracing::{debug, info, warn};
 
-use crate::forward::forward;
-use crate::lineage::find_placeholders;
-use crate::stage::stage;
 use crate::DataPlane;
-use airlock_net::body::{BoxError, ProxyBody};
+use airlock_net::body::ProxyBody;
 use airlock_net::respond::ProxyError;
 
 pub use airlock_net::authority::Target;
 
+mod act;
+mod admit;
+mod authority;
+mod decide;
+mod inspect;
+mod journal;
+mod obligations;
 mod request_body;
 
 pub use airlock_net::body::full_body;
 pub use request_body::{has_body, FramedBody, BODY_IDLE_TIMEOUT};
-use request_body::{read_bounded, search_pass_body};
 
-/// Checks that the request's URI authority and `Host` header name `target` (invariant 2).
-fn check_authority(parts: &Parts, target: &Target) -> Result<(), ProxyError> {
-    use airlock_net::authority::AuthorityProblem;
-    airlock_net::authority::check_authority(&parts.uri, &parts.headers, target).map_err(|problem| {
-        match problem {
-            AuthorityProblem::UriMismatch(reason) | AuthorityProblem::HostMismatch(reason) => {
-                ProxyError::AuthorityMismatch { reason }
-            }
-            AuthorityProblem::DuplicateHost => ProxyError::BadRequest {
-                code: "duplicate_host",
-                reason: "the request has more than one Host header".into(),
-            },
-        }
-    })
+/// What the phases share about one admitted request (fixed once it is admitted).
+struct RequestCtx<'a> {
+    plane: &'a Arc<DataPlane>,
+    run: RunId,
+    target: Target,
+    /// The absolute URL.
+    url: String,
+    /// The method, for the denial journal (the request's parts move on to `act`).
+    method: String,
+    /// Whether the framing carried a body, for the denial journal.
+    had_body: bool,
 }
 
 /// Counts a request as in flight until dropped, which is when its response body has been
@@ -65,7 +89,7 @@ impl Drop for InFlight {
     }
 }
 
-/// Handles one request of `run` for `target`.
+/// Handles one request of `run` for `target`: the phase chart of the module docs.
 pub async fn handle(
     shared: Arc<DataPlane>,
     run: RunId,
@@ -73,66 +97,13 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let in_flight = InFlight::new(&shared);
-    if let Err(error) = airlock_net::headers::check_head_limits(req.headers(), req.uri()) {
-        return error.into_response();
-    }
-    let (mut parts, body) = req.into_parts();
-    // hyper knows from the framing (h2 END_STREAM, h1 length) whether a body follows.
-    let framed = !http_body::Body::is_end_stream(&body);
-    let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
-    let body = if framed {
-        parts.extensions.insert(FramedBody);
-        airlock_net::limits::keepalive::hold_body(&parts, body)
-    } else {
-        body
+    let (ctx, parts, body) = match admit::admit(&shared, run, target, req) {
+        Ok(admitted) => admitted,
+        // Not admitted: answered at once, before any phase runs.
+        Err(error) => return error.into_response(),
     };
-    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let url = target.url(path_and_query);
-    if shared.is_closed(&run) {
-        // Committed or aborted: the run's credentials still authenticate, so the agent
-        // learns why, but nothing passes and nothing is staged any more.
-        return ProxyError::RunNotOpen {
-            reason: format!("run {run} was committed or aborted: it accepts no more requests"),
-        }
-        .into_response();
-    }
-    if target.host == crate::manifest::MANIFEST_HOST {
-        let response = crate::manifest::answer(&shared, run.as_str(), parts.uri.path());
-        let (head, body) = response.into_parts();
-        return Response::from_parts(
-            head,
-            airlock_net::body::Guarded::new(body, Box::new(in_flight)).boxed(),
-        );
-    }
-    let method = parts.method.to_string();
-    let had_body = has_body(&parts);
-    let result = decide_and_act(&shared, &run, &target, &url, parts, body).await;
-    if let Err(ProxyError::Denied {
-        rule,
-        reason_code,
-        policy_revision,
-        ..
-    }) = &result
-    {
-        crate::denials::journal(
-            &shared,
-            &run,
-            crate::denials::Refusal {
-                method,
-                url: url.clone(),
-                has_body: had_body,
-                rule: rule.clone(),
-                reason_code: reason_code.clone(),
-                policy_revision: policy_revision.clone(),
-            },
-        );
-    }
-    let response = result.unwrap_or_else(|error| {
-        if error.side().is_failure() {
-            warn!(run.id = %run, url = %url, error = %error, error.side = error.side().as_str(), reason = %error.body()["reason"], "request failed");
-        }
-        error.into_response()
-    });
+    let outcome = phases(&ctx, parts, body).await;
+    let response = journal::journal(ctx, outcome);
     let (head, body) = response.into_parts();
     Response::from_parts(
         head,
@@ -140,213 +111,23 @@ pub async fn handle(
     )
 }
 
-async fn decide_and_act(
-    shared: &Arc<DataPlane>,
-    run: &RunId,
-    target: &Target,
-    url: &str,
-    parts: Parts,
+/// The phases of an admitted request from the manifest host to `act`.
+async fn phases(
+    ctx: &RequestCtx<'_>,
+    mut parts: Parts,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    check_authority(&parts, target)?;
+    if ctx.target.host == crate::manifest::MANIFEST_HOST {
+        let path = parts.uri.path();
+        return Ok(crate::manifest::answer(ctx.plane, ctx.run.as_str(), path));
+    }
+    authority::check_authority(&parts, &ctx.target)?;
     // One policy snapshot for the whole request: a reload cannot split it.
-    let policy = shared.policy.current();
-    // A run's credential placeholder never leaves for a host outside its bind, whatever
-    // the rules say (POLICY.md "Credentials").
-    if let Some(credential) =
-        crate::credentials::find_off_host(&policy, run, &target.host, &parts, None)
-    {
-        return Err(crate::credentials::refuse_off_host(
-            shared,
-            &policy,
-            run,
-            &target.host,
-            credential,
-        ));
-    }
-    let mut parts = parts;
-    let (decision, body) = crate::enforce::decide(shared, run, target, &parts, body).await?;
-    crate::enforce::log_audit(run, url, &decision);
-    crate::enforce::note_audit(&mut parts, &decision);
-    // What a passed request gets placed on it on the way out: the rule's credential and
-    // the run's placeholders swapped for their values.
-    let credential_plan = if decision.action == Action::Pass {
-        let inject = decision
-            .rule
-            .as_deref()
-            .and_then(|id| policy.rule(id))
-            .and_then(|rule| rule.inject());
-        let facts = request_facts(target, &parts);
-        crate::credentials::plan(&policy, run, &facts, inject)?
-    } else {
-        None
-    };
-    if let Some(plan) = credential_plan {
-        parts.extensions.insert(plan);
-    }
-    let counter = match decision.action {
-        Action::Pass => &shared.metrics.passed,
-        Action::Stage => &shared.metrics.staged,
-        Action::Deny | Action::Tunnel => &shared.metrics.denied,
-    };
-    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // Passed requests are the bulk of traffic: their line is at debug level, so a busy
-    // agent does not pay a log write per read (stage and deny stay at info).
-    macro_rules! decided {
-        ($level:ident) => {
-            $level!(
-                run.id = %run,
-                http.method = %parts.method,
-                url = %url,
-                policy.action = ?decision.action,
-                policy.rule = decision.rule.as_deref().unwrap_or("<default>"),
-                policy.reason_code = decision.reason_code,
-                "request decided"
-            )
-        };
-    }
-    if decision.action == Action::Pass {
-        decided!(debug);
-    } else {
-        decided!(info);
-    }
-    // The winning rule's obligations (limits, strip) before anything is passed or staged.
-    let rule = decision
-        .rule
-        .as_deref()
-        .and_then(|id| policy.rule(id))
-        .filter(|rule| {
-            // In a policy in audit mode a deny rule's id may name a pass: its
-            // obligations are not the pass's.
-            rule.action() == decision.action
-                && matches!(decision.action, Action::Pass | Action::Stage)
-        });
-    let body = match rule {
-        Some(rule) => crate::enforce::apply(shared, run, target, rule, &mut parts, body).await?,
-        None => body,
-    };
-    if let Some(protocol) = crate::upgrade::requested(&parts.headers) {
-        return match decision.action {
-            Action::Pass => crate::upgrade::relay(shared, run, url, decision.rule, protocol, parts).await,
-            Action::Stage => Err(ProxyError::Denied {
-                rule: decision.rule,
-                reason: format!(
-                    "a {protocol} upgrade cannot be staged: its messages flow both ways after the handshake; \
-                     a rule must pass or deny it"
-                ),
-                reason_code: "upgrade_not_stageable".to_owned(),
-                policy_revision: policy.revision().to_owned(),
-            }),
-            Action::Deny | Action::Tunnel => Err(ProxyError::Denied {
-                rule: decision.rule,
-                reason: decision.reason,
-                reason_code: decision.reason_code.to_owned(),
-                policy_revision: policy.revision().to_owned(),
-            }),
-        };
-    }
-    match decision.action {
-        Action::Deny | Action::Tunnel => Err(ProxyError::Denied {
-            reason: match nearest_miss(&policy, target, &parts, &decision) {
-                Some(near) => format!("{} ({near})", decision.reason),
-                None => decision.reason,
-            },
-            rule: decision.rule,
-            reason_code: decision.reason_code.to_owned(),
-            policy_revision: policy.revision().to_owned(),
-        }),
-        Action::Stage => {
-            // A destination release could never dial (a private address no allow_private
-            // names, airlock's own listeners) is refused now, as a pass would be, rather
-            // than staged for a reviewer to approve and a commit to fail.
-            refuse_undialable(shared, target).await?;
-            let issued = issued_placeholders(shared, run).await?;
-            let body = read_bounded(shared, &parts, body).await?;
-            if let Some(credential) =
-                crate::credentials::find_off_host(&policy, run, &target.host, &parts, Some(&body))
-            {
-                return Err(crate::credentials::refuse_off_host(
-                    shared,
-                    &policy,
-                    run,
-                    &target.host,
-                    credential,
-                ));
-            }
-            let depends_on = find_dependencies(&issued, &parts, Some(&body));
-            let staged = stage(
-                shared,
-                run,
-                url,
-                decision.rule.as_deref(),
-                parts,
-                body,
-                depends_on,
-            )
-            .await?;
-            if let Some(rule) = rule {
-                crate::enforce::auto_approve(shared, rule, &staged).await;
-            }
-            Ok(staged)
-        }
-        Action::Pass => {
-            let body = search_pass_body(shared, run, target, &parts, body).await?;
-            // A placeholder must never reach a real origin: a request that carries one
-            // depends on a staged effect, so it is staged too (DESIGN.md lineage).
-            let issued = issued_placeholders(shared, run).await?;
-            if issued.is_empty() {
-                return forward(shared, run, url, decision.rule, parts, body).await;
-            }
-            let mut depends_on = find_dependencies(&issued, &parts, None);
-            if !depends_on.is_empty() && !has_body(&parts) {
-                // Read-your-staged-writes: the adapter of the staged effect may answer
-                // from staged state (docs/adapters.md).
-                let parents: Vec<_> = depends_on.iter().map(|d| d.effect.clone()).collect();
-                if let Some(answer) = crate::staged_reads::answer(
-                    shared,
-                    run,
-                    parts.method.as_str(),
-                    url,
-                    &parts.headers,
-                    &parents,
-                )
-                .await
-                {
-                    return Ok(answer);
-                }
-            }
-            if depends_on.is_empty() && !has_body(&parts) {
-                return forward(shared, run, url, decision.rule, parts, body).await;
-            }
-            let declared = parts
-                .headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok());
-            if depends_on.is_empty() && declared.is_some_and(|n| n > shared.limits.stage_body_bytes)
-            {
-                // Too large to hold and search: a passed upload streams on unsearched.
-                warn!(run.id = %run, url = %url, "a passed body over the staging limit was not searched for placeholders");
-                return forward(shared, run, url, decision.rule, parts, body).await;
-            }
-            let body = read_bounded(shared, &parts, body).await?;
-            depends_on = find_dependencies(&issued, &parts, Some(&body));
-            if depends_on.is_empty() {
-                return forward(shared, run, url, decision.rule, parts, full_body(body)).await;
-            }
-            info!(run.id = %run, url = %url, "the request carries a placeholder of a staged effect: staged instead of passed");
-            stage(
-                shared,
-                run,
-                url,
-                decision.rule.as_deref(),
-                parts,
-                body,
-                depends_on,
-            )
-            .await
-        }
-    }
+    let policy = ctx.plane.policy.current();
+    let (decision, body) = decide::decide(ctx, &policy, &mut parts, body).await?;
+    let (rule, body) =
+        obligations::apply_obligations(ctx, &policy, &decision, &mut parts, body).await?;
+    act::act(ctx, &policy, decision, rule, parts, body).await
 }
 
 /// The facts a policy decides on for a request to `target`: scheme, host, port, method,
@@ -363,137 +144,4 @@ pub(crate) fn request_facts<'a>(
         parts.uri.path(),
         has_body(parts),
     )
-}
-
-/// For a request no rule allowed (`default_deny`): the first rule that matched its scheme,
-/// host and port but not a later condition, e.g. ``rule "api" matches this host and port
-/// but not its method`` — what the agent (or the operator reading the 403) most likely
-/// needs to know. Evaluated with [`airlock_policy::Policy::explain`] on the request's
-/// method and path only, and only on this (rare) path.
-fn nearest_miss(
-    policy: &airlock_policy::Policy,
-    target: &Target,
-    parts: &Parts,
-    decision: &airlock_policy::Decision,
-) -> Option<String> {
-    if decision.reason_code != airlock_policy::reason_code::DEFAULT_DENY {
-        return None;
-    }
-    policy
-        .explain(&request_facts(target, parts))
-        .rules
-        .into_iter()
-        .find_map(|trace| match trace.outcome {
-            airlock_policy::RuleOutcome::Mismatch { field }
-                if !trace.baseline && !matches!(field, "scheme" | "host" | "port") =>
-            {
-                Some(format!(
-                    "rule \"{}\" matches this host and port but not its {field}",
-                    trace.id
-                ))
-            }
-            _ => None,
-        })
-}
-
-/// The placeholders issued so far in `run`, from an in-memory cache (filled from the
-/// ledger on first use, refreshed whenever an effect that issues placeholders is staged):
-/// this runs on every request, so it must not hop threads or scan storage.
-async fn issued_placeholders(
-    shared: &Arc<DataPlane>,
-    run: &RunId,
-) -> Result<Arc<Vec<IssuedPlaceholder>>, ProxyError> {
-    let mut cache = shared
-        .placeholders
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(cached) = cache.get(run) {
-        return Ok(cached.clone());
-    }
-    let issued = Arc::new(
-        shared
-            .ledger
-            .placeholders(run)
-            .map_err(|e| ProxyError::Internal {
-                reason: format!("the ledger could not be read: {e}"),
-            })?,
-    );
-    if cache.len() >= 10_000 {
-        cache.clear();
-    }
-    cache.insert(run.clone(), issued.clone());
-    Ok(issued)
-}
-
-/// The earlier effects whose placeholders the request carries, in its URL, header values
-/// or (when given) body.
-fn find_dependencies(
-    issued: &[IssuedPlaceholder],
-    parts: &Parts,
-    body: Option<&Bytes>,
-) -> Vec<Dependency> {
-    if issued.is_empty() {
-        return Vec::new();
-    }
-    let mut out: Vec<Dependency> = Vec::new();
-    let mut add = |found: Vec<&IssuedPlaceholder>, place: String| {
-        for placeholder in found {
-            if !out.iter().any(|d| d.value == placeholder.value) {
-                out.push(Dependency {
-                    effect: placeholder.effect.clone(),
-                    value: placeholder.value.clone(),
-                    found_in: place.clone(),
-                });
-            }
-        }
-    };
-    add(
-        find_placeholders(issued, &parts.uri.to_string()),
-        "url".into(),
-    );
-    for (name, value) in &parts.headers {
-        add(
-            find_placeholders(issued, &String::from_utf8_lossy(value.as_bytes())),
-            format!("header:{name}"),
-        );
-    }
-    if let Some(body) = body {
-        add(
-            find_placeholders(issued, &String::from_utf8_lossy(body)),
-            "body".into(),
-        );
-        // Also under gzip, percent-encoding and base64: a placeholder must not slip past
-        // in an encoded body.
-        let encoding = parts
-            .headers
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok());
-        for text in airlock_ledger::fingerprint::decoded_texts(body, encoding)
-            .iter()
-            .skip(1)
-        {
-            add(find_placeholders(issued, text), "body (encoded)".into());
-        }
-    }
-    out
-}
-
-/// Refuses a destination the release could never dial: its name resolves only to private
-/// or special-purpose addresses no `allow_private` names, or to airlock's own listeners
-/// (POLICY.md invariant 1, checked at staging as it is on pass). A name that does not
-/// resolve now is staged: the origin may be reachable at release.
-async fn refuse_undialable(shared: &DataPlane, target: &Target) -> Result<(), ProxyError> {
-    match shared.dialer.resolve(&target.host, target.port).await {
-        Err(dial) => match dial.refusal_code() {
-            Some(code) => Err(ProxyError::DestinationRefused {
-                code,
-                reason: dial.to_string(),
-            }),
-            None => {
-                debug!(origin.host = %target.host, error = %dial, "staging for a destination that does not resolve now");
-                Ok(())
-            }
-        },
-        Ok(_) => Ok(()),
-    }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use airlock_ledger::{Dependency, EffectNotes, NewEffect, RunId};
+use airlock_ledger::{Dependency, Effect, EffectNotes, Header, NewEffect, PlaceholderSpec, RunId};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{header, HeaderValue, Response};
@@ -40,15 +40,7 @@ pub async fn stage(
     let call = Call {
         method: parts.method.as_str(),
         url,
-        headers: records
-            .iter()
-            .map(|h| {
-                (
-                    h.name.clone(),
-                    String::from_utf8_lossy(h.value.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
+        headers: call_headers(&records),
         body: &body,
         template: template.as_ref(),
     };
@@ -63,38 +55,86 @@ pub async fn stage(
         adapter = &adapters::webhook::Webhook;
         plan = adapter.plan(&call);
     }
-    let specs = plan.placeholders.clone();
     let notes = EffectNotes {
         summary: Some(plan.summary.clone()),
         adapter: Some(adapter.name().to_owned()),
         compensates: None,
     };
+    let pending = Pending {
+        run_id: run.clone(),
+        method: parts.method.to_string(),
+        url: url.to_owned(),
+        headers: records,
+        body: body.clone(),
+        rule: rule.map(str::to_owned),
+        revision: policy.revision().to_owned(),
+        placeholders: plan.placeholders.clone(),
+        depends_on,
+        // Only the credential's name is stored; its value is added at release.
+        inject: rule
+            .and_then(|id| policy.rule(id))
+            .and_then(|rule| rule.inject())
+            .map(str::to_owned),
+    };
+    let effect = record(shared, pending, notes).await?;
+    note_staged(shared, run, url, adapter.name(), &effect);
+    let synthetic = adapter.respond(&call, &effect);
+    let mut response = synthetic.into_response(None);
+    if let Ok(value) = HeaderValue::from_str(effect.id.as_str()) {
+        response.headers_mut().insert(EFFECT_HEADER, value);
+    }
+    Ok(response)
+}
+
+/// The request's headers as the adapter sees them (values decoded lossily).
+fn call_headers(records: &[Header]) -> Vec<(String, String)> {
+    records
+        .iter()
+        .map(|h| {
+            (
+                h.name.clone(),
+                String::from_utf8_lossy(h.value.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// An effect about to be recorded, owned for the blocking task that records it.
+struct Pending {
+    run_id: RunId,
+    method: String,
+    url: String,
+    headers: Vec<Header>,
+    body: Bytes,
+    rule: Option<String>,
+    revision: String,
+    placeholders: Vec<PlaceholderSpec>,
+    depends_on: Vec<Dependency>,
+    inject: Option<String>,
+}
+
+/// Records the effect in the ledger, flushed to disk (on a blocking thread); a run that
+/// no longer accepts effects is refused.
+async fn record(
+    shared: &DataPlane,
+    pending: Pending,
+    notes: EffectNotes,
+) -> Result<Effect, ProxyError> {
     let ledger = shared.ledger.clone();
-    let run_id = run.clone();
-    let method = parts.method.to_string();
-    let url_owned = url.to_owned();
-    let rule_owned = rule.map(str::to_owned);
-    // Only the credential's name is stored; its value is added at release.
-    let inject = rule
-        .and_then(|id| policy.rule(id))
-        .and_then(|rule| rule.inject())
-        .map(str::to_owned);
-    let revision = policy.revision().to_owned();
-    let body_owned = body.clone();
     let staged = tokio::task::spawn_blocking(move || {
-        let body = body_owned;
+        let pending = pending;
         ledger.stage_with(
             NewEffect {
-                run_id: &run_id,
-                method: &method,
-                url: &url_owned,
-                headers: records,
-                body: &body,
-                rule: rule_owned.as_deref(),
-                policy_revision: &revision,
-                placeholders: specs,
-                depends_on,
-                inject: inject.as_deref(),
+                run_id: &pending.run_id,
+                method: &pending.method,
+                url: &pending.url,
+                headers: pending.headers,
+                body: &pending.body,
+                rule: pending.rule.as_deref(),
+                policy_revision: &pending.revision,
+                placeholders: pending.placeholders,
+                depends_on: pending.depends_on,
+                inject: pending.inject.as_deref(),
             },
             notes,
         )
@@ -103,21 +143,22 @@ pub async fn stage(
     .map_err(|e| ProxyError::Internal {
         reason: format!("staging task failed: {e}"),
     })?;
-    let effect = match staged {
-        Ok(effect) => effect,
-        Err(airlock_ledger::LedgerError::Refused(refused)) => {
-            return Err(ProxyError::RunNotOpen {
-                reason: refused.to_string(),
-            })
-        }
-        Err(error) => {
-            return Err(ProxyError::Internal {
-                reason: format!("the ledger could not stage the effect: {error}"),
-            })
-        }
-    };
+    match staged {
+        Ok(effect) => Ok(effect),
+        Err(airlock_ledger::LedgerError::Refused(refused)) => Err(ProxyError::RunNotOpen {
+            reason: refused.to_string(),
+        }),
+        Err(error) => Err(ProxyError::Internal {
+            reason: format!("the ledger could not stage the effect: {error}"),
+        }),
+    }
+}
+
+/// After an effect is staged: its log line, the run's placeholder cache dropped when the
+/// effect issues placeholders, and the lineage worker told.
+fn note_staged(shared: &DataPlane, run: &RunId, url: &str, adapter: &str, effect: &Effect) {
     info!(run.id = %run, effect.id = %effect.id, effect.seq = effect.seq, url = %url,
-          effect.depends_on = effect.depends_on.len(), effect.adapter = adapter.name(), "effect staged");
+          effect.depends_on = effect.depends_on.len(), effect.adapter = adapter, "effect staged");
     if !effect.placeholders.is_empty() {
         // The run now has more placeholders to look for.
         shared
@@ -129,11 +170,4 @@ pub async fn stage(
     shared.lineage.submit(Job::Effect {
         effect: effect.id.clone(),
     });
-
-    let synthetic = adapter.respond(&call, &effect);
-    let mut response = synthetic.into_response(None);
-    if let Ok(value) = HeaderValue::from_str(effect.id.as_str()) {
-        response.headers_mut().insert(EFFECT_HEADER, value);
-    }
-    Ok(response)
 }

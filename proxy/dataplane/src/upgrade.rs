@@ -4,6 +4,7 @@
 //! unchanged. An upgrade cannot be staged: a stage rule that matches one is answered 403.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use airlock_ledger::{Read, RunId};
 use http::request::Parts;
@@ -13,9 +14,11 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
+use crate::credentials::scrub::Scrubber;
 use crate::DataPlane;
 use airlock_net::body::{BoxError, ProxyBody};
 use airlock_net::headers::{strip_hop_by_hop, strip_reserved};
+use airlock_net::limits::ConnectionGuard;
 use airlock_net::respond::ProxyError;
 
 /// The protocol an HTTP/1.1 request asks to upgrade to (`Connection: upgrade` plus
@@ -49,31 +52,14 @@ pub async fn relay(
     mut parts: Parts,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let audit = crate::enforce::take_audit(&mut parts);
-    let guard = parts
-        .extensions
-        .remove::<Arc<airlock_net::limits::ConnectionGuard>>();
+    let guard = parts.extensions.remove::<Arc<ConnectionGuard>>();
     let Some(client_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
         return Err(ProxyError::BadRequest {
             code: "upgrade_unsupported",
             reason: "this connection cannot be upgraded (upgrades need HTTP/1.1)".into(),
         });
     };
-    let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
-    strip_hop_by_hop(&mut parts.headers);
-    if let Some(value) = upgrade_value {
-        parts.headers.insert(header::UPGRADE, value);
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    }
-    parts.uri = url.parse().map_err(|_| ProxyError::BadRequest {
-        code: "bad_uri",
-        reason: format!("{url} is not a valid URI"),
-    })?;
-    parts.version = http::Version::HTTP_11;
-    // The rule's credential and the run's placeholders go on the handshake (the messages
-    // that follow it are relayed unchanged and unscrubbed).
-    let scrubber = crate::credentials::apply(&mut parts)?;
+    let scrubber = prepare_handshake(&mut parts, url)?;
     let method = parts.method.to_string();
     let request = Request::from_parts(
         parts,
@@ -120,35 +106,7 @@ pub async fn relay(
     let origin_upgrade = hyper::upgrade::on(Response::from_parts(head.clone(), body));
     info!(run.id = %run, url = %url, protocol = %protocol, "upgrade relayed");
     let idle = shared.limits.idle_timeout;
-    tokio::spawn(async move {
-        // Held until the relay ends: the upgraded connection counts against the run's.
-        let _guard = guard;
-        let (client, origin) = match tokio::try_join!(client_upgrade, origin_upgrade) {
-            Ok(pair) => pair,
-            Err(error) => {
-                debug!(error = %error, "upgrade did not complete");
-                return;
-            }
-        };
-        let spliced =
-            airlock_net::limits::splice(TokioIo::new(client), TokioIo::new(origin), idle).await;
-        if spliced.idle {
-            info!(
-                bytes.up = spliced.up,
-                bytes.down = spliced.down,
-                idle_secs = idle.as_secs(),
-                "upgraded connection idle past --idle-timeout; closed both sides"
-            );
-        } else if let Some(error) = spliced.error {
-            debug!(error = %error, "upgraded connection ended with an error");
-        } else {
-            debug!(
-                bytes.up = spliced.up,
-                bytes.down = spliced.down,
-                "upgraded connection closed"
-            );
-        }
-    });
+    tokio::spawn(splice(client_upgrade, origin_upgrade, guard, idle));
     // The 101 keeps the origin's handshake headers (Upgrade, Connection,
     // Sec-WebSocket-Accept, -Protocol, -Extensions) unchanged.
     Ok(Response::from_parts(
@@ -157,4 +115,62 @@ pub async fn relay(
             .map_err(|never| -> BoxError { match never {} })
             .boxed(),
     ))
+}
+
+/// Readies the handshake for the origin: hop-by-hop headers stripped but its `Upgrade`
+/// (with `Connection: upgrade`), the absolute URI, HTTP/1.1, and the rule's credential and
+/// the run's placeholders placed (the messages that follow it are relayed unchanged and
+/// unscrubbed). Returns the scrubber of what was placed.
+fn prepare_handshake(parts: &mut Parts, url: &str) -> Result<Option<Scrubber>, ProxyError> {
+    let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    if let Some(value) = upgrade_value {
+        parts.headers.insert(header::UPGRADE, value);
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+    parts.uri = url.parse().map_err(|_| ProxyError::BadRequest {
+        code: "bad_uri",
+        reason: format!("{url} is not a valid URI"),
+    })?;
+    parts.version = http::Version::HTTP_11;
+    crate::credentials::apply(parts)
+}
+
+/// Joins the upgraded client and origin connections until either closes or both are idle
+/// past `idle`; `guard` is held until then (the upgraded connection counts against the
+/// run's).
+async fn splice(
+    client_upgrade: OnUpgrade,
+    origin_upgrade: OnUpgrade,
+    guard: Option<Arc<ConnectionGuard>>,
+    idle: Duration,
+) {
+    let _guard = guard;
+    let (client, origin) = match tokio::try_join!(client_upgrade, origin_upgrade) {
+        Ok(pair) => pair,
+        Err(error) => {
+            debug!(error = %error, "upgrade did not complete");
+            return;
+        }
+    };
+    let spliced =
+        airlock_net::limits::splice(TokioIo::new(client), TokioIo::new(origin), idle).await;
+    if spliced.idle {
+        info!(
+            bytes.up = spliced.up,
+            bytes.down = spliced.down,
+            idle_secs = idle.as_secs(),
+            "upgraded connection idle past --idle-timeout; closed both sides"
+        );
+    } else if let Some(error) = spliced.error {
+        debug!(error = %error, "upgraded connection ended with an error");
+    } else {
+        debug!(
+            bytes.up = spliced.up,
+            bytes.down = spliced.down,
+            "upgraded connection closed"
+        );
+    }
 }

@@ -1,0 +1,184 @@
+//! The act phase: an upgrade is relayed or refused; otherwise the request is denied,
+//! staged or passed, as decided.
+
+use airlock_policy::{Action, Decision, Rule};
+use http::request::Parts;
+use http::Response;
+use tracing::debug;
+
+use super::inspect::{inspect_pass_body, inspect_stage_body, Inspected};
+use super::{request_facts, RequestCtx, Target};
+use crate::policy_store::Snapshot;
+use crate::DataPlane;
+use airlock_net::body::ProxyBody;
+use airlock_net::respond::ProxyError;
+
+/// Acts on the decision: `rule` is the rule whose obligations were applied (a stage's, for
+/// its auto-approval).
+pub(super) async fn act(
+    ctx: &RequestCtx<'_>,
+    policy: &Snapshot,
+    decision: Decision,
+    rule: Option<&Rule>,
+    parts: Parts,
+    body: ProxyBody,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    if let Some(protocol) = crate::upgrade::requested(&parts.headers) {
+        return upgrade(ctx, policy, decision, protocol, parts).await;
+    }
+    match decision.action {
+        Action::Deny | Action::Tunnel => Err(deny(policy, &ctx.target, &parts, decision)),
+        Action::Stage => stage(ctx, policy, decision.rule.as_deref(), rule, parts, body).await,
+        Action::Pass => pass(ctx, decision.rule, parts, body).await,
+    }
+}
+
+/// An upgrade handshake: relayed when passed; it cannot be staged.
+async fn upgrade(
+    ctx: &RequestCtx<'_>,
+    policy: &Snapshot,
+    decision: Decision,
+    protocol: String,
+    parts: Parts,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    match decision.action {
+        Action::Pass => {
+            crate::upgrade::relay(ctx.plane, &ctx.run, &ctx.url, decision.rule, protocol, parts)
+                .await
+        }
+        Action::Stage => Err(ProxyError::Denied {
+            rule: decision.rule,
+            reason: format!(
+                "a {protocol} upgrade cannot be staged: its messages flow both ways after the handshake; \
+                 a rule must pass or deny it"
+            ),
+            reason_code: "upgrade_not_stageable".to_owned(),
+            policy_revision: policy.revision().to_owned(),
+        }),
+        Action::Deny | Action::Tunnel => Err(ProxyError::Denied {
+            rule: decision.rule,
+            reason: decision.reason,
+            reason_code: decision.reason_code.to_owned(),
+            policy_revision: policy.revision().to_owned(),
+        }),
+    }
+}
+
+/// A denial (a tunnel decision on a request inside an intercepted CONNECT is one too),
+/// naming the nearest miss when no rule allowed the request.
+fn deny(policy: &Snapshot, target: &Target, parts: &Parts, decision: Decision) -> ProxyError {
+    ProxyError::Denied {
+        reason: match nearest_miss(policy, target, parts, &decision) {
+            Some(near) => format!("{} ({near})", decision.reason),
+            None => decision.reason,
+        },
+        rule: decision.rule,
+        reason_code: decision.reason_code.to_owned(),
+        policy_revision: policy.revision().to_owned(),
+    }
+}
+
+/// Stages the request, then auto-approves it when its rule says so.
+async fn stage(
+    ctx: &RequestCtx<'_>,
+    policy: &Snapshot,
+    rule_id: Option<&str>,
+    rule: Option<&Rule>,
+    parts: Parts,
+    body: ProxyBody,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    // A destination release could never dial (a private address no allow_private
+    // names, airlock's own listeners) is refused now, as a pass would be, rather
+    // than staged for a reviewer to approve and a commit to fail.
+    refuse_undialable(ctx.plane, &ctx.target).await?;
+    let (body, depends_on) = inspect_stage_body(ctx, policy, &parts, body).await?;
+    let staged = crate::stage::stage(
+        ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body, depends_on,
+    )
+    .await?;
+    if let Some(rule) = rule {
+        crate::enforce::auto_approve(ctx.plane, rule, &staged).await;
+    }
+    Ok(staged)
+}
+
+/// Passes the request, unless its body inspection stages it or answers it.
+async fn pass(
+    ctx: &RequestCtx<'_>,
+    rule_id: Option<String>,
+    parts: Parts,
+    body: ProxyBody,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    match inspect_pass_body(ctx, &parts, body).await? {
+        Inspected::Forward(body) => {
+            crate::forward::forward(ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body).await
+        }
+        Inspected::Stage(body, depends_on) => {
+            crate::stage::stage(
+                ctx.plane,
+                &ctx.run,
+                &ctx.url,
+                rule_id.as_deref(),
+                parts,
+                body,
+                depends_on,
+            )
+            .await
+        }
+        Inspected::Answered(answer) => Ok(answer),
+    }
+}
+
+/// For a request no rule allowed (`default_deny`): the first rule that matched its scheme,
+/// host and port but not a later condition, e.g. ``rule "api" matches this host and port
+/// but not its method`` — what the agent (or the operator reading the 403) most likely
+/// needs to know. Evaluated with [`airlock_policy::Policy::explain`] on the request's
+/// method and path only, and only on this (rare) path.
+pub(super) fn nearest_miss(
+    policy: &airlock_policy::Policy,
+    target: &Target,
+    parts: &Parts,
+    decision: &airlock_policy::Decision,
+) -> Option<String> {
+    if decision.reason_code != airlock_policy::reason_code::DEFAULT_DENY {
+        return None;
+    }
+    policy
+        .explain(&request_facts(target, parts))
+        .rules
+        .into_iter()
+        .find_map(|trace| match trace.outcome {
+            airlock_policy::RuleOutcome::Mismatch { field }
+                if !trace.baseline && !matches!(field, "scheme" | "host" | "port") =>
+            {
+                Some(format!(
+                    "rule \"{}\" matches this host and port but not its {field}",
+                    trace.id
+                ))
+            }
+            _ => None,
+        })
+}
+
+/// Refuses a destination the release could never dial: its name resolves only to private
+/// or special-purpose addresses no `allow_private` names, or to airlock's own listeners
+/// (POLICY.md invariant 1, checked at staging as it is on pass). A name that does not
+/// resolve now is staged: the origin may be reachable at release.
+pub(super) async fn refuse_undialable(
+    shared: &DataPlane,
+    target: &Target,
+) -> Result<(), ProxyError> {
+    match shared.dialer.resolve(&target.host, target.port).await {
+        Err(dial) => match dial.refusal_code() {
+            Some(code) => Err(ProxyError::DestinationRefused {
+                code,
+                reason: dial.to_string(),
+            }),
+            None => {
+                debug!(origin.host = %target.host, error = %dial, "staging for a destination that does not resolve now");
+                Ok(())
+            }
+        },
+        Ok(_) => Ok(()),
+    }
+}

@@ -1,0 +1,56 @@
+//! The admit phase: the request head within its limits, its body framed, its URL, and
+//! its run still open. A request not admitted is answered at once, before any other
+//! phase (and unjournaled).
+
+use std::sync::Arc;
+
+use airlock_ledger::RunId;
+use http::request::Parts;
+use http::Request;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use super::{has_body, FramedBody, RequestCtx, Target};
+use crate::DataPlane;
+use airlock_net::body::{BoxError, ProxyBody};
+use airlock_net::respond::ProxyError;
+
+/// Admits one request of `run` for `target`: its context, head and body for the phases.
+pub(super) fn admit(
+    shared: &Arc<DataPlane>,
+    run: RunId,
+    target: Target,
+    req: Request<Incoming>,
+) -> Result<(RequestCtx<'_>, Parts, ProxyBody), ProxyError> {
+    airlock_net::headers::check_head_limits(req.headers(), req.uri())?;
+    let (mut parts, body) = req.into_parts();
+    // hyper knows from the framing (h2 END_STREAM, h1 length) whether a body follows.
+    let framed = !http_body::Body::is_end_stream(&body);
+    let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
+    let body = if framed {
+        parts.extensions.insert(FramedBody);
+        airlock_net::limits::keepalive::hold_body(&parts, body)
+    } else {
+        body
+    };
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let url = target.url(path_and_query);
+    if shared.is_closed(&run) {
+        // Committed or aborted: the run's credentials still authenticate, so the agent
+        // learns why, but nothing passes and nothing is staged any more.
+        return Err(ProxyError::RunNotOpen {
+            reason: format!("run {run} was committed or aborted: it accepts no more requests"),
+        });
+    }
+    let method = parts.method.to_string();
+    let had_body = has_body(&parts);
+    let ctx = RequestCtx {
+        plane: shared,
+        run,
+        target,
+        url,
+        method,
+        had_body,
+    };
+    Ok((ctx, parts, body))
+}

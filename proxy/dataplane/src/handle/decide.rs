@@ -1,0 +1,99 @@
+//! The decide phase: a credential placeholder headed off its host is refused whatever the
+//! rules say, then the policy decides (reading the body first only when a body matcher
+//! needs it); the decision's audit matches are logged, a passed request's credentials are
+//! planned, and the decision is counted and logged.
+
+use airlock_policy::{Action, Decision};
+use http::request::Parts;
+use tracing::{debug, info};
+
+use super::{request_facts, RequestCtx};
+use crate::policy_store::Snapshot;
+use airlock_net::body::ProxyBody;
+use airlock_net::respond::ProxyError;
+
+/// Decides the request; returns the decision and the body to go on with.
+pub(super) async fn decide(
+    ctx: &RequestCtx<'_>,
+    policy: &Snapshot,
+    parts: &mut Parts,
+    body: ProxyBody,
+) -> Result<(Decision, ProxyBody), ProxyError> {
+    let RequestCtx {
+        plane, run, target, ..
+    } = ctx;
+    // A run's credential placeholder never leaves for a host outside its bind, whatever
+    // the rules say (POLICY.md "Credentials").
+    if let Some(credential) =
+        crate::credentials::find_off_host(policy, run, &target.host, parts, None)
+    {
+        return Err(crate::credentials::refuse_off_host(
+            plane,
+            policy,
+            run,
+            &target.host,
+            credential,
+        ));
+    }
+    let (decision, body) = crate::enforce::decide(plane, run, target, parts, body).await?;
+    crate::enforce::log_audit(run, &ctx.url, &decision);
+    crate::enforce::note_audit(parts, &decision);
+    plan_credentials(ctx, policy, &decision, parts)?;
+    count_and_log(ctx, parts, &decision);
+    Ok((decision, body))
+}
+
+/// What a passed request gets placed on it on the way out: the rule's credential and the
+/// run's placeholders swapped for their values.
+fn plan_credentials(
+    ctx: &RequestCtx<'_>,
+    policy: &Snapshot,
+    decision: &Decision,
+    parts: &mut Parts,
+) -> Result<(), ProxyError> {
+    let credential_plan = if decision.action == Action::Pass {
+        let inject = decision
+            .rule
+            .as_deref()
+            .and_then(|id| policy.rule(id))
+            .and_then(|rule| rule.inject());
+        let facts = request_facts(&ctx.target, parts);
+        crate::credentials::plan(policy, &ctx.run, &facts, inject)?
+    } else {
+        None
+    };
+    if let Some(plan) = credential_plan {
+        parts.extensions.insert(plan);
+    }
+    Ok(())
+}
+
+/// Counts the decision in the metrics and logs it.
+fn count_and_log(ctx: &RequestCtx<'_>, parts: &Parts, decision: &Decision) {
+    let counter = match decision.action {
+        Action::Pass => &ctx.plane.metrics.passed,
+        Action::Stage => &ctx.plane.metrics.staged,
+        Action::Deny | Action::Tunnel => &ctx.plane.metrics.denied,
+    };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Passed requests are the bulk of traffic: their line is at debug level, so a busy
+    // agent does not pay a log write per read (stage and deny stay at info).
+    macro_rules! decided {
+        ($level:ident) => {
+            $level!(
+                run.id = %ctx.run,
+                http.method = %parts.method,
+                url = %ctx.url,
+                policy.action = ?decision.action,
+                policy.rule = decision.rule.as_deref().unwrap_or("<default>"),
+                policy.reason_code = decision.reason_code,
+                "request decided"
+            )
+        };
+    }
+    if decision.action == Action::Pass {
+        decided!(debug);
+    } else {
+        decided!(info);
+    }
+}
