@@ -22,8 +22,10 @@ use http::{header, Response};
 use http_body_util::BodyExt;
 use tracing::{info, warn};
 
-use crate::handle::{full_body, Target, BODY_IDLE_TIMEOUT};
+use crate::request::BODY_IDLE_TIMEOUT;
 use crate::DataPlane;
+use airlock_net::authority::Target;
+use airlock_net::body::full_body;
 use airlock_net::body::ProxyBody;
 use airlock_net::respond::{ProxyError, RuleLimit, EFFECT_HEADER};
 
@@ -143,7 +145,7 @@ pub async fn decide(
         query: parts.uri.query().unwrap_or(""),
         headers: &headers,
         profile: profile.as_deref(),
-        ..crate::handle::request_facts(target, parts)
+        ..crate::request::request_facts(target, parts)
     };
     let Some(limit) = shared.policy.current().body_limit(&facts) else {
         return Ok((shared.policy.current().decide(&facts), body));
@@ -283,7 +285,7 @@ pub async fn apply(
         window.push_back(now);
     }
     let mut body = body;
-    let has_body = crate::handle::has_body(parts);
+    let has_body = crate::request::has_body(parts);
     if let Some(max) = limits.body_bytes.filter(|_| has_body) {
         match read_up_to(body, declared_length(parts), max).await? {
             Buffered::Whole(bytes) => body = full_body(bytes),

@@ -15,9 +15,9 @@ use crate::credentials::scrub::Scrubber;
 use crate::lineage::{Job, LineageWorker, READ_CAPTURE_BYTES};
 use crate::DataPlane;
 use airlock_net::body::{BoxError, MeteredBody, ProxyBody};
+use airlock_net::failure::Failure;
 use airlock_net::headers::{strip_hop_by_hop, strip_reserved};
 use airlock_net::respond::ProxyError;
-use airlock_net::upstream::Failure;
 
 /// What a finished response leaves for lineage analysis: captured body, the response
 /// headers (a cheap clone: header values are reference-counted), and whether the body's

@@ -41,7 +41,7 @@ use crate::DataPlane;
 use airlock_net::body::ProxyBody;
 use airlock_net::respond::ProxyError;
 
-pub use airlock_net::authority::Target;
+use airlock_net::authority::Target;
 
 mod act;
 mod admit;
@@ -51,9 +51,6 @@ mod inspect;
 mod journal;
 mod obligations;
 mod request_body;
-
-pub use airlock_net::body::full_body;
-pub use request_body::{has_body, FramedBody, BODY_IDLE_TIMEOUT};
 
 /// What the phases share about one admitted request (fixed once it is admitted).
 struct RequestCtx<'a> {
@@ -128,20 +125,4 @@ async fn phases(
     let (rule, body) =
         obligations::apply_obligations(ctx, &policy, &decision, &mut parts, body).await?;
     act::act(ctx, &policy, decision, rule, parts, body).await
-}
-
-/// The facts a policy decides on for a request to `target`: scheme, host, port, method,
-/// path and whether a body follows (query, headers and profile left empty).
-pub(crate) fn request_facts<'a>(
-    target: &'a Target,
-    parts: &'a Parts,
-) -> airlock_policy::RequestFacts<'a> {
-    airlock_policy::RequestFacts::new(
-        target.scheme,
-        &target.host,
-        target.port,
-        parts.method.as_str(),
-        parts.uri.path(),
-        has_body(parts),
-    )
 }

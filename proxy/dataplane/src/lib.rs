@@ -16,6 +16,7 @@ pub mod manifest;
 pub mod metrics;
 mod plane;
 pub mod policy_store;
+pub mod request;
 pub mod secrets;
 pub mod stage;
 mod staged_reads;

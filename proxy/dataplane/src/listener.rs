@@ -15,8 +15,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::handle::{handle, Target};
+use crate::handle::handle;
 use crate::DataPlane;
+use airlock_net::authority::Target;
 use airlock_net::body::ProxyBody;
 use airlock_net::headers::{PARSER_MAX_HEADERS, PARSER_MAX_HEADER_BYTES};
 use airlock_net::limits::keepalive::{Activity, Deadlines};

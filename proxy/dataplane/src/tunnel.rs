@@ -16,8 +16,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info, info_span, Instrument};
 
-use crate::handle::Target;
 use crate::DataPlane;
+use airlock_net::authority::Target;
 use airlock_net::body::ProxyBody;
 use airlock_net::dial::DialError;
 use airlock_net::respond::ProxyError;

@@ -12,6 +12,7 @@ pub mod body;
 pub mod ca;
 pub mod config;
 pub mod dial;
+pub mod failure;
 pub mod headers;
 pub mod limits;
 pub mod linger;

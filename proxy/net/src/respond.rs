@@ -7,7 +7,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
 use crate::body::ProxyBody;
-use crate::upstream::Failure;
+use crate::failure::Failure;
 
 /// Header carrying the stable code of an error answered by airlock.
 pub const ERROR_HEADER: &str = "airlock-error";

@@ -149,7 +149,7 @@ pub(super) async fn policy_command(command: PolicyCommand) -> anyhow::Result<()>
                 80
             };
             let target =
-                airlock_dataplane::handle::Target::parse(scheme, authority.as_str(), default_port)
+                airlock_net::authority::Target::parse(scheme, authority.as_str(), default_port)
                     .ok_or_else(|| anyhow!("{url:?} names no valid host"))?;
             let header_pairs: Vec<(&str, &str)> = headers
                 .iter()

@@ -24,7 +24,7 @@ use airlock_policy::{ConnectDecision, Policy, RequestBody, RequestFacts, RuleOut
 use anyhow::{anyhow, Context as _};
 use serde::Deserialize;
 
-use airlock_dataplane::handle::Target;
+use airlock_net::authority::Target;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::admin_client::print_json;
 use super::{connect, AdminArgs};
-use airlock_dataplane::handle::Target;
+use airlock_net::authority::Target;
 
 /// `policy diff OLD NEW`: grouped widenings, narrowings and reroutes; with
 /// `fail_on_widen`, an error when anything widens (for CI gates on policy changes).

@@ -6,9 +6,9 @@ use airlock_policy::{Action, RequestFacts, Scheme};
 
 use super::Prepared;
 use crate::Control;
-use airlock_dataplane::handle::Target;
 use airlock_dataplane::lineage::{find_placeholders, substitute};
 use airlock_net::authority::percent_encode;
+use airlock_net::authority::Target;
 
 /// Replaces every placeholder `effect` carries with the real value from its parent,
 /// encoded for where it stands: percent-encoded in the URL, JSON-escaped in a JSON body,

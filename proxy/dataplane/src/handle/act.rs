@@ -7,8 +7,9 @@ use http::Response;
 use tracing::debug;
 
 use super::inspect::{inspect_pass_body, inspect_stage_body, Inspected};
-use super::{request_facts, RequestCtx, Target};
+use super::{RequestCtx, Target};
 use crate::policy_store::Snapshot;
+use crate::request::request_facts;
 use crate::DataPlane;
 use airlock_net::body::ProxyBody;
 use airlock_net::respond::ProxyError;

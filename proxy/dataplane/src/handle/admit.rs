@@ -10,7 +10,8 @@ use http::Request;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use super::{has_body, FramedBody, RequestCtx, Target};
+use super::{RequestCtx, Target};
+use crate::request::{has_body, FramedBody};
 use crate::DataPlane;
 use airlock_net::body::{BoxError, ProxyBody};
 use airlock_net::respond::ProxyError;

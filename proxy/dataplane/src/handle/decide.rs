@@ -7,8 +7,9 @@ use airlock_policy::{Action, Decision};
 use http::request::Parts;
 use tracing::{debug, info};
 
-use super::{request_facts, RequestCtx};
+use super::RequestCtx;
 use crate::policy_store::Snapshot;
+use crate::request::request_facts;
 use airlock_net::body::ProxyBody;
 use airlock_net::respond::ProxyError;
 

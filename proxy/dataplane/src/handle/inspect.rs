@@ -11,10 +11,12 @@ use http::{header, Response};
 use tracing::{info, warn};
 
 use super::request_body::{read_bounded, search_pass_body};
-use super::{full_body, has_body, RequestCtx};
+use super::RequestCtx;
 use crate::lineage::find_placeholders;
 use crate::policy_store::Snapshot;
+use crate::request::has_body;
 use crate::DataPlane;
+use airlock_net::body::full_body;
 use airlock_net::body::ProxyBody;
 use airlock_net::respond::ProxyError;
 

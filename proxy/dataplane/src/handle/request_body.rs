@@ -11,32 +11,11 @@ use http_body_util::BodyExt;
 use tracing::debug;
 
 use super::Target;
+use crate::request::{has_body, BODY_IDLE_TIMEOUT};
 use crate::DataPlane;
 use airlock_net::body::full_body;
 use airlock_net::body::ProxyBody;
 use airlock_net::respond::ProxyError;
-
-/// Whether the request carries a body, from its framing (invariant 4), not its method.
-pub fn has_body(parts: &Parts) -> bool {
-    if parts.headers.contains_key(header::TRANSFER_ENCODING)
-        || parts.extensions.get::<FramedBody>().is_some()
-    {
-        return true;
-    }
-    parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .is_some_and(|n| n > 0)
-}
-
-/// Marks a request whose framing carries a body that its headers do not declare: an h2
-/// request whose HEADERS frame did not end the stream (DATA frames follow, with no
-/// `content-length`). POLICY.md invariant 4: body presence comes from framing, so such a
-/// GET is a write.
-#[derive(Debug, Clone, Copy)]
-pub struct FramedBody;
 
 /// Searches a passed body headed to `target` for credential placeholders bound elsewhere:
 /// read whole when some credential's placeholder is not bound to the host and the body
@@ -76,9 +55,6 @@ pub(super) async fn search_pass_body(
     }
     Ok(full_body(bytes))
 }
-
-/// How long a client may pause while sending a body airlock reads whole (staging).
-pub const BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Reads a request body up to the staging limit: 413 before reading when the declared
 /// length is over it (no 100 Continue is sent), 413 once the limit is passed otherwise.
