@@ -241,119 +241,165 @@ pub async fn apply(
     let revision = policy.revision();
     let limits = rule.limits();
     if let Some(max) = limits.query_bytes {
-        let length = parts.uri.query().map_or(0, str::len) as u64;
-        if length > max {
-            return Err(ProxyError::OverLimit {
-                rule: rule.id().to_owned(),
-                limit: RuleLimit::QueryBytes,
-                value: max,
-                reason: format!("the query string is {length} bytes, over the rule's {max}"),
-                policy_revision: revision.to_owned(),
-            });
-        }
+        check_query(rule, revision, parts, max)?;
     }
     if let Some(per_minute) = limits.requests_per_minute {
-        let mut windows = shared
-            .enforce
-            .windows
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if windows.len() >= MAX_ENTRIES {
-            windows.clear();
-        }
-        let now = Instant::now();
-        let window = windows
-            .entry((run.clone(), rule.id().to_owned()))
-            .or_default();
-        while window
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= RATE_WINDOW)
-        {
-            window.pop_front();
-        }
-        if window.len() >= per_minute as usize {
-            return Err(ProxyError::OverLimit {
-                rule: rule.id().to_owned(),
-                limit: RuleLimit::RequestsPerMinute,
-                value: u64::from(per_minute),
-                reason: format!(
-                    "run {run} made {per_minute} requests through this rule in the last minute"
-                ),
-                policy_revision: revision.to_owned(),
-            });
-        }
-        window.push_back(now);
+        check_rate(shared, run, rule, revision, per_minute)?;
     }
     let mut body = body;
     let has_body = crate::request::has_body(parts);
     if let Some(max) = limits.body_bytes.filter(|_| has_body) {
-        match read_up_to(body, declared_length(parts), max).await? {
-            Buffered::Whole(bytes) => body = full_body(bytes),
-            Buffered::TooLarge => {
-                return Err(ProxyError::OverLimit {
-                    rule: rule.id().to_owned(),
-                    limit: RuleLimit::BodyBytes,
-                    value: max,
-                    reason: format!("the request body is over the rule's {max} bytes"),
-                    policy_revision: revision.to_owned(),
-                })
-            }
-        }
+        body = limit_body(rule, revision, parts, body, max).await?;
     }
     if let Some(max) = limits.upload_bytes_per_run.filter(|_| has_body) {
-        let key = (run.clone(), target.host.clone());
-        let used = {
-            let uploads = shared
-                .enforce
-                .uploads
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            uploads.get(&key).copied().unwrap_or(0)
-        };
-        let room = max.saturating_sub(used);
-        let exceeded = |sent: Option<u64>| {
-            ProxyError::OverLimit {
-            rule: rule.id().to_owned(),
-            limit: RuleLimit::UploadBytesPerRun,
-            value: max,
-            reason: match sent {
-                Some(sent) => format!(
-                    "run {run} has sent {used} bytes to {}; {sent} more is over the rule's {max} per run",
-                    target.host
-                ),
-                None => format!(
-                    "run {run} has sent {used} bytes to {}; this body is over the {room} left of the rule's {max} per run",
-                    target.host
-                ),
-            },
-            policy_revision: revision.to_owned(),
-        }
-        };
-        match read_up_to(body, declared_length(parts), room).await? {
-            Buffered::Whole(bytes) => {
-                let sent = bytes.len() as u64;
-                let mut uploads = shared
-                    .enforce
-                    .uploads
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                if uploads.len() >= MAX_ENTRIES {
-                    uploads.clear();
-                }
-                let total = uploads.entry(key).or_insert(0);
-                if *total + sent > max {
-                    return Err(exceeded(Some(sent)));
-                }
-                *total += sent;
-                body = full_body(bytes);
-            }
-            Buffered::TooLarge => return Err(exceeded(None)),
-        }
+        body = limit_uploads(shared, run, target, rule, revision, parts, body, max).await?;
     }
     for name in rule.strip() {
         parts.headers.remove(name.as_str());
     }
     Ok(body)
+}
+
+/// `limit.query_bytes`: a GET query is an exfiltration channel (414 past `max`).
+fn check_query(rule: &Rule, revision: &str, parts: &Parts, max: u64) -> Result<(), ProxyError> {
+    let length = parts.uri.query().map_or(0, str::len) as u64;
+    if length > max {
+        return Err(ProxyError::OverLimit {
+            rule: rule.id().to_owned(),
+            limit: RuleLimit::QueryBytes,
+            value: max,
+            reason: format!("the query string is {length} bytes, over the rule's {max}"),
+            policy_revision: revision.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// `limit.requests_per_minute`, per run and rule over a sliding minute (429 past it).
+fn check_rate(
+    shared: &DataPlane,
+    run: &RunId,
+    rule: &Rule,
+    revision: &str,
+    per_minute: u32,
+) -> Result<(), ProxyError> {
+    let mut windows = shared
+        .enforce
+        .windows
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if windows.len() >= MAX_ENTRIES {
+        windows.clear();
+    }
+    let now = Instant::now();
+    let window = windows
+        .entry((run.clone(), rule.id().to_owned()))
+        .or_default();
+    while window
+        .front()
+        .is_some_and(|t| now.duration_since(*t) >= RATE_WINDOW)
+    {
+        window.pop_front();
+    }
+    if window.len() >= per_minute as usize {
+        return Err(ProxyError::OverLimit {
+            rule: rule.id().to_owned(),
+            limit: RuleLimit::RequestsPerMinute,
+            value: u64::from(per_minute),
+            reason: format!(
+                "run {run} made {per_minute} requests through this rule in the last minute"
+            ),
+            policy_revision: revision.to_owned(),
+        });
+    }
+    window.push_back(now);
+    Ok(())
+}
+
+/// `limit.body_bytes`: the body read whole up to `max` (413 past it).
+async fn limit_body(
+    rule: &Rule,
+    revision: &str,
+    parts: &Parts,
+    body: ProxyBody,
+    max: u64,
+) -> Result<ProxyBody, ProxyError> {
+    match read_up_to(body, declared_length(parts), max).await? {
+        Buffered::Whole(bytes) => Ok(full_body(bytes)),
+        Buffered::TooLarge => Err(ProxyError::OverLimit {
+            rule: rule.id().to_owned(),
+            limit: RuleLimit::BodyBytes,
+            value: max,
+            reason: format!("the request body is over the rule's {max} bytes"),
+            policy_revision: revision.to_owned(),
+        }),
+    }
+}
+
+/// `limit.upload_bytes_per_run`: request body bytes per run and host, counted once a body
+/// was read whole within the room left (413 past it).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the facts of one obligation check"
+)]
+async fn limit_uploads(
+    shared: &DataPlane,
+    run: &RunId,
+    target: &Target,
+    rule: &Rule,
+    revision: &str,
+    parts: &Parts,
+    body: ProxyBody,
+    max: u64,
+) -> Result<ProxyBody, ProxyError> {
+    let key = (run.clone(), target.host.clone());
+    let used = {
+        let uploads = shared
+            .enforce
+            .uploads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        uploads.get(&key).copied().unwrap_or(0)
+    };
+    let room = max.saturating_sub(used);
+    let exceeded = |sent: Option<u64>| {
+        ProxyError::OverLimit {
+        rule: rule.id().to_owned(),
+        limit: RuleLimit::UploadBytesPerRun,
+        value: max,
+        reason: match sent {
+            Some(sent) => format!(
+                "run {run} has sent {used} bytes to {}; {sent} more is over the rule's {max} per run",
+                target.host
+            ),
+            None => format!(
+                "run {run} has sent {used} bytes to {}; this body is over the {room} left of the rule's {max} per run",
+                target.host
+            ),
+        },
+        policy_revision: revision.to_owned(),
+    }
+    };
+    match read_up_to(body, declared_length(parts), room).await? {
+        Buffered::Whole(bytes) => {
+            let sent = bytes.len() as u64;
+            let mut uploads = shared
+                .enforce
+                .uploads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if uploads.len() >= MAX_ENTRIES {
+                uploads.clear();
+            }
+            let total = uploads.entry(key).or_insert(0);
+            if *total + sent > max {
+                return Err(exceeded(Some(sent)));
+            }
+            *total += sent;
+            Ok(full_body(bytes))
+        }
+        Buffered::TooLarge => Err(exceeded(None)),
+    }
 }
 
 /// The control plane's side of `review = "auto"`: approves an effect a rule staged and

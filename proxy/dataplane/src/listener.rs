@@ -321,11 +321,28 @@ async fn intercept(
     upgraded: hyper::upgrade::Upgraded,
     guard: Option<Arc<ConnectionGuard>>,
 ) {
-    // Look at the client's first bytes: a TLS handshake record starts with 0x16; anything
-    // else is taken as plain HTTP inside the tunnel (CASES.md C11). A client that waits for
-    // the server to speak first (SMTP, SSH banners) gets nothing and is closed after
-    // FIRST_BYTE_TIMEOUT: such protocols need a tunnel rule, which does not exist yet.
-    let header_timeout = shared.limits.header_read_timeout;
+    let Some(io) = first_bytes(upgraded, &target).await else {
+        return;
+    };
+    if io_first_byte_is_not_tls(&io) {
+        plain_http_in_tunnel(shared, run, target, io, guard).await;
+        return;
+    }
+    let Some(tls) = accept_tls(&shared, &target, config, io).await else {
+        return;
+    };
+    serve_intercepted(shared, run, target, tls, guard).await;
+}
+
+/// The tunnel after the client's first bytes, put back in front. A TLS handshake record
+/// starts with 0x16; anything else is taken as plain HTTP inside the tunnel (docs/cases.md
+/// C11). A client that waits for the server to speak first (SMTP, SSH banners) gets
+/// nothing and is closed after [`FIRST_BYTE_TIMEOUT`] (`None`): such protocols need a
+/// tunnel rule.
+async fn first_bytes(
+    upgraded: hyper::upgrade::Upgraded,
+    target: &Target,
+) -> Option<airlock_net::prefixed::Prefixed<TokioIo<hyper::upgrade::Upgraded>>> {
     let mut io = TokioIo::new(upgraded);
     let mut first = vec![0u8; 1024];
     let read = tokio::time::timeout(
@@ -335,22 +352,37 @@ async fn intercept(
     .await;
     let n = match read {
         Ok(Ok(n)) if n > 0 => n,
-        Ok(_) => return,
+        Ok(_) => return None,
         Err(_) => {
             info!(origin.host = %target.host, origin.port = target.port,
                   "the client sent nothing after CONNECT (a server-speaks-first protocol?); closing the tunnel");
-            return;
+            return None;
         }
     };
     first.truncate(n);
-    let io = airlock_net::prefixed::Prefixed::new(bytes::Bytes::from(first), io);
-    if n > 0 && io_first_byte_is_not_tls(&io) {
-        plain_http_in_tunnel(shared, run, target, io, guard).await;
-        return;
-    }
+    Some(airlock_net::prefixed::Prefixed::new(
+        bytes::Bytes::from(first),
+        io,
+    ))
+}
+
+type Intercepted = tokio_rustls::server::TlsStream<
+    airlock_net::prefixed::Prefixed<TokioIo<hyper::upgrade::Upgraded>>,
+>;
+
+/// The TLS handshake with the client, with the leaf minted for the host (`config`),
+/// within the header-read timeout. A client that rejects airlock's certificate is counted
+/// and logged per host (docs/cases.md C13); `None` when the handshake failed.
+async fn accept_tls(
+    shared: &DataPlane,
+    target: &Target,
+    config: Arc<rustls::ServerConfig>,
+    io: airlock_net::prefixed::Prefixed<TokioIo<hyper::upgrade::Upgraded>>,
+) -> Option<Intercepted> {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let tls = match tokio::time::timeout(header_timeout, acceptor.accept(io)).await {
-        Ok(Ok(tls)) => tls,
+    let timeout = shared.limits.header_read_timeout;
+    match tokio::time::timeout(timeout, acceptor.accept(io)).await {
+        Ok(Ok(tls)) => Some(tls),
         Ok(Err(error)) => {
             shared
                 .metrics
@@ -364,14 +396,25 @@ async fn intercept(
             } else {
                 info!(error = %error, "TLS handshake with the client failed");
             }
-            return;
+            None
         }
         Err(_) => {
             info!("TLS handshake with the client timed out");
-            return;
+            None
         }
-    };
-    // Invariant 2: the SNI, when sent, must name the CONNECT host.
+    }
+}
+
+/// Serves the requests inside an intercepted tunnel, HTTP/1.1 or h2 as ALPN chose, each
+/// through [`handle`]; every request gets 421 when the SNI named another host than the
+/// CONNECT (invariant 2).
+async fn serve_intercepted(
+    shared: Arc<DataPlane>,
+    run: RunId,
+    target: Target,
+    tls: Intercepted,
+    guard: Option<Arc<ConnectionGuard>>,
+) {
     let sni_mismatch = tls
         .get_ref()
         .1
@@ -379,6 +422,7 @@ async fn intercept(
         .map(|sni| sni.trim_end_matches('.').to_ascii_lowercase())
         .filter(|sni| *sni != target.host);
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let header_timeout = shared.limits.header_read_timeout;
     let activity = Activity::new();
     let deadlines = Deadlines {
         activity: activity.clone(),

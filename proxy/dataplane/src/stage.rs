@@ -161,11 +161,7 @@ fn note_staged(shared: &DataPlane, run: &RunId, url: &str, adapter: &str, effect
           effect.depends_on = effect.depends_on.len(), effect.adapter = adapter, "effect staged");
     if !effect.placeholders.is_empty() {
         // The run now has more placeholders to look for.
-        shared
-            .placeholders
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&effect.run_id);
+        shared.forget_placeholders(&effect.run_id);
     }
     shared.lineage.submit(Job::Effect {
         effect: effect.id.clone(),
