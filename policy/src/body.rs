@@ -2,7 +2,7 @@
 //!
 //! They read a request body the proxy buffered up to the rule's `limit.body_bytes`
 //! (default [`DEFAULT_BODY_MATCH_BYTES`]). A body that is over the limit or cannot be
-//! parsed the way a matcher needs denies the request, naming the rule (`POLICY.md`
+//! parsed the way a matcher needs denies the request, naming the rule (`docs/policy.md`
 //! invariant 6: fail closed); a request without a body never matches a body matcher.
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! Compiling the rule keys beyond the request line: `query`, `headers`, body matchers,
 //! `mode`, obligations (`strip`, `limit`, `redact`, `review`) and `profiles`, and the
-//! host-level-only check of `tunnel` rules (POLICY.md invariant 3).
+//! host-level-only check of `tunnel` rules (docs/policy.md invariant 3).
 
 use crate::body::BodyMatcher;
 use crate::content::{HeaderMatcher, QueryMatcher};

@@ -1,6 +1,6 @@
 //! Pure policy for airlock: rules in, one Decision out.
 //!
-//! A policy is TOML text (see `POLICY.md`) compiled by [`Policy::from_toml_str`]
+//! A policy is TOML text (see `docs/policy.md`) compiled by [`Policy::from_toml_str`]
 //! or [`Policy::load`] into typed matchers. [`Policy::decide`] answers one
 //! HTTP request, [`Policy::decide_connect`] answers a CONNECT before the
 //! tunnel opens (intercept, tunnel or deny), [`Policy::body_limit`] tells the proxy
@@ -97,7 +97,7 @@ impl fmt::Display for Scheme {
 pub struct RequestFacts<'a> {
     /// The scheme of the request.
     pub scheme: Scheme,
-    /// The destination host (the one authority; see `POLICY.md` invariant 2).
+    /// The destination host (the one authority; see `docs/policy.md` invariant 2).
     pub host: &'a str,
     /// The destination port.
     pub port: u16,

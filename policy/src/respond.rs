@@ -1,5 +1,5 @@
 //! `respond`: the synthetic response a stage rule gives, with typed placeholders for values
-//! only the origin can assign (DESIGN.md glossary: synthetic response, placeholder).
+//! only the origin can assign (docs/design.md glossary: synthetic response, placeholder).
 //!
 //! ```toml
 //! [rule.respond]

@@ -36,7 +36,7 @@ pub(crate) const SHARED_HOSTING: &[&str] = &[
     "workers.dev",
 ];
 
-/// Special-purpose ranges the dialer refuses unless `allow_private` names them (POLICY.md
+/// Special-purpose ranges the dialer refuses unless `allow_private` names them (docs/policy.md
 /// invariant 1); an `allow_private` entry that overlaps none of them has no effect.
 const SPECIAL_PURPOSE: &[&str] = &[
     "0.0.0.0/8",

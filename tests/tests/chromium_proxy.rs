@@ -1,4 +1,4 @@
-//! CASES.md C12: headless Chromium through airlock, loading a loopback HTTPS origin.
+//! docs/cases.md C12: headless Chromium through airlock, loading a loopback HTTPS origin.
 //! Chromium's ClientHello carries GREASE values and extensions rustls does not know; the
 //! terminating side must ignore them and the page must load.
 //!

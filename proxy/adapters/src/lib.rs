@@ -1,5 +1,5 @@
 //! Adapters: the semantics of the APIs agents use most, so that a staged effect answers
-//! like the real thing (DESIGN.md glossary: adapter). A stage rule selects one with
+//! like the real thing (docs/design.md glossary: adapter). A stage rule selects one with
 //! `respond = "NAME"`; without it the [`webhook`] adapter answers (the rule's
 //! `[rule.respond]` template, or airlock's `202 Accepted` JSON). Reference:
 //! docs/adapters.md.

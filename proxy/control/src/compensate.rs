@@ -1,4 +1,4 @@
-//! Compensations (DESIGN.md "Commit authority"): after a commit, the released effects of a
+//! Compensations (docs/design.md "Commit authority"): after a commit, the released effects of a
 //! run whose adapters know an inverse (close the PR, delete the comment, `chat.delete`,
 //! delete the pushed ref) get compensating effects, staged in a new sealed run (profile
 //! `compensate:RUN`) in reverse release order, each pending review like any effect. They

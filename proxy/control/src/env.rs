@@ -1,4 +1,4 @@
-//! The proxy environment a sandbox needs (DESIGN.md "Runs in step with the filesystem"):
+//! The proxy environment a sandbox needs (docs/design.md "Runs in step with the filesystem"):
 //! clients disagree on what they read, so every variable is set.
 
 use std::collections::BTreeMap;
@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 /// Variables naming the proxy, in both cases (curl reads lower case `http_proxy` only;
-/// Go and Python read either: CASES.md C18).
+/// Go and Python read either: docs/cases.md C18).
 const PROXY_VARS: [&str; 6] = [
     "http_proxy",
     "https_proxy",

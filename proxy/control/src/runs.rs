@@ -203,7 +203,7 @@ pub async fn rollback_to(
     workspace::rollback_to(control, run, name).await
 }
 
-/// Finishes commits that were decided before a restart (DESIGN.md: decisions already
+/// Finishes commits that were decided before a restart (docs/design.md: decisions already
 /// written are finished). Effects that were mid-release are already `unknown`.
 pub fn resume_commits(shared: &Arc<Control>) {
     let runs = match shared.ledger.runs() {

@@ -1,4 +1,4 @@
-//! Credentials (POLICY.md "Credentials"): secret values airlock adds to requests on its
+//! Credentials (docs/policy.md "Credentials"): secret values airlock adds to requests on its
 //! way out, so the sandbox never holds them.
 //!
 //! The policy holds each credential's spec (source, bind, place, placeholder); at start

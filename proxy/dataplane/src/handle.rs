@@ -1,6 +1,6 @@
 //! One request, once its run and destination are known, as a sequence of named phases
 //! (cloudflare/pingora's `ProxyHttp` is the model). The same path serves plain `http://`
-//! requests and requests inside an intercepted CONNECT (POLICY.md invariant 7: one
+//! requests and requests inside an intercepted CONNECT (docs/policy.md invariant 7: one
 //! decision function).
 //!
 //! ```text

@@ -128,7 +128,7 @@ async fn serve_connection(
     }
 }
 
-/// Authenticates the request's run and binds it to the connection (CASES.md C15).
+/// Authenticates the request's run and binds it to the connection (docs/cases.md C15).
 async fn authenticate(
     shared: &Arc<DataPlane>,
     binding: &Binding,
@@ -537,7 +537,7 @@ async fn plain_http_in_tunnel<T>(
 
 /// Whether a failed handshake is the client rejecting airlock's certificate: an
 /// `unknown_ca`, `bad_certificate`, `certificate_unknown` or `access_denied` alert right
-/// after our certificate (CASES.md C13).
+/// after our certificate (docs/cases.md C13).
 fn rejected_our_certificate(error: &std::io::Error) -> bool {
     use rustls::AlertDescription;
     let Some(tls) = error

@@ -19,7 +19,7 @@ pub struct Metrics {
     pub client_handshake_failures: AtomicU64,
     /// Per CONNECT host: clients that rejected airlock's certificate with an alert
     /// (`unknown_ca`, `bad_certificate`, `certificate_unknown`): they do not trust
-    /// airlock's CA, typically because they bundle their own roots (CASES.md C13).
+    /// airlock's CA, typically because they bundle their own roots (docs/cases.md C13).
     untrusted_ca: Mutex<BTreeMap<String, u64>>,
     /// Per credential: requests refused because they carried its placeholder to a host
     /// outside its bind.

@@ -5,7 +5,7 @@
 //! Reloads come from three places: the policy file changing on disk (polled every
 //! [`WATCH_INTERVAL`]; a change is a change of content, so editors that replace the file
 //! by rename are seen), `SIGHUP`, and `POST /v1/policy` on the admin API. A reload that
-//! fails to parse or compile keeps the last good policy and reports why (POLICY.md
+//! fails to parse or compile keeps the last good policy and reports why (docs/policy.md
 //! invariant 6: an invalid reload keeps the last good policy).
 
 use std::path::{Path, PathBuf};

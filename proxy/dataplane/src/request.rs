@@ -23,7 +23,7 @@ pub fn has_body(parts: &Parts) -> bool {
 
 /// Marks a request whose framing carries a body that its headers do not declare: an h2
 /// request whose HEADERS frame did not end the stream (DATA frames follow, with no
-/// `content-length`). POLICY.md invariant 4: body presence comes from framing, so such a
+/// `content-length`). docs/policy.md invariant 4: body presence comes from framing, so such a
 /// GET is a write.
 #[derive(Debug, Clone, Copy)]
 pub struct FramedBody;

@@ -1,7 +1,7 @@
 //! The request-head checks airlock does itself, as pure functions: the destination of a
 //! request ([`Target`], parsed from a CONNECT target, an absolute-form URI or `Host`), the
-//! one-authority rule of POLICY.md invariant 2 ([`check_authority`]) and the header-section
-//! limits of CASES.md C08 ([`check_head_limits`]); and the percent-encoding airlock uses when
+//! one-authority rule of docs/policy.md invariant 2 ([`check_authority`]) and the header-section
+//! limits of docs/cases.md C08 ([`check_head_limits`]); and the percent-encoding airlock uses when
 //! it writes values into URLs ([`percent_encode`]).
 //!
 //! Depends only on `http` and `airlock_policy::Scheme`, so `proxy/fuzz` includes this file
@@ -11,7 +11,7 @@ use airlock_policy::Scheme;
 use http::{header, HeaderMap, Uri};
 
 /// The destination of a request: the one authority that CONNECT, SNI, `Host` and the
-/// absolute-form URI must all name (POLICY.md invariant 2).
+/// absolute-form URI must all name (docs/policy.md invariant 2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// `http` or `https`.
@@ -116,7 +116,7 @@ pub enum AuthorityProblem {
     HostMismatch(String),
 }
 
-/// Checks that the request's URI authority and `Host` header name `target` (POLICY.md
+/// Checks that the request's URI authority and `Host` header name `target` (docs/policy.md
 /// invariant 2). A missing authority or `Host` is not a mismatch.
 ///
 /// # Errors
@@ -160,7 +160,7 @@ pub fn check_authority(
     }
 }
 
-/// A header-section limit a request passed (CASES.md C08).
+/// A header-section limit a request passed (docs/cases.md C08).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeadLimit {
     /// More than `limit` header fields; `count` were sent.

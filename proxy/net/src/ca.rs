@@ -1,7 +1,7 @@
 //! airlock's certificate authority: created on first start, and the leaf certificates it
 //! mints for intercepted hosts (cached per host).
 //!
-//! Leaf shape follows what strict verifiers demand (CASES.md C14, CA/Browser Forum
+//! Leaf shape follows what strict verifiers demand (docs/cases.md C14, CA/Browser Forum
 //! Baseline Requirements §7.1): AKI, EKU serverAuth, a SAN (iPAddress for IP hosts, RFC 5280
 //! §4.2.1.6; dNSName otherwise), validity under 200 days including the backdating.
 

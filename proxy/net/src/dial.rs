@@ -1,5 +1,5 @@
 //! Dialing origins: resolve once, check every answer, connect only to an address that
-//! passed (POLICY.md invariant 1), with TCP_NODELAY and a connect timeout.
+//! passed (docs/policy.md invariant 1), with TCP_NODELAY and a connect timeout.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -240,7 +240,7 @@ impl Dialer {
         for addr in addrs {
             match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
-                    // Nagle off: small writes go at once (BENCHMARKS.md: 5.75x on 64 KiB bodies).
+                    // Nagle off: small writes go at once (docs/performance.md: 5.75x on 64 KiB).
                     let _ = stream.set_nodelay(true);
                     return Ok(TokioIo::new(stream));
                 }

@@ -4,7 +4,7 @@
 use airlock_ledger::{Header, HeaderText};
 use http::{header, HeaderMap, HeaderName};
 
-/// Most header fields in one request or response, on every side (CASES.md C08). A request
+/// Most header fields in one request or response, on every side (docs/cases.md C08). A request
 /// past it gets 431 with a JSON reason from airlock; hyper's own parser limits are set
 /// higher ([`PARSER_MAX_HEADERS`]) so that it hands such requests over instead of failing
 /// the connection. 256: two and a half times the common limits (hyper's and Envoy's
@@ -23,7 +23,7 @@ pub const PARSER_MAX_HEADERS: usize = 2 * MAX_HEADERS;
 pub const PARSER_MAX_HEADER_BYTES: u32 = 4 * MAX_HEADER_LIST_BYTES;
 
 /// Largest request header section accepted, in bytes: field names and values plus 4 bytes
-/// each (`": "`, CRLF) and the request target, counted alike for HTTP/1.1 and h2 (CASES.md
+/// each (`": "`, CRLF) and the request target, counted alike for HTTP/1.1 and h2 (docs/cases.md
 /// C08 asks for the same generous limit on every side).
 pub const MAX_HEADER_LIST_BYTES: u32 = 256 * 1024;
 
@@ -60,7 +60,7 @@ static HOP_BY_HOP_NAMES: [HeaderName; 8] = [
 ];
 
 /// Removes `airlock-*` headers an origin sent, so it cannot forge airlock's verdicts
-/// (CASES.md C19).
+/// (docs/cases.md C19).
 pub fn strip_reserved(headers: &mut HeaderMap) {
     let reserved: Vec<HeaderName> = headers
         .keys()
@@ -105,7 +105,7 @@ pub fn wants_trailers(headers: &HeaderMap) -> bool {
 }
 
 /// Checks a request head against [`MAX_HEADERS`] and
-/// [`MAX_HEADER_LIST_BYTES`] (CASES.md C08: 431 with a reason, never a
+/// [`MAX_HEADER_LIST_BYTES`] (docs/cases.md C08: 431 with a reason, never a
 /// reset).
 ///
 /// # Errors

@@ -1,4 +1,4 @@
-//! Connection limits and idle timeouts of the proxy listener (CASES.md C09, issue #7):
+//! Connection limits and idle timeouts of the proxy listener (docs/cases.md C09, issue #7):
 //!
 //! - a global cap on open client connections (`--max-connections`): past it a new
 //!   connection gets one `429 too_many_connections` answer and is closed;

@@ -1,4 +1,4 @@
-//! Lingering close for client connections (CASES.md C01; what nginx calls
+//! Lingering close for client connections (docs/cases.md C01; what nginx calls
 //! `lingering_close`): when airlock is done with a connection while the client may still be
 //! sending — an early final answer (403, 413, an origin's early 413 relayed) to a request
 //! whose body was not read — closing at once would make the kernel answer the unread bytes

@@ -122,7 +122,7 @@ pub enum ProxyError {
         reason: String,
     },
     /// The CONNECT target, TLS SNI, `Host` and absolute-form URI do not name the same host
-    /// (POLICY.md invariant 2).
+    /// (docs/policy.md invariant 2).
     #[error("misdirected request")]
     AuthorityMismatch {
         /// What disagreed.
@@ -134,7 +134,7 @@ pub enum ProxyError {
         /// The limit in bytes.
         limit: u64,
     },
-    /// The request's header section is over a limit (CASES.md C08).
+    /// The request's header section is over a limit (docs/cases.md C08).
     #[error("request header fields too large")]
     HeadersTooLarge {
         /// Which limit and by how much.
@@ -162,7 +162,7 @@ pub enum ProxyError {
         /// Why.
         reason: String,
     },
-    /// A request over one of the winning rule's limits (POLICY.md, docs/policy.md "limit").
+    /// A request over one of the winning rule's limits (docs/policy.md, docs/policy.md "limit").
     #[error("over a policy limit")]
     OverLimit {
         /// The rule.

@@ -322,7 +322,7 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
             }
             for peer in &peers {
                 // hudsucker mints a DNS SAN for an IP host, which rustls refuses
-                // (BENCHMARKS.md): it is asked for `localhost` (the origin's leaf names it).
+                // (docs/performance.md): it is asked for `localhost` (the origin's leaf names it).
                 let peer_target = if peer.name.starts_with("hudsucker") {
                     Target {
                         host: "localhost".to_owned(),

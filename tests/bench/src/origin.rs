@@ -1,4 +1,4 @@
-//! The local HTTPS origin: nginx (one worker, as in BENCHMARKS.md) when installed, else
+//! The local HTTPS origin: nginx (one worker, as in docs/performance.md) when installed, else
 //! this binary's own hyper origin in a child process. Both serve `/small` (2 bytes),
 //! `/64k` (64 KiB), `/stream` (the streaming size) and `/stage` (any method, a small JSON
 //! answer) on every port given, with keep-alive.

@@ -1,4 +1,4 @@
-//! Run identity and policy denials at the proxy listener (CASES.md C15).
+//! Run identity and policy denials at the proxy listener (docs/cases.md C15).
 
 use airlock_tests::{curl, loopback_policy, ok_origin, Fixture};
 

@@ -1,4 +1,4 @@
-//! More cases from shared/CASES.md: 100-continue, content-encoding, large header
+//! More cases from docs/cases.md: 100-continue, content-encoding, large header
 //! sections, slow clients, IP literals, clients that distrust airlock's CA, immediate
 //! answers.
 

@@ -1,4 +1,4 @@
-//! Credentials (POLICY.md "Credentials"): airlock adds a secret the sandbox never holds —
+//! Credentials (docs/policy.md "Credentials"): airlock adds a secret the sandbox never holds —
 //! on pass when forwarding, on stage only at release — swaps per-run placeholders on bound
 //! hosts, refuses them elsewhere, and scrubs an origin's echo of the secret.
 

@@ -1,4 +1,4 @@
-//! Connection caps and idle timeouts (issue #7, CASES.md C09 class): `--idle-timeout` on
+//! Connection caps and idle timeouts (issue #7, docs/cases.md C09 class): `--idle-timeout` on
 //! `tunnel` splices and upgraded connections, `--keep-alive-timeout` on HTTP connections,
 //! `--auth-timeout`, and `--max-connections-per-run`, `--max-connections` and
 //! `--max-unauthenticated-connections` answered with 429 `too_many_connections`.

@@ -1,4 +1,4 @@
-//! Protocol cases from shared/CASES.md: h2 on either side, re-framing, reserved headers,
+//! Protocol cases from docs/cases.md: h2 on either side, re-framing, reserved headers,
 //! staging limits.
 
 use std::sync::Arc;
@@ -478,7 +478,7 @@ async fn case_c03_trailers_reach_the_client() {
     }
 }
 
-/// POLICY.md invariant 4 over h2: a GET whose HEADERS frame does not end the stream and
+/// docs/policy.md invariant 4 over h2: a GET whose HEADERS frame does not end the stream and
 /// whose DATA frames carry a body (no `content-length`) is a write, staged like any write,
 /// never passed as a read with its body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! POLICY.md invariant 1, end to end with a stubbed resolver (`--resolve`): host names that
+//! docs/policy.md invariant 1, end to end with a stubbed resolver (`--resolve`): host names that
 //! resolve to loopback, metadata, RFC 1918, CGNAT, ULA or IPv6 forms embedding IPv4 are
 //! refused after resolution even though a rule passes the host; a rule's `allow_private`
 //! opens exactly its range; airlock's own listeners stay refused.

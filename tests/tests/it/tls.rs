@@ -1,4 +1,4 @@
-//! Certificates strict verifiers accept (CASES.md C14), and Python `requests` through the proxy.
+//! Certificates strict verifiers accept (docs/cases.md C14), and Python `requests` through the proxy.
 
 use airlock_tests::{loopback_policy, ok_origin, run_client_async, Fixture};
 use base64::Engine as _;

@@ -1,4 +1,4 @@
-//! CASES.md C06: WebSocket inside an intercepted tunnel (wss) and plain ws through the
+//! docs/cases.md C06: WebSocket inside an intercepted tunnel (wss) and plain ws through the
 //! proxy; decided at the handshake, then relayed both ways unchanged.
 
 use std::sync::{Arc, Mutex};

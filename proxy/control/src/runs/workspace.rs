@@ -1,4 +1,4 @@
-//! Runs in step with the filesystem (DESIGN.md): the server side of `airlock run`. It
+//! Runs in step with the filesystem (docs/design.md): the server side of `airlock run`. It
 //! attaches a workspace and its snapshot to a run, takes savepoints, and writes and applies
 //! the one decision that keeps or rolls back files and effects together.
 //!

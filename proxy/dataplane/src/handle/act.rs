@@ -163,7 +163,7 @@ pub(super) fn nearest_miss(
 
 /// Refuses a destination the release could never dial: its name resolves only to private
 /// or special-purpose addresses no `allow_private` names, or to airlock's own listeners
-/// (POLICY.md invariant 1, checked at staging as it is on pass). A name that does not
+/// (docs/policy.md invariant 1, checked at staging as it is on pass). A name that does not
 /// resolve now is staged: the origin may be reachable at release.
 pub(super) async fn refuse_undialable(
     shared: &DataPlane,

@@ -24,7 +24,7 @@ pub(super) async fn decide(
         plane, run, target, ..
     } = ctx;
     // A run's credential placeholder never leaves for a host outside its bind, whatever
-    // the rules say (POLICY.md "Credentials").
+    // the rules say (docs/policy.md "Credentials").
     if let Some(credential) =
         crate::credentials::find_off_host(policy, run, &target.host, parts, None)
     {

@@ -33,7 +33,7 @@ pub(super) enum Inspected {
 /// Inspects a passed request: its body is searched for credential placeholders bound
 /// elsewhere, then the request for placeholders of staged effects (a placeholder must
 /// never reach a real origin: a request that carries one depends on a staged effect, so it
-/// is staged too, DESIGN.md lineage).
+/// is staged too, docs/design.md glossary: lineage).
 pub(super) async fn inspect_pass_body(
     ctx: &RequestCtx<'_>,
     parts: &Parts,

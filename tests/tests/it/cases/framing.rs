@@ -1,4 +1,4 @@
-//! CASES.md request-body framing: C01 Expect: 100-continue, C02 chunked bodies without a length.
+//! docs/cases.md framing: C01 Expect: 100-continue, C02 chunked bodies without a length.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! CASES.md headers: C07 Content-Encoding kept as sent, C08 large header sections and the 431.
+//! docs/cases.md headers: C07 Content-Encoding kept as sent, C08 large header sections and the 431.
 
 use std::sync::Arc;
 

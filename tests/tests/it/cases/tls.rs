@@ -1,4 +1,4 @@
-//! CASES.md "TLS and certificates": C10 IP literals and IPv6, C13 clients with their own roots.
+//! docs/cases.md "TLS and certificates": C10 IP literals and IPv6, C13 clients with their own roots.
 
 use std::sync::Arc;
 

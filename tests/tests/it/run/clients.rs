@@ -1,4 +1,4 @@
-//! The client matrix under `airlock run` (CASES.md C15–C18): each client reaches its
+//! The client matrix under `airlock run` (docs/cases.md C15–C18): each client reaches its
 //! loopback origin through the proxy using only the environment `airlock run` gives the
 //! command — curl, git over smart HTTP, Python requests and urllib, pip, Node fetch.
 
