@@ -7,8 +7,8 @@
 //! Callers use this typed, synchronous API (wrap calls in `spawn_blocking` from async
 //! code), usually as an `Arc<dyn Store>`. Records are serde JSON. Every operation that a
 //! client or the commit authority acts on (staging, decisions, `releasing`, release
-//! outcomes) is durable before it returns. A new backend passes [`conformance`] (feature
-//! `conformance`).
+//! outcomes) is durable before it returns. A new backend passes the `conformance` suite
+//! (feature `conformance`).
 
 mod approval;
 pub mod change;

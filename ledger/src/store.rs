@@ -1,7 +1,7 @@
 //! The storage trait: what every ledger backend (sled, the in-memory model, a later
 //! PostgreSQL) provides, grouped by concern, with the contracts callers rely on.
 //!
-//! # Contracts (every backend; [`crate::conformance`] checks them)
+//! # Contracts (every backend; the `conformance` module checks them)
 //!
 //! - **Atomic against other callers.** Each method takes effect entirely or not at all
 //!   as other callers see it. A refusal changes nothing. A *storage fault* (an `Err`
