@@ -234,13 +234,20 @@ async fn review_flow_over_http_rejects_the_leak_and_releases_the_rest() {
     assert_eq!(effect["approval"]["body_digest"], effect["body_digest"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn named_reviewer_tokens_sign_decisions() {
+/// The scenario with a second reviewer, `alice` (token `alice-secret-token-0123456789`);
+/// keep the directory holding her token file alive.
+async fn with_reviewer_alice() -> (tempfile::TempDir, Scenario) {
     let dir = tempfile::tempdir().expect("tempdir");
     let alice = dir.path().join("alice.token");
     std::fs::write(&alice, "alice-secret-token-0123456789\n").expect("write");
     let arg = format!("alice={}", alice.display());
     let s = Scenario::start(&["--reviewer-token", &arg]).await;
+    (dir, s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_reviewer_tokens_sign_decisions() {
+    let (_dir, s) = with_reviewer_alice().await;
     let admin = s.admin_url();
     // In the UI…
     let cookie = sign_in(admin, "alice-secret-token-0123456789").await;
@@ -285,11 +292,7 @@ async fn named_reviewer_tokens_sign_decisions() {
 /// `admin` whoever asked).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_records_the_signed_in_reviewer_for_seal_and_abort_as_the_ui_does() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let alice = dir.path().join("alice.token");
-    std::fs::write(&alice, "alice-secret-token-0123456789\n").expect("write");
-    let arg = format!("alice={}", alice.display());
-    let s = Scenario::start(&["--reviewer-token", &arg]).await;
+    let (_dir, s) = with_reviewer_alice().await;
     let admin = s.admin_url();
     let alice = airlock_tests::AdminClient::new(admin, "alice-secret-token-0123456789");
     alice
