@@ -201,7 +201,7 @@ impl Server {
             },
         };
         let dialer = Dialer::new(
-            policy.clone() as Arc<dyn airlock_net::dial::PrivateAccess>,
+            policy.clone(),
             vec![proxy_addr, admin_addr],
             config.connect_timeout,
         )

@@ -286,10 +286,10 @@ async fn create_run(
     body: axum::body::Bytes,
 ) -> ApiResult<Response> {
     let request: CreateRun = parse_body(&body)?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let run = blocking(move || ledger.create_run(request.profile)).await?;
     let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token);
-    let policy = shared.policy.current();
+    let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));
     let mut body = run_json(&shared, &run, &[]);
     body["token"] = json!(run.token);
@@ -300,7 +300,7 @@ async fn create_run(
 }
 
 async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<Value>> {
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let runs = blocking(move || {
         let mut out = Vec::new();
         for run in ledger.runs()? {
@@ -320,7 +320,7 @@ async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<Value>>
 
 async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {
     let run_id = parse_run(id)?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let found = blocking(move || match ledger.run(&run_id)? {
         Some(run) => {
             let effects = ledger.effects(&run.id)?;
@@ -356,7 +356,7 @@ async fn run_reads(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let (run, _) = load_run(&shared, &id).await?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let run_id = run.id.clone();
     let reads = blocking(move || ledger.reads(&run_id)).await?;
     Ok(Json(json!({ "run": run.id, "reads": reads })))
@@ -367,7 +367,7 @@ async fn run_denials(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let (run, _) = load_run(&shared, &id).await?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let run_id = run.id.clone();
     let denials = blocking(move || ledger.denials(&run_id)).await?;
     Ok(Json(json!({ "run": run.id, "denials": denials })))
@@ -380,7 +380,7 @@ async fn run_env(
     let (run, _) = load_run(&shared, &id).await?;
     let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token);
     // Credential placeholders: opaque stand-ins, never the values.
-    let policy = shared.policy.current();
+    let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));
     Ok(Json(
         json!({ "run": run.id, "env": env, "shell": shell_exports(&env) }),
@@ -443,7 +443,7 @@ async fn show_effect(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let effect_id = parse_effect(&id)?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let found = blocking(move || match ledger.effect(&effect_id)? {
         Some(effect) => {
             let body = ledger.body(&effect.body_digest)?.unwrap_or_default();
@@ -457,7 +457,7 @@ async fn show_effect(
     })
     .await?;
     let (effect, body, release_body) = found.ok_or_else(|| not_found("effect", &id))?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let run_id = effect.run_id.clone();
     let effect_id = effect.id.clone();
     let (analysis, reads, siblings) = blocking(move || {
@@ -497,7 +497,7 @@ async fn show_effect(
     out["headers"] = headers_json(&effect.headers);
     out["body"] = body_json(&body);
     airlock_dataplane::enforce::redact_view(
-        &shared.policy.current(),
+        &shared.policy().current(),
         effect.rule.as_deref(),
         &body,
         &mut out,
@@ -525,7 +525,7 @@ async fn run_lineage(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let (run, effects) = load_run(&shared, &id).await?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let run_id = run.id.clone();
     let ids: Vec<airlock_ledger::EffectId> = effects.iter().map(|e| e.id.clone()).collect();
     let (reads, edges, analyzed) = blocking(move || {
@@ -616,7 +616,7 @@ fn ledger_metrics(ledger: &dyn airlock_ledger::Store) -> String {
 }
 
 async fn metrics(State(shared): State<Arc<Control>>) -> Response {
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let ledger_text = tokio::task::spawn_blocking(move || ledger_metrics(&*ledger))
         .await
         .unwrap_or_default();

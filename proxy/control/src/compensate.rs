@@ -113,7 +113,7 @@ pub fn compensate(
     shared: &Arc<Control>,
     run: &RunId,
 ) -> Result<CompensationReport, CompensateError> {
-    let ledger = &shared.ledger;
+    let ledger = &shared.ledger();
     let original: Run = ledger.run(run)?.ok_or_else(|| LedgerError::NotFound {
         kind: "run",
         id: run.to_string(),
@@ -209,7 +209,7 @@ pub fn compensate(
                 value: HeaderText::from_bytes(content_type.as_bytes()),
             });
         }
-        let revision = shared.policy.current().revision().to_owned();
+        let revision = shared.policy().current().revision().to_owned();
         let new = ledger.stage_with(
             NewEffect {
                 run_id: &target.id,

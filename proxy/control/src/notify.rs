@@ -95,7 +95,7 @@ pub fn run_sealed(shared: &std::sync::Arc<crate::Control>, run: &airlock_ledger:
     let shared = shared.clone();
     let run = run.clone();
     tokio::spawn(async move {
-        let ledger = shared.ledger.clone();
+        let ledger = shared.ledger().clone();
         let id = run.clone();
         let pending = match tokio::task::spawn_blocking(move || ledger.effects(&id)).await {
             Ok(Ok(effects)) => effects

@@ -37,10 +37,6 @@ pub struct ControlInputs {
 /// workspace decision.
 pub struct Control {
     pub(crate) data: Arc<DataPlane>,
-    /// The durable ledger (the data plane's).
-    pub(crate) ledger: Arc<dyn Store>,
-    /// The policy in force (the data plane's).
-    pub(crate) policy: Arc<PolicyStore>,
     pub(crate) admin_token: String,
     pub(crate) advertised: Advertised,
     pub(crate) admin_addr: SocketAddr,
@@ -56,8 +52,6 @@ impl Control {
     /// Builds the control plane.
     pub fn new(inputs: ControlInputs) -> Arc<Self> {
         Arc::new(Self {
-            ledger: inputs.data.ledger().clone(),
-            policy: inputs.data.policy().clone(),
             data: inputs.data,
             admin_token: inputs.admin_token,
             advertised: inputs.advertised,
@@ -82,6 +76,16 @@ impl Control {
     /// The data directory (absolute).
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data_dir
+    }
+
+    /// The durable ledger (the data plane's).
+    pub(crate) fn ledger(&self) -> &Arc<dyn Store> {
+        self.data.ledger()
+    }
+
+    /// The policy in force (the data plane's; take one snapshot per decision).
+    pub(crate) fn policy(&self) -> &Arc<PolicyStore> {
+        self.data.policy()
     }
 
     /// The data plane.

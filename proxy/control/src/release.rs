@@ -108,7 +108,8 @@ pub enum CommitError {
     Task(String),
 }
 
-async fn blocking<T: Send + 'static>(
+/// Runs a ledger call on the blocking pool; a failed task is [`CommitError::Task`].
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
 ) -> Result<T, CommitError> {
     Ok(tokio::task::spawn_blocking(f)
@@ -143,18 +144,18 @@ pub async fn commit(
 ) -> Result<CommitReport, CommitError> {
     let lock = shared.commit_lock(run);
     let _serial = lock.lock().await;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let (run_id, by_owned) = (run.clone(), by.to_owned());
     let (_, release) =
         blocking(move || ledger.begin_commit(&run_id, approve_pending, &by_owned)).await?;
     shared.close_run(run);
     if release {
         release_all(shared, run).await?;
-        let ledger = shared.ledger.clone();
+        let ledger = shared.ledger().clone();
         let run_id = run.clone();
         blocking(move || ledger.finish_commit(&run_id)).await?;
     }
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let run_id = run.clone();
     let (state, effects) = blocking(move || {
         let state = ledger
@@ -170,7 +171,7 @@ pub async fn commit(
 
 /// Releases every approved effect of `run`, respecting dependencies and per-origin order.
 async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitError> {
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let run_id = run.clone();
     let (issued, mut effects) =
         blocking(move || Ok((ledger.placeholders(&run_id)?, ledger.effects(&run_id)?))).await?;
@@ -201,7 +202,7 @@ async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitErr
             }
             match readiness(effect, &states) {
                 Readiness::Skip(reason) => {
-                    let ledger = shared.ledger.clone();
+                    let ledger = shared.ledger().clone();
                     let id = effect.id.clone();
                     info!(effect.id = %id, reason = %reason, "effect skipped");
                     effects[position] =
@@ -257,11 +258,11 @@ async fn release_one(
     parents: &[Effect],
     issued: &[IssuedPlaceholder],
 ) -> Result<Effect, CommitError> {
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let digest = effect.body_digest.clone();
     let body = blocking(move || ledger.body(&digest)).await?;
     let Some(body) = body else {
-        let ledger = shared.ledger.clone();
+        let ledger = shared.ledger().clone();
         let id = effect.id.clone();
         let reason = format!(
             "the staged body {} is missing from the ledger",
@@ -273,7 +274,7 @@ async fn release_one(
     if let Err(mismatch) = effect.check_approval(&body) {
         let reason = mismatch.to_string();
         warn!(effect.id = %effect.id, reason = %reason, "effect not sent: its approval does not match");
-        let ledger = shared.ledger.clone();
+        let ledger = shared.ledger().clone();
         let id = effect.id.clone();
         return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
     }
@@ -294,12 +295,12 @@ async fn release_one(
         Ok(prepared) => prepared,
         Err(reason) => {
             warn!(effect.id = %effect.id, reason = %reason, "effect not sent");
-            let ledger = shared.ledger.clone();
+            let ledger = shared.ledger().clone();
             let id = effect.id.clone();
             return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
         }
     };
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let id = effect.id.clone();
     blocking(move || ledger.mark_releasing(&id)).await?;
     let sent_body = prepared.2.clone();
@@ -322,7 +323,7 @@ async fn release_one(
             (status, headers, captured, total)
         },
     );
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let id = effect.id.clone();
     let settled = match outcome {
         Ok((status, headers, captured, total)) => {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use airlock_ledger::{Effect, EffectId, LedgerError, Run, RunId, RunState, Verdict};
 use tracing::{info, warn};
 
-use crate::release::{CommitError, CommitReport};
+use crate::release::{blocking, CommitError, CommitReport};
 use crate::Control;
 use workspace::{DecisionReport, WorkspaceError};
 
@@ -48,15 +48,6 @@ impl Actor {
     }
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
-) -> Result<T, CommitError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| CommitError::Task(e.to_string()))?
-        .map_err(CommitError::Ledger)
-}
-
 /// Seals `run` (it stages nothing more; reads still pass) and tells the notification
 /// webhook when effects wait for a reviewer. Returns the run and its effects. Sealing a
 /// sealed run changes nothing.
@@ -67,7 +58,7 @@ pub async fn seal(
     run: &RunId,
     actor: &Actor,
 ) -> Result<(Run, Vec<Effect>), CommitError> {
-    let (ledger, run_id, by) = (control.ledger.clone(), run.clone(), actor.recorded());
+    let (ledger, run_id, by) = (control.ledger().clone(), run.clone(), actor.recorded());
     let sealed = blocking(move || {
         let run = ledger.seal(&run_id, &by)?;
         let effects = ledger.effects(&run.id)?;
@@ -89,9 +80,9 @@ pub async fn abort(
 ) -> Result<(Run, Vec<Effect>), CommitError> {
     let (closing, run_id, by) = (control.clone(), run.clone(), actor.recorded());
     blocking(move || {
-        let run = closing.ledger.abort(&run_id, &by)?;
+        let run = closing.ledger().abort(&run_id, &by)?;
         closing.close_run(&run.id);
-        let effects = closing.ledger.effects(&run.id)?;
+        let effects = closing.ledger().effects(&run.id)?;
         Ok((run, effects))
     })
     .await
@@ -151,7 +142,7 @@ pub fn decide_effect_blocking(
     actor: &Actor,
 ) -> Result<Effect, LedgerError> {
     control
-        .ledger
+        .ledger()
         .decide_effect(effect, verdict, &actor.recorded())
 }
 
@@ -165,7 +156,7 @@ pub async fn approve_staged_by_rule(
     rule: Option<String>,
     actor: &Actor,
 ) -> Result<usize, CommitError> {
-    let (ledger, run, by) = (control.ledger.clone(), run.clone(), actor.recorded());
+    let (ledger, run, by) = (control.ledger().clone(), run.clone(), actor.recorded());
     blocking(move || {
         let mut approved = 0;
         for effect in ledger.effects(&run)? {
@@ -206,7 +197,7 @@ pub async fn rollback_to(
 /// Finishes commits that were decided before a restart (docs/design.md: decisions already
 /// written are finished). Effects that were mid-release are already `unknown`.
 pub fn resume_commits(shared: &Arc<Control>) {
-    let runs = match shared.ledger.runs() {
+    let runs = match shared.ledger().runs() {
         Ok(runs) => runs,
         Err(error) => {
             warn!(error = %error, "cannot list runs to resume commits");

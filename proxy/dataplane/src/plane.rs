@@ -188,11 +188,6 @@ impl DataPlane {
         &self.connections
     }
 
-    /// Per-run state of rule obligations.
-    pub fn enforcer(&self) -> &Enforcer {
-        &self.enforce
-    }
-
     /// Installs the control plane's answer to `review = "auto"` (once; a second call is
     /// ignored).
     pub fn set_auto_review(&self, review: Arc<dyn crate::enforce::AutoApprove>) {
@@ -202,11 +197,6 @@ impl DataPlane {
     /// The control plane's answer to `review = "auto"`, once installed.
     pub(crate) fn auto_review(&self) -> Option<Arc<dyn crate::enforce::AutoApprove>> {
         self.auto_review.get().cloned()
-    }
-
-    /// The lineage worker.
-    pub fn lineage(&self) -> &LineageWorker {
-        &self.lineage
     }
 }
 

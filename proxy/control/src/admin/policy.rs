@@ -14,14 +14,14 @@ use crate::Control;
 
 /// `{revision, generation, source, loaded_at_ms, path, text, reloads, reload_failures}`.
 pub(super) async fn show(State(shared): State<Arc<Control>>) -> Json<Value> {
-    let current = shared.policy.current();
-    let (reloads, failures) = shared.policy.reload_counts();
+    let current = shared.policy().current();
+    let (reloads, failures) = shared.policy().reload_counts();
     Json(json!({
         "revision": current.revision(),
         "generation": current.generation,
         "source": current.source,
         "loaded_at_ms": current.loaded_at_ms,
-        "path": shared.policy.path().display().to_string(),
+        "path": shared.policy().path().display().to_string(),
         "text": current.text,
         "reloads": reloads,
         "reload_failures": failures,
@@ -41,7 +41,7 @@ pub(super) async fn replace(
             "the body must be the policy file's TOML text (UTF-8)",
         )
     })?;
-    let store = shared.policy.clone();
+    let store = shared.policy().clone();
     let outcome = tokio::task::spawn_blocking(move || store.replace(text))
         .await
         .map_err(|e| {
@@ -70,8 +70,8 @@ pub(super) async fn replace(
 
 /// Prometheus lines for the policy in force and its reloads.
 pub(super) fn metrics(shared: &Control) -> String {
-    let current = shared.policy.current();
-    let (reloads, failures) = shared.policy.reload_counts();
+    let current = shared.policy().current();
+    let (reloads, failures) = shared.policy().reload_counts();
     format!(
         "# HELP airlock_policy_generation Generation of the policy in force (1 at start, +1 per reload).\n\
          # TYPE airlock_policy_generation gauge\n\

@@ -91,7 +91,7 @@ async fn show(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let run = parse_run(&id)?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let run2 = run.clone();
     let record = super::blocking(move || ledger.workspace(&run2)).await?;
     let record = record.ok_or_else(|| super::not_found("workspace of run", &id))?;
@@ -124,7 +124,7 @@ async fn step(
 ) -> ApiResult<Json<Value>> {
     let run = parse_run(&id)?;
     let request: StepRequest = parse_body(&body)?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let step = StepRecord {
         kind: request.kind,
         command: request.command,

@@ -133,7 +133,7 @@ pub(super) fn substituted(
         )
         .ok_or_else(|| format!("after substitution {url} names no valid host"))?;
         let profile = shared
-            .ledger
+            .ledger()
             .run(&effect.run_id)
             .ok()
             .flatten()
@@ -146,7 +146,7 @@ pub(super) fn substituted(
                     .map(|value| (name.as_str(), value))
             })
             .collect();
-        let decision = shared.policy.current().decide(&RequestFacts {
+        let decision = shared.policy().current().decide(&RequestFacts {
             query: uri.query().unwrap_or(""),
             headers: &header_pairs,
             body: airlock_policy::RequestBody::Read(&body),

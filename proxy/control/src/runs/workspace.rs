@@ -124,10 +124,10 @@ pub async fn attach(
     }
     let (shared, run, path) = (shared.clone(), run.clone(), PathBuf::from(path));
     blocking(move || {
-        if let Some(existing) = shared.ledger.workspace(&run)? {
+        if let Some(existing) = shared.ledger().workspace(&run)? {
             return Ok((existing, "already attached".to_owned()));
         }
-        if shared.ledger.run(&run)?.is_none() {
+        if shared.ledger().run(&run)?.is_none() {
             return Err(LedgerError::NotFound {
                 kind: "run",
                 id: run.0.clone(),
@@ -162,7 +162,7 @@ pub async fn attach(
             decisions: Vec::new(),
             rollback_unverified: false,
         };
-        let record = shared.ledger.attach_workspace(&run, record)?;
+        let record = shared.ledger().attach_workspace(&run, record)?;
         Ok((record, manifest.describe()))
     })
     .await
@@ -186,7 +186,7 @@ fn changes_since(shared: &Control, snapshot: &str) -> airlock_ledger::Changes {
 }
 
 fn must_workspace(shared: &Control, run: &RunId) -> Result<WorkspaceRecord> {
-    shared.ledger.workspace(run)?.ok_or_else(|| {
+    shared.ledger().workspace(run)?.ok_or_else(|| {
         LedgerError::NotFound {
             kind: "workspace of run",
             id: run.0.clone(),
@@ -223,7 +223,7 @@ pub async fn savepoint(
             &excludes(&shared),
             commands.as_ref(),
         )?;
-        Ok(shared.ledger.add_savepoint(&run, &name, &manifest.id)?)
+        Ok(shared.ledger().add_savepoint(&run, &name, &manifest.id)?)
     })
     .await
 }
@@ -275,7 +275,7 @@ pub async fn decide(
                 residue: Vec::new(),
                 outcome: None,
             };
-            Ok(shared.ledger.decide_workspace(&run, decision)?)
+            Ok(shared.ledger().decide_workspace(&run, decision)?)
         })
         .await?
     };
@@ -319,7 +319,7 @@ pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Resu
                 residue: Vec::new(),
                 outcome: None,
             };
-            Ok(shared.ledger.decide_workspace(&run, decision)?)
+            Ok(shared.ledger().decide_workspace(&run, decision)?)
         })
         .await?
     };
@@ -349,7 +349,7 @@ pub async fn resume(
     // Read under the lock, so a decision another task just finished is not applied again.
     let record = {
         let (shared, run) = (shared.clone(), run.clone());
-        blocking(move || Ok(shared.ledger.workspace(&run)?)).await?
+        blocking(move || Ok(shared.ledger().workspace(&run)?)).await?
     };
     let Some(record) = record else {
         return Ok(None);
@@ -381,7 +381,7 @@ pub async fn resume(
 
 /// At start: finishes every workspace decision left unfinished by a crash.
 pub fn resume_all(shared: &Arc<Control>) {
-    let runs = match shared.ledger.runs() {
+    let runs = match shared.ledger().runs() {
         Ok(runs) => runs,
         Err(error) => {
             warn!(error = %error, "cannot list runs to resume workspace decisions");
@@ -390,7 +390,7 @@ pub fn resume_all(shared: &Arc<Control>) {
     };
     for run in runs {
         let pending =
-            matches!(shared.ledger.workspace(&run.id), Ok(Some(r)) if r.unfinished().is_some());
+            matches!(shared.ledger().workspace(&run.id), Ok(Some(r)) if r.unfinished().is_some());
         if pending {
             let shared = shared.clone();
             info!(run.id = %run.id, "finishing a workspace decision written before the restart");
@@ -448,7 +448,7 @@ async fn apply(
                     let (shared2, run2, decision2) =
                         (shared.clone(), run.clone(), decision.clone());
                     blocking(move || {
-                        Ok(shared2.ledger.discard_effects_after(
+                        Ok(shared2.ledger().discard_effects_after(
                             &run2,
                             decision2.after_seq.unwrap_or(0),
                             &format!(
@@ -489,7 +489,7 @@ async fn apply(
     let (shared2, run2, outcome2) = (shared.clone(), run.clone(), outcome.clone());
     let record = blocking(move || {
         Ok(shared2
-            .ledger
+            .ledger()
             .finish_workspace_decision(&run2, residue, unverified, &outcome2)?)
     })
     .await?;
@@ -513,11 +513,11 @@ async fn report(
     let (shared, run2) = (shared.clone(), run.clone());
     let (state, effects, workspace) = blocking(move || {
         let state = shared
-            .ledger
+            .ledger()
             .run(&run2)?
             .map(|r| r.state.as_str().to_owned())
             .unwrap_or_default();
-        let effects = shared.ledger.effects(&run2)?;
+        let effects = shared.ledger().effects(&run2)?;
         Ok((state, effects, must_workspace(&shared, &run2)?))
     })
     .await?;

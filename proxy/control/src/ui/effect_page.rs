@@ -58,7 +58,7 @@ fn headers_table(headers: &[Header]) -> Markup {
 /// adapter (deterministic: the same answer again), else the rule's `respond` template
 /// with the effect's placeholders, or the default `202 Accepted`.
 fn synthetic(shared: &Control, effect: &Effect, body: &[u8]) -> (u16, String, String, bool) {
-    let policy = shared.policy.current();
+    let policy = shared.policy().current();
     let rule = effect.rule.as_deref().and_then(|id| policy.rule(id));
     let respond = rule.and_then(|r| r.respond());
     let same_policy = effect.policy_revision == policy.revision();
@@ -137,7 +137,7 @@ pub(super) async fn effect_page(
     Path(id): Path<String>,
 ) -> UiResult<Response> {
     let effect_id = parse_effect(&id)?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let found = blocking(move || {
         let Some(effect) = ledger.effect(&effect_id)? else {
             return Ok(None);
@@ -276,7 +276,7 @@ pub(super) async fn effect_page(
             section #synthetic {
                 h2 { "What the client got (synthetic response)" }
                 p.meta { "HTTP " (syn_status) " · rebuilt from "
-                    @if let Some(adapter) = effect.adapter.as_deref().filter(|a| *a != "webhook") { "the " (adapter) " adapter" } @else if effect.rule.as_deref().and_then(|r| shared.policy.current().rule(r).and_then(|r| r.respond()).map(|_| ())).is_some() { "the rule's respond template" } @else { "airlock's default answer" }
+                    @if let Some(adapter) = effect.adapter.as_deref().filter(|a| *a != "webhook") { "the " (adapter) " adapter" } @else if effect.rule.as_deref().and_then(|r| shared.policy().current().rule(r).and_then(|r| r.respond()).map(|_| ())).is_some() { "the rule's respond template" } @else { "airlock's default answer" }
                     " and this effect's placeholders"
                     @if !same_policy { " (the policy changed since; this is today's template)" }
                 }

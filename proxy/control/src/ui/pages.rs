@@ -142,7 +142,7 @@ pub(super) async fn runs_list(
             ));
         }
     }
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let wanted = filter.clone();
     let rows = blocking(move || {
         let mut rows = Vec::new();
@@ -216,7 +216,7 @@ struct RunData {
 
 async fn load(shared: &Arc<Control>, id: &str) -> UiResult<RunData> {
     let run_id = parse_run(id)?;
-    let ledger = shared.ledger.clone();
+    let ledger = shared.ledger().clone();
     let found = blocking(move || {
         let Some(run) = ledger.run(&run_id)? else {
             return Ok(None);

@@ -65,11 +65,7 @@ async fn start(origin_port: u16) -> Plane {
     let ledger: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let proxy = listener.local_addr().expect("addr");
-    let dialer = Dialer::new(
-        policy.clone() as Arc<dyn airlock_net::dial::PrivateAccess>,
-        vec![proxy],
-        Duration::from_secs(5),
-    );
+    let dialer = Dialer::new(policy.clone(), vec![proxy], Duration::from_secs(5));
     let tls = client_tls(None).expect("tls");
     let mut http1 = tls.clone();
     http1.alpn_protocols = vec![b"http/1.1".to_vec()];
