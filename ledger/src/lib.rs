@@ -44,7 +44,8 @@ pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use sled_store::Ledger;
 pub use store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
 pub use workspace::{
-    Changes, DecisionKind, Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord,
+    Changes, Containment, DecisionKind, LeftRunning, Savepoint, StepRecord, WorkspaceDecision,
+    WorkspaceRecord,
 };
 
 /// Result of ledger operations.

@@ -66,8 +66,50 @@ pub struct StepRecord {
     /// The last 16 KiB of its output (stdout and stderr interleaved), lossily UTF-8.
     #[serde(default)]
     pub output: Option<String>,
+    /// How the command reached the network (`airlock run --network`), when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment: Option<Containment>,
     /// When it ended, ms since the Unix epoch.
     pub at_ms: u64,
+}
+
+/// How a step's command was contained (docs/containment.md), as `airlock run` recorded it.
+/// Counts come from airlock's side of the fence socket, except the relay's failures.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Containment {
+    /// `isolated`, `env` or `offline`.
+    pub network: String,
+    /// Why this mode, when it was not asked for (`env` where no fence can be made).
+    pub note: Option<String>,
+    /// Time to set the fence up before the command started, in microseconds.
+    pub setup_us: Option<u64>,
+    /// Connections of the proxy variables carried over the fence.
+    pub proxy_connections: u64,
+    /// Captured connections airlock took.
+    pub connections_captured: u64,
+    /// Captured connections refused (an address airlock's DNS never gave; a denied host).
+    pub connections_refused: u64,
+    /// DNS queries answered.
+    pub dns_answered: u64,
+    /// DNS queries refused (NXDOMAIN or REFUSED), each journaled as a denial.
+    pub dns_refused: u64,
+    /// Connections and queries the relay dropped because airlock could not be reached.
+    pub relay_failures: u64,
+    /// Processes still running in the fence when the command ended; all were killed.
+    pub left_running: Vec<LeftRunning>,
+}
+
+/// A process a fenced command left running (and the fence killed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LeftRunning {
+    /// Its PID inside the fence.
+    pub pid: u32,
+    /// Its command line.
+    pub command: String,
+    /// `IP:PORT` of the TCP sockets it listened on.
+    pub listening: Vec<String>,
 }
 
 /// A named point of a run: a filesystem snapshot and the ledger position (last effect seq).

@@ -32,6 +32,7 @@ mod explain;
 mod extra;
 mod graphql;
 mod matcher;
+mod names;
 mod obligation;
 mod respond;
 mod warnings;

@@ -48,6 +48,9 @@ use admin_client::{decide_all, PartialCommit};
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(matches!(cli.command, Command::Serve(_)));
+    if let Command::FenceInit { spec } = &cli.command {
+        return fence_init(spec);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -72,6 +75,22 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `airlock fence-init SPEC`: the fence's PID 1, on a one-thread runtime (it only relays).
+fn fence_init(spec: &std::path::Path) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("airlock fence: cannot start the async runtime: {error}");
+            return ExitCode::from(125);
+        }
+    };
+    let code = runtime.block_on(airlock_fence::init::run(spec));
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 fn init_logging(serving: bool) {
@@ -141,6 +160,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ui { url_only, admin } => admin_client::ui(url_only, &admin),
         Command::Policy { command } => policy::policy_command(command).await,
         Command::Run(args) => run::run(*args).await,
+        Command::FenceInit { .. } => Ok(()),
         Command::Savepoint { run, name, admin } => run::savepoint(&admin, &run, name).await,
         Command::RollbackTo {
             run,

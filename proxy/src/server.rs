@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, LEDGER_DIR};
 use airlock_control::{Control, ControlInputs};
+use airlock_dataplane::fence::Fence;
 use airlock_dataplane::{DataPlane, DataPlaneInputs, Limits};
 use airlock_net::ca::{write_private_file, CertificateAuthority};
 use airlock_net::dial::Dialer;
@@ -80,6 +81,8 @@ pub struct Server {
     control: Arc<Control>,
     proxy: TcpListener,
     admin: TcpListener,
+    fence: Arc<Fence>,
+    fence_socket: Option<tokio::net::UnixListener>,
 }
 
 fn data_err(path: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
@@ -234,6 +237,7 @@ impl Server {
             ),
             closed_runs: closed,
         });
+        let fence = Fence::new();
         let control = Control::new(ControlInputs {
             data: data.clone(),
             admin_token,
@@ -255,13 +259,17 @@ impl Server {
             data_dir,
             danger_allow_snapshot_commands: config.danger_allow_snapshot_commands,
             review,
+            fence: fence.clone(),
         });
         data.set_auto_review(Arc::new(airlock_control::runs::AutoReview::new(&control)));
+        let fence_socket = bind_fence_socket(&control.fence_socket());
         Ok(Self {
             data,
             control,
             proxy,
             admin,
+            fence,
+            fence_socket,
         })
     }
 
@@ -325,6 +333,8 @@ impl Server {
             control,
             proxy,
             admin,
+            fence,
+            fence_socket,
         } = self;
         let addresses = serde_json::json!({
             "proxy": data.proxy_addr().to_string(),
@@ -343,13 +353,41 @@ impl Server {
         airlock_control::runs::workspace::resume_all(&control);
         info!(url = %format!("{}/login", control.ui_base_url()), "review UI (sign in with a reviewer token; `airlock ui` prints a sign-in link)");
         let router = airlock_control::admin::router(control);
+        let fenced_data = data.clone();
+        let fenced = async move {
+            if let Some(socket) = fence_socket {
+                airlock_dataplane::fence::serve(fenced_data, fence, socket).await;
+            }
+        };
         let proxy = airlock_dataplane::listener::serve(data, proxy);
         let admin_server = async move {
             if let Err(error) = axum::serve(admin, router).await {
                 warn!(error = %error, "admin listener stopped");
             }
         };
-        tokio::join!(proxy, admin_server);
+        tokio::join!(proxy, admin_server, fenced);
+    }
+}
+
+/// Binds the fence socket (mode 0600), replacing a stale one: the ledger's lock already
+/// keeps a second server off this data directory. A socket that cannot be bound (a path
+/// past the 108-byte limit of `sun_path`) is logged, and fenced runs then fail closed.
+fn bind_fence_socket(path: &Path) -> Option<tokio::net::UnixListener> {
+    let _ = std::fs::remove_file(path);
+    match tokio::net::UnixListener::bind(path) {
+        Ok(listener) => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+            }
+            Some(listener)
+        }
+        Err(error) => {
+            warn!(error = %error, path = %path.display(),
+                  "cannot bind the fence socket; `airlock run --network isolated` will not reach this server");
+            None
+        }
     }
 }
 

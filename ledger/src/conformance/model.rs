@@ -350,6 +350,7 @@ impl<'a> Driver<'a> {
                     duration_ms: 1,
                     note: None,
                     output: None,
+                    containment: None,
                     at_ms: 1,
                 },
             )),

@@ -19,6 +19,7 @@ use crate::runs::{self, Actor};
 use crate::Control;
 
 mod compensate;
+mod fence;
 mod policy;
 mod render;
 mod workspace;
@@ -175,6 +176,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .route("/metrics", get(metrics))
         .merge(workspace::routes())
         .merge(compensate::routes())
+        .merge(fence::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             require_token,
@@ -296,6 +298,7 @@ async fn create_run(
     body["proxy_url"] = json!(proxy_url(&shared.advertised, run.id.as_str(), &run.token));
     body["ca_file"] = json!(shared.advertised.ca_file.display().to_string());
     body["env"] = json!(env);
+    body["fence_socket"] = json!(shared.fence_socket().display().to_string());
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -318,7 +321,7 @@ async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<Value>>
     Ok(Json(json!({ "runs": list })))
 }
 
-async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {
+pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {
     let run_id = parse_run(id)?;
     let ledger = shared.ledger().clone();
     let found = blocking(move || match ledger.run(&run_id)? {

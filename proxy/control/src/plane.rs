@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use airlock_dataplane::fence::Fence;
 use airlock_dataplane::policy_store::PolicyStore;
 use airlock_dataplane::DataPlane;
 use airlock_ledger::{RunId, Store};
@@ -31,6 +32,8 @@ pub struct ControlInputs {
     pub danger_allow_snapshot_commands: bool,
     /// Reviewers (named tokens), notifications and the review UI's URL.
     pub review: Review,
+    /// The fence's names and counts, shared with the fence socket's accept loop.
+    pub fence: Arc<Fence>,
 }
 
 /// The control plane: the admin API, the review UI, the commit authority and the
@@ -46,6 +49,7 @@ pub struct Control {
     /// other runs commit freely.
     commit_locks: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
     pub(crate) review: Review,
+    pub(crate) fence: Arc<Fence>,
 }
 
 impl Control {
@@ -60,6 +64,7 @@ impl Control {
             danger_allow_snapshot_commands: inputs.danger_allow_snapshot_commands,
             commit_locks: Mutex::default(),
             review: inputs.review,
+            fence: inputs.fence,
         })
     }
 
@@ -76,6 +81,11 @@ impl Control {
     /// The data directory (absolute).
     pub fn data_dir(&self) -> &std::path::Path {
         &self.data_dir
+    }
+
+    /// The fence socket in the data directory, where fence relays reach the data plane.
+    pub fn fence_socket(&self) -> PathBuf {
+        self.data_dir.join(airlock_net::config::FENCE_SOCKET_FILE)
     }
 
     /// The durable ledger (the data plane's).

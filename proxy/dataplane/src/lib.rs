@@ -8,6 +8,7 @@
 pub mod credentials;
 pub mod denials;
 pub mod enforce;
+pub mod fence;
 pub mod forward;
 pub mod handle;
 pub mod lineage;

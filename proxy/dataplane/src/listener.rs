@@ -12,7 +12,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::handle::handle;
@@ -49,7 +49,7 @@ pub async fn serve(shared: Arc<DataPlane>, listener: TcpListener) {
             }
         };
         let stream = airlock_net::linger::Lingering::new(stream);
-        tokio::spawn(serve_connection(shared, stream, guard).instrument(span));
+        tokio::spawn(serve_connection(shared, stream, guard, None).instrument(span));
     }
 }
 
@@ -68,7 +68,10 @@ fn http1_builder(header_read_timeout: Duration) -> hyper::server::conn::http1::B
 }
 
 /// Past `--max-connections`: one 429 with the JSON reason, then the connection closes.
-async fn refuse_connection(mut stream: TcpStream, cap: Cap) {
+pub(crate) async fn refuse_connection<T>(mut stream: T, cap: Cap)
+where
+    T: tokio::io::AsyncWrite + Unpin,
+{
     use tokio::io::AsyncWriteExt as _;
     let error = ProxyError::from(cap);
     warn!(reason = %error.body()["reason"], "connection refused");
@@ -87,13 +90,20 @@ async fn refuse_connection(mut stream: TcpStream, cap: Cap) {
     let _ = tokio::time::timeout(Duration::from_secs(5), write).await;
 }
 
-async fn serve_connection(
+/// Serves one client connection of the proxy listener (or of the proxy variable inside a
+/// fence, carried over the fence socket): `Proxy-Authorization`, then absolute-form
+/// requests or `CONNECT`. A fence connection comes `bound` to its run, so its clients
+/// need no `Proxy-Authorization`.
+pub(crate) async fn serve_connection<T>(
     shared: Arc<DataPlane>,
-    stream: airlock_net::linger::Lingering,
+    stream: T,
     guard: Arc<ConnectionGuard>,
-) {
+    bound: Option<RunId>,
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let header_timeout = shared.limits.header_read_timeout;
-    let binding: Binding = Arc::new(Mutex::new(None));
+    let binding: Binding = Arc::new(Mutex::new(bound));
     let activity = Activity::new();
     let deadlines = Deadlines {
         activity: activity.clone(),
@@ -321,29 +331,36 @@ async fn intercept(
     upgraded: hyper::upgrade::Upgraded,
     guard: Option<Arc<ConnectionGuard>>,
 ) {
-    let Some(io) = first_bytes(upgraded, &target).await else {
+    let Some(io) = first_bytes(TokioIo::new(upgraded), &target).await else {
         return;
     };
     if io_first_byte_is_not_tls(&io) {
-        plain_http_in_tunnel(shared, run, target, io, guard).await;
+        plain_http_in_tunnel(shared, run, target, io, guard, None).await;
         return;
     }
     let Some(tls) = accept_tls(&shared, &target, config, io).await else {
         return;
     };
-    serve_intercepted(shared, run, target, tls, guard).await;
+    serve_intercepted(shared, run, target, tls, guard, None).await;
 }
+
+/// An answer given to every request of a connection instead of deciding it: a refusal
+/// the client should be able to read (a fenced connection to a denied host or to an
+/// address airlock's DNS never gave).
+pub(crate) type Refusal = Arc<dyn Fn() -> ProxyError + Send + Sync>;
 
 /// The tunnel after the client's first bytes, put back in front. A TLS handshake record
 /// starts with 0x16; anything else is taken as plain HTTP inside the tunnel (docs/cases.md
 /// C11). A client that waits for the server to speak first (SMTP, SSH banners) gets
 /// nothing and is closed after [`FIRST_BYTE_TIMEOUT`] (`None`): such protocols need a
 /// tunnel rule.
-async fn first_bytes(
-    upgraded: hyper::upgrade::Upgraded,
+pub(crate) async fn first_bytes<T>(
+    mut io: T,
     target: &Target,
-) -> Option<airlock_net::prefixed::Prefixed<TokioIo<hyper::upgrade::Upgraded>>> {
-    let mut io = TokioIo::new(upgraded);
+) -> Option<airlock_net::prefixed::Prefixed<T>>
+where
+    T: tokio::io::AsyncRead + Unpin,
+{
     let mut first = vec![0u8; 1024];
     let read = tokio::time::timeout(
         FIRST_BYTE_TIMEOUT,
@@ -366,19 +383,20 @@ async fn first_bytes(
     ))
 }
 
-type Intercepted = tokio_rustls::server::TlsStream<
-    airlock_net::prefixed::Prefixed<TokioIo<hyper::upgrade::Upgraded>>,
->;
+type Intercepted<T> = tokio_rustls::server::TlsStream<airlock_net::prefixed::Prefixed<T>>;
 
 /// The TLS handshake with the client, with the leaf minted for the host (`config`),
 /// within the header-read timeout. A client that rejects airlock's certificate is counted
 /// and logged per host (docs/cases.md C13); `None` when the handshake failed.
-async fn accept_tls(
+pub(crate) async fn accept_tls<T>(
     shared: &DataPlane,
     target: &Target,
     config: Arc<rustls::ServerConfig>,
-    io: airlock_net::prefixed::Prefixed<TokioIo<hyper::upgrade::Upgraded>>,
-) -> Option<Intercepted> {
+    io: airlock_net::prefixed::Prefixed<T>,
+) -> Option<Intercepted<T>>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let timeout = shared.limits.header_read_timeout;
     match tokio::time::timeout(timeout, acceptor.accept(io)).await {
@@ -407,14 +425,17 @@ async fn accept_tls(
 
 /// Serves the requests inside an intercepted tunnel, HTTP/1.1 or h2 as ALPN chose, each
 /// through [`handle`]; every request gets 421 when the SNI named another host than the
-/// CONNECT (invariant 2).
-async fn serve_intercepted(
+/// CONNECT (invariant 2), and `refusal` when one is given.
+pub(crate) async fn serve_intercepted<T>(
     shared: Arc<DataPlane>,
     run: RunId,
     target: Target,
-    tls: Intercepted,
+    tls: Intercepted<T>,
     guard: Option<Arc<ConnectionGuard>>,
-) {
+    refusal: Option<Refusal>,
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let sni_mismatch = tls
         .get_ref()
         .1
@@ -437,11 +458,15 @@ async fn serve_intercepted(
         let run = run.clone();
         let target = target.clone();
         let sni_mismatch = sni_mismatch.clone();
+        let refusal = refusal.clone();
         // Requests carry the connection's guard on, so an upgrade keeps it counted.
         if let Some(guard) = &guard {
             req.extensions_mut().insert(guard.clone());
         }
         async move {
+            if let Some(refusal) = refusal {
+                return Ok(refusal().into_response());
+            }
             if let Some(sni) = sni_mismatch {
                 return Ok::<_, std::convert::Infallible>(
                     ProxyError::AuthorityMismatch {
@@ -480,19 +505,21 @@ async fn serve_intercepted(
     }
 }
 
-fn io_first_byte_is_not_tls<T>(io: &airlock_net::prefixed::Prefixed<T>) -> bool {
+pub(crate) fn io_first_byte_is_not_tls<T>(io: &airlock_net::prefixed::Prefixed<T>) -> bool {
     io.first_byte().is_some_and(|b| b != 0x16)
 }
 
-/// Serves plain HTTP/1.1 inside a CONNECT tunnel: the same decision path with scheme
-/// `http` and the CONNECT authority. Requests carry the connection's `guard` on, so a
-/// WebSocket upgraded here keeps counting against the run's cap until it ends.
-async fn plain_http_in_tunnel<T>(
+/// Serves plain HTTP/1.1 inside a CONNECT tunnel (or a fenced connection): the same
+/// decision path with scheme `http` and the CONNECT authority, or `refusal` for every
+/// request when one is given. Requests carry the connection's `guard` on, so a WebSocket
+/// upgraded here keeps counting against the run's cap until it ends.
+pub(crate) async fn plain_http_in_tunnel<T>(
     shared: Arc<DataPlane>,
     run: RunId,
     target: Target,
     io: airlock_net::prefixed::Prefixed<T>,
     guard: Option<Arc<ConnectionGuard>>,
+    refusal: Option<Refusal>,
 ) where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -514,10 +541,14 @@ async fn plain_http_in_tunnel<T>(
         let shared = shared.clone();
         let run = run.clone();
         let target = target.clone();
+        let refusal = refusal.clone();
         if let Some(guard) = &guard {
             req.extensions_mut().insert(guard.clone());
         }
         async move {
+            if let Some(refusal) = refusal {
+                return Ok(refusal().into_response());
+            }
             let response = handle(shared, run, target, req).await;
             Ok::<_, std::convert::Infallible>(airlock_net::limits::keepalive::hold(
                 response, in_flight,

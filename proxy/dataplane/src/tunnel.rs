@@ -43,19 +43,16 @@ pub async fn open(
             .into_response()
         }
     };
-    let mut dialer = shared.dialer.clone();
-    let origin = match tower::Service::call(&mut dialer, uri).await {
-        Ok(io) => io.into_inner(),
-        Err(error) => return dial_error(error).into_response(),
+    let origin = match dial(&shared, uri).await {
+        Ok(origin) => origin,
+        Err(error) => return error.into_response(),
     };
-    let started = airlock_ledger::now_ms();
     let span =
         info_span!("tunnel", run.id = %run, origin.host = %target.host, origin.port = target.port);
-    let idle = shared.limits.idle_timeout;
     tokio::spawn(
         async move {
             // Held until the splice ends: the tunnel counts against the run's connections.
-            let _guard = req
+            let guard = req
                 .extensions()
                 .get::<Arc<airlock_net::limits::ConnectionGuard>>()
                 .cloned();
@@ -66,42 +63,83 @@ pub async fn open(
                     return;
                 }
             };
-            let spliced = airlock_net::limits::splice(TokioIo::new(upgraded), origin, idle).await;
-            let (sent, received) = (spliced.up, spliced.down);
-            let error = if spliced.idle {
-                Some(format!(
-                    "idle timeout: no byte either way for {} s (--idle-timeout)",
-                    idle.as_secs()
-                ))
-            } else {
-                spliced.error.map(|e| e.to_string())
-            };
-            info!(
-                bytes.sent = sent,
-                bytes.received = received,
-                idle_timeout = spliced.idle,
-                "tunnel closed"
-            );
-            let read = Read {
-                run_id: run,
-                seq: 0,
-                method: "CONNECT".to_owned(),
-                url: target.url(""),
-                status: Some(200),
-                request_bytes: sent,
-                response_bytes: received,
-                response_digest: None,
+            splice(
+                shared,
+                run,
+                target,
                 rule,
-                created_at_ms: started,
-                error,
-                audit: Vec::new(),
-            };
-            let ledger = shared.ledger.clone();
-            let _ = tokio::task::spawn_blocking(move || ledger.journal_read(read)).await;
+                TokioIo::new(upgraded),
+                origin,
+                guard,
+            )
+            .await;
         }
         .instrument(span),
     );
     Response::new(Empty::new().map_err(|never| match never {}).boxed())
+}
+
+/// Dials the origin of `uri` through the SSRF-checked dialer (invariant 1).
+pub(crate) async fn dial(
+    shared: &DataPlane,
+    uri: Uri,
+) -> Result<tokio::net::TcpStream, ProxyError> {
+    let mut dialer = shared.dialer.clone();
+    match tower::Service::call(&mut dialer, uri).await {
+        Ok(io) => Ok(io.into_inner()),
+        Err(error) => Err(dial_error(error)),
+    }
+}
+
+/// Splices `client` and `origin` until either side ends or `--idle-timeout` passes, then
+/// journals the tunnel as a read (method `CONNECT`, the rule, bytes each way). `guard`
+/// is held until then, so the tunnel counts against the run's connections.
+pub(crate) async fn splice<C>(
+    shared: Arc<DataPlane>,
+    run: RunId,
+    target: Target,
+    rule: Option<String>,
+    client: C,
+    origin: tokio::net::TcpStream,
+    guard: Option<Arc<airlock_net::limits::ConnectionGuard>>,
+) where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let _guard = guard;
+    let started = airlock_ledger::now_ms();
+    let idle = shared.limits.idle_timeout;
+    let spliced = airlock_net::limits::splice(client, origin, idle).await;
+    let (sent, received) = (spliced.up, spliced.down);
+    let error = if spliced.idle {
+        Some(format!(
+            "idle timeout: no byte either way for {} s (--idle-timeout)",
+            idle.as_secs()
+        ))
+    } else {
+        spliced.error.map(|e| e.to_string())
+    };
+    info!(
+        bytes.sent = sent,
+        bytes.received = received,
+        idle_timeout = spliced.idle,
+        "tunnel closed"
+    );
+    let read = Read {
+        run_id: run,
+        seq: 0,
+        method: "CONNECT".to_owned(),
+        url: target.url(""),
+        status: Some(200),
+        request_bytes: sent,
+        response_bytes: received,
+        response_digest: None,
+        rule,
+        created_at_ms: started,
+        error,
+        audit: Vec::new(),
+    };
+    let ledger = shared.ledger.clone();
+    let _ = tokio::task::spawn_blocking(move || ledger.journal_read(read)).await;
 }
 
 fn dial_error(error: DialError) -> ProxyError {

@@ -24,3 +24,6 @@ pub const LEDGER_DIR: &str = "ledger";
 /// File in the data directory holding the key credential placeholders are derived from
 /// (hex, mode 0600).
 pub const PLACEHOLDER_KEY_FILE: &str = "placeholder.key";
+/// Unix socket in the data directory where fence relays reach the data plane (mode 0600;
+/// docs/containment.md).
+pub const FENCE_SOCKET_FILE: &str = "fence.sock";

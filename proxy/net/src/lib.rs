@@ -13,6 +13,7 @@ pub mod ca;
 pub mod config;
 pub mod dial;
 pub mod failure;
+pub mod fence;
 pub mod headers;
 pub mod limits;
 pub mod linger;

@@ -12,8 +12,11 @@ use serde_json::{json, Value};
 
 use super::{connect, AdminArgs};
 
+mod fence;
 mod outside;
 mod summary;
+
+pub use fence::NetworkArg;
 
 pub use summary::summary;
 
@@ -74,6 +77,12 @@ pub struct RunArgs {
     /// (comma-separated; watched, never restored)
     #[arg(long, value_delimiter = ',', value_name = "PATHS")]
     check_residue_outside: Vec<PathBuf>,
+    /// How the command reaches the network: isolated (a fence whose only route out is
+    /// airlock; the default where namespaces can be made), env (proxy variables only;
+    /// chosen with a warning where no fence can be made), offline (no route at all).
+    /// See docs/containment.md
+    #[arg(long, value_enum, value_name = "MODE")]
+    network: Option<NetworkArg>,
     /// Finish the decision of an interrupted run (rolls back when none was written)
     #[arg(long, value_name = "RUN", conflicts_with = "command")]
     resume: Option<String>,
@@ -213,6 +222,7 @@ async fn record(
     kind: &str,
     line: &str,
     step: &Step,
+    containment: &Value,
 ) -> anyhow::Result<()> {
     client
         .post(
@@ -220,11 +230,80 @@ async fn record(
             Some(json!({
                 "kind": kind, "command": line, "exit_code": step.exit_code,
                 "success": step.success, "duration_ms": step.duration_ms, "note": step.note,
-                "output": step.output,
+                "output": step.output, "containment": containment,
             })),
         )
         .await?;
     Ok(())
+}
+
+/// What every step of a run shares.
+#[derive(Clone, Copy)]
+struct StepContext<'a> {
+    chosen: &'a fence::Chosen,
+    created: &'a Value,
+    run: &'a str,
+    workspace: &'a std::path::Path,
+    env: &'a serde_json::Map<String, Value>,
+    client: &'a AdminClient,
+    json_output: bool,
+}
+
+/// Runs one step of the run (`command` or `verify`) in the chosen mode: in a fence for
+/// `isolated` and `offline`, with the run's proxy environment for `env`. Returns the
+/// step and the containment to record with it.
+async fn contained_step(
+    cx: &StepContext<'_>,
+    program: &str,
+    args: &[String],
+) -> anyhow::Result<(Step, Value)> {
+    let StepContext {
+        chosen,
+        created,
+        run,
+        workspace,
+        env,
+        client,
+        json_output,
+    } = *cx;
+    if chosen.network == airlock_fence::Network::Env {
+        let step = run_step(program, args, workspace, env, run, json_output).await;
+        let containment = fence::containment(client, run, chosen, None).await;
+        return Ok((step, containment));
+    }
+    let plan = fence::FenceRun {
+        created,
+        run,
+        network: chosen.network,
+    };
+    let (prepared, unshare, unshare_args) = fence::prepare(&plan, program, args, workspace, env)?;
+    let mut step = run_step(
+        &unshare,
+        &unshare_args,
+        workspace,
+        &serde_json::Map::new(),
+        run,
+        json_output,
+    )
+    .await;
+    let report = prepared.report();
+    match &report {
+        Some(report) => {
+            if let Some(error) = &report.error {
+                step.note = Some(error.clone());
+            } else if let Some(signal) = report.signal {
+                step.exit_code = None;
+                step.note = Some(format!("ended by signal {signal}"));
+            }
+        }
+        None if step.note.is_none() => {
+            step.note =
+                Some("the fence ended without a report (it was killed, or could not start)".into());
+        }
+        None => {}
+    }
+    let containment = fence::containment(client, run, chosen, report.as_ref()).await;
+    Ok((step, containment))
 }
 
 /// Runs `airlock run`.
@@ -277,6 +356,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     };
     let workspace = std::path::absolute(&args.workspace)
         .with_context(|| format!("cannot resolve {}", args.workspace.display()))?;
+    let chosen = fence::choose(args.network)?;
     let created = client
         .post("/v1/runs", Some(json!({ "profile": args.profile })))
         .await?;
@@ -314,8 +394,24 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     ];
     let outside_before = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
     let line = shell_line(&args.command);
-    let step = run_step(program, rest, &workspace, &env, &run, args.admin.json).await;
-    record(client, &run, "command", &line, &step).await?;
+    let cx = StepContext {
+        chosen: &chosen,
+        created: &created,
+        run: &run,
+        workspace: &workspace,
+        env: &env,
+        client,
+        json_output: args.admin.json,
+    };
+    let stepped = contained_step(&cx, program, rest).await;
+    let (step, containment) = match stepped {
+        Ok(stepped) => stepped,
+        Err(error) => {
+            let _ = client.post(&format!("/v1/runs/{run}/abort"), None).await;
+            return Err(error).context("cannot set up the fence; the run was aborted");
+        }
+    };
+    record(client, &run, "command", &line, &step, &containment).await?;
     client.post(&format!("/v1/runs/{run}/seal"), None).await?;
     let mut passed = step.success;
     let mut reason = if step.success {
@@ -327,16 +423,17 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         )
     };
     if let (true, Some(verify)) = (step.success, &args.verify) {
-        let checked = run_step(
-            "sh",
-            &["-c".to_owned(), verify.clone()],
-            &workspace,
-            &env,
+        let (checked, verify_containment) =
+            contained_step(&cx, "sh", &["-c".to_owned(), verify.clone()]).await?;
+        record(
+            client,
             &run,
-            args.admin.json,
+            "verify",
+            verify,
+            &checked,
+            &verify_containment,
         )
-        .await;
-        record(client, &run, "verify", verify, &checked).await?;
+        .await?;
         passed = checked.success;
         reason = if checked.success {
             "the command and verify succeeded".to_owned()
@@ -359,7 +456,14 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         )
         .await?;
     let mut report = report;
-    report["left_running"] = json!(outside::leftover_processes(&run));
+    if chosen.network == airlock_fence::Network::Env {
+        report["left_running"] = json!(outside::leftover_processes(&run));
+    } else {
+        // The fence listed them and killed them when its PID 1 exited.
+        report["left_running"] = containment["left_running"].clone();
+        report["left_running_killed"] = json!(true);
+    }
+    report["containment"] = containment;
     if !outside_roots.is_empty() {
         let after = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
         report["outside"] = json!(outside::diff(&outside_before, &after));

@@ -115,6 +115,8 @@ struct StepRequest {
     note: Option<String>,
     #[serde(default)]
     output: Option<String>,
+    #[serde(default)]
+    containment: Option<airlock_ledger::Containment>,
 }
 
 async fn step(
@@ -133,6 +135,7 @@ async fn step(
         duration_ms: request.duration_ms,
         note: request.note,
         output: request.output,
+        containment: request.containment,
         at_ms: airlock_ledger::now_ms(),
     };
     let record = super::blocking(move || ledger.record_step(&run, step)).await?;

@@ -1,0 +1,29 @@
+//! `GET /v1/runs/{id}/fence`: where a fence's relay reaches airlock, and what the fence of
+//! the run captured and refused so far (docs/containment.md).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::ApiResult;
+use crate::Control;
+
+pub(super) fn routes() -> Router<Arc<Control>> {
+    Router::new().route("/v1/runs/{id}/fence", get(show))
+}
+
+/// `{"socket": PATH, "counts": {proxy_connections, connections_captured,
+/// connections_refused, dns_answered, dns_refused}}`; 404 for an unknown run.
+async fn show(
+    State(shared): State<Arc<Control>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (run, _) = super::load_run(&shared, &id).await?;
+    Ok(Json(json!({
+        "socket": shared.fence_socket().display().to_string(),
+        "counts": shared.fence.counts(&run.id),
+    })))
+}

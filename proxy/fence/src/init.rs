@@ -1,0 +1,133 @@
+//! The fence's PID 1 (`airlock fence-init SPEC`, started by `unshare` from
+//! [`launch`](crate::launch)): setup, the relay, the command, then the leftovers.
+//!
+//! As PID 1 of its PID namespace it cannot be killed from inside (the kernel ignores
+//! signals to a namespace's init that it has no handler for), and when it exits the
+//! kernel kills every process left in the namespace.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::net::{TcpListener, UdpSocket};
+
+use crate::relay::{self, Counts, Upstream};
+use crate::{FenceError, Network, Report, Spec, DNS_PORT, RELAY_PORT};
+
+/// Runs the fence from `spec_path` and returns the exit code for the process: the
+/// command's, or 125 when the fence could not be set up (the report says why).
+pub async fn run(spec_path: &Path) -> i32 {
+    let started = Instant::now();
+    let spec = match read_spec(spec_path) {
+        Ok(spec) => spec,
+        Err(error) => {
+            eprintln!("airlock fence: {error}");
+            return 125;
+        }
+    };
+    let counts = Arc::new(Counts::default());
+    let mut report = Report::default();
+    let code = match fence(&spec, counts.clone(), started, &mut report).await {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("airlock fence: {error}");
+            report.error = Some(error.to_string());
+            125
+        }
+    };
+    report.relayed_connections = counts.connections.load(Ordering::Relaxed);
+    report.relayed_dns_queries = counts.dns_queries.load(Ordering::Relaxed);
+    report.relay_failures = counts.failures.load(Ordering::Relaxed);
+    if let Ok(json) = serde_json::to_vec_pretty(&report) {
+        let _ = std::fs::write(&spec.report, json);
+    }
+    code
+}
+
+fn read_spec(path: &Path) -> Result<Spec, FenceError> {
+    let text = std::fs::read(path).map_err(|source| FenceError::File {
+        what: "fence spec",
+        path: path.display().to_string(),
+        source,
+    })?;
+    serde_json::from_slice(&text).map_err(|source| FenceError::Json {
+        what: "fence spec",
+        source,
+    })
+}
+
+async fn bind(addr: (std::net::Ipv4Addr, u16)) -> Result<TcpListener, FenceError> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        FenceError::Setup(format!(
+            "the relay cannot listen on {}:{}: {e}",
+            addr.0, addr.1
+        ))
+    })
+}
+
+async fn fence(
+    spec: &Spec,
+    counts: Arc<Counts>,
+    started: Instant,
+    report: &mut Report,
+) -> Result<i32, FenceError> {
+    crate::setup::network(spec.network)?;
+    crate::setup::mounts(&spec.mounts)?;
+    let mut own = Vec::new();
+    if spec.network == Network::Isolated {
+        let upstream = Upstream {
+            socket: spec.socket.clone(),
+            run: spec.run.clone(),
+            token: spec.token.clone(),
+            counts,
+        };
+        let loopback = std::net::Ipv4Addr::LOCALHOST;
+        let captured = bind((loopback, RELAY_PORT)).await?;
+        let dns_tcp = bind((loopback, DNS_PORT)).await?;
+        let dns_udp = UdpSocket::bind((loopback, DNS_PORT)).await.map_err(|e| {
+            FenceError::Setup(format!("the relay cannot listen on udp 127.0.0.1:53: {e}"))
+        })?;
+        own.push(format!("127.0.0.1:{RELAY_PORT}"));
+        own.push(format!("127.0.0.1:{DNS_PORT}"));
+        tokio::spawn(relay::transparent(captured, upstream.clone()));
+        tokio::spawn(relay::dns_tcp(dns_tcp, upstream.clone()));
+        tokio::spawn(relay::dns_udp(dns_udp, upstream.clone()));
+        if let Some(port) = spec.proxy_port {
+            let proxy = bind((loopback, port)).await?;
+            own.push(format!("127.0.0.1:{port}"));
+            tokio::spawn(relay::proxy(proxy, upstream));
+        }
+    }
+    report.setup_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let mut command = tokio::process::Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .envs(&spec.env)
+        .kill_on_drop(false);
+    let status = match command.spawn() {
+        Ok(mut child) => child.wait().await,
+        Err(error) => {
+            let message = format!("cannot start {}: {error}", spec.program);
+            eprintln!("airlock: {message}");
+            report.error = Some(message);
+            return Ok(127);
+        }
+    };
+    report.left_running = crate::leftovers::scan(&own);
+    for leftover in &report.left_running {
+        eprintln!(
+            "airlock fence: killing pid {} left running by the command: {}",
+            leftover.pid, leftover.command
+        );
+    }
+    let status = status.map_err(|e| FenceError::Setup(format!("waiting for the command: {e}")))?;
+    use std::os::unix::process::ExitStatusExt as _;
+    report.exit_code = status.code();
+    report.signal = status.signal();
+    // Exiting PID 1 kills the leftovers (the kernel sends SIGKILL to the namespace).
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}

@@ -1,0 +1,91 @@
+//! Inside the fence, before the command starts: `lo`, routes, nftables and mounts.
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use airlock_net::fence::{POOL_BASE, POOL_PREFIX};
+
+use crate::{FenceError, Mount, Network, RELAY_PORT};
+
+/// The fence's nftables ruleset (isolated): TCP to any address but the fence's own
+/// loopback is redirected to the relay; UDP to anything but loopback (airlock's DNS is
+/// on `127.0.0.1:53`) is rejected, so QUIC falls back to TCP at once; ICMP out is
+/// dropped. The filter's policy accepts: replies of redirected connections are addressed
+/// to the fence's own `198.18.0.1`, and nothing can leave `lo` in any case.
+pub(crate) fn ruleset() -> String {
+    format!(
+        "table inet airlock_fence {{
+  chain nat_output {{
+    type nat hook output priority -100; policy accept;
+    ip daddr 127.0.0.0/8 return
+    meta nfproto ipv4 meta l4proto tcp redirect to :{RELAY_PORT}
+  }}
+  chain output {{
+    type filter hook output priority 0; policy accept;
+    ip daddr 127.0.0.0/8 accept
+    ip6 daddr ::1 accept
+    meta l4proto udp reject
+    meta l4proto {{ icmp, ipv6-icmp }} drop
+  }}
+}}
+"
+    )
+}
+
+/// Runs `program` with `stdin` fed, failing with its stderr.
+fn run(program: &str, args: &[&str], stdin: &str) -> Result<(), FenceError> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| FenceError::Setup(format!("cannot run {program}: {e}")))?;
+    if let Some(mut input) = child.stdin.take() {
+        let _ = input.write_all(stdin.as_bytes());
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| FenceError::Setup(format!("{program}: {e}")))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(FenceError::Setup(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
+}
+
+/// Brings `lo` up; in `isolated`, adds the pool's first address and a default route
+/// over `lo` (so a connection to any address reaches the redirect instead of failing
+/// with ENETUNREACH), then installs [`ruleset`].
+pub(crate) fn network(network: Network) -> Result<(), FenceError> {
+    let mut batch = String::from("link set lo up\n");
+    if network == Network::Isolated {
+        let first = std::net::Ipv4Addr::from(u32::from(POOL_BASE) + 1);
+        batch.push_str(&format!("address add {first}/{POOL_PREFIX} dev lo\n"));
+        batch.push_str("route add default dev lo\n");
+    }
+    run("ip", &["-batch", "-"], &batch)?;
+    if network == Network::Isolated {
+        run("nft", &["-f", "-"], &ruleset())?;
+    }
+    Ok(())
+}
+
+/// Bind-mounts each source over its target (the mount namespace is private: `unshare`
+/// makes propagation private, so nothing shows outside the fence).
+pub(crate) fn mounts(mounts: &[Mount]) -> Result<(), FenceError> {
+    for mount in mounts {
+        rustix::mount::mount_bind(&mount.source, &mount.target).map_err(|e| {
+            FenceError::Setup(format!(
+                "cannot mount {} over {}: {e}",
+                mount.source.display(),
+                mount.target.display()
+            ))
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,162 @@
+//! `airlock run --network MODE`: choosing the mode, and running a step in a fence
+//! (docs/containment.md).
+
+use std::path::Path;
+
+use airlock_fence::launch::Plan;
+use airlock_fence::{Network, Prepared};
+use anyhow::{anyhow, Context as _};
+use serde_json::{json, Value};
+
+use crate::client::AdminClient;
+
+/// `--network`: how the command reaches the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetworkArg {
+    /// A fence whose only route out is airlock: every TCP connection captured, airlock's
+    /// DNS, no proxy credentials needed (default where namespaces can be made)
+    Isolated,
+    /// Proxy variables only: a client that ignores them is not stopped
+    Env,
+    /// No route at all: only the command's own loopback
+    Offline,
+}
+
+impl From<NetworkArg> for Network {
+    fn from(arg: NetworkArg) -> Self {
+        match arg {
+            NetworkArg::Isolated => Network::Isolated,
+            NetworkArg::Env => Network::Env,
+            NetworkArg::Offline => Network::Offline,
+        }
+    }
+}
+
+/// The mode a run uses and, when it was not the one asked for, why.
+#[derive(Debug, Clone)]
+pub(super) struct Chosen {
+    pub(super) network: Network,
+    pub(super) note: Option<String>,
+}
+
+/// `--network` as given, or `isolated` where a fence can be made and `env` (with a
+/// warning on stderr) where it cannot.
+///
+/// # Errors
+/// When `isolated` or `offline` was asked for and no fence can be made here.
+pub(super) fn choose(asked: Option<NetworkArg>) -> anyhow::Result<Chosen> {
+    match asked.map(Network::from) {
+        Some(Network::Env) => Ok(Chosen {
+            network: Network::Env,
+            note: None,
+        }),
+        Some(network) => {
+            airlock_fence::probe(network).map_err(|why| {
+                anyhow!(
+                    "--network {} needs a fence, and none can be made here: {why}",
+                    network.as_str()
+                )
+            })?;
+            Ok(Chosen {
+                network,
+                note: None,
+            })
+        }
+        None => match airlock_fence::probe(Network::Isolated) {
+            Ok(()) => Ok(Chosen {
+                network: Network::Isolated,
+                note: None,
+            }),
+            Err(why) => {
+                let note = format!(
+                    "no fence can be made here ({why}), so the command runs with proxy variables only \
+                     (--network env): a client that ignores them reaches the network unstaged"
+                );
+                eprintln!("airlock: WARNING: {note}");
+                Ok(Chosen {
+                    network: Network::Env,
+                    note: Some(note),
+                })
+            }
+        },
+    }
+}
+
+/// What a fenced step needs from the created run.
+pub(super) struct FenceRun<'a> {
+    pub(super) created: &'a Value,
+    pub(super) run: &'a str,
+    pub(super) network: Network,
+}
+
+/// Prepares a fence for one step of `run` and returns it with the `unshare` command line.
+pub(super) fn prepare(
+    fence: &FenceRun<'_>,
+    program: &str,
+    args: &[String],
+    workspace: &Path,
+    env: &serde_json::Map<String, Value>,
+) -> anyhow::Result<(Prepared, String, Vec<String>)> {
+    let created = fence.created;
+    let socket = created["fence_socket"].as_str().ok_or_else(|| {
+        anyhow!("the server did not name its fence socket (is it older than this airlock?)")
+    })?;
+    let ca_file = created["ca_file"].as_str().unwrap_or_default();
+    let ca_pem = std::fs::read_to_string(ca_file)
+        .with_context(|| format!("cannot read airlock's CA at {ca_file}"))?;
+    let proxy_port = created["proxy_url"]
+        .as_str()
+        .and_then(|url| url.rsplit(':').next())
+        .and_then(|port| port.trim_end_matches('/').parse::<u16>().ok());
+    let mut vars: std::collections::BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    vars.insert("AIRLOCK_RUN".into(), fence.run.to_owned());
+    vars.insert("AIRLOCK_NETWORK".into(), fence.network.as_str().to_owned());
+    let prepared = Prepared::new(Plan {
+        network: fence.network,
+        socket: Path::new(socket),
+        run: fence.run,
+        token: created["token"].as_str().unwrap_or_default(),
+        proxy_port,
+        ca_pem: &ca_pem,
+        program,
+        args,
+        cwd: workspace,
+        env: vars,
+    })?;
+    let exe = std::env::current_exe().context("cannot find airlock's own binary")?;
+    let (unshare, unshare_args) = prepared.command_line(&exe);
+    Ok((prepared, unshare, unshare_args))
+}
+
+/// The run record's containment for a step: the fence's report, and airlock's counts.
+pub(super) async fn containment(
+    client: &AdminClient,
+    run: &str,
+    chosen: &Chosen,
+    report: Option<&airlock_fence::Report>,
+) -> Value {
+    let counts = match chosen.network {
+        Network::Env => Value::Null,
+        _ => client
+            .get(&format!("/v1/runs/{run}/fence"))
+            .await
+            .map(|fence| fence["counts"].clone())
+            .unwrap_or(Value::Null),
+    };
+    let count = |key: &str| counts[key].as_u64().unwrap_or(0);
+    json!({
+        "network": chosen.network.as_str(),
+        "note": chosen.note,
+        "setup_us": report.map(|r| (r.setup_ms * 1000.0) as u64),
+        "proxy_connections": count("proxy_connections"),
+        "connections_captured": count("connections_captured"),
+        "connections_refused": count("connections_refused"),
+        "dns_answered": count("dns_answered"),
+        "dns_refused": count("dns_refused"),
+        "relay_failures": report.map_or(0, |r| r.relay_failures),
+        "left_running": report.map(|r| json!(r.left_running)).unwrap_or(json!([])),
+    })
+}
