@@ -170,8 +170,14 @@ impl Store for MemoryStore {
 }
 
 impl RunStore for MemoryStore {
-    fn create_run(&self, profile: Option<String>) -> Result<Run> {
-        let run = rules::new_run(RunId::generate(), rules::random_token(), profile, now_ms());
+    fn create_run_from(&self, profile: Option<String>, source: Option<String>) -> Result<Run> {
+        let run = rules::new_run(
+            RunId::generate(),
+            rules::random_token(),
+            profile,
+            source,
+            now_ms(),
+        );
         self.write(|state| {
             state.runs.insert(run.id.clone(), run.clone());
             let changes = vec![Change::RunChanged(run.id.clone())];

@@ -226,6 +226,10 @@ pub struct Run {
     /// Policy profile the run was created with.
     #[serde(default)]
     pub profile: Option<String>,
+    /// The source address or CIDR whose connections belong to the run without
+    /// credentials (`airlock serve --transparent`; docs/containment.md), as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// Creation time, ms since the Unix epoch.
     pub created_at_ms: u64,
     /// Decisions written for the run, oldest first.
@@ -258,6 +262,7 @@ impl fmt::Debug for Run {
             .field("token", &"[redacted]")
             .field("state", &self.state)
             .field("profile", &self.profile)
+            .field("source", &self.source)
             .field("created_at_ms", &self.created_at_ms)
             .field("flags", &self.flags)
             .finish()

@@ -41,14 +41,21 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A new open run with identifier `id`, token `token`, created at `at_ms` (ms since the
-/// Unix epoch).
-pub fn new_run(id: RunId, token: String, profile: Option<String>, at_ms: u64) -> Run {
+/// A new open run with identifier `id`, token `token`, bound to `source` when given,
+/// created at `at_ms` (ms since the Unix epoch).
+pub fn new_run(
+    id: RunId,
+    token: String,
+    profile: Option<String>,
+    source: Option<String>,
+    at_ms: u64,
+) -> Run {
     Run {
         id,
         token,
         state: RunState::Open,
         profile,
+        source,
         created_at_ms: at_ms,
         decisions: Vec::new(),
         flags: Vec::new(),

@@ -74,7 +74,16 @@ pub trait RunStore: Send + Sync + 'static {
     /// Sends [`Change::RunChanged`].
     ///
     /// Errors: storage faults.
-    fn create_run(&self, profile: Option<String>) -> Result<Run>;
+    fn create_run(&self, profile: Option<String>) -> Result<Run> {
+        self.create_run_from(profile, None)
+    }
+
+    /// [`RunStore::create_run`] for a run whose connections are known by their source
+    /// address (`source`, an address or CIDR as text, stored as given; the caller checks
+    /// it parses and overlaps no open run's).
+    ///
+    /// Errors: storage faults.
+    fn create_run_from(&self, profile: Option<String>, source: Option<String>) -> Result<Run>;
 
     /// The run with this id, if any.
     fn run(&self, id: &RunId) -> Result<Option<Run>>;

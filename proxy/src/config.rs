@@ -61,6 +61,10 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// `HOST:PORT` sandboxes dial for the proxy, when not the listener's own address.
     pub advertise_proxy: Option<(String, u16)>,
+    /// The transparent listener (`--transparent ADDR`) for fences operators build.
+    pub transparent: Option<SocketAddr>,
+    /// airlock's DNS for source-bound runs (`--dns ADDR`, UDP and TCP).
+    pub dns: Option<SocketAddr>,
     /// The CA certificate's path as sandboxes see it, when not the data directory's.
     pub advertise_ca: Option<PathBuf>,
     /// HTTP client connections (plain, and HTTP/1.1 or h2 intercepted in tunnels) with no
@@ -106,6 +110,8 @@ impl ServeConfig {
             max_connections_per_run: airlock_net::limits::DEFAULT_MAX_CONNECTIONS_PER_RUN,
             max_connections: airlock_net::limits::DEFAULT_MAX_CONNECTIONS,
             advertise_proxy: None,
+            transparent: None,
+            dns: None,
             advertise_ca: None,
             keep_alive_timeout: airlock_net::limits::keepalive::DEFAULT_KEEP_ALIVE_TIMEOUT,
             max_unauthenticated_connections:

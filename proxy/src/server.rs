@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, LEDGER_DIR};
 use airlock_control::{Control, ControlInputs};
-use airlock_dataplane::fence::Fence;
+use airlock_dataplane::fence::{parse_source, Fence};
 use airlock_dataplane::{DataPlane, DataPlaneInputs, Limits};
 use airlock_net::ca::{write_private_file, CertificateAuthority};
 use airlock_net::dial::Dialer;
@@ -83,6 +83,8 @@ pub struct Server {
     admin: TcpListener,
     fence: Arc<Fence>,
     fence_socket: Option<tokio::net::UnixListener>,
+    transparent: Option<TcpListener>,
+    dns: Option<(tokio::net::UdpSocket, TcpListener)>,
 }
 
 fn data_err(path: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
@@ -177,16 +179,44 @@ impl Server {
             addr: config.admin,
             source,
         })?;
-        let closed = ledger
-            .runs()
-            .map_err(|source| StartError::Ledger {
-                path: ledger_path.display().to_string(),
-                source,
-            })?
+        let runs = ledger.runs().map_err(|source| StartError::Ledger {
+            path: ledger_path.display().to_string(),
+            source,
+        })?;
+        let fence = Fence::new();
+        for run in runs
+            .iter()
+            .filter(|run| matches!(run.state, RunState::Open | RunState::Sealed))
+        {
+            if let Some(source) = run.source.as_deref().and_then(|s| parse_source(s).ok()) {
+                let _ = fence.bind_source(source, run.id.clone(), |_| true);
+            }
+        }
+        let closed = runs
             .into_iter()
             .filter(|run| !matches!(run.state, RunState::Open | RunState::Sealed))
             .map(|run| run.id)
             .collect();
+        let transparent = match config.transparent {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
+        let dns = match config.dns {
+            Some(addr) => {
+                let udp = tokio::net::UdpSocket::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?;
+                let tcp = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Bind { addr, source })?;
+                Some((udp, tcp))
+            }
+            None => None,
+        };
         let tls = client_tls(config.upstream_ca.as_deref())?;
         let review = airlock_control::ui::Review {
             reviewers: airlock_control::ui::load_reviewers(&admin_token, &config.reviewer_tokens)?,
@@ -237,7 +267,6 @@ impl Server {
             ),
             closed_runs: closed,
         });
-        let fence = Fence::new();
         let control = Control::new(ControlInputs {
             data: data.clone(),
             admin_token,
@@ -270,6 +299,8 @@ impl Server {
             admin,
             fence,
             fence_socket,
+            transparent,
+            dns,
         })
     }
 
@@ -335,10 +366,15 @@ impl Server {
             admin,
             fence,
             fence_socket,
+            transparent,
+            dns,
         } = self;
         let addresses = serde_json::json!({
             "proxy": data.proxy_addr().to_string(),
             "admin": format!("http://{}", control.admin_addr()),
+            "fence_socket": control.fence_socket().display().to_string(),
+            "transparent": transparent.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()),
+            "dns": dns.as_ref().and_then(|(udp, _)| udp.local_addr().ok()).map(|a| a.to_string()),
             "pid": std::process::id(),
         });
         let path = control.data_dir().join(ADDRESSES_FILE);
@@ -353,10 +389,41 @@ impl Server {
         airlock_control::runs::workspace::resume_all(&control);
         info!(url = %format!("{}/login", control.ui_base_url()), "review UI (sign in with a reviewer token; `airlock ui` prints a sign-in link)");
         let router = airlock_control::admin::router(control);
-        let fenced_data = data.clone();
-        let fenced = async move {
-            if let Some(socket) = fence_socket {
-                airlock_dataplane::fence::serve(fenced_data, fence, socket).await;
+        let fenced = {
+            let (data, fence) = (data.clone(), fence.clone());
+            async move {
+                if let Some(socket) = fence_socket {
+                    airlock_dataplane::fence::serve(data, fence, socket).await;
+                }
+            }
+        };
+        let operator = {
+            let data = data.clone();
+            async move {
+                let transparent = async {
+                    if let Some(listener) = transparent {
+                        info!(addr = ?listener.local_addr().ok(), "transparent listener (--transparent)");
+                        airlock_dataplane::fence::operator::serve_transparent(
+                            data.clone(),
+                            fence.clone(),
+                            listener,
+                        )
+                        .await;
+                    }
+                };
+                let dns = async {
+                    if let Some((udp, tcp)) = dns {
+                        info!(addr = ?udp.local_addr().ok(), "DNS for source-bound runs (--dns)");
+                        airlock_dataplane::fence::operator::serve_dns(
+                            data.clone(),
+                            fence.clone(),
+                            udp,
+                            tcp,
+                        )
+                        .await;
+                    }
+                };
+                tokio::join!(transparent, dns);
             }
         };
         let proxy = airlock_dataplane::listener::serve(data, proxy);
@@ -365,7 +432,7 @@ impl Server {
                 warn!(error = %error, "admin listener stopped");
             }
         };
-        tokio::join!(proxy, admin_server, fenced);
+        tokio::join!(proxy, admin_server, fenced, operator);
     }
 }
 

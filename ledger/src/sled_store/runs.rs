@@ -9,7 +9,18 @@ use crate::{LedgerError, Result};
 impl Ledger {
     /// [`crate::RunStore::create_run`] on sled: the run under its id in tree `runs`.
     pub fn create_run(&self, profile: Option<String>) -> Result<Run> {
-        let run = rules::new_run(RunId::generate(), rules::random_token(), profile, now_ms());
+        self.create_run_from(profile, None)
+    }
+
+    /// [`crate::RunStore::create_run_from`] on sled.
+    pub fn create_run_from(&self, profile: Option<String>, source: Option<String>) -> Result<Run> {
+        let run = rules::new_run(
+            RunId::generate(),
+            rules::random_token(),
+            profile,
+            source,
+            now_ms(),
+        );
         self.runs
             .insert(run.id.0.as_bytes(), encode(&run))
             .or_storage()?;

@@ -34,8 +34,8 @@ impl Store for Ledger {
 }
 
 impl RunStore for Ledger {
-    fn create_run(&self, profile: Option<String>) -> Result<Run> {
-        Ledger::create_run(self, profile)
+    fn create_run_from(&self, profile: Option<String>, source: Option<String>) -> Result<Run> {
+        Ledger::create_run_from(self, profile, source)
     }
 
     fn run(&self, id: &RunId) -> Result<Option<Run>> {

@@ -281,7 +281,15 @@ fn not_found(kind: &str, id: &str) -> ApiError {
 struct CreateRun {
     #[serde(default)]
     profile: Option<String>,
+    /// An address or CIDR whose connections belong to the run with no credentials, on
+    /// `airlock serve --transparent` and `--dns` (docs/containment.md).
+    #[serde(default)]
+    source: Option<String>,
 }
+
+/// One run created with a `source` at a time: the overlap check and the binding are one
+/// step.
+static CREATE_WITH_SOURCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 async fn create_run(
     State(shared): State<Arc<Control>>,
@@ -289,7 +297,47 @@ async fn create_run(
 ) -> ApiResult<Response> {
     let request: CreateRun = parse_body(&body)?;
     let ledger = shared.ledger().clone();
-    let run = blocking(move || ledger.create_run(request.profile)).await?;
+    let run = match &request.source {
+        None => blocking(move || ledger.create_run(request.profile)).await?,
+        Some(raw) => {
+            let source = airlock_dataplane::fence::parse_source(raw)
+                .map_err(|reason| ApiError::new(StatusCode::BAD_REQUEST, "bad_source", reason))?;
+            let control = shared.clone();
+            let profile = request.profile.clone();
+            let text = source.to_string();
+            let created = tokio::task::spawn_blocking(move || {
+                let _one = CREATE_WITH_SOURCE.lock().unwrap_or_else(|e| e.into_inner());
+                let data = control.data.clone();
+                let open = |run: &RunId| !data.is_closed(run);
+                // Check before creating, so a refused source leaves no run behind.
+                let probe = RunId::generate();
+                control
+                    .fence
+                    .bind_source(source, probe.clone(), open)
+                    .map_err(|holder| {
+                        ApiError::new(
+                            StatusCode::CONFLICT,
+                            "source_in_use",
+                            format!("{text} overlaps the source of open run {holder}"),
+                        )
+                    })?;
+                let run = control.ledger().create_run_from(profile, Some(text));
+                control.fence.release_source(&probe);
+                let run = run.map_err(ApiError::from)?;
+                let _ = control.fence.bind_source(source, run.id.clone(), open);
+                Ok::<_, ApiError>(run)
+            })
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "task_failed",
+                    e.to_string(),
+                )
+            })?;
+            created?
+        }
+    };
     let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token);
     let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));

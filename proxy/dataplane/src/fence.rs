@@ -24,9 +24,12 @@ use crate::DataPlane;
 
 pub mod dns;
 mod names;
+pub mod operator;
+mod sources;
 pub mod transparent;
 
 pub use names::MAX_NAMES_PER_RUN;
+pub use sources::parse_source;
 
 /// How long a fence connection may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,6 +63,7 @@ struct RunFence {
 #[derive(Debug, Default)]
 pub struct Fence {
     runs: Mutex<HashMap<RunId, RunFence>>,
+    sources: Mutex<sources::Sources>,
 }
 
 impl Fence {
@@ -72,6 +76,40 @@ impl Fence {
     /// never connected through a fence).
     pub fn counts(&self, run: &RunId) -> FenceCounts {
         self.with_run(run, |fence| fence.counts)
+    }
+
+    /// Binds `source` to `run`, so connections and DNS queries from it (on `airlock
+    /// serve --transparent` and `--dns`) belong to the run. `open` tells whether a run is
+    /// still open; sources of closed runs are free again.
+    ///
+    /// # Errors
+    /// The open run whose source overlaps `source`.
+    pub fn bind_source(
+        &self,
+        source: ipnet::IpNet,
+        run: RunId,
+        open: impl Fn(&RunId) -> bool,
+    ) -> Result<(), RunId> {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bind(source, run, open)
+    }
+
+    /// Frees the source bound to `run`, if any.
+    pub fn release_source(&self, run: &RunId) {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .release(run);
+    }
+
+    /// The run bound to the source holding `ip`, if any.
+    pub fn run_for_source(&self, ip: std::net::IpAddr) -> Option<RunId> {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .run_for(ip)
     }
 
     fn with_run<T>(&self, run: &RunId, f: impl FnOnce(&mut RunFence) -> T) -> T {

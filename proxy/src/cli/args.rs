@@ -337,6 +337,16 @@ pub(super) struct ServeArgs {
     /// gets 429 too_many_connections and is closed
     #[arg(long, default_value_t = airlock_net::limits::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
     pub(super) max_connections: usize,
+    /// Take connections redirected here by a fence you built (nftables `redirect` or
+    /// `dnat`; the original destination comes from SO_ORIGINAL_DST). Each belongs to the
+    /// open run whose `source` (POST /v1/runs {"source": CIDR}) holds its source address;
+    /// see docs/containment.md
+    #[arg(long, value_name = "ADDR")]
+    pub(super) transparent: Option<std::net::SocketAddr>,
+    /// Answer DNS here (UDP and TCP) for sources bound to runs, as inside `airlock run`'s
+    /// fence: names some rule could allow get pool addresses, the rest NXDOMAIN
+    #[arg(long, value_name = "ADDR")]
+    pub(super) dns: Option<std::net::SocketAddr>,
     /// HOST:PORT sandboxes dial for the proxy, written into run environments (`airlock
     /// env`) when it differs from --listen (a container or network namespace)
     #[arg(long, value_name = "HOST:PORT", value_parser = airlock_control::env::parse_advertised_proxy)]

@@ -14,6 +14,8 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     config.resolve = args.resolve;
     config.advertise_proxy = args.advertise_proxy;
+    config.transparent = args.transparent;
+    config.dns = args.dns;
     config.advertise_ca = args.advertise_ca;
     config.baseline_path = args.baseline;
     config.reviewer_tokens = args.reviewer_tokens;

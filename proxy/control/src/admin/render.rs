@@ -19,6 +19,7 @@ pub(super) fn run_json(shared: &Control, run: &Run, effects: &[Effect]) -> Value
         "id": run.id,
         "state": run.state,
         "profile": run.profile,
+        "source": run.source,
         "created_at_ms": run.created_at_ms,
         "effects": counts,
         "decisions": run.decisions,

@@ -19,7 +19,6 @@ use airlock_ledger::RunId;
 use airlock_net::fence::{read_frame, write_frame};
 use simple_dns::rdata::{RData, A};
 use simple_dns::{Name, Packet, PacketFlag, ResourceRecord, CLASS, OPCODE, QCLASS, RCODE};
-use tokio::net::UnixStream;
 use tracing::{debug, info};
 
 use super::Fence;
@@ -42,12 +41,10 @@ const TYPE_HTTPS: u16 = 65;
 pub const DNS_REFUSED: &str = "dns_refused";
 
 /// Answers framed queries on one fence connection until it closes.
-pub(super) async fn serve(
-    shared: &Arc<DataPlane>,
-    fence: &Fence,
-    run: &RunId,
-    mut stream: UnixStream,
-) {
+pub(super) async fn serve<T>(shared: &Arc<DataPlane>, fence: &Fence, run: &RunId, mut stream: T)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     loop {
         let query = match read_frame(&mut stream).await {
             Ok(Some(query)) => query,
@@ -63,6 +60,15 @@ pub(super) async fn serve(
             return;
         }
     }
+}
+
+/// `REFUSED` for a query airlock answers for no run; `None` when it is too broken to
+/// carry an id.
+pub(super) fn refused(query: &[u8]) -> Option<Vec<u8>> {
+    let id = u16::from_be_bytes([*query.first()?, *query.get(1)?]);
+    let mut reply = Packet::new_reply(id);
+    *reply.rcode_mut() = RCODE::Refused;
+    reply.build_bytes_vec().ok()
 }
 
 /// The outcome of one query.

@@ -19,7 +19,6 @@ use airlock_ledger::RunId;
 use airlock_net::authority::Target;
 use airlock_net::respond::ProxyError;
 use airlock_policy::{ConnectDecision, Scheme};
-use tokio::net::UnixStream;
 use tracing::{info, warn};
 
 use super::Fence;
@@ -31,13 +30,15 @@ use crate::DataPlane;
 pub const UNRESOLVED_ADDRESS: &str = "unresolved_address";
 
 /// Serves one captured connection of `run` to `dst`.
-pub(super) async fn serve(
+pub(super) async fn serve<T>(
     shared: Arc<DataPlane>,
     fence: Arc<Fence>,
     run: RunId,
     dst: SocketAddr,
-    stream: UnixStream,
-) {
+    stream: T,
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let guard = match shared.connections.open() {
         Ok(guard) => guard,
         Err(cap) => return listener::refuse_connection(stream, cap).await,
@@ -151,27 +152,31 @@ pub(super) async fn serve(
     }
 }
 
-async fn serve_refusal(
+async fn serve_refusal<T>(
     shared: Arc<DataPlane>,
     run: RunId,
     target: Target,
-    stream: UnixStream,
+    stream: T,
     guard: Arc<airlock_net::limits::ConnectionGuard>,
     answer: Answer,
-) {
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     intercept(shared, run, target, stream, guard, Some(answer)).await;
 }
 
 /// TLS (first byte 0x16) is terminated with a leaf for the host and served as an
 /// intercepted tunnel; anything else is served as plain HTTP with scheme `http`.
-async fn intercept(
+async fn intercept<T>(
     shared: Arc<DataPlane>,
     run: RunId,
     target: Target,
-    stream: UnixStream,
+    stream: T,
     guard: Arc<airlock_net::limits::ConnectionGuard>,
     refusal: Option<Answer>,
-) {
+) where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let Some(io) = listener::first_bytes(stream, &target).await else {
         return;
     };

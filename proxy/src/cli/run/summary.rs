@@ -34,6 +34,9 @@ pub fn summary(report: &Value) -> String {
             step["duration_ms"].as_f64().unwrap_or(0.0) / 1000.0
         ));
     }
+    if let Some(line) = containment_line(report) {
+        out.push_str(&line);
+    }
     out.push_str(&format!(
         "decision  {}{}: {}\n",
         decision["kind"].as_str().unwrap_or(""),
@@ -96,8 +99,13 @@ pub fn summary(report: &Value) -> String {
         .unwrap_or_default();
     if !left.is_empty() {
         out.push_str(&format!(
-            "WARNING   {} process(es) the command started are still running\n",
-            left.len()
+            "WARNING   {} process(es) the command started {}\n",
+            left.len(),
+            if report["left_running_killed"] == true {
+                "were still running in the fence when it ended; all were killed"
+            } else {
+                "are still running"
+            }
         ));
         for process in &left {
             let listening: Vec<&str> = process["listening"]
@@ -150,4 +158,41 @@ pub fn summary(report: &Value) -> String {
     };
     out.push_str(&format!("next      {next}\n"));
     out
+}
+
+/// `network   isolated: 3 connections captured, 1 refused; DNS 4 answered, 1 refused
+/// (setup 9.2 ms)`, from the report's `containment`; `None` for a report without one.
+fn containment_line(report: &Value) -> Option<String> {
+    let containment = report.get("containment").filter(|c| c.is_object())?;
+    let network = containment["network"].as_str().unwrap_or("");
+    let count = |key: &str| containment[key].as_u64().unwrap_or(0);
+    let mut line = match network {
+        "env" => "network   env: proxy variables only; a client that ignores them was not stopped".to_owned(),
+        "offline" => "network   offline: no route out; nothing could leave".to_owned(),
+        _ => format!(
+            "network   {network}: {} connection(s) captured, {} refused, {} through the proxy variables; DNS {} answered, {} refused",
+            count("connections_captured"),
+            count("connections_refused"),
+            count("proxy_connections"),
+            count("dns_answered"),
+            count("dns_refused"),
+        ),
+    };
+    if let Some(setup) = containment["setup_us"].as_u64() {
+        line.push_str(&format!(
+            " (fence set up in {:.1} ms)",
+            setup as f64 / 1000.0
+        ));
+    }
+    if count("relay_failures") > 0 {
+        line.push_str(&format!(
+            "; {} connection(s) failed closed: airlock could not be reached",
+            count("relay_failures")
+        ));
+    }
+    line.push('\n');
+    if let Some(note) = containment["note"].as_str() {
+        line.push_str(&format!("WARNING   {note}\n"));
+    }
+    Some(line)
 }
