@@ -338,7 +338,8 @@ async fn create_run(
             created?
         }
     };
-    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token);
+    let java_port = crate::bound_ports::java_port(&shared, &run.id).await;
+    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token, java_port);
     let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));
     let mut body = run_json(&shared, &run, &[]);
@@ -347,6 +348,7 @@ async fn create_run(
     body["ca_file"] = json!(shared.advertised.ca_file.display().to_string());
     body["env"] = json!(env);
     body["fence_socket"] = json!(shared.fence_socket().display().to_string());
+    body["truststore"] = json!(shared.advertised.truststore);
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -429,7 +431,8 @@ async fn run_env(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let (run, _) = load_run(&shared, &id).await?;
-    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token);
+    let java_port = crate::bound_ports::java_port(&shared, &run.id).await;
+    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token, java_port);
     // Credential placeholders: opaque stand-ins, never the values.
     let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));

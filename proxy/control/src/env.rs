@@ -52,6 +52,9 @@ pub struct Advertised {
     pub port: u16,
     /// The CA certificate's path as the sandbox sees it.
     pub ca_file: std::path::PathBuf,
+    /// A PKCS12 truststore (password `changeit`) of the system roots and airlock's CA, as
+    /// the sandbox sees it, for `JAVA_TOOL_OPTIONS`; `None` when there is none.
+    pub truststore: Option<std::path::PathBuf>,
 }
 
 impl Advertised {
@@ -62,6 +65,7 @@ impl Advertised {
             host: addr.ip().to_string(),
             port: addr.port(),
             ca_file: ca_file.to_owned(),
+            truststore: None,
         }
     }
 
@@ -100,8 +104,15 @@ pub fn proxy_url(proxy: &Advertised, run_id: &str, token: &str) -> String {
     format!("http://{run_id}:{token}@{}", proxy.authority())
 }
 
-/// The full environment block for a run.
-pub fn proxy_env(proxy: &Advertised, run_id: &str, token: &str) -> BTreeMap<String, String> {
+/// The full environment block for a run. `java_port` is the run's bound proxy port
+/// (`airlock_dataplane::bound`), when it has one: the JDK cannot send proxy credentials
+/// from system properties, so Java dials a port that needs none.
+pub fn proxy_env(
+    proxy: &Advertised,
+    run_id: &str,
+    token: &str,
+    java_port: Option<u16>,
+) -> BTreeMap<String, String> {
     let url = proxy_url(proxy, run_id, token);
     let ca = proxy.ca_file.display().to_string();
     let mut env = BTreeMap::new();
@@ -114,16 +125,7 @@ pub fn proxy_env(proxy: &Advertised, run_id: &str, token: &str) -> BTreeMap<Stri
     for name in CA_VARS {
         env.insert(name.to_owned(), ca.clone());
     }
-    env.insert(
-        "JAVA_TOOL_OPTIONS".into(),
-        format!(
-            "-Dhttp.proxyHost={host} -Dhttp.proxyPort={port} -Dhttps.proxyHost={host} -Dhttps.proxyPort={port} \
-             -Dhttp.proxyUser={run_id} -Dhttp.proxyPassword={token} -Dhttps.proxyUser={run_id} -Dhttps.proxyPassword={token} \
-             -Djdk.http.auth.tunneling.disabledSchemes= -Djdk.http.auth.proxying.disabledSchemes=",
-            host = proxy.host,
-            port = proxy.port
-        ),
-    );
+    env.insert("JAVA_TOOL_OPTIONS".into(), java_options(proxy, java_port));
     env
 }
 
@@ -132,4 +134,25 @@ pub fn shell_exports(env: &BTreeMap<String, String>) -> String {
     env.iter()
         .map(|(k, v)| format!("export {k}='{}'\n", v.replace('\'', "'\\''")))
         .collect()
+}
+
+/// `JAVA_TOOL_OPTIONS` for a run: the proxy as the JDK's `http(s).proxyHost` and
+/// `http(s).proxyPort` (read by `java.net.http.HttpClient`'s default `ProxySelector` and
+/// `HttpURLConnection`; JDK "Networking Properties"), with `http.nonProxyHosts` emptied
+/// so loopback origins go through airlock too; and the truststore, since the JDK reads
+/// none of the CA variables. The port is the run's bound port when it has one; without
+/// one the JDK's requests get 407, as it sends no proxy credentials.
+pub fn java_options(proxy: &Advertised, java_port: Option<u16>) -> String {
+    let port = java_port.unwrap_or(proxy.port);
+    let mut options = format!(
+        "-Dhttp.proxyHost={host} -Dhttp.proxyPort={port} -Dhttps.proxyHost={host} -Dhttps.proxyPort={port} -Dhttp.nonProxyHosts=",
+        host = proxy.host
+    );
+    if let Some(truststore) = &proxy.truststore {
+        options.push_str(&format!(
+            " -Djavax.net.ssl.trustStore={} -Djavax.net.ssl.trustStorePassword=changeit -Djavax.net.ssl.trustStoreType=PKCS12",
+            truststore.display()
+        ));
+    }
+    options
 }

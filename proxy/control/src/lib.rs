@@ -6,6 +6,7 @@
 //! [`airlock_dataplane::DataPlane`]'s methods.
 
 pub mod admin;
+mod bound_ports;
 pub mod compensate;
 pub mod env;
 pub mod notify;

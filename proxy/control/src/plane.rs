@@ -50,6 +50,8 @@ pub struct Control {
     commit_locks: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
     pub(crate) review: Review,
     pub(crate) fence: Arc<Fence>,
+    /// Each run's bound proxy port (`crate::bound_ports`).
+    pub(crate) bound_ports: Mutex<HashMap<RunId, u16>>,
 }
 
 impl Control {
@@ -65,6 +67,7 @@ impl Control {
             commit_locks: Mutex::default(),
             review: inputs.review,
             fence: inputs.fence,
+            bound_ports: Mutex::default(),
         })
     }
 

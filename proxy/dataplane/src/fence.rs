@@ -40,15 +40,17 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct FenceCounts {
     /// Connections of the proxy variable carried over the fence.
     pub proxy_connections: u64,
-    /// Captured connections airlock took (transparent path).
+    /// Captured connections airlock took onto the transparent path (intercepted or
+    /// tunneled), refusals not included.
     pub connections_captured: u64,
     /// Captured connections refused: an address airlock's DNS never gave, or a host the
     /// policy denies outright.
     pub connections_refused: u64,
     /// DNS queries answered with a pool address (or no data, for AAAA).
     pub dns_answered: u64,
-    /// DNS queries refused: NXDOMAIN for a name no rule could allow, REFUSED for a type
-    /// airlock does not answer or a malformed name. Each is journaled as a denial.
+    /// DNS queries refused: NXDOMAIN for a name no rule could allow and REFUSED for a
+    /// type or class airlock does not answer (each journaled as a denial), FORMERR and
+    /// NOTIMP for a message that is not one well-formed query (counted, not journaled).
     pub dns_refused: u64,
 }
 
@@ -75,7 +77,14 @@ impl Fence {
     /// What the fence of `run` captured and refused so far (all zero for a run that
     /// never connected through a fence).
     pub fn counts(&self, run: &RunId) -> FenceCounts {
-        self.with_run(run, |fence| fence.counts)
+        let runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.get(run).map(|fence| fence.counts).unwrap_or_default()
+    }
+
+    /// Forgets the names and counts of runs that are closed (`closed` says which).
+    fn prune(&self, closed: impl Fn(&RunId) -> bool) {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.retain(|run, _| !closed(run));
     }
 
     /// Binds `source` to `run`, so connections and DNS queries from it (on `airlock
@@ -122,8 +131,24 @@ impl Fence {
     }
 }
 
-/// Runs the fence socket's accept loop until the task is dropped.
+/// How often the names and counts of closed runs are forgotten.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// Runs the fence socket's accept loop until the task is dropped. Once a minute it
+/// forgets the names and counts of runs that closed (`airlock run` reads a run's counts
+/// before it decides the run).
 pub async fn serve(shared: Arc<DataPlane>, fence: Arc<Fence>, listener: UnixListener) {
+    let pruning = {
+        let (shared, fence) = (shared.clone(), fence.clone());
+        async move {
+            let mut every = tokio::time::interval(PRUNE_EVERY);
+            loop {
+                every.tick().await;
+                fence.prune(|run| shared.is_closed(run));
+            }
+        }
+    };
+    let _pruning = AbortOnDrop(tokio::spawn(pruning));
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -135,6 +160,15 @@ pub async fn serve(shared: Arc<DataPlane>, fence: Arc<Fence>, listener: UnixList
         };
         let (shared, fence) = (shared.clone(), fence.clone());
         tokio::spawn(serve_one(shared, fence, stream).instrument(info_span!("fence")));
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -5,6 +5,7 @@
 //! [`DataPlane`] is its one handle; the control plane (`airlock-control`) reaches it only
 //! through its methods.
 
+pub mod bound;
 pub mod credentials;
 pub mod denials;
 pub mod enforce;

@@ -26,6 +26,17 @@ pub async fn run(spec_path: &Path) -> i32 {
             return 125;
         }
     };
+    // Opened now: the private directory that holds it is hidden from the command below.
+    let mut report_file = match std::fs::File::create(&spec.report) {
+        Ok(file) => file,
+        Err(error) => {
+            eprintln!(
+                "airlock fence: cannot write the report {}: {error}",
+                spec.report.display()
+            );
+            return 125;
+        }
+    };
     let counts = Arc::new(Counts::default());
     let mut report = Report::default();
     let code = match fence(&spec, counts.clone(), started, &mut report).await {
@@ -40,7 +51,10 @@ pub async fn run(spec_path: &Path) -> i32 {
     report.relayed_dns_queries = counts.dns_queries.load(Ordering::Relaxed);
     report.relay_failures = counts.failures.load(Ordering::Relaxed);
     if let Ok(json) = serde_json::to_vec_pretty(&report) {
-        let _ = std::fs::write(&spec.report, json);
+        use std::io::Write as _;
+        let _ = report_file
+            .write_all(&json)
+            .and_then(|()| report_file.sync_all());
     }
     code
 }
@@ -74,6 +88,7 @@ async fn fence(
 ) -> Result<i32, FenceError> {
     crate::setup::network(spec.network)?;
     crate::setup::mounts(&spec.mounts)?;
+    crate::setup::hide(&spec.hide, &spec.hide_files)?;
     let mut own = Vec::new();
     if spec.network == Network::Isolated {
         let upstream = Upstream {
@@ -106,6 +121,14 @@ async fn fence(
         .current_dir(&spec.cwd)
         .envs(&spec.env)
         .kill_on_drop(false);
+    for name in crate::launch::SCRUBBED_VARS {
+        command.env_remove(name);
+    }
+    if spec.network == Network::Offline {
+        for name in crate::launch::PROXY_VARS {
+            command.env_remove(name);
+        }
+    }
     let status = match command.spawn() {
         Ok(mut child) => child.wait().await,
         Err(error) => {

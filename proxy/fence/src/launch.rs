@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use crate::trust::{self, TRUSTSTORE_PASSWORD};
 use crate::{FenceError, Mount, Network, Report, Spec};
@@ -13,36 +13,80 @@ use crate::{FenceError, Mount, Network, Report, Spec};
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
-/// Whether the process is root (no user namespace needed).
+/// Whether the process is root.
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// `unshare`'s namespace flags: network, mount and PID (a fresh `/proc`), plus a user
-/// namespace mapping the caller to root when it is not root.
-fn unshare_flags() -> Vec<&'static str> {
-    let mut flags = vec![
-        "--net",
-        "--mount",
-        "--pid",
-        "--fork",
-        "--kill-child",
-        "--mount-proc",
-    ];
-    if !is_root() {
-        flags.extend(["--user", "--map-root-user"]);
-    }
-    flags
-}
+/// `unshare`'s namespace flags: user (the caller mapped to root inside, so root in the
+/// fence holds no capability over the host's namespaces, mounts or kernel, even when
+/// airlock runs as root), network, mount and PID (with a fresh `/proc`).
+const UNSHARE_FLAGS: [&str; 8] = [
+    "--user",
+    "--map-root-user",
+    "--net",
+    "--mount",
+    "--pid",
+    "--fork",
+    "--kill-child",
+    "--mount-proc",
+];
+
+/// Directories of host services a fenced command could ask to act for it outside the
+/// fence (start a process, resolve a name): each that exists is covered with an empty
+/// tmpfs inside the fence.
+const HIDDEN_DIRS: [&str; 7] = [
+    "/run/systemd",
+    "/run/dbus",
+    "/run/user",
+    "/run/nscd",
+    "/var/run/nscd",
+    "/run/containerd",
+    "/run/docker",
+];
+
+/// Service sockets that are files: each that exists is covered with `/dev/null`.
+const HIDDEN_FILES: [&str; 3] = [
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/podman/podman.sock",
+];
+
+/// Variables the fence never passes to the command: airlock's own credentials and
+/// addresses, which a user may have exported where `airlock run` was started.
+pub const SCRUBBED_VARS: [&str; 3] = ["AIRLOCK_TOKEN", "AIRLOCK_ADMIN", "AIRLOCK_DATA"];
 
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// Runs `program args` with `stdin` fed; `Err` with its stderr when it fails.
+fn run_with_input(program: &str, args: &[&str], stdin: &str) -> Result<(), String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if let Some(mut input) = child.stdin.take() {
+        use std::io::Write as _;
+        let _ = input.write_all(stdin.as_bytes());
+    }
+    let output = child.wait_with_output().map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).trim().to_owned())
+    }
+}
+
 /// Checks that a fence of `network` can be made here: `unshare` (util-linux), `ip`
 /// (iproute2) and, for `isolated`, `nft` (nftables) are on `PATH`, and the kernel lets
-/// this process create the namespaces (root, or unprivileged user namespaces).
+/// this process create the namespaces (user namespaces must be enabled). As root it also
+/// installs the fence's rules once in a throwaway network namespace: that loads the
+/// nftables modules, which a user namespace cannot.
 ///
 /// # Errors
 /// [`Unavailable`] naming the missing program or the kernel's refusal.
@@ -58,23 +102,40 @@ pub fn probe(network: Network) -> Result<(), Unavailable> {
             )));
         }
     }
+    if network == Network::Isolated && is_root() {
+        run_with_input(
+            "unshare",
+            &["--net", "nft", "-f", "-"],
+            &crate::setup::ruleset(),
+        )
+        .map_err(|why| {
+            Unavailable(format!(
+                "nftables cannot install the fence's rules ({why}); the kernel needs \
+                     nf_tables with nat and redirect"
+            ))
+        })?;
+    }
     let output = Command::new("unshare")
-        .args(unshare_flags())
+        .args(UNSHARE_FLAGS)
         .arg("true")
         .output()
         .map_err(|e| Unavailable(format!("cannot run unshare: {e}")))?;
     if !output.status.success() {
         let why = String::from_utf8_lossy(&output.stderr).trim().to_owned();
         return Err(Unavailable(format!(
-            "the kernel refused the namespaces ({why}); run as root, or enable unprivileged \
-             user namespaces (kernel.unprivileged_userns_clone=1, \
-             user.max_user_namespaces > 0)"
+            "the kernel refused the namespaces ({why}); enable user namespaces \
+             (user.max_user_namespaces > 0; kernel.unprivileged_userns_clone=1 on Debian \
+             kernels; kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu), or allow \
+             unshare in the container (docs/containment.md)"
         )));
     }
     Ok(())
 }
 
-/// A fence ready to start: its files in a private directory, removed when dropped.
+/// A fence ready to start: its files in a directory of its own, removed when dropped.
+/// `public/` holds what the command reads (CA bundle, truststore, resolver files);
+/// `private/` holds the spec (with the run's token) and the report, and is hidden from
+/// the command once PID 1 has read the one and opened the other.
 #[derive(Debug)]
 pub struct Prepared {
     dir: tempfile::TempDir,
@@ -89,23 +150,26 @@ pub struct Prepared {
 pub struct Plan<'a> {
     /// `isolated` or `offline`.
     pub network: Network,
-    /// airlock's fence socket.
+    /// airlock's fence socket (in its data directory, which the fence hides).
     pub socket: &'a Path,
-    /// The run and its token.
+    /// The run.
     pub run: &'a str,
     /// The run's proxy token.
     pub token: &'a str,
-    /// The port of the proxy variables, re-served inside the fence.
+    /// The port of the proxy variables, re-served inside the fence on `127.0.0.1`.
     pub proxy_port: Option<u16>,
     /// airlock's CA certificate (PEM).
     pub ca_pem: &'a str,
-    /// The command, its arguments and working directory.
+    /// A truststore already built for this CA (the server's), used instead of a new one.
+    pub truststore: Option<&'a Path>,
+    /// The command.
     pub program: &'a str,
     /// Its arguments.
     pub args: &'a [String],
     /// Its working directory.
     pub cwd: &'a Path,
-    /// Its environment (the run's variables; CA variables are pointed at the bundle).
+    /// Its environment (the run's variables; CA and proxy variables are rewritten for
+    /// the fence).
     pub env: BTreeMap<String, String>,
 }
 
@@ -123,8 +187,8 @@ const CA_VARS: [&str; 10] = [
     "npm_config_cafile",
 ];
 
-/// Variables that name a proxy; `offline` drops them (there is nowhere to go).
-const PROXY_VARS: [&str; 6] = [
+/// Variables that name a proxy.
+pub const PROXY_VARS: [&str; 6] = [
     "http_proxy",
     "https_proxy",
     "all_proxy",
@@ -133,10 +197,38 @@ const PROXY_VARS: [&str; 6] = [
     "ALL_PROXY",
 ];
 
+fn private_dir(dir: &Path, name: &str, mode: u32) -> Result<PathBuf, FenceError> {
+    let path = dir.join(name);
+    std::fs::create_dir(&path).map_err(|source| FenceError::File {
+        what: "fence directory",
+        path: path.display().to_string(),
+        source,
+    })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode));
+    }
+    Ok(path)
+}
+
+/// `/etc/nsswitch.conf` with `hosts: files dns`: a host that resolves through
+/// systemd-resolved or nscd (over their sockets) would otherwise bypass airlock's DNS.
+fn nsswitch() -> String {
+    let host = std::fs::read_to_string("/etc/nsswitch.conf").unwrap_or_default();
+    let mut out: Vec<String> = host
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("hosts:"))
+        .map(str::to_owned)
+        .collect();
+    out.push("hosts: files dns".to_owned());
+    out.join("\n") + "\n"
+}
+
 impl Prepared {
     /// Writes the fence's files: the CA bundle (system roots plus airlock's CA), the
     /// Java truststore, `resolv.conf` (airlock's DNS on `127.0.0.1`), `hosts`
-    /// (`localhost` only) and the spec.
+    /// (`localhost` only), `nsswitch.conf` and the spec.
     ///
     /// # Errors
     /// [`FenceError`] when a file cannot be written or the truststore built.
@@ -149,51 +241,62 @@ impl Prepared {
                 path: std::env::temp_dir().display().to_string(),
                 source,
             })?;
-        // Readable by the command whatever user it runs as (the files hold no secret).
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
             let _ = std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755));
         }
+        let public = private_dir(dir.path(), "public", 0o755)?;
+        let private = private_dir(dir.path(), "private", 0o700)?;
         let (_, system) = trust::system_roots();
         let bundle_text = trust::bundle(&system, plan.ca_pem);
-        let bundle = dir.path().join("ca-bundle.pem");
+        let bundle = public.join("ca-bundle.pem");
         trust::write(&bundle, bundle_text.as_bytes(), "CA bundle")?;
-        let truststore = dir.path().join("truststore.p12");
-        let truststore = match trust::java_truststore(&bundle_text) {
-            Ok(bytes) => {
-                trust::write(&truststore, &bytes, "Java truststore")?;
-                Some(truststore)
+        let truststore = match plan.truststore.filter(|p| p.is_file()) {
+            Some(existing) => {
+                let copy = public.join("truststore.p12");
+                std::fs::copy(existing, &copy).map(|_| copy).ok()
             }
-            Err(error) => {
-                eprintln!("airlock: no Java truststore for the fence: {error}");
-                None
+            None => {
+                let path = public.join("truststore.p12");
+                trust::java_truststore(&bundle_text)
+                    .and_then(|bytes| trust::write(&path, &bytes, "Java truststore"))
+                    .map(|()| path)
+                    .map_err(|error| {
+                        eprintln!("airlock: no Java truststore for the fence: {error}")
+                    })
+                    .ok()
             }
         };
-        let resolv = dir.path().join("resolv.conf");
+        let resolv = public.join("resolv.conf");
         let resolv_text = match plan.network {
             Network::Isolated => "# airlock's DNS (docs/containment.md)\nnameserver 127.0.0.1\noptions timeout:2 attempts:2\n",
             _ => "# --network offline: no resolver\n",
         };
         trust::write(&resolv, resolv_text.as_bytes(), "resolv.conf")?;
-        let hosts = dir.path().join("hosts");
+        let hosts = public.join("hosts");
         trust::write(
             &hosts,
             b"127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n",
             "hosts",
         )?;
-        let mut mounts = vec![
-            Mount {
-                source: resolv,
-                target: "/etc/resolv.conf".into(),
-            },
-            Mount {
-                source: hosts,
-                target: "/etc/hosts".into(),
-            },
-        ];
-        for path in trust::SYSTEM_BUNDLES {
+        let nsswitch_file = public.join("nsswitch.conf");
+        trust::write(&nsswitch_file, nsswitch().as_bytes(), "nsswitch.conf")?;
+        let mut mounts = Vec::new();
+        for (source, target) in [
+            (resolv, "/etc/resolv.conf"),
+            (hosts, "/etc/hosts"),
+            (nsswitch_file, "/etc/nsswitch.conf"),
+        ] {
             // A bind mount needs its target to exist; a symlink is followed to its file.
+            if Path::new(target).exists() {
+                mounts.push(Mount {
+                    source,
+                    target: target.into(),
+                });
+            }
+        }
+        for path in trust::SYSTEM_BUNDLES {
             if Path::new(path).exists() {
                 mounts.push(Mount {
                     source: bundle.clone(),
@@ -201,9 +304,58 @@ impl Prepared {
                 });
             }
         }
+        let mut hide: Vec<PathBuf> = Vec::new();
+        let mut socket = PathBuf::new();
+        if plan.network == Network::Isolated {
+            // The socket is mounted into the public directory, so the data directory
+            // that holds it (ledger, admin token, CA key) can be hidden.
+            let inside = public.join("fence.sock");
+            trust::write(&inside, b"", "fence socket mount point")?;
+            mounts.push(Mount {
+                source: plan.socket.to_owned(),
+                target: inside.clone(),
+            });
+            socket = inside;
+        }
+        if let Some(data) = plan.socket.parent().filter(|d| d.parent().is_some()) {
+            if plan.cwd.starts_with(data) {
+                eprintln!(
+                    "airlock: WARNING: the workspace is inside airlock's data directory {}, \
+                     so the fence cannot hide the ledger from the command",
+                    data.display()
+                );
+            } else {
+                hide.push(data.to_owned());
+            }
+        }
+        hide.push(private.clone());
+        for path in HIDDEN_DIRS {
+            if let Ok(real) = std::fs::canonicalize(path) {
+                if real.is_dir() && !hide.contains(&real) {
+                    hide.push(real);
+                }
+            }
+        }
+        let mut hide_files: Vec<PathBuf> = Vec::new();
+        for path in HIDDEN_FILES {
+            if let Ok(real) = std::fs::canonicalize(path) {
+                if !hide_files.contains(&real) && !hide.iter().any(|d| real.starts_with(d)) {
+                    hide_files.push(real);
+                }
+            }
+        }
         let mut env = plan.env;
-        if plan.network == Network::Offline {
-            for name in PROXY_VARS {
+        for name in PROXY_VARS {
+            if plan.network == Network::Isolated && env.contains_key(name) {
+                // Inside the fence the proxy is the relay's port on loopback, whatever
+                // address the server advertises outside.
+                if let Some(port) = plan.proxy_port {
+                    env.insert(
+                        name.to_owned(),
+                        format!("http://{}:{}@127.0.0.1:{port}", plan.run, plan.token),
+                    );
+                }
+            } else {
                 env.remove(name);
             }
         }
@@ -223,34 +375,37 @@ impl Prepared {
             ),
             None => env.remove("JAVA_TOOL_OPTIONS"),
         };
-        let report = dir.path().join("report.json");
+        let report = private.join("report.json");
+        let isolated = plan.network == Network::Isolated;
         let spec = Spec {
             network: plan.network,
-            socket: plan.socket.to_owned(),
-            run: plan.run.to_owned(),
-            token: plan.token.to_owned(),
-            proxy_port: (plan.network == Network::Isolated)
-                .then_some(plan.proxy_port)
-                .flatten(),
+            socket,
+            run: if isolated {
+                plan.run.to_owned()
+            } else {
+                String::new()
+            },
+            token: if isolated {
+                plan.token.to_owned()
+            } else {
+                String::new()
+            },
+            proxy_port: isolated.then_some(plan.proxy_port).flatten(),
             program: plan.program.to_owned(),
             args: plan.args.to_vec(),
             cwd: plan.cwd.to_owned(),
             env,
             mounts,
+            hide,
+            hide_files,
             report: report.clone(),
         };
-        let spec_path = dir.path().join("spec.json");
+        let spec_path = private.join("spec.json");
         let json = serde_json::to_vec_pretty(&spec).map_err(|source| FenceError::Json {
             what: "fence spec",
             source,
         })?;
         trust::write(&spec_path, &json, "fence spec")?;
-        // The spec holds the run's token: only this user reads it.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt as _;
-            let _ = std::fs::set_permissions(&spec_path, std::fs::Permissions::from_mode(0o600));
-        }
         Ok(Self {
             dir,
             spec: spec_path,
@@ -263,7 +418,7 @@ impl Prepared {
     /// `unshare` and its arguments, ending in `EXE fence-init SPEC` (`exe` is airlock's
     /// own binary).
     pub fn command_line(&self, exe: &Path) -> (String, Vec<String>) {
-        let mut args: Vec<String> = unshare_flags().into_iter().map(str::to_owned).collect();
+        let mut args: Vec<String> = UNSHARE_FLAGS.iter().map(|f| (*f).to_owned()).collect();
         args.push("--".into());
         args.push(exe.display().to_string());
         args.push("fence-init".into());
@@ -276,7 +431,7 @@ impl Prepared {
         &self.bundle
     }
 
-    /// The Java truststore, when one could be built.
+    /// The Java truststore, when there is one.
     pub fn truststore(&self) -> Option<&Path> {
         self.truststore.as_deref()
     }

@@ -84,9 +84,16 @@ pub struct Spec {
     pub cwd: PathBuf,
     /// Variables set for the command (on top of the fence's own environment).
     pub env: BTreeMap<String, String>,
-    /// Files mounted over system paths (resolver, hosts, CA bundles).
+    /// Files mounted over system paths (resolver, hosts, CA bundles) and the fence
+    /// socket's own mount (so the data directory can be hidden).
     pub mounts: Vec<Mount>,
-    /// Where PID 1 writes its [`Report`].
+    /// Directories covered with an empty tmpfs once the mounts are made: airlock's data
+    /// directory, the fence's private directory (this spec, the report), and host service
+    /// sockets a command could use to act outside the fence (systemd, D-Bus, Docker).
+    pub hide: Vec<PathBuf>,
+    /// Files covered with `/dev/null` (service sockets that are files, e.g. Docker's).
+    pub hide_files: Vec<PathBuf>,
+    /// Where PID 1 writes its [`Report`] (opened before the private directory is hidden).
     pub report: PathBuf,
 }
 
@@ -105,7 +112,7 @@ pub struct Report {
     pub left_running: Vec<Leftover>,
     /// Connections the relay carried to airlock (both kinds).
     pub relayed_connections: u64,
-    /// DNS queries the relay carried to airlock.
+    /// DNS messages the relay carried to airlock over UDP, plus DNS connections over TCP.
     pub relayed_dns_queries: u64,
     /// Connections or queries dropped because airlock could not be reached.
     pub relay_failures: u64,

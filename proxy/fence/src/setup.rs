@@ -75,6 +75,38 @@ pub(crate) fn network(network: Network) -> Result<(), FenceError> {
     Ok(())
 }
 
+/// Covers each directory of `dirs` with an empty tmpfs and each file of `files` with
+/// `/dev/null`, so the command cannot reach what they held. `$XDG_RUNTIME_DIR`, when a
+/// covered directory held it, is made again (empty, mode 0700) for programs that need it.
+pub(crate) fn hide(
+    dirs: &[std::path::PathBuf],
+    files: &[std::path::PathBuf],
+) -> Result<(), FenceError> {
+    use rustix::mount::{mount, MountFlags};
+    for dir in dirs {
+        mount(
+            "tmpfs",
+            dir,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            Some(c"mode=0755"),
+        )
+        .map_err(|e| FenceError::Setup(format!("cannot hide {}: {e}", dir.display())))?;
+    }
+    for file in files {
+        rustix::mount::mount_bind("/dev/null", file)
+            .map_err(|e| FenceError::Setup(format!("cannot hide {}: {e}", file.display())))?;
+    }
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").map(std::path::PathBuf::from) {
+        if dirs.iter().any(|d| runtime.starts_with(d)) {
+            let _ = std::fs::create_dir_all(&runtime);
+            use std::os::unix::fs::PermissionsExt as _;
+            let _ = std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    Ok(())
+}
+
 /// Bind-mounts each source over its target (the mount namespace is private: `unshare`
 /// makes propagation private, so nothing shows outside the fence).
 pub(crate) fn mounts(mounts: &[Mount]) -> Result<(), FenceError> {

@@ -68,20 +68,29 @@ pub fn java_truststore(pem: &str) -> Result<Vec<u8>, FenceError> {
     if count == 0 {
         return Err(FenceError::Truststore("no certificate to trust".into()));
     }
+    // One iteration each: the password is public and the store holds no secret, so key
+    // stretching would only cost time (10,000 by default: most of a second in debug).
     store
         .writer(TRUSTSTORE_PASSWORD)
+        .encryption_iterations(1)
+        .mac_iterations(1)
         .write()
         .map_err(|e| FenceError::Truststore(e.to_string()))
 }
 
-/// Writes `contents` to `path` (mode 0644: the fenced command reads it as any user).
+/// Writes `contents` to `path` (mode 0644: the fenced command reads it as any user),
+/// through a temporary file renamed over it, so a reader never sees half a file.
 ///
 /// # Errors
 /// [`FenceError::File`] naming `what`.
 pub fn write(path: &Path, contents: &[u8], what: &'static str) -> Result<(), FenceError> {
-    std::fs::write(path, contents).map_err(|source| FenceError::File {
+    let error = |source| FenceError::File {
         what,
         path: path.display().to_string(),
         source,
-    })
+    };
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    std::fs::write(&temporary, contents).map_err(error)?;
+    std::fs::rename(&temporary, path).map_err(error)
 }

@@ -27,3 +27,6 @@ pub const PLACEHOLDER_KEY_FILE: &str = "placeholder.key";
 /// Unix socket in the data directory where fence relays reach the data plane (mode 0600;
 /// docs/containment.md).
 pub const FENCE_SOCKET_FILE: &str = "fence.sock";
+/// File in the data directory holding the PKCS12 Java truststore (password `changeit`)
+/// of the system roots and airlock's CA, named in runs' `JAVA_TOOL_OPTIONS`.
+pub const JAVA_TRUSTSTORE_FILE: &str = "java-truststore.p12";

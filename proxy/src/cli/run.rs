@@ -252,11 +252,7 @@ struct StepContext<'a> {
 /// Runs one step of the run (`command` or `verify`) in the chosen mode: in a fence for
 /// `isolated` and `offline`, with the run's proxy environment for `env`. Returns the
 /// step and the containment to record with it.
-async fn contained_step(
-    cx: &StepContext<'_>,
-    program: &str,
-    args: &[String],
-) -> anyhow::Result<(Step, Value)> {
+async fn contained_step(cx: &StepContext<'_>, program: &str, args: &[String]) -> (Step, Value) {
     let StepContext {
         chosen,
         created,
@@ -269,14 +265,28 @@ async fn contained_step(
     if chosen.network == airlock_fence::Network::Env {
         let step = run_step(program, args, workspace, env, run, json_output).await;
         let containment = fence::containment(client, run, chosen, None).await;
-        return Ok((step, containment));
+        return (step, containment);
     }
     let plan = fence::FenceRun {
         created,
         run,
         network: chosen.network,
     };
-    let (prepared, unshare, unshare_args) = fence::prepare(&plan, program, args, workspace, env)?;
+    let prepared = fence::prepare(&plan, client, program, args, workspace, env).await;
+    let (prepared, unshare, unshare_args) = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            // Nothing ran: the step failed, and the run is decided as any failed step.
+            let step = Step {
+                exit_code: None,
+                success: false,
+                duration_ms: 0,
+                note: Some(format!("the fence could not be set up: {error:#}")),
+                output: String::new(),
+            };
+            return (step, fence::containment(client, run, chosen, None).await);
+        }
+    };
     let mut step = run_step(
         &unshare,
         &unshare_args,
@@ -303,7 +313,7 @@ async fn contained_step(
         None => {}
     }
     let containment = fence::containment(client, run, chosen, report.as_ref()).await;
-    Ok((step, containment))
+    (step, containment)
 }
 
 /// Runs `airlock run`.
@@ -403,14 +413,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         client,
         json_output: args.admin.json,
     };
-    let stepped = contained_step(&cx, program, rest).await;
-    let (step, containment) = match stepped {
-        Ok(stepped) => stepped,
-        Err(error) => {
-            let _ = client.post(&format!("/v1/runs/{run}/abort"), None).await;
-            return Err(error).context("cannot set up the fence; the run was aborted");
-        }
-    };
+    let (step, containment) = contained_step(&cx, program, rest).await;
     record(client, &run, "command", &line, &step, &containment).await?;
     client.post(&format!("/v1/runs/{run}/seal"), None).await?;
     let mut passed = step.success;
@@ -424,7 +427,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     };
     if let (true, Some(verify)) = (step.success, &args.verify) {
         let (checked, verify_containment) =
-            contained_step(&cx, "sh", &["-c".to_owned(), verify.clone()]).await?;
+            contained_step(&cx, "sh", &["-c".to_owned(), verify.clone()]).await;
         record(
             client,
             &run,

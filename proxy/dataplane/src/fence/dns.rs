@@ -6,9 +6,10 @@
 //! - `AAAA`, `HTTPS`, `SVCB`: no data (`NOERROR`, empty), so clients use the `A` answer.
 //! - A name no rule could allow: `NXDOMAIN`, journaled as a denial (method `DNS`, URL
 //!   `dns:NAME?type=T`, RFC 4501), so a reviewer sees what the run tried to look up.
-//! - Any other type (`TXT`, `MX`, `ANY`…), a class other than `IN`, a name over 253
-//!   bytes (RFC 1035 §2.3.4) or a label past [`MAX_LABEL_BYTES`]: `REFUSED`, journaled
-//!   (`dns_refused`). Together with NXDOMAIN this leaves no DNS channel out: names are
+//! - Any other type (`TXT`, `MX`, `ANY`…), a class other than `IN` or a name over 253
+//!   bytes (RFC 1035 §2.3.4): `REFUSED`, journaled (`dns_refused`). (A label past
+//!   [`MAX_LABEL_BYTES`] cannot be carried on the wire at all: such a message gets
+//!   `FORMERR`.) Together with NXDOMAIN this leaves no DNS channel out: names are
 //!   answered here, never asked of a resolver outside.
 //! - A message that does not parse: `FORMERR`; one that is not a single standard query:
 //!   `NOTIMP`.

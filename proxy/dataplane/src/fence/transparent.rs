@@ -90,7 +90,6 @@ pub(super) async fn serve<T>(
         host,
         port: dst.port(),
     };
-    fence.count(&run, |c| c.connections_captured += 1);
     let decision = if target.host == crate::manifest::MANIFEST_HOST {
         ConnectDecision::Intercept
     } else {
@@ -99,6 +98,7 @@ pub(super) async fn serve<T>(
     };
     match decision {
         ConnectDecision::Tunnel(decision) => {
+            fence.count(&run, |c| c.connections_captured += 1);
             let uri = match format!("https://{}", target.authority()).parse() {
                 Ok(uri) => uri,
                 Err(_) => return,
@@ -148,7 +148,10 @@ pub(super) async fn serve<T>(
             });
             serve_refusal(shared, run, target, stream, guard, answer).await;
         }
-        ConnectDecision::Intercept => intercept(shared, run, target, stream, guard, None).await,
+        ConnectDecision::Intercept => {
+            fence.count(&run, |c| c.connections_captured += 1);
+            intercept(shared, run, target, stream, guard, None).await
+        }
     }
 }
 

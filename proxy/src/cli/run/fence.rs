@@ -90,8 +90,9 @@ pub(super) struct FenceRun<'a> {
 }
 
 /// Prepares a fence for one step of `run` and returns it with the `unshare` command line.
-pub(super) fn prepare(
+pub(super) async fn prepare(
     fence: &FenceRun<'_>,
+    client: &AdminClient,
     program: &str,
     args: &[String],
     workspace: &Path,
@@ -101,9 +102,12 @@ pub(super) fn prepare(
     let socket = created["fence_socket"].as_str().ok_or_else(|| {
         anyhow!("the server did not name its fence socket (is it older than this airlock?)")
     })?;
-    let ca_file = created["ca_file"].as_str().unwrap_or_default();
-    let ca_pem = std::fs::read_to_string(ca_file)
-        .with_context(|| format!("cannot read airlock's CA at {ca_file}"))?;
+    // From the API, not `ca_file`: that is the path as sandboxes see it (--advertise-ca).
+    let ca_pem = client
+        .get_text("/v1/ca")
+        .await
+        .context("cannot fetch airlock's CA certificate")?;
+    let truststore = created["truststore"].as_str().map(Path::new);
     let proxy_port = created["proxy_url"]
         .as_str()
         .and_then(|url| url.rsplit(':').next())
@@ -121,6 +125,7 @@ pub(super) fn prepare(
         token: created["token"].as_str().unwrap_or_default(),
         proxy_port,
         ca_pem: &ca_pem,
+        truststore,
         program,
         args,
         cwd: workspace,
