@@ -403,6 +403,8 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         std::path::absolute(&args.admin.data).unwrap_or_else(|_| args.admin.data.clone()),
     ];
     let outside_before = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
+    let schedules = outside::schedule_roots();
+    let schedules_before = outside::scan(&schedules, &[], OUTSIDE_LIMIT);
     let line = shell_line(&args.command);
     let cx = StepContext {
         chosen: &chosen,
@@ -467,6 +469,20 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         report["left_running_killed"] = json!(true);
     }
     report["containment"] = containment;
+    let scheduled = outside::diff(
+        &schedules_before,
+        &outside::scan(&schedules, &[], OUTSIDE_LIMIT),
+    );
+    let listening: Vec<Value> = report["left_running"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["listening"].as_array().cloned().unwrap_or_default())
+        .collect();
+    report["residue"] = json!({
+        "scheduled": scheduled.added.iter().chain(&scheduled.modified).chain(&scheduled.deleted).collect::<Vec<_>>(),
+        "listening": listening,
+    });
     if !outside_roots.is_empty() {
         let after = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
         report["outside"] = json!(outside::diff(&outside_before, &after));

@@ -77,6 +77,28 @@ pub(super) fn diff(before: &BTreeMap<String, Stamp>, after: &BTreeMap<String, St
     changes
 }
 
+/// Where cron, at and systemd keep jobs and units a command could schedule to run later,
+/// outside the run (and outside any fence): each that exists is watched by every `airlock
+/// run`, and what changed under it is residue (docs/run.md, "Residue").
+pub(super) fn schedule_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = [
+        "/var/spool/cron",
+        "/var/spool/at",
+        "/var/spool/atjobs",
+        "/etc/cron.d",
+        "/etc/systemd/system",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        roots.push(home.join(".config/systemd/user"));
+        roots.push(home.join(".local/share/systemd/user"));
+    }
+    roots.retain(|root| root.exists());
+    roots
+}
+
 /// Absolute forms of the paths given.
 pub(super) fn absolute(paths: &[PathBuf]) -> Vec<PathBuf> {
     paths

@@ -126,6 +126,19 @@ pub fn summary(report: &Value) -> String {
             ));
         }
     }
+    let scheduled = report["residue"]["scheduled"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !scheduled.is_empty() {
+        out.push_str(&format!(
+            "RESIDUE   {} scheduled job(s) or unit(s) changed by the command (cron, at, systemd): they would run later, outside the run\n",
+            scheduled.len()
+        ));
+        for path in &scheduled {
+            out.push_str(&format!("  ! {}\n", path.as_str().unwrap_or("")));
+        }
+    }
     let effects = report["effects"].as_array().cloned().unwrap_or_default();
     out.push_str(&format!("effects   {} staged by the run\n", effects.len()));
     if !effects.is_empty() {
