@@ -49,8 +49,8 @@ pub struct FenceCounts {
     /// DNS queries answered with a pool address (or no data, for AAAA).
     pub dns_answered: u64,
     /// DNS queries refused: NXDOMAIN for a name no rule could allow and REFUSED for a
-    /// type or class airlock does not answer (each journaled as a denial), FORMERR and
-    /// NOTIMP for a message that is not one well-formed query (counted, not journaled).
+    /// type, class or name shape airlock does not answer (each journaled as a denial);
+    /// NOTIMP for a message that is not one standard query (counted, not journaled).
     pub dns_refused: u64,
 }
 

@@ -87,6 +87,7 @@ async fn fence(
     report: &mut Report,
 ) -> Result<i32, FenceError> {
     crate::setup::network(spec.network)?;
+    crate::setup::low_ports();
     crate::setup::mounts(&spec.mounts)?;
     crate::setup::hide(&spec.hide, &spec.hide_files)?;
     let mut own = Vec::new();
@@ -115,8 +116,14 @@ async fn fence(
         }
     }
     report.setup_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let mut command = tokio::process::Command::new(&spec.program);
+    // The command runs in a user and mount namespace of its own, nested in the fence's:
+    // root there holds no capability over the fence's network namespace (it cannot flush
+    // the rules or change routes), and the fence's mounts (the hidden data directory,
+    // /proc) are locked under it, so it cannot unmount them to see what they cover.
+    let mut command = tokio::process::Command::new("unshare");
     command
+        .args(["--user", "--map-root-user", "--mount", "--"])
+        .arg(&spec.program)
         .args(&spec.args)
         .current_dir(&spec.cwd)
         .envs(&spec.env)

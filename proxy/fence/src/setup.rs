@@ -75,6 +75,13 @@ pub(crate) fn network(network: Network) -> Result<(), FenceError> {
     Ok(())
 }
 
+/// Lets the command bind ports below 1024 on the fence's loopback (it holds no
+/// capability over the fence's network namespace, and a test server on port 80 is
+/// common). Best effort: a kernel without the sysctl keeps its default.
+pub(crate) fn low_ports() {
+    let _ = std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0");
+}
+
 /// Covers each directory of `dirs` with an empty tmpfs and each file of `files` with
 /// `/dev/null`, so the command cannot reach what they held. `$XDG_RUNTIME_DIR`, when a
 /// covered directory held it, is made again (empty, mode 0700) for programs that need it.

@@ -262,9 +262,10 @@ async fn contained_step(cx: &StepContext<'_>, program: &str, args: &[String]) ->
         client,
         json_output,
     } = *cx;
+    let before = fence::counts(client, run, chosen).await;
     if chosen.network == airlock_fence::Network::Env {
         let step = run_step(program, args, workspace, env, run, json_output).await;
-        let containment = fence::containment(client, run, chosen, None).await;
+        let containment = fence::containment(client, run, chosen, None, &before).await;
         return (step, containment);
     }
     let plan = fence::FenceRun {
@@ -284,7 +285,10 @@ async fn contained_step(cx: &StepContext<'_>, program: &str, args: &[String]) ->
                 note: Some(format!("the fence could not be set up: {error:#}")),
                 output: String::new(),
             };
-            return (step, fence::containment(client, run, chosen, None).await);
+            return (
+                step,
+                fence::containment(client, run, chosen, None, &before).await,
+            );
         }
     };
     let mut step = run_step(
@@ -312,7 +316,7 @@ async fn contained_step(cx: &StepContext<'_>, program: &str, args: &[String]) ->
         }
         None => {}
     }
-    let containment = fence::containment(client, run, chosen, report.as_ref()).await;
+    let containment = fence::containment(client, run, chosen, report.as_ref(), &before).await;
     (step, containment)
 }
 

@@ -6,13 +6,12 @@
 //! - `AAAA`, `HTTPS`, `SVCB`: no data (`NOERROR`, empty), so clients use the `A` answer.
 //! - A name no rule could allow: `NXDOMAIN`, journaled as a denial (method `DNS`, URL
 //!   `dns:NAME?type=T`, RFC 4501), so a reviewer sees what the run tried to look up.
-//! - Any other type (`TXT`, `MX`, `ANY`…), a class other than `IN` or a name over 253
-//!   bytes (RFC 1035 §2.3.4): `REFUSED`, journaled (`dns_refused`). (A label past
-//!   [`MAX_LABEL_BYTES`] cannot be carried on the wire at all: such a message gets
-//!   `FORMERR`.) Together with NXDOMAIN this leaves no DNS channel out: names are
+//! - Any other type (`TXT`, `MX`, `ANY`…), a class other than `IN`, a name over 253
+//!   bytes or a label over [`MAX_LABEL_BYTES`] (RFC 1035 §2.3.4; the parser rejects a
+//!   message that carries one): `REFUSED`, journaled (`dns_refused`; a message that
+//!   does not parse as `dns:?malformed=BYTES`). Together with NXDOMAIN this leaves no DNS channel out: names are
 //!   answered here, never asked of a resolver outside.
-//! - A message that does not parse: `FORMERR`; one that is not a single standard query:
-//!   `NOTIMP`.
+//! - A message that is not a single standard query: `NOTIMP`.
 
 use std::sync::Arc;
 
@@ -94,12 +93,27 @@ pub(super) fn answer(
 ) -> Option<Vec<u8>> {
     let packet = match Packet::parse(query) {
         Ok(packet) => packet,
-        Err(_) => {
-            // Answer FORMERR with the query's id when there is one (RFC 1035 §4.1.1).
+        Err(error) => {
+            // A message the parser rejects (a label past 63 bytes, a name past 255, a
+            // truncated question) is refused and journaled like any refused name: it is
+            // how an exfiltration attempt looks. REFUSED carries the query's id.
             let id = u16::from_be_bytes([*query.first()?, *query.get(1)?]);
             let mut reply = Packet::new_reply(id);
-            *reply.rcode_mut() = RCODE::FormatError;
+            *reply.rcode_mut() = RCODE::Refused;
             fence.count(run, |c| c.dns_refused += 1);
+            info!(run.id = %run, error = %error, bytes = query.len(), "malformed DNS query refused");
+            journal(
+                shared,
+                run,
+                Refusal {
+                    method: "DNS".into(),
+                    url: format!("dns:?malformed={}", query.len()),
+                    has_body: false,
+                    rule: None,
+                    reason_code: DNS_REFUSED.to_owned(),
+                    policy_revision: shared.policy.current().revision().to_owned(),
+                },
+            );
             return reply.build_bytes_vec().ok();
         }
     };

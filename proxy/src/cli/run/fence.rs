@@ -136,22 +136,36 @@ pub(super) async fn prepare(
     Ok((prepared, unshare, unshare_args))
 }
 
-/// The run record's containment for a step: the fence's report, and airlock's counts.
-pub(super) async fn containment(
-    client: &AdminClient,
-    run: &str,
-    chosen: &Chosen,
-    report: Option<&airlock_fence::Report>,
-) -> Value {
-    let counts = match chosen.network {
+/// airlock's fence counts of `run` so far (`null` in env mode, or when the server does
+/// not say).
+pub(super) async fn counts(client: &AdminClient, run: &str, chosen: &Chosen) -> Value {
+    match chosen.network {
         Network::Env => Value::Null,
         _ => client
             .get(&format!("/v1/runs/{run}/fence"))
             .await
             .map(|fence| fence["counts"].clone())
             .unwrap_or(Value::Null),
+    }
+}
+
+/// The run record's containment for one step: the fence's report, and airlock's counts
+/// for this step alone (`before` is what [`counts`] said when the step started: the
+/// server counts per run).
+pub(super) async fn containment(
+    client: &AdminClient,
+    run: &str,
+    chosen: &Chosen,
+    report: Option<&airlock_fence::Report>,
+    before: &Value,
+) -> Value {
+    let after = counts(client, run, chosen).await;
+    let count = |key: &str| {
+        after[key]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(before[key].as_u64().unwrap_or(0))
     };
-    let count = |key: &str| counts[key].as_u64().unwrap_or(0);
     json!({
         "network": chosen.network.as_str(),
         "note": chosen.note,
