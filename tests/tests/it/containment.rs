@@ -199,9 +199,10 @@ impl Fenced {
         path
     }
 
-    /// `airlock run --json --network NETWORK [ARGS] -- sh -c SCRIPT` against the server,
-    /// in the workspace, with only PATH, LANG and a private HOME from the test's
-    /// environment (nothing of the test's may route or configure the clients).
+    /// `airlock run --json --network NETWORK [ARGS] -- sh -c SCRIPT` against the server
+    /// (no `--network` when `network` is empty: airlock's default), in the workspace, with
+    /// only PATH, LANG and a private HOME from the test's environment (nothing of the
+    /// test's may route or configure the clients).
     async fn run(&self, network: &str, args: &[&str], script: &str) -> Ran {
         let mut command = Command::new(airlock_bin());
         command
@@ -214,7 +215,12 @@ impl Fenced {
             .env("PIP_CONFIG_FILE", "/dev/null")
             .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
             .args(["run", "--json", "--admin", &self.airlock.admin_url])
-            .args(["--token", &self.token, "--network", network])
+            .args(["--token", &self.token])
+            .args(if network.is_empty() {
+                vec![]
+            } else {
+                vec!["--network", network]
+            })
             .arg("--workspace")
             .arg(&self.ws)
             .args(args)
@@ -1020,9 +1026,14 @@ async fn case_c22_the_run_record_holds_the_containment_and_leftovers_are_killed(
         leftover.join(" ")
     );
     let ran = fenced
-        .run("isolated", &["--verify", "test -f leftover.txt"], &script)
+        .run("", &["--verify", "test -f leftover.txt"], &script)
         .await;
     ran.assert_success();
+    assert!(
+        !ran.stderr().contains("WARNING"),
+        "no warning when the fence is made: {}",
+        ran.stderr()
+    );
     assert_eq!(ran.report["decision"]["kind"], "keep", "{:#}", ran.report);
     // Leftovers: listed, and killed with the fence.
     let left = ran.report["left_running"].as_array().expect("left_running");
