@@ -4,7 +4,7 @@
 //! the world only through airlock: writes are staged, unknown addresses and names are
 //! refused and journaled, and nothing reaches a loopback origin on the host by any other
 //! route. The client matrix (git, Python requests, pip, CONNECT) is in
-//! `containment/clients.rs`.
+//! `containment/clients.rs`; root unmounting the fence's `/proc` in `containment/escapes.rs`.
 //!
 //! Each test starts `airlock serve` (the `Airlock` fixture, `--resolve origin.test=127.0.0.1`)
 //! and runs `airlock run --admin URL --token T --network MODE -- sh -c SCRIPT` with a clean
@@ -21,6 +21,7 @@ use airlock_tests::{airlock_bin, in_ci, ok_origin, Airlock, Fixture, Origin, TES
 use serde_json::Value;
 
 mod clients;
+mod escapes;
 
 /// The name the origins are reached by inside the fence: airlock's server answers it with
 /// 127.0.0.1 (`--resolve`), and its DNS gives the fenced command a pool address for it.
@@ -779,6 +780,37 @@ async fn case_c22_dns_nxdomain_for_names_no_rule_allows_and_refused_for_txt_jour
     assert!(origin.received().is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c22_dns_names_past_rfc1035_limits_are_refused_and_journaled() {
+    let test = "case_c22_dns_names_past_rfc1035_limits_are_refused_and_journaled";
+    if !fence_or_skip(test) {
+        return;
+    }
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let fenced = Fenced::start(fx, &policy(origin.addr().port()));
+    let client = fenced.helper("dns.py", DNS_CLIENT);
+    // One label of 64 bytes carrying "data", and a 259-byte name of legal labels.
+    let long_label = format!("{}.attacker.test", "6b".repeat(32));
+    let long_name = format!("{}attacker.test", format!("{}.", "a".repeat(62)).repeat(4));
+    assert!(long_name.len() > 253);
+    let queries = serde_json::json!([[long_label, TYPE_A, 1], [long_name, TYPE_A, 1]]);
+    let script = format!("python3 {} '{queries}' dns.json", client.display());
+    let ran = fenced.run("isolated", &[], &script).await;
+    ran.assert_success();
+    let answers = fenced.json("dns.json", &ran);
+    let denials = fenced.denials(&ran.run()).await;
+    for (i, name) in [&long_label, &long_name].into_iter().enumerate() {
+        assert_eq!(
+            answers[i]["rcode"], RCODE_REFUSED,
+            "{name}: REFUSED (docs: a label past 63 bytes or a name past 253 is refused): {:#}",
+            answers[i]
+        );
+        let journaled = denial(&denials, "DNS", &format!("dns:{name}?type=A"));
+        assert_eq!(journaled["reason_code"], "dns_refused", "{journaled:#}");
+    }
+}
+
 /// UDP from the fence: a connected socket to each `name:port` or `ip:port` target of
 /// `argv[2..]` sends a datagram and waits 1 s for an answer; each outcome goes to
 /// `argv[1]` as `{target: "answer" | "ExceptionName:errno"}`.
@@ -1025,6 +1057,7 @@ async fn case_c22_the_run_record_holds_the_containment_and_leftovers_are_killed(
          while ! grep -qs 31.4159 /proc/$!/cmdline; do sleep 0.05; done; echo started > leftover.txt",
         leftover.join(" ")
     );
+    // No --network: where a fence can be made, isolated is the default.
     let ran = fenced
         .run("", &["--verify", "test -f leftover.txt"], &script)
         .await;
@@ -1099,4 +1132,47 @@ async fn case_c22_the_run_record_holds_the_containment_and_leftovers_are_killed(
     let effects = ran.report["effects"].as_array().expect("effects");
     assert_eq!(effects.len(), 2, "captured and proxied POSTs: {effects:#?}");
     assert!(origin.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_c22_each_step_records_its_own_containment_counts() {
+    let test = "case_c22_each_step_records_its_own_containment_counts";
+    if !fence_or_skip(test) {
+        return;
+    }
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let fenced = Fenced::start(fx, &policy(port));
+    // The command makes one captured connection and one refused; verify makes none.
+    let script = format!(
+        "curl --noproxy '*' -sS -o /dev/null https://{HOST}:{port}/read; \
+         {FENCE_GUARD}; curl --noproxy '*' -sS -o /dev/null https://1.2.3.4:{port}/"
+    );
+    let ran = fenced.run("isolated", &["--verify", "true"], &script).await;
+    ran.assert_success();
+    let record = fenced.workspace(&ran.run()).await;
+    let steps = record["steps"].as_array().expect("steps");
+    assert_eq!(
+        steps[0]["containment"]["connections_captured"], 1,
+        "{record:#}"
+    );
+    assert_eq!(
+        steps[0]["containment"]["connections_refused"], 1,
+        "{record:#}"
+    );
+    assert_eq!(steps[1]["kind"], "verify");
+    for key in [
+        "proxy_connections",
+        "connections_captured",
+        "connections_refused",
+        "dns_answered",
+        "dns_refused",
+    ] {
+        assert_eq!(
+            steps[1]["containment"][key], 0,
+            "verify (`true`) made no {key}, yet its step records the command's: {:#}",
+            steps[1]["containment"]
+        );
+    }
 }
