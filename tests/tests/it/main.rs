@@ -5,6 +5,7 @@ mod auth;
 mod bad_input;
 mod cases;
 mod cli;
+mod containment;
 mod crash;
 mod credentials;
 mod limits;

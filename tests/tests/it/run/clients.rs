@@ -77,7 +77,7 @@ with zipfile.ZipFile(sys.argv[1], "w") as wheel:
 }
 
 /// One origin for the whole matrix: `/hello`, `/hook`, a simple index, and git.
-async fn matrix_origin(fx: &Fixture) -> Origin {
+pub(crate) async fn matrix_origin(fx: &Fixture) -> Origin {
     use sha2::Digest as _;
     let root = fx.dir.path().join("git-root");
     std::fs::create_dir_all(&root).expect("mkdir");
