@@ -925,26 +925,35 @@ async fn case_c22_root_in_the_fence_flushing_nftables_adding_routes_or_killing_p
         "kill -9 1 did not end the fence"
     );
     assert_eq!(fenced.read("after-kill.code"), "202", "{}", ran.stderr());
-    assert_eq!(
+    // The command runs in a user namespace nested in the fence's: root there holds no
+    // capability over the fence's network namespace, so the rules and routes stay.
+    assert_ne!(
         fenced.read("flush.code"),
         "0",
-        "root may flush the fence's own rules"
+        "root in the fence flushed the fence's rules"
     );
-    assert!(
-        !fenced.read("ruleset.txt").contains("airlock_fence"),
-        "the rules were gone: {}",
-        fenced.read("ruleset.txt")
+    assert_ne!(
+        fenced.read("route.code"),
+        "0",
+        "root in the fence changed the fence's routes"
     );
-    for name in [
-        "flushed-by-name",
-        "flushed-loopback",
-        "routed-by-name",
-        "routed-loopback",
-    ] {
+    let mut staged_directly = 0;
+    for name in ["flushed-by-name", "routed-by-name"] {
+        let code = fenced.read(&format!("{name}.code"));
+        // Still captured (the rules are intact), so curl succeeds and the write is
+        // staged; or it could not connect. Never out.
+        assert!(
+            code == "0" || code == "7" || code == "28",
+            "{name}: curl through airlock (0), or could not connect (7, 28); got {code}: {}",
+            fenced.read(&format!("{name}.err"))
+        );
+        staged_directly += usize::from(code == "0");
+    }
+    for name in ["flushed-loopback", "routed-loopback"] {
         let code = fenced.read(&format!("{name}.code"));
         assert!(
             code == "7" || code == "28",
-            "{name}: curl could not connect (7) or timed out connecting (28), got {code}: {}",
+            "{name}: the fence's own loopback has no origin: curl could not connect (7) or timed out (28), got {code}: {}",
             fenced.read(&format!("{name}.err"))
         );
     }
@@ -957,8 +966,8 @@ async fn case_c22_root_in_the_fence_flushing_nftables_adding_routes_or_killing_p
     let effects = ran.report["effects"].as_array().expect("effects");
     assert_eq!(
         effects.len(),
-        2,
-        "the two writes that went through airlock were staged: {effects:#?}"
+        2 + staged_directly,
+        "every write that went through airlock was staged: {effects:#?}"
     );
 }
 

@@ -8,8 +8,8 @@
 //!   `dns:NAME?type=T`, RFC 4501), so a reviewer sees what the run tried to look up.
 //! - Any other type (`TXT`, `MX`, `ANY`…), a class other than `IN`, a name over 253
 //!   bytes or a label over [`MAX_LABEL_BYTES`] (RFC 1035 §2.3.4; the parser rejects a
-//!   message that carries one): `REFUSED`, journaled (`dns_refused`; a message that
-//!   does not parse as `dns:?malformed=BYTES`). Together with NXDOMAIN this leaves no DNS channel out: names are
+//!   message that carries one): `REFUSED`, journaled (`dns_refused`; the name read
+//!   leniently from a message the parser rejects). Together with NXDOMAIN this leaves no DNS channel out: names are
 //!   answered here, never asked of a resolver outside.
 //! - A message that is not a single standard query: `NOTIMP`.
 
@@ -107,7 +107,10 @@ pub(super) fn answer(
                 run,
                 Refusal {
                     method: "DNS".into(),
-                    url: format!("dns:?malformed={}", query.len()),
+                    url: match lenient_question(query) {
+                        Some((name, qtype)) => format!("dns:{name}?type={}", type_name(qtype)),
+                        None => format!("dns:?malformed={}", query.len()),
+                    },
                     has_body: false,
                     rule: None,
                     reason_code: DNS_REFUSED.to_owned(),
@@ -225,6 +228,29 @@ fn decide(
             "the run holds the most names the pool gives one run",
         ),
     }
+}
+
+/// The first question of a message the parser rejected, read without its limits (a label
+/// may claim up to 255 bytes), so the journal names what the run tried to look up; `None`
+/// when even that fails. Uncompressed names only, at most 1,024 bytes of text.
+fn lenient_question(query: &[u8]) -> Option<(String, u16)> {
+    let mut at = 12usize;
+    let mut labels: Vec<String> = Vec::new();
+    loop {
+        let len = *query.get(at)? as usize;
+        at += 1;
+        if len == 0 {
+            break;
+        }
+        let label = query.get(at..at + len)?;
+        labels.push(String::from_utf8_lossy(label).to_ascii_lowercase());
+        at += len;
+        if labels.iter().map(|l| l.len() + 1).sum::<usize>() > 1024 {
+            return None;
+        }
+    }
+    let qtype = u16::from_be_bytes([*query.get(at)?, *query.get(at + 1)?]);
+    Some((labels.join("."), qtype))
 }
 
 /// The name in lower case, dotted, without the root's trailing dot.
