@@ -33,9 +33,10 @@ const UNSHARE_FLAGS: [&str; 8] = [
 ];
 
 /// Directories of host services a fenced command could ask to act for it outside the
-/// fence (start a process, resolve a name): each that exists is covered with an empty
-/// tmpfs inside the fence.
-const HIDDEN_DIRS: [&str; 7] = [
+/// fence (start a process, resolve a name, drive a display): each that exists is covered
+/// with an empty tmpfs inside the fence.
+const HIDDEN_DIRS: [&str; 8] = [
+    "/tmp/.X11-unix",
     "/run/systemd",
     "/run/dbus",
     "/run/user",

@@ -327,6 +327,9 @@ async fn run_on_a_running_server_exits_with_the_command_code_and_rolls_back() {
         .arg(&ws)
         .arg("--check-residue-outside")
         .arg(&elsewhere)
+        // Proxy variables only: what the command leaves running stays running and is
+        // reported so (a fence kills it: containment.rs, case C22).
+        .args(["--network", "env"])
         .args(["--", "sh", "-c", &script])
         .env_remove("AIRLOCK_DATA")
         .output()

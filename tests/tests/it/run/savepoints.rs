@@ -94,19 +94,68 @@ async fn rollback_that_cannot_be_verified_marks_the_run_and_says_so() {
     unverifiable_rollback("snapshots").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_command_cannot_reach_the_snapshot_store_so_its_rollback_is_verified() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
+    let ws = workspace(&fx);
+    let before = tree(&ws);
+    let objects = fx.data_dir().join("snapshots");
+    let script = format!(
+        "rm -rf '{0}'; ls -A '{0}' 2>&1 | wc -l > seen.txt; echo tampered > README",
+        objects.display()
+    );
+    let command = sh_command(
+        &fx,
+        &policy,
+        &["--verify", "false", "--network", "isolated"],
+        &ws,
+        &script,
+    );
+    let out = output(command).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("none can be made here") {
+        assert!(!airlock_tests::in_ci(), "a fence is needed in CI: {stderr}");
+        eprintln!("SKIPPED: no fence can be made here: {stderr}");
+        return;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "verify failed, so the run rolls back"
+    );
+    assert!(
+        text.contains("rollback verified against the snapshot manifest"),
+        "the data directory is hidden in the fence, so the snapshot survived: {text}\n{stderr}"
+    );
+    assert!(
+        fx.data_dir().join("snapshots").is_dir(),
+        "the snapshot store is intact"
+    );
+    assert_eq!(tree(&ws), before, "the workspace is restored");
+}
+
 async fn unverifiable_rollback(damaged: &str) {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
     let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
     let ws = workspace(&fx);
-    // The agent damages airlock's snapshot store (it should never be able to reach it: the
-    // data directory belongs outside the sandbox) and changes a file.
+    // The agent damages airlock's snapshot store and changes a file. A fence hides the data
+    // directory from the command, so this agent runs with proxy variables only
+    // (`--network env`), as one whose sandbox can reach the data directory would.
     let objects = fx.data_dir().join(damaged);
     let script = format!(
         "rm -rf '{}' && echo tampered > README && echo new > extra.txt",
         objects.display()
     );
-    let command = sh_command(&fx, &policy, &["--verify", "false"], &ws, &script);
+    let command = sh_command(
+        &fx,
+        &policy,
+        &["--verify", "false", "--network", "env"],
+        &ws,
+        &script,
+    );
     let out = output(command).await;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success());
