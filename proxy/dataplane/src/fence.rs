@@ -1,7 +1,7 @@
 //! The fence socket: where the relay inside a fenced run (`airlock run --network
 //! isolated`) brings the run's connections and DNS queries (docs/containment.md).
 //!
-//! A connection opens with a [`Hello`](airlock_net::fence::Hello) naming the run and its
+//! A connection opens with a [`airlock_net::fence::Hello`] naming the run and its
 //! token, so a fenced client needs no proxy credentials: its run is the fence's. Then:
 //! - `proxy` connections are served exactly as the proxy listener serves a client
 //!   connection, already bound to the run;
