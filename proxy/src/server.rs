@@ -233,12 +233,11 @@ impl Server {
                 None => None,
             },
         };
-        let dialer = Dialer::new(
-            policy.clone(),
-            vec![proxy_addr, admin_addr],
-            config.connect_timeout,
-        )
-        .with_static_answers(config.resolve.clone());
+        let mut own = vec![proxy_addr, admin_addr];
+        own.extend(transparent.as_ref().and_then(|l| l.local_addr().ok()));
+        own.extend(dns.as_ref().and_then(|(_, tcp)| tcp.local_addr().ok()));
+        let dialer = Dialer::new(policy.clone(), own, config.connect_timeout)
+            .with_static_answers(config.resolve.clone());
         let tunnel_dialer = dialer.clone();
         let data = DataPlane::new(DataPlaneInputs {
             ledger,

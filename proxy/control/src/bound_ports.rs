@@ -13,16 +13,19 @@ use crate::Control;
 /// elsewhere or the port cannot be opened (logged).
 pub(crate) async fn java_port(control: &Arc<Control>, run: &RunId) -> Option<u16> {
     let proxy = crate::env::reachable(control.data.proxy_addr());
-    if control.advertised.authority() != proxy.to_string() {
+    if control.advertised.authority() != proxy.to_string() || control.data.is_closed(run) {
         return None;
     }
-    if let Some(port) = control
-        .bound_ports
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(run)
     {
-        return Some(*port);
+        let mut ports = control
+            .bound_ports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // A closed run's port closed with it (`serve_bound`).
+        ports.retain(|run, _| !control.data.is_closed(run));
+        if let Some(port) = ports.get(run) {
+            return Some(*port);
+        }
     }
     let listener = match tokio::net::TcpListener::bind((proxy.ip(), 0)).await {
         Ok(listener) => listener,

@@ -22,9 +22,18 @@ const CLOSED_POLL: Duration = Duration::from_secs(1);
 
 /// Serves `listener` for `run` until the run closes.
 pub async fn serve_bound(shared: Arc<DataPlane>, run: RunId, listener: TcpListener) {
+    // No run may reach another's bound port through the proxy (invariant 1's own-listener
+    // refusal covers it from the moment it listens).
+    let own = listener.local_addr().ok();
+    if let Some(addr) = own {
+        shared.dialer.add_own(addr);
+    }
     loop {
         if shared.is_closed(&run) {
             debug!(run.id = %run, "the run closed; its bound proxy port closes");
+            if let Some(addr) = own {
+                shared.dialer.remove_own(addr);
+            }
             return;
         }
         let accepted = tokio::time::timeout(CLOSED_POLL, listener.accept()).await;

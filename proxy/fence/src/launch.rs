@@ -256,7 +256,15 @@ impl Prepared {
         let truststore = match plan.truststore.filter(|p| p.is_file()) {
             Some(existing) => {
                 let copy = public.join("truststore.p12");
-                std::fs::copy(existing, &copy).map(|_| copy).ok()
+                std::fs::copy(existing, &copy)
+                    .map(|_| copy)
+                    .map_err(|error| {
+                        eprintln!(
+                            "airlock: WARNING: cannot copy the Java truststore {}: {error}; Java in the fence will not trust airlock's CA",
+                            existing.display()
+                        )
+                    })
+                    .ok()
             }
             None => {
                 let path = public.join("truststore.p12");
@@ -345,12 +353,22 @@ impl Prepared {
                 }
             }
         }
+        // The relay's own ports inside the fence: a proxy port equal to one is not re-served.
+        let proxy_port = plan
+            .proxy_port
+            .filter(|port| ![crate::RELAY_PORT, crate::DNS_PORT].contains(port));
+        if plan.proxy_port.is_some() && proxy_port.is_none() {
+            eprintln!(
+                "airlock: WARNING: the proxy's port {} is one the fence's relay uses; the proxy variables do not work inside the fence (captured connections do)",
+                plan.proxy_port.unwrap_or_default()
+            );
+        }
         let mut env = plan.env;
         for name in PROXY_VARS {
             if plan.network == Network::Isolated && env.contains_key(name) {
                 // Inside the fence the proxy is the relay's port on loopback, whatever
                 // address the server advertises outside.
-                if let Some(port) = plan.proxy_port {
+                if let Some(port) = proxy_port {
                     env.insert(
                         name.to_owned(),
                         format!("http://{}:{}@127.0.0.1:{port}", plan.run, plan.token),
@@ -391,7 +409,7 @@ impl Prepared {
             } else {
                 String::new()
             },
-            proxy_port: isolated.then_some(plan.proxy_port).flatten(),
+            proxy_port: isolated.then_some(proxy_port).flatten(),
             program: plan.program.to_owned(),
             args: plan.args.to_vec(),
             cwd: plan.cwd.to_owned(),

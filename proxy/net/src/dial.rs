@@ -137,7 +137,9 @@ pub trait PrivateAccess: Send + Sync {
 #[derive(Clone)]
 pub struct Dialer {
     policy: Arc<dyn PrivateAccess>,
-    own: Arc<Vec<SocketAddr>>,
+    /// airlock's own listeners; shared by every clone, so a listener opened later (a run's
+    /// bound proxy port) is refused by all of them.
+    own: Arc<std::sync::RwLock<Vec<SocketAddr>>>,
     connect_timeout: Duration,
     /// `--resolve` answers, by lower-case host.
     static_answers: Arc<std::collections::HashMap<String, Vec<IpAddr>>>,
@@ -153,7 +155,7 @@ impl Dialer {
     ) -> Self {
         Self {
             policy,
-            own: Arc::new(own),
+            own: Arc::new(std::sync::RwLock::new(own)),
             connect_timeout,
             static_answers: Arc::default(),
         }
@@ -171,12 +173,30 @@ impl Dialer {
         self
     }
 
+    /// Adds a listener opened after the dialer was built (a run's bound proxy port) to the
+    /// addresses every clone of this dialer refuses.
+    pub fn add_own(&self, addr: SocketAddr) {
+        self.own
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(addr);
+    }
+
+    /// Removes a listener [`Dialer::add_own`] added, once it is closed.
+    pub fn remove_own(&self, addr: SocketAddr) {
+        self.own
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|own| *own != addr);
+    }
+
     /// Whether dialing `addr` would reach one of airlock's own listeners: the same port
     /// and the same address, where a listener on an unspecified address is reached through
     /// loopback, the unspecified address, or any address of this machine's interfaces.
     fn is_own(&self, addr: SocketAddr) -> bool {
         let ip = canonical_ip(addr.ip());
-        self.own.iter().any(|own| {
+        let own = self.own.read().unwrap_or_else(|e| e.into_inner());
+        own.iter().any(|own| {
             let own_ip = canonical_ip(own.ip());
             own.port() == addr.port()
                 && (own_ip == ip

@@ -152,6 +152,10 @@ async fn run_step(
         .stdin(std::process::Stdio::inherit())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
+    // airlock's own credentials, if the user exported them, never reach the command.
+    for name in airlock_fence::launch::SCRUBBED_VARS {
+        command.env_remove(name);
+    }
     for (key, value) in env {
         command.env(key, value.as_str().unwrap_or_default());
     }
