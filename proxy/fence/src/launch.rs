@@ -85,9 +85,10 @@ fn run_with_input(program: &str, args: &[&str], stdin: &str) -> Result<(), Strin
 
 /// Checks that a fence of `network` can be made here: `unshare` (util-linux), `ip`
 /// (iproute2) and, for `isolated`, `nft` (nftables) are on `PATH`, and the kernel lets
-/// this process create the namespaces (user namespaces must be enabled). As root it also
-/// installs the fence's rules once in a throwaway network namespace: that loads the
-/// nftables modules, which a user namespace cannot.
+/// this process make the fence's namespaces, its rules and the command's nested
+/// namespace (user namespaces must be enabled). As root it first installs the rules once
+/// in a throwaway network namespace: that loads the nftables modules, which a user
+/// namespace cannot. A success is remembered for the boot (`probe_marker`).
 ///
 /// # Errors
 /// [`Unavailable`] naming the missing program or the kernel's refusal.
@@ -103,6 +104,10 @@ pub fn probe(network: Network) -> Result<(), Unavailable> {
             )));
         }
     }
+    let marker = probe_marker(network);
+    if marker.as_ref().is_some_and(|m| m.exists()) {
+        return Ok(());
+    }
     if network == Network::Isolated && is_root() {
         run_with_input(
             "unshare",
@@ -116,21 +121,41 @@ pub fn probe(network: Network) -> Result<(), Unavailable> {
             ))
         })?;
     }
-    let output = Command::new("unshare")
-        .args(UNSHARE_FLAGS)
-        .arg("true")
-        .output()
-        .map_err(|e| Unavailable(format!("cannot run unshare: {e}")))?;
-    if !output.status.success() {
-        let why = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-        return Err(Unavailable(format!(
-            "the kernel refused the namespaces ({why}); enable user namespaces \
-             (user.max_user_namespaces > 0; kernel.unprivileged_userns_clone=1 on Debian \
-             kernels; kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu), or allow \
-             unshare in the container (docs/containment.md)"
-        )));
+    // The whole fence in miniature: the namespaces, lo, the rules (isolated) and the
+    // command's nested namespace.
+    let inner = match network {
+        Network::Isolated => {
+            "ip link set lo up && nft -f - && exec unshare --user --map-root-user --mount true"
+        }
+        _ => "ip link set lo up && exec unshare --user --map-root-user --mount true",
+    };
+    let mut args: Vec<&str> = UNSHARE_FLAGS.to_vec();
+    args.extend(["--", "sh", "-c", inner]);
+    run_with_input("unshare", &args, &crate::setup::ruleset()).map_err(|why| {
+        Unavailable(format!(
+            "the kernel refused the fence's namespaces or rules ({why}); enable user \
+             namespaces (user.max_user_namespaces > 0; kernel.unprivileged_userns_clone=1 on \
+             Debian kernels; kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu) and \
+             nf_tables with nat, or allow unshare in the container (docs/containment.md)"
+        ))
+    })?;
+    if let Some(marker) = &marker {
+        let _ = std::fs::write(marker, b"");
     }
     Ok(())
+}
+
+/// A file that says a fence of this kind was made on this boot by this user, so later
+/// runs skip the probe (~20 ms); `None` when the boot cannot be told apart. A fence that
+/// stopped working since fails its step: it never runs the command unfenced.
+fn probe_marker(network: Network) -> Option<PathBuf> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let user = rustix::process::geteuid().as_raw();
+    Some(std::env::temp_dir().join(format!(
+        "airlock-fence-probed-{}-{user}-{}",
+        boot.trim(),
+        network.as_str()
+    )))
 }
 
 /// A fence ready to start: its files in a directory of its own, removed when dropped.
