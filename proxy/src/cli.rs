@@ -48,8 +48,8 @@ use admin_client::{decide_all, PartialCommit};
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(matches!(cli.command, Command::Serve(_)));
-    if let Command::FenceInit { spec } = &cli.command {
-        return fence_init(spec);
+    if let Command::FenceInit = &cli.command {
+        return fence_init();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -77,8 +77,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `airlock fence-init SPEC`: the fence's PID 1, on a one-thread runtime (it only relays).
-fn fence_init(spec: &std::path::Path) -> ExitCode {
+/// `airlock fence-init`: the fence's PID 1, on a one-thread runtime (it only relays); the
+/// spec comes in `AIRLOCK_FENCE_SPEC`.
+fn fence_init() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -89,7 +90,7 @@ fn fence_init(spec: &std::path::Path) -> ExitCode {
             return ExitCode::from(125);
         }
     };
-    let code = runtime.block_on(airlock_fence::init::run(spec));
+    let code = runtime.block_on(airlock_fence::init::run());
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
@@ -160,7 +161,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ui { url_only, admin } => admin_client::ui(url_only, &admin),
         Command::Policy { command } => policy::policy_command(command).await,
         Command::Run(args) => run::run(*args).await,
-        Command::FenceInit { .. } => Ok(()),
+        Command::FenceInit => Ok(()),
         Command::Savepoint { run, name, admin } => run::savepoint(&admin, &run, name).await,
         Command::RollbackTo {
             run,

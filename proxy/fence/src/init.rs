@@ -5,7 +5,6 @@
 //! signals to a namespace's init that it has no handler for), and when it exits the
 //! kernel kills every process left in the namespace.
 
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,19 +14,21 @@ use tokio::net::{TcpListener, UdpSocket};
 use crate::relay::{self, Counts, Upstream};
 use crate::{FenceError, Network, Report, Spec, DNS_PORT, RELAY_PORT};
 
-/// Runs the fence from `spec_path` and returns the exit code for the process: the
-/// command's, or 125 when the fence could not be set up (the report says why).
-pub async fn run(spec_path: &Path) -> i32 {
+/// Runs the fence from the spec in [`SPEC_VAR`](crate::launch::SPEC_VAR) and returns the
+/// exit code for the process: the command's, or 125 when the fence could not be set up
+/// (the report says why).
+pub async fn run() -> i32 {
     let started = Instant::now();
-    let spec = match read_spec(spec_path) {
+    let spec = match read_spec() {
         Ok(spec) => spec,
         Err(error) => {
             eprintln!("airlock fence: {error}");
             return 125;
         }
     };
-    // Opened now: the private directory that holds it is hidden from the command below.
-    let mut report_file = match std::fs::File::create(&spec.report) {
+    // Opened now, then unlinked: `airlock run` holds its own handle, so no path leads to
+    // the file any more, neither for this fence's command nor for another run's.
+    let mut report_file = match std::fs::OpenOptions::new().write(true).open(&spec.report) {
         Ok(file) => file,
         Err(error) => {
             eprintln!(
@@ -37,6 +38,7 @@ pub async fn run(spec_path: &Path) -> i32 {
             return 125;
         }
     };
+    let _ = std::fs::remove_file(&spec.report);
     let counts = Arc::new(Counts::default());
     let mut report = Report::default();
     let code = match fence(&spec, counts.clone(), started, &mut report).await {
@@ -59,13 +61,14 @@ pub async fn run(spec_path: &Path) -> i32 {
     code
 }
 
-fn read_spec(path: &Path) -> Result<Spec, FenceError> {
-    let text = std::fs::read(path).map_err(|source| FenceError::File {
-        what: "fence spec",
-        path: path.display().to_string(),
-        source,
+fn read_spec() -> Result<Spec, FenceError> {
+    let text = std::env::var(crate::launch::SPEC_VAR).map_err(|_| {
+        FenceError::Setup(format!(
+            "no spec in {}: fence-init is started by `airlock run`",
+            crate::launch::SPEC_VAR
+        ))
     })?;
-    serde_json::from_slice(&text).map_err(|source| FenceError::Json {
+    serde_json::from_str(&text).map_err(|source| FenceError::Json {
         what: "fence spec",
         source,
     })
@@ -120,7 +123,7 @@ async fn fence(
     // root there holds no capability over the fence's network namespace (it cannot flush
     // the rules or change routes), and the fence's mounts (the hidden data directory,
     // /proc) are locked under it, so it cannot unmount them to see what they cover.
-    let mut command = tokio::process::Command::new("unshare");
+    let mut command = tokio::process::Command::new(crate::launch::tool("unshare"));
     command
         .args(["--user", "--map-root-user", "--mount", "--"])
         .arg(&spec.program)

@@ -54,17 +54,39 @@ const HIDDEN_FILES: [&str; 3] = [
 ];
 
 /// Variables the fence never passes to the command: airlock's own credentials and
-/// addresses, which a user may have exported where `airlock run` was started.
-pub const SCRUBBED_VARS: [&str; 3] = ["AIRLOCK_TOKEN", "AIRLOCK_ADMIN", "AIRLOCK_DATA"];
+/// addresses, which a user may have exported where `airlock run` was started, and the
+/// fence's spec.
+pub const SCRUBBED_VARS: [&str; 4] = ["AIRLOCK_TOKEN", "AIRLOCK_ADMIN", "AIRLOCK_DATA", SPEC_VAR];
+
+/// The variable that carries the spec (JSON) to the fence's PID 1.
+pub const SPEC_VAR: &str = "AIRLOCK_FENCE_SPEC";
+
+/// Where the fence's tools are looked for before `PATH`: system directories only root can
+/// write, so a directory early on a user's `PATH` cannot stand in for `unshare`, `ip` or
+/// `nft` (which run with the fence's privileges).
+const SYSTEM_DIRS: [&str; 4] = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
+
+/// The absolute path of `program`: the first of [`SYSTEM_DIRS`] that holds it, else the
+/// first on `PATH`, else the bare name (which then fails to start with a clear error).
+pub fn tool(program: &str) -> PathBuf {
+    let system = SYSTEM_DIRS.iter().map(PathBuf::from);
+    let path = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .unwrap_or_default();
+    system
+        .chain(path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| PathBuf::from(program))
+}
 
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+    tool(program).is_absolute()
 }
 
 /// Runs `program args` with `stdin` fed; `Err` with its stderr when it fails.
 fn run_with_input(program: &str, args: &[&str], stdin: &str) -> Result<(), String> {
-    let mut child = Command::new(program)
+    let mut child = Command::new(tool(program))
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -125,12 +147,12 @@ pub fn probe(network: Network) -> Result<(), Unavailable> {
     // command's nested namespace.
     let inner = match network {
         Network::Isolated => {
-            "ip link set lo up && nft -f - && exec unshare --user --map-root-user --mount true"
+            "ip link set lo up && nft -f - && exec unshare --user --map-root-user --mount /bin/true"
         }
-        _ => "ip link set lo up && exec unshare --user --map-root-user --mount true",
+        _ => "ip link set lo up && exec unshare --user --map-root-user --mount /bin/true",
     };
     let mut args: Vec<&str> = UNSHARE_FLAGS.to_vec();
-    args.extend(["--", "sh", "-c", inner]);
+    args.extend(["--", "/bin/sh", "-c", inner]);
     run_with_input("unshare", &args, &crate::setup::ruleset()).map_err(|why| {
         Unavailable(format!(
             "the kernel refused the fence's namespaces or rules ({why}); enable user \
@@ -165,8 +187,8 @@ fn probe_marker(network: Network) -> Option<PathBuf> {
 #[derive(Debug)]
 pub struct Prepared {
     dir: tempfile::TempDir,
-    spec: PathBuf,
-    report: PathBuf,
+    spec: String,
+    report_file: std::fs::File,
     bundle: PathBuf,
     truststore: Option<PathBuf>,
 }
@@ -444,30 +466,46 @@ impl Prepared {
             hide_files,
             report: report.clone(),
         };
-        let spec_path = private.join("spec.json");
-        let json = serde_json::to_vec_pretty(&spec).map_err(|source| FenceError::Json {
+        // The spec holds the run's token: it goes to PID 1 in its environment, never in a
+        // file another fenced command of this user could read.
+        let spec = serde_json::to_string(&spec).map_err(|source| FenceError::Json {
             what: "fence spec",
             source,
         })?;
-        trust::write(&spec_path, &json, "fence spec")?;
+        // Read back through this handle, opened before the command exists: whatever the
+        // command does to the paths, it cannot replace the file PID 1 writes.
+        let report_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&report)
+            .map_err(|source| FenceError::File {
+                what: "fence report",
+                path: report.display().to_string(),
+                source,
+            })?;
         Ok(Self {
             dir,
-            spec: spec_path,
-            report,
+            spec,
+            report_file,
             bundle,
             truststore,
         })
     }
 
-    /// `unshare` and its arguments, ending in `EXE fence-init SPEC` (`exe` is airlock's
-    /// own binary).
-    pub fn command_line(&self, exe: &Path) -> (String, Vec<String>) {
+    /// `unshare` (by absolute path) and its arguments, ending in `EXE fence-init` (`exe`
+    /// is airlock's own binary), and the environment to add: [`SPEC_VAR`] holds the spec.
+    pub fn command_line(&self, exe: &Path) -> (String, Vec<String>, Vec<(String, String)>) {
         let mut args: Vec<String> = UNSHARE_FLAGS.iter().map(|f| (*f).to_owned()).collect();
         args.push("--".into());
         args.push(exe.display().to_string());
         args.push("fence-init".into());
-        args.push(self.spec.display().to_string());
-        ("unshare".into(), args)
+        (
+            tool("unshare").display().to_string(),
+            args,
+            vec![(SPEC_VAR.to_owned(), self.spec.clone())],
+        )
     }
 
     /// The CA bundle the fence mounts.
@@ -487,7 +525,11 @@ impl Prepared {
 
     /// The report PID 1 wrote; `None` when it wrote none (it was killed, or never ran).
     pub fn report(&self) -> Option<Report> {
-        let text = std::fs::read(&self.report).ok()?;
+        use std::io::{Read as _, Seek as _};
+        let mut file = self.report_file.try_clone().ok()?;
+        file.rewind().ok()?;
+        let mut text = Vec::new();
+        file.read_to_end(&mut text).ok()?;
         serde_json::from_slice(&text).ok()
     }
 }

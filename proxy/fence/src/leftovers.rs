@@ -14,6 +14,14 @@ pub struct Leftover {
     pub listening: Vec<String>,
 }
 
+/// Whether `pid` is a zombie (exited, not yet reaped): field 3 of its `stat` is `Z`.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
+}
+
 /// `local_address` of `/proc/net/tcp` (`0100007F:1F90`) as `IP:PORT`.
 fn socket_address(hex: &str) -> String {
     let (ip, port) = hex.split_once(':').unwrap_or((hex, "0"));
@@ -48,6 +56,19 @@ fn listening() -> std::collections::HashMap<String, String> {
 /// Processes of the fence other than PID 1 and `skip`, from `/proc` (the fence mounts its
 /// own). The relay's own listeners are left out of `listening`.
 pub(crate) fn scan(own_listeners: &[String]) -> Vec<Leftover> {
+    // Listing sockets walks the kernel's whole TCP table (~20 ms): only when something
+    // was left running.
+    let any = std::fs::read_dir("/proc").is_ok_and(|dir| {
+        dir.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|pid| pid != 1 && !is_zombie(pid))
+        })
+    });
+    if !any {
+        return Vec::new();
+    }
     let sockets = listening();
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -64,12 +85,7 @@ pub(crate) fn scan(own_listeners: &[String]) -> Vec<Leftover> {
         if pid == 1 {
             continue;
         }
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // Field 3 of stat is the state; Z is a zombie (already exited, not yet reaped).
-        if stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        {
+        if is_zombie(pid) {
             continue;
         }
         let command = std::fs::read(entry.path().join("cmdline"))

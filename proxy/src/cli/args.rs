@@ -41,10 +41,7 @@ pub(super) enum Command {
     Run(Box<crate::cli::run::RunArgs>),
     /// Internal: PID 1 of the fence `airlock run` starts with `unshare` (docs/containment.md)
     #[command(name = "fence-init", hide = true)]
-    FenceInit {
-        /// The fence's spec (JSON), written by `airlock run`
-        spec: std::path::PathBuf,
-    },
+    FenceInit,
     /// Take a savepoint of a run: a workspace snapshot and the ledger position
     Savepoint {
         /// The run

@@ -278,7 +278,7 @@ async fn contained_step(cx: &StepContext<'_>, program: &str, args: &[String]) ->
         network: chosen.network,
     };
     let prepared = fence::prepare(&plan, client, program, args, workspace, env).await;
-    let (prepared, unshare, unshare_args) = match prepared {
+    let (prepared, unshare, unshare_args, spec_env) = match prepared {
         Ok(prepared) => prepared,
         Err(error) => {
             // Nothing ran: the step failed, and the run is decided as any failed step.
@@ -295,11 +295,15 @@ async fn contained_step(cx: &StepContext<'_>, program: &str, args: &[String]) ->
             );
         }
     };
+    let spec_env: serde_json::Map<String, Value> = spec_env
+        .into_iter()
+        .map(|(name, value)| (name, Value::String(value)))
+        .collect();
     let mut step = run_step(
         &unshare,
         &unshare_args,
         workspace,
-        &serde_json::Map::new(),
+        &spec_env,
         run,
         json_output,
     )

@@ -97,7 +97,7 @@ pub(super) async fn prepare(
     args: &[String],
     workspace: &Path,
     env: &serde_json::Map<String, Value>,
-) -> anyhow::Result<(Prepared, String, Vec<String>)> {
+) -> anyhow::Result<(Prepared, String, Vec<String>, Vec<(String, String)>)> {
     let created = fence.created;
     let socket = created["fence_socket"].as_str().ok_or_else(|| {
         anyhow!("the server did not name its fence socket (is it older than this airlock?)")
@@ -132,8 +132,8 @@ pub(super) async fn prepare(
         env: vars,
     })?;
     let exe = std::env::current_exe().context("cannot find airlock's own binary")?;
-    let (unshare, unshare_args) = prepared.command_line(&exe);
-    Ok((prepared, unshare, unshare_args))
+    let (unshare, unshare_args, spec_env) = prepared.command_line(&exe);
+    Ok((prepared, unshare, unshare_args, spec_env))
 }
 
 /// airlock's fence counts of `run` so far (`null` in env mode, or when the server does

@@ -1,6 +1,7 @@
 //! `--check-residue-outside PATHS`: what the command changed outside the workspace. These
-//! paths are only watched, never snapshotted or restored: each path's kind, size, mode and
-//! modification time are compared before and after. Unreadable entries are skipped.
+//! paths are only watched, never snapshotted or restored: each path's kind, size, mode,
+//! modification and change times and inode are compared before and after. Unreadable
+//! entries are skipped.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,11 +25,15 @@ fn stamp(metadata: &std::fs::Metadata) -> Stamp {
     } else {
         metadata.size()
     };
+    // ctime and the inode too: a command can reset mtime (`touch -d`), not ctime.
     format!(
-        "{kind} {size} {:o} {}.{}",
+        "{kind} {size} {:o} {}.{} {}.{} {}",
         metadata.mode() & 0o7777,
         metadata.mtime(),
-        metadata.mtime_nsec()
+        metadata.mtime_nsec(),
+        metadata.ctime(),
+        metadata.ctime_nsec(),
+        metadata.ino()
     )
 }
 
@@ -85,8 +90,17 @@ pub(super) fn schedule_roots() -> Vec<PathBuf> {
         "/var/spool/cron",
         "/var/spool/at",
         "/var/spool/atjobs",
+        "/etc/crontab",
         "/etc/cron.d",
+        "/etc/cron.hourly",
+        "/etc/cron.daily",
+        "/etc/cron.weekly",
+        "/etc/cron.monthly",
         "/etc/systemd/system",
+        "/etc/systemd/user",
+        "/usr/lib/systemd/system",
+        "/usr/lib/systemd/user",
+        "/etc/profile.d",
     ]
     .iter()
     .map(PathBuf::from)
