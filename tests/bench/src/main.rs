@@ -1,11 +1,13 @@
 //! Benchmark of airlock (issue 8): pass-through cost against a direct connection,
-//! hudsucker and mitmdump, plus staging, first contact, streaming, release and idle
-//! memory. Loopback only. Run from the repository root:
+//! hudsucker and mitmdump, plus staging, first contact, streaming, release, idle
+//! memory and the fence (`airlock run --network isolated`). Loopback only. Run from the
+//! repository root:
 //!
 //! ```sh
 //! cargo run --release --manifest-path tests/bench/Cargo.toml -- [--quick] [--skip-SECTION…]
 //! ```
 
+mod fence;
 mod load;
 mod origin;
 mod procs;
@@ -28,7 +30,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const USAGE: &str = "usage: airlock-bench [--quick] [--rounds N] [--seconds S] [--connections N]
        [--airlock PATH] [--baseline-airlock PATH] [--hyper-origin] [--no-mitmdump] [--no-hudsucker]
        [--skip-pass] [--skip-staging] [--skip-first-contact] [--skip-streaming]
-       [--skip-release] [--skip-idle]";
+       [--skip-release] [--skip-idle] [--skip-fence] [--fence-runs N] [--fence-requests N]";
 
 /// Command-line options.
 #[derive(Clone, Debug)]
@@ -50,6 +52,10 @@ struct Options {
     streaming: bool,
     release: bool,
     idle: bool,
+    fence: bool,
+    /// `airlock run -- true` per mode, and requests per path per round (fence section).
+    fence_runs: Option<usize>,
+    fence_requests: Option<usize>,
 }
 
 impl Options {
@@ -70,6 +76,9 @@ impl Options {
             streaming: true,
             release: true,
             idle: true,
+            fence: true,
+            fence_runs: None,
+            fence_requests: None,
         };
         let mut rounds = None;
         let mut seconds = None;
@@ -92,6 +101,9 @@ impl Options {
                 "--skip-streaming" => options.streaming = false,
                 "--skip-release" => options.release = false,
                 "--skip-idle" => options.idle = false,
+                "--skip-fence" => options.fence = false,
+                "--fence-runs" => options.fence_runs = Some(value()?.parse()?),
+                "--fence-requests" => options.fence_requests = Some(value()?.parse()?),
                 "-h" | "--help" => {
                     println!("{USAGE}");
                     std::process::exit(0);
@@ -131,6 +143,7 @@ fn main() -> std::process::ExitCode {
     let outcome = match args.first().map(String::as_str) {
         Some("hudsucker-proxy") => procs::hudsucker_main(&args[1..]),
         Some("origin") => origin::main(&args[1..]),
+        Some("fence-client") => fence::client_main(&args[1..]),
         _ => Options::parse(&args).and_then(|options| {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -550,6 +563,10 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
     }
 
     let _ = airlock.proxy.child.kill().await;
+    if options.fence {
+        let counts = fence::Counts::new(options.quick, options.fence_runs, options.fence_requests);
+        fence::section(counts, airlock_binary, dir, &ca_path, target.port).await?;
+    }
     let _ = origin.child.kill().await;
     Ok(())
 }

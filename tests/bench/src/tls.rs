@@ -42,7 +42,8 @@ impl ThrowawayCa {
         })
     }
 
-    /// A server certificate and key (PEM) for `127.0.0.1` (iPAddress SAN) and `localhost`.
+    /// A server certificate and key (PEM) for `127.0.0.1` (iPAddress SAN), `localhost` and
+    /// the fence section's `origin.test`.
     pub fn origin_leaf(&self) -> Result<(String, String), BoxError> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
@@ -52,6 +53,7 @@ impl ThrowawayCa {
         params.subject_alt_names = vec![
             SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])),
             SanType::DnsName("localhost".try_into()?),
+            SanType::DnsName(crate::fence::ORIGIN_NAME.try_into()?),
         ];
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
