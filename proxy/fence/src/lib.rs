@@ -63,7 +63,8 @@ pub struct Mount {
     pub target: PathBuf,
 }
 
-/// What the fence's PID 1 is told to do, written by [`launch`] as JSON.
+/// What the fence's PID 1 is told to do, handed over by [`launch`] as JSON in
+/// `AIRLOCK_FENCE_SPEC` (never written to a file: it holds the run's token).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Spec {
     /// `isolated` or `offline` (`env` runs no fence).
@@ -88,7 +89,7 @@ pub struct Spec {
     /// socket's own mount (so the data directory can be hidden).
     pub mounts: Vec<Mount>,
     /// Directories covered with an empty tmpfs once the mounts are made: airlock's data
-    /// directory, the fence's private directory (this spec, the report), and host service
+    /// directory, the fence's private directory (the report), and host service
     /// sockets a command could use to act outside the fence (systemd, D-Bus, Docker).
     pub hide: Vec<PathBuf>,
     /// Files covered with `/dev/null` (service sockets that are files, e.g. Docker's).
