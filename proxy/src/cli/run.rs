@@ -1,11 +1,11 @@
 //! `airlock run`: one transaction for files and effects. Creates a run (on a running server,
-//! or an embedded one for the duration), snapshots the workspace, runs the command with the
-//! run's proxy environment, seals, verifies, and has the server write one decision and
-//! apply it to both sides. Also `airlock savepoint` and `airlock rollback-to`. See
+//! or an embedded one for the duration), snapshots the workspace, runs the command in the
+//! chosen network mode (a fence whose only route out is airlock by default; see
+//! docs/containment.md), seals, verifies, and has the server write one decision and apply
+//! it to both sides. Also `airlock savepoint` and `airlock rollback-to`. See
 //! docs/run.md.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::{anyhow, Context as _};
 use serde_json::{json, Value};
@@ -14,7 +14,10 @@ use super::{connect, AdminArgs};
 
 mod fence;
 mod outside;
+mod step;
 mod summary;
+
+use step::{contained_step, record, StepContext};
 
 pub use fence::NetworkArg;
 
@@ -101,231 +104,6 @@ pub struct RunFailed {
     pub code: u8,
     /// What failed.
     pub message: String,
-}
-
-/// A command's outcome.
-struct Step {
-    exit_code: Option<i32>,
-    success: bool,
-    duration_ms: u64,
-    note: Option<String>,
-    output: String,
-}
-
-/// How much of a command's output (stdout and stderr interleaved) is kept on the run.
-const OUTPUT_TAIL_BYTES: usize = 16 * 1024;
-
-/// Copies a child's stream to `sink` as it comes, keeping the last bytes in `tail`.
-async fn tee(
-    mut from: impl tokio::io::AsyncRead + Unpin,
-    mut sink: impl std::io::Write,
-    tail: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-) {
-    use tokio::io::AsyncReadExt as _;
-    let mut buffer = vec![0u8; 8192];
-    while let Ok(n) = from.read(&mut buffer).await {
-        if n == 0 {
-            break;
-        }
-        let _ = sink.write_all(&buffer[..n]).and_then(|()| sink.flush());
-        let mut kept = tail.lock().unwrap_or_else(|e| e.into_inner());
-        kept.extend_from_slice(&buffer[..n]);
-        let excess = kept.len().saturating_sub(OUTPUT_TAIL_BYTES);
-        kept.drain(..excess);
-    }
-}
-
-async fn run_step(
-    program: &str,
-    args: &[String],
-    workspace: &std::path::Path,
-    env: &serde_json::Map<String, Value>,
-    run: &str,
-    json_output: bool,
-) -> Step {
-    let started = Instant::now();
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(args)
-        .current_dir(workspace)
-        .env("AIRLOCK_RUN", run)
-        .stdin(std::process::Stdio::inherit())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    // airlock's own credentials, if the user exported them, never reach the command.
-    for name in airlock_fence::launch::SCRUBBED_VARS {
-        command.env_remove(name);
-    }
-    for (key, value) in env {
-        command.env(key, value.as_str().unwrap_or_default());
-    }
-    let tail = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let status = match command.spawn() {
-        Ok(mut child) => {
-            let out = child.stdout.take();
-            let err = child.stderr.take();
-            let (tail_out, tail_err) = (tail.clone(), tail.clone());
-            let copy_out = tokio::spawn(async move {
-                if let Some(out) = out {
-                    // With --json, stdout carries the report alone: the command's goes to stderr.
-                    if json_output {
-                        tee(out, std::io::stderr(), tail_out).await
-                    } else {
-                        tee(out, std::io::stdout(), tail_out).await
-                    }
-                }
-            });
-            let copy_err = tokio::spawn(async move {
-                if let Some(err) = err {
-                    tee(err, std::io::stderr(), tail_err).await
-                }
-            });
-            let status = child.wait().await;
-            // A process the command left running may hold the pipes open: stop copying
-            // shortly after the command itself ended instead of waiting for it.
-            let (abort_out, abort_err) = (copy_out.abort_handle(), copy_err.abort_handle());
-            let grace = tokio::time::timeout(std::time::Duration::from_millis(500), async {
-                let _ = copy_out.await;
-                let _ = copy_err.await;
-            });
-            if grace.await.is_err() {
-                abort_out.abort();
-                abort_err.abort();
-            }
-            status
-        }
-        Err(error) => Err(error),
-    };
-    let duration_ms = started.elapsed().as_millis() as u64;
-    let output =
-        String::from_utf8_lossy(&tail.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
-    match status {
-        Ok(status) => Step {
-            exit_code: status.code(),
-            success: status.success(),
-            duration_ms,
-            note: status
-                .code()
-                .is_none()
-                .then(|| format!("ended by a signal ({status})")),
-            output,
-        },
-        Err(error) => Step {
-            exit_code: None,
-            success: false,
-            duration_ms,
-            note: Some(format!("cannot start {program}: {error}")),
-            output,
-        },
-    }
-}
-
-async fn record(
-    client: &AdminClient,
-    run: &str,
-    kind: &str,
-    line: &str,
-    step: &Step,
-    containment: &Value,
-) -> anyhow::Result<()> {
-    client
-        .post(
-            &format!("/v1/runs/{run}/workspace/steps"),
-            Some(json!({
-                "kind": kind, "command": line, "exit_code": step.exit_code,
-                "success": step.success, "duration_ms": step.duration_ms, "note": step.note,
-                "output": step.output, "containment": containment,
-            })),
-        )
-        .await?;
-    Ok(())
-}
-
-/// What every step of a run shares.
-#[derive(Clone, Copy)]
-struct StepContext<'a> {
-    chosen: &'a fence::Chosen,
-    created: &'a Value,
-    run: &'a str,
-    workspace: &'a std::path::Path,
-    env: &'a serde_json::Map<String, Value>,
-    client: &'a AdminClient,
-    json_output: bool,
-}
-
-/// Runs one step of the run (`command` or `verify`) in the chosen mode: in a fence for
-/// `isolated` and `offline`, with the run's proxy environment for `env`. Returns the
-/// step and the containment to record with it.
-async fn contained_step(cx: &StepContext<'_>, program: &str, args: &[String]) -> (Step, Value) {
-    let StepContext {
-        chosen,
-        created,
-        run,
-        workspace,
-        env,
-        client,
-        json_output,
-    } = *cx;
-    let before = fence::counts(client, run, chosen).await;
-    if chosen.network == airlock_fence::Network::Env {
-        let step = run_step(program, args, workspace, env, run, json_output).await;
-        let containment = fence::containment(client, run, chosen, None, &before).await;
-        return (step, containment);
-    }
-    let plan = fence::FenceRun {
-        created,
-        run,
-        network: chosen.network,
-    };
-    let prepared = fence::prepare(&plan, client, program, args, workspace, env).await;
-    let (prepared, unshare, unshare_args, spec_env) = match prepared {
-        Ok(prepared) => prepared,
-        Err(error) => {
-            // Nothing ran: the step failed, and the run is decided as any failed step.
-            let step = Step {
-                exit_code: None,
-                success: false,
-                duration_ms: 0,
-                note: Some(format!("the fence could not be set up: {error:#}")),
-                output: String::new(),
-            };
-            return (
-                step,
-                fence::containment(client, run, chosen, None, &before).await,
-            );
-        }
-    };
-    let spec_env: serde_json::Map<String, Value> = spec_env
-        .into_iter()
-        .map(|(name, value)| (name, Value::String(value)))
-        .collect();
-    let mut step = run_step(
-        &unshare,
-        &unshare_args,
-        workspace,
-        &spec_env,
-        run,
-        json_output,
-    )
-    .await;
-    let report = prepared.report();
-    match &report {
-        Some(report) => {
-            if let Some(error) = &report.error {
-                step.note = Some(error.clone());
-            } else if let Some(signal) = report.signal {
-                step.exit_code = None;
-                step.note = Some(format!("ended by signal {signal}"));
-            }
-        }
-        None if step.note.is_none() => {
-            step.note =
-                Some("the fence ended without a report (it was killed, or could not start)".into());
-        }
-        None => {}
-    }
-    let containment = fence::containment(client, run, chosen, report.as_ref(), &before).await;
-    (step, containment)
 }
 
 /// Runs `airlock run`.
