@@ -14,10 +14,15 @@ use super::{
 
 fn git(workspace: &Path, index: Option<&Path>, args: &[&str]) -> Result<Vec<u8>, SnapshotError> {
     let mut command = Command::new("git");
+    // The workspace's repository is the sandbox's: a command may have written its
+    // config, and git runs here outside any fence. So no fsmonitor and no hooks, whatever
+    // that config says. (Filter drivers it names still run: docs/containment.md.)
     command
+        .args(["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"])
         .arg("-C")
         .arg(workspace)
         .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_AUTHOR_NAME", "airlock")
         .env("GIT_AUTHOR_EMAIL", "airlock@localhost")
         .env("GIT_COMMITTER_NAME", "airlock")
