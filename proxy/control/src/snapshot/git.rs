@@ -18,7 +18,12 @@ fn git(workspace: &Path, index: Option<&Path>, args: &[&str]) -> Result<Vec<u8>,
     // config, and git runs here outside any fence. So no fsmonitor and no hooks, whatever
     // that config says. (Filter drivers it names still run: docs/containment.md.)
     command
-        .args(["-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"])
+        .args([
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.hooksPath=/dev/null",
+        ])
         .arg("-C")
         .arg(workspace)
         .args(args)
