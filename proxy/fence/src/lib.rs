@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod init;
 pub mod launch;
-mod leftovers;
+pub mod leftovers;
 mod relay;
 mod setup;
 pub mod trust;

@@ -121,87 +121,9 @@ pub(super) fn absolute(paths: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `local_address` of `/proc/net/tcp{,6}` (`0100007F:1F90`) as text.
-fn socket_address(hex: &str, v6: bool) -> String {
-    let (ip, port) = hex.split_once(':').unwrap_or((hex, "0"));
-    let port = u16::from_str_radix(port, 16).unwrap_or(0);
-    if v6 {
-        return format!("[…]:{port}");
-    }
-    let ip = u32::from_str_radix(ip, 16).unwrap_or(0);
-    // The kernel prints the address in host byte order (little-endian on the hosts we run).
-    let ip = std::net::Ipv4Addr::from(ip.swap_bytes());
-    format!("{ip}:{port}")
-}
-
-/// Socket inodes in LISTEN state, with their local address.
-fn listening_sockets() -> std::collections::HashMap<String, String> {
-    let mut out = std::collections::HashMap::new();
-    for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
-        let Ok(text) = std::fs::read_to_string(file) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.len() > 9 && fields[3] == "0A" {
-                out.insert(fields[9].to_owned(), socket_address(fields[1], v6));
-            }
-        }
-    }
-    out
-}
-
 /// Processes still running that the command started (their environment carries
-/// `AIRLOCK_RUN=run`), each as `pid PID: COMMAND LINE`, with the addresses it listens on.
-/// Linux only (`/proc`); empty elsewhere.
-pub(super) fn leftover_processes(run: &str) -> Vec<serde_json::Value> {
-    let marker = format!("AIRLOCK_RUN={run}");
-    let listening = listening_sockets();
-    let own = std::process::id();
-    let mut out = Vec::new();
-    let Ok(proc_dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in proc_dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == own {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if !environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
-            continue;
-        }
-        let command = std::fs::read(entry.path().join("cmdline"))
-            .map(|c| {
-                String::from_utf8_lossy(&c)
-                    .split('\0')
-                    .filter(|p| !p.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .unwrap_or_default();
-        let mut listens: Vec<String> = std::fs::read_dir(entry.path().join("fd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-            .filter_map(|target| {
-                let text = target.to_string_lossy().into_owned();
-                let inode = text.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned();
-                listening.get(&inode).cloned()
-            })
-            .collect();
-        listens.sort();
-        listens.dedup();
-        out.push(serde_json::json!({ "pid": pid, "command": command, "listening": listens }));
-    }
-    out
+/// `AIRLOCK_RUN=run`), with the addresses each listens on. Linux only (`/proc`); empty
+/// elsewhere.
+pub(super) fn leftover_processes(run: &str) -> Vec<airlock_fence::Leftover> {
+    airlock_fence::leftovers::processes(&format!("AIRLOCK_RUN={run}"))
 }
