@@ -66,8 +66,9 @@ pub const SPEC_VAR: &str = "AIRLOCK_FENCE_SPEC";
 /// `nft` (which run with the fence's privileges).
 const SYSTEM_DIRS: [&str; 4] = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 
-/// The absolute path of `program`: the first of [`SYSTEM_DIRS`] that holds it, else the
-/// first on `PATH`, else the bare name (which then fails to start with a clear error).
+/// The absolute path of `program`: the first of the system directories (`/usr/sbin`,
+/// `/usr/bin`, `/sbin`, `/bin`) that holds it, else the first on `PATH`, else the bare
+/// name (which then fails to start with a clear error).
 pub fn tool(program: &str) -> PathBuf {
     let system = SYSTEM_DIRS.iter().map(PathBuf::from);
     let path = std::env::var_os("PATH")

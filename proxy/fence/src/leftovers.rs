@@ -1,6 +1,6 @@
 //! Processes left running and the TCP sockets they listen on, read from `/proc`: every
 //! process of the fence's PID namespace but PID 1 (zombies excepted) when a fenced command
-//! ends ([`scan`]), and the processes `airlock run --network env` finds by their run's
+//! ends, and the processes `airlock run --network env` finds by their run's
 //! environment ([`processes`]).
 
 use std::collections::HashMap;
