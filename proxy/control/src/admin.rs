@@ -305,36 +305,24 @@ async fn create_run(
             let control = shared.clone();
             let profile = request.profile.clone();
             let text = source.to_string();
-            let created = tokio::task::spawn_blocking(move || {
+            // Checked before creating, so a refused source leaves no run behind; one such
+            // creation at a time, so no other can bind an overlapping source in between.
+            let created = blocking(move || {
                 let _one = CREATE_WITH_SOURCE.lock().unwrap_or_else(|e| e.into_inner());
                 let data = control.data.clone();
                 let open = |run: &RunId| !data.is_closed(run);
-                // Check before creating, so a refused source leaves no run behind.
-                let probe = RunId::generate();
-                control
-                    .fence
-                    .bind_source(source, probe.clone(), open)
-                    .map_err(|holder| {
-                        ApiError::new(
-                            StatusCode::CONFLICT,
-                            "source_in_use",
-                            format!("{text} overlaps the source of open run {holder}"),
-                        )
-                    })?;
-                let run = control.ledger().create_run_from(profile, Some(text));
-                control.fence.release_source(&probe);
-                let run = run.map_err(ApiError::from)?;
+                if let Some(holder) = control.fence.source_holder(source, open) {
+                    return Ok(Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "source_in_use",
+                        format!("{text} overlaps the source of open run {holder}"),
+                    )));
+                }
+                let run = control.ledger().create_run_from(profile, Some(text))?;
                 let _ = control.fence.bind_source(source, run.id.clone(), open);
-                Ok::<_, ApiError>(run)
+                Ok(Ok(run))
             })
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "task_failed",
-                    e.to_string(),
-                )
-            })?;
+            .await?;
             created?
         }
     };

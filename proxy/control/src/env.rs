@@ -5,30 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
-/// Variables naming the proxy, in both cases (curl reads lower case `http_proxy` only;
-/// Go and Python read either: docs/cases.md C18).
-const PROXY_VARS: [&str; 6] = [
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-];
-
-/// Variables naming the CA bundle for OpenSSL, Python requests, curl, pip, Node, git,
-/// cargo, the AWS SDKs and gRPC.
-const CA_VARS: [&str; 9] = [
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "PIP_CERT",
-    "NODE_EXTRA_CA_CERTS",
-    "GIT_SSL_CAINFO",
-    "CARGO_HTTP_CAINFO",
-    "AWS_CA_BUNDLE",
-    "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
-];
+use airlock_net::config::{CA_VARS, PROXY_VARS};
 
 /// The address clients should dial for a listener bound to `addr` (an unspecified bind
 /// address is reached on loopback).

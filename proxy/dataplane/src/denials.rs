@@ -22,6 +22,29 @@ pub struct Refusal {
     pub policy_revision: String,
 }
 
+/// Journals the denial of a whole `target` (a `CONNECT`, or a fenced connection) by
+/// `decision` under policy revision `revision`.
+pub fn journal_connect(
+    shared: &DataPlane,
+    run: &RunId,
+    target: &airlock_net::authority::Target,
+    decision: &airlock_policy::Decision,
+    revision: &str,
+) {
+    journal(
+        shared,
+        run,
+        Refusal {
+            method: "CONNECT".into(),
+            url: format!("https://{}", target.authority()),
+            has_body: false,
+            rule: decision.rule.clone(),
+            reason_code: decision.reason_code.to_owned(),
+            policy_revision: revision.to_owned(),
+        },
+    );
+}
+
 /// Journals one denial of `run`; a ledger error is logged (the client already gets its
 /// 403; failing it for a journal error would help nobody).
 pub fn journal(shared: &DataPlane, run: &RunId, refusal: Refusal) {

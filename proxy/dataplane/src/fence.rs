@@ -105,12 +105,17 @@ impl Fence {
             .bind(source, run, open)
     }
 
-    /// Frees the source bound to `run`, if any.
-    pub fn release_source(&self, run: &RunId) {
+    /// The open run whose source overlaps `source`, if any (`open` as for
+    /// [`Fence::bind_source`]).
+    pub fn source_holder(
+        &self,
+        source: ipnet::IpNet,
+        open: impl Fn(&RunId) -> bool,
+    ) -> Option<RunId> {
         self.sources
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .release(run);
+            .holder(source, open)
     }
 
     /// The run bound to the source holding `ip`, if any.

@@ -275,18 +275,7 @@ async fn connect(
     if let ConnectDecision::Deny(decision) = decision {
         info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
               policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "CONNECT denied");
-        crate::denials::journal(
-            &shared,
-            &run,
-            crate::denials::Refusal {
-                method: "CONNECT".into(),
-                url: format!("https://{}", target.authority()),
-                has_body: false,
-                rule: decision.rule.clone(),
-                reason_code: decision.reason_code.to_owned(),
-                policy_revision: policy.revision().to_owned(),
-            },
-        );
+        crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
         return ProxyError::Denied {
             rule: decision.rule,
             reason: decision.reason,

@@ -135,7 +135,7 @@ async fn fence(
         command.env_remove(name);
     }
     if spec.network == Network::Offline {
-        for name in crate::launch::PROXY_VARS {
+        for name in airlock_net::config::PROXY_VARS {
             command.env_remove(name);
         }
     }

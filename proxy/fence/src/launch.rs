@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use airlock_net::config::{CA_VARS, PROXY_VARS};
+
 use crate::trust::{self, TRUSTSTORE_PASSWORD};
 use crate::{FenceError, Mount, Network, Report, Spec};
 
@@ -222,29 +224,10 @@ pub struct Plan<'a> {
     pub env: BTreeMap<String, String>,
 }
 
-/// The variables that name a CA bundle; inside a fence each names the bundle.
-const CA_VARS: [&str; 10] = [
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "PIP_CERT",
-    "NODE_EXTRA_CA_CERTS",
-    "GIT_SSL_CAINFO",
-    "CARGO_HTTP_CAINFO",
-    "AWS_CA_BUNDLE",
-    "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
-    "npm_config_cafile",
-];
-
-/// Variables that name a proxy.
-pub const PROXY_VARS: [&str; 6] = [
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-];
+/// The variables that name a CA bundle ([`CA_VARS`]) and npm's, which replaces npm's
+/// trust rather than adding to it: inside a fence each names the bundle, which holds the
+/// system roots too.
+const FENCE_CA_VARS: [&str; 1] = ["npm_config_cafile"];
 
 fn private_dir(dir: &Path, name: &str, mode: u32) -> Result<PathBuf, FenceError> {
     let path = dir.join(name);
@@ -427,8 +410,8 @@ impl Prepared {
             }
         }
         let bundle_path = bundle.display().to_string();
-        for name in CA_VARS {
-            env.insert(name.to_owned(), bundle_path.clone());
+        for name in CA_VARS.iter().chain(&FENCE_CA_VARS) {
+            env.insert((*name).to_owned(), bundle_path.clone());
         }
         // Inside the fence Java's own connections are captured: no proxy settings, only
         // trust (the JDK reads neither http.proxyUser nor SSL_CERT_FILE).

@@ -1,6 +1,32 @@
 //! The one place that names the environment variables airlock reads and the files of its
 //! data directory.
 
+/// Variables naming the proxy, in both cases (curl reads lower case `http_proxy` only;
+/// Go and Python read either: docs/cases.md C18). Set for every run; inside a fence they
+/// name the relay's port, and `offline` removes them.
+pub const PROXY_VARS: [&str; 6] = [
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+];
+
+/// Variables naming the CA bundle for OpenSSL, Python requests, curl, pip, Node, git,
+/// cargo, the AWS SDKs and gRPC.
+pub const CA_VARS: [&str; 9] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "AWS_CA_BUNDLE",
+    "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+];
+
 /// Environment variable: the admin API's base URL for CLI commands (`http://127.0.0.1:8081`).
 pub const ENV_ADMIN: &str = "AIRLOCK_ADMIN";
 /// Environment variable: the admin bearer token for CLI commands.

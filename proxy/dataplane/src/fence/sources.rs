@@ -22,21 +22,21 @@ impl Sources {
         run: RunId,
         open: impl Fn(&RunId) -> bool,
     ) -> Result<(), RunId> {
-        self.bound.retain(|(_, r)| open(r));
-        if let Some((_, holder)) = self
-            .bound
-            .iter()
-            .find(|(other, _)| other.contains(&net.network()) || net.contains(&other.network()))
-        {
-            return Err(holder.clone());
+        if let Some(holder) = self.holder(net, open) {
+            return Err(holder);
         }
         self.bound.push((net, run));
         Ok(())
     }
 
-    /// Frees the source of `run`.
-    pub(crate) fn release(&mut self, run: &RunId) {
-        self.bound.retain(|(_, r)| r != run);
+    /// The open run whose source overlaps `net`, if any (sources of runs `open` says are
+    /// closed are forgotten first).
+    pub(crate) fn holder(&mut self, net: IpNet, open: impl Fn(&RunId) -> bool) -> Option<RunId> {
+        self.bound.retain(|(_, r)| open(r));
+        self.bound
+            .iter()
+            .find(|(other, _)| other.contains(&net.network()) || net.contains(&other.network()))
+            .map(|(_, holder)| holder.clone())
     }
 
     /// The run whose source holds `ip` (the most specific one).

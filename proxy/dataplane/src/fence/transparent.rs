@@ -127,18 +127,7 @@ pub(super) async fn serve<T>(
             fence.count(&run, |c| c.connections_refused += 1);
             info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
                   policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "fenced connection denied");
-            journal(
-                &shared,
-                &run,
-                Refusal {
-                    method: "CONNECT".into(),
-                    url: format!("https://{}", target.authority()),
-                    has_body: false,
-                    rule: decision.rule.clone(),
-                    reason_code: decision.reason_code.to_owned(),
-                    policy_revision: policy.revision().to_owned(),
-                },
-            );
+            crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
             let revision = policy.revision().to_owned();
             let answer: Answer = Arc::new(move || ProxyError::Denied {
                 rule: decision.rule.clone(),
