@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use airlock_tests::{airlock_bin, in_ci, Airlock, Fixture, Origin, TEST_HOST};
+use airlock_tests::{airlock_bin, in_ci, ok_origin, Airlock, Fixture, Origin, TEST_HOST};
 use serde_json::Value;
 
 mod bypass;
@@ -187,6 +187,18 @@ impl Ran {
 }
 
 impl Fenced {
+    /// After [`fence_or_skip`]: a `200 {"ok":true}` HTTPS origin and airlock with
+    /// [`policy`] for its port; `None` when `test` is skipped.
+    async fn with_ok_origin(test: &str) -> Option<(Self, Origin)> {
+        if !fence_or_skip(test) {
+            return None;
+        }
+        let fx = Fixture::new();
+        let origin = ok_origin(&fx.origin_ca).await;
+        let fenced = Self::start(fx, &policy(origin.addr().port()));
+        Some((fenced, origin))
+    }
+
     /// Starts airlock with `policy`, answering [`HOST`] with 127.0.0.1.
     fn start(fx: Fixture, policy: &str) -> Self {
         let resolve = format!("{HOST}=127.0.0.1");

@@ -118,13 +118,10 @@ async fn case_c22_node20_fetch_without_proxy_variables_is_captured_and_staged() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c22_curl_noproxy_by_name_is_staged_and_by_literal_ip_is_refused() {
     let test = "case_c22_curl_noproxy_by_name_is_staged_and_by_literal_ip_is_refused";
-    if !fence_or_skip(test) {
+    let Some((fenced, origin)) = Fenced::with_ok_origin(test).await else {
         return;
-    }
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
+    };
     let port = origin.addr().port();
-    let fenced = Fenced::start(fx, &policy(port));
     // 1.2.3.4 is never dialed: inside the fence the connection is captured by airlock,
     // which refuses an address its DNS never gave (the guard stops the script otherwise).
     let script = format!(

@@ -68,12 +68,9 @@ const RCODE_REFUSED: u64 = 5;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c22_dns_nxdomain_for_names_no_rule_allows_and_refused_for_txt_journaled() {
     let test = "case_c22_dns_nxdomain_for_names_no_rule_allows_and_refused_for_txt_journaled";
-    if !fence_or_skip(test) {
+    let Some((fenced, origin)) = Fenced::with_ok_origin(test).await else {
         return;
-    }
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
-    let fenced = Fenced::start(fx, &policy(origin.addr().port()));
+    };
     let client = fenced.helper("dns.py", DNS_CLIENT);
     let exfil = format!(
         "{}.{}.attacker.test",
@@ -144,12 +141,9 @@ async fn case_c22_dns_nxdomain_for_names_no_rule_allows_and_refused_for_txt_jour
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c22_dns_names_past_rfc1035_limits_are_refused_and_journaled() {
     let test = "case_c22_dns_names_past_rfc1035_limits_are_refused_and_journaled";
-    if !fence_or_skip(test) {
+    let Some((fenced, _origin)) = Fenced::with_ok_origin(test).await else {
         return;
-    }
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
-    let fenced = Fenced::start(fx, &policy(origin.addr().port()));
+    };
     let client = fenced.helper("dns.py", DNS_CLIENT);
     // One label of 64 bytes carrying "data", and a 259-byte name of legal labels.
     let long_label = format!("{}.attacker.test", "6b".repeat(32));

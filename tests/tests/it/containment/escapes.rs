@@ -5,7 +5,7 @@
 //! add` change nothing, and `umount -l /proc` neither lets `nsenter --net` into the host's
 //! namespace nor changes what is reported left running.
 
-use airlock_tests::{ok_origin, text_origin, Fixture};
+use airlock_tests::{text_origin, Fixture};
 
 use super::{fence_or_skip, policy, requests, Fenced, HOST};
 
@@ -74,13 +74,10 @@ async fn case_c22_unmounting_proc_in_the_fence_does_not_change_what_is_reported_
 async fn case_c22_root_in_the_fence_flushing_nftables_adding_routes_or_killing_pid_1_reaches_nothing(
 ) {
     let test = "case_c22_root_in_the_fence_flushing_nftables_adding_routes_or_killing_pid_1_reaches_nothing";
-    if !fence_or_skip(test) {
+    let Some((fenced, origin)) = Fenced::with_ok_origin(test).await else {
         return;
-    }
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
+    };
     let port = origin.addr().port();
-    let fenced = Fenced::start(fx, &policy(port));
     let direct = |name: &str, url: &str| {
         format!(
             "curl --noproxy '*' -sS --connect-timeout 5 --max-time 10 -o /dev/null -X POST --data {name} {url} \

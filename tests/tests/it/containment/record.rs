@@ -2,21 +2,17 @@
 //! `containment` is the command step's, each step's counts are its own, and processes left
 //! running are listed and killed with the fence.
 
-use airlock_tests::{ok_origin, Fixture};
 use serde_json::Value;
 
-use super::{fence_or_skip, policy, Fenced, FENCE_GUARD, HOST};
+use super::{Fenced, FENCE_GUARD, HOST};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c22_offline_reaches_nothing_and_the_record_says_offline() {
     let test = "case_c22_offline_reaches_nothing_and_the_record_says_offline";
-    if !fence_or_skip(test) {
+    let Some((fenced, origin)) = Fenced::with_ok_origin(test).await else {
         return;
-    }
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
+    };
     let port = origin.addr().port();
-    let fenced = Fenced::start(fx, &policy(port));
     let script = format!(
         "env > env.txt; ip route > routes.txt; \
          curl -sS --connect-timeout 5 --max-time 10 -X POST --data x https://{HOST}:{port}/hook 2> by-name.err; echo $? > by-name.code; \
@@ -84,13 +80,10 @@ fn host_runs(argv: &[&str]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c22_the_run_record_holds_the_containment_and_leftovers_are_killed() {
     let test = "case_c22_the_run_record_holds_the_containment_and_leftovers_are_killed";
-    if !fence_or_skip(test) {
+    let Some((fenced, origin)) = Fenced::with_ok_origin(test).await else {
         return;
-    }
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
+    };
     let port = origin.addr().port();
-    let fenced = Fenced::start(fx, &policy(port));
     // A sleep nobody else runs, so the host's process list can be searched for it.
     let leftover = ["sleep", "31.4159"];
     let script = format!(
@@ -182,13 +175,10 @@ async fn case_c22_the_run_record_holds_the_containment_and_leftovers_are_killed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_c22_each_step_records_its_own_containment_counts() {
     let test = "case_c22_each_step_records_its_own_containment_counts";
-    if !fence_or_skip(test) {
+    let Some((fenced, origin)) = Fenced::with_ok_origin(test).await else {
         return;
-    }
-    let fx = Fixture::new();
-    let origin = ok_origin(&fx.origin_ca).await;
+    };
     let port = origin.addr().port();
-    let fenced = Fenced::start(fx, &policy(port));
     // The command makes one captured connection and one refused; verify makes none.
     let script = format!(
         "curl --noproxy '*' -sS -o /dev/null https://{HOST}:{port}/read; \
