@@ -16,6 +16,17 @@ pub struct Approval {
     pub at_ms: u64,
     /// Digest of the request body the reviewer approved.
     pub body_digest: Digest,
+    /// True when a reviewer approved this effect by itself (the admin API's or the review
+    /// UI's approve of one effect); false for bulk approvals (`approve_pending`, approve
+    /// staged by rule), `review = "auto"` and `airlock run`. Only an explicit approval
+    /// releases an effect a `review` flow holds (docs/policy.md#flow-rules).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explicit: bool,
+    /// Ids of the `review` flows the effect violated when it was approved, shown to the
+    /// reviewer: an explicit approval releases the effect only while every `review` flow
+    /// it violates at commit is among them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flows: Vec<String>,
 }
 
 impl Approval {
@@ -26,6 +37,8 @@ impl Approval {
             by: by.to_owned(),
             at_ms,
             body_digest,
+            explicit: false,
+            flows: Vec::new(),
         }
     }
 }

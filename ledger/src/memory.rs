@@ -342,6 +342,13 @@ impl EffectStore for MemoryStore {
         })
     }
 
+    fn approve_explicitly(&self, id: &EffectId, by: &str, flows: &[String]) -> Result<Effect> {
+        self.update_effect(id, |state, effect| {
+            let run = state.must_run(&effect.run_id)?;
+            Ok(rules::approve_explicitly(effect, run, by, flows, now_ms())?)
+        })
+    }
+
     fn mark_releasing(&self, id: &EffectId) -> Result<Effect> {
         self.update_effect(id, |_, effect| Ok(rules::mark_releasing(effect, now_ms())?))
     }

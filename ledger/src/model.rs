@@ -479,6 +479,10 @@ pub struct Read {
     /// policy in audit mode turned into this pass), each `RULE would ACTION (CODE)`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit: Vec<String>,
+    /// The labels of the rule that let it pass, as that rule had them when the read was
+    /// made (`labels = [...]`), which `[[flow]]` rules name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
 }
 
 impl Effect {

@@ -363,6 +363,25 @@ pub fn decide_effect(
     Ok(())
 }
 
+/// A reviewer's own approval of `effect` ([`decide_effect`] with [`Verdict::Approve`]),
+/// marked explicit and recording the `review` flows (`flows`, ids) it was shown.
+///
+/// Errors: as [`decide_effect`].
+pub fn approve_explicitly(
+    effect: &mut Effect,
+    run: &Run,
+    by: &str,
+    flows: &[String],
+    at_ms: u64,
+) -> Result<(), Refused> {
+    decide_effect(effect, run, Verdict::Approve, by, at_ms)?;
+    if let Some(approval) = effect.approval.as_mut() {
+        approval.explicit = true;
+        approval.flows = flows.to_vec();
+    }
+    Ok(())
+}
+
 /// Errors: [`Refused::EffectTransition`] unless `effect` may become `to`.
 fn check_effect_transition(effect: &Effect, to: EffectState) -> Result<(), Refused> {
     if effect.state.can_become(to) {

@@ -173,6 +173,12 @@ pub trait EffectStore: Send + Sync + 'static {
     /// [`crate::LedgerError::NotFound`].
     fn decide_effect(&self, id: &EffectId, verdict: Verdict, by: &str) -> Result<Effect>;
 
+    /// Records a reviewer's own approval of this one effect, shown the `review` flows in
+    /// `flows` ([`crate::rules::approve_explicitly`]). Durable.
+    ///
+    /// Errors: as [`Self::decide_effect`].
+    fn approve_explicitly(&self, id: &EffectId, by: &str, flows: &[String]) -> Result<Effect>;
+
     /// Marks an approved effect `releasing`, durably, just before it is sent. Succeeds at
     /// most once per effect.
     ///

@@ -197,6 +197,7 @@ fn reads_are_journaled_in_order() {
                 created_at_ms: now_ms(),
                 error: None,
                 audit: Vec::new(),
+                labels: Vec::new(),
             })
             .expect("read");
     }
@@ -225,6 +226,7 @@ fn batched_reads_get_consecutive_numbers_and_read_back_in_order() {
         created_at_ms: now_ms(),
         error: None,
         audit: Vec::new(),
+        labels: Vec::new(),
     };
     ledger
         .journal_read(read(&one, "https://a/1"))

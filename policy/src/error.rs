@@ -51,6 +51,20 @@ pub enum PolicyError {
         /// What is wrong, lower-case, no trailing period.
         problem: String,
     },
+    /// A field of one `[[flow]]` is invalid.
+    #[error("{origin}: {}: field \"{field}\": {problem}", flow_label(.index, .id))]
+    Flow {
+        /// Where the text came from.
+        origin: String,
+        /// 1-based position of the flow in the file.
+        index: usize,
+        /// The flow's id, when it has a valid one.
+        id: Option<String>,
+        /// The key inside the flow.
+        field: &'static str,
+        /// What is wrong, lower-case, no trailing period.
+        problem: String,
+    },
     /// A field of one `[credential.NAME]` table is invalid.
     #[error("{origin}: credential \"{name}\": field \"{field}\": {problem}")]
     Credential {
@@ -73,6 +87,7 @@ impl PolicyError {
             | PolicyError::Parse { origin, .. }
             | PolicyError::Field { origin, .. }
             | PolicyError::Rule { origin, .. }
+            | PolicyError::Flow { origin, .. }
             | PolicyError::Credential { origin, .. } => origin,
         }
     }
@@ -82,6 +97,13 @@ fn rule_label<'a>(index: &usize, id: &'a Option<String>) -> RuleLabel<'a> {
     RuleLabel {
         index: *index,
         id: id.as_deref(),
+    }
+}
+
+fn flow_label(index: &usize, id: &Option<String>) -> String {
+    match id {
+        Some(id) => format!("flow \"{id}\" (#{index})"),
+        None => format!("flow #{index}"),
     }
 }
 

@@ -30,6 +30,7 @@ mod error;
 mod eval;
 mod explain;
 mod extra;
+mod flow;
 mod graphql;
 mod matcher;
 mod names;
@@ -44,6 +45,10 @@ pub use decision::{reason_code, Action, AuditMatch, ConnectDecision, Decision};
 pub use diff::{Change, ChangeKind, CredentialChange, PolicyDiff, PrivateChange};
 pub use error::PolicyError;
 pub use explain::{Explanation, Lint, RuleOutcome, RuleTrace};
+pub use flow::{
+    EdgeClass, Flow, FlowAction, FlowEdge, FlowSource, FlowTarget, FlowTo, FlowVerdict, CREDENTIAL,
+    PLACEHOLDER_OF, UNANALYSED,
+};
 pub use obligation::{Limits, Mode, Redaction, Review, REDACTED};
 pub use respond::{Part, PlaceholderKind, Respond};
 
@@ -183,6 +188,7 @@ pub struct Rule {
     profiles: Option<Vec<String>>,
     inject: Option<String>,
     adapter: Option<String>,
+    labels: Vec<String>,
 }
 
 impl Rule {
@@ -203,6 +209,12 @@ impl Rule {
     /// inside its bind.
     pub fn inject(&self) -> Option<&str> {
         self.inject.as_deref()
+    }
+
+    /// The labels every read this pass rule lets through carries (`labels = [...]`;
+    /// empty for other rules), which `[[flow]]` rules name in `from`.
+    pub fn labels(&self) -> &[String] {
+        &self.labels
     }
 
     /// The rule's stable id, as used in logs, 403 bodies and the ledger.
@@ -265,6 +277,7 @@ pub struct Policy {
     mode: Mode,
     baseline: Vec<Rule>,
     credentials: std::collections::BTreeMap<String, Credential>,
+    flows: Vec<Flow>,
 }
 
 impl Policy {
@@ -407,6 +420,19 @@ fn compile(mut file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
         rule.inject = credential::check_inject(inject, &rule, &credentials).map_err(rule_error)?;
         rules.push(rule);
     }
+    let mut flows: Vec<Flow> = Vec::with_capacity(file.flows.len());
+    for (position, wire) in file.flows.into_iter().enumerate() {
+        let raw_id = wire.id.clone();
+        let flow =
+            flow::compile_flow(wire, &rules, &flows).map_err(|problem| PolicyError::Flow {
+                origin: origin.to_owned(),
+                index: position + 1,
+                id: raw_id.filter(|id| valid_id(id)),
+                field: problem.field,
+                problem: problem.problem,
+            })?;
+        flows.push(flow);
+    }
     Ok(Policy {
         rules,
         default,
@@ -415,6 +441,7 @@ fn compile(mut file: PolicyFile, origin: &str) -> Result<Policy, PolicyError> {
         mode: Mode::from_wire(file.mode),
         baseline: Vec::new(),
         credentials,
+        flows,
     })
 }
 
@@ -453,6 +480,7 @@ fn compile_rule(mut wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProbl
         extra::check_tunnel(&wire)?;
     }
     let extra = extra::compile_extra(&mut wire, action)?;
+    let labels = flow::compile_labels(wire.labels.take(), action)?;
     let host = wire
         .host
         .ok_or_else(|| FieldProblem::new("host", "required"))
@@ -527,6 +555,7 @@ fn compile_rule(mut wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProbl
         allow_private,
         inject: None,
         adapter,
+        labels,
     })
 }
 

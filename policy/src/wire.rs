@@ -29,6 +29,9 @@ pub(crate) struct PolicyFile {
     /// `[credential.NAME]` tables, by name.
     #[serde(default)]
     pub(crate) credential: std::collections::BTreeMap<String, WireCredential>,
+    /// `[[flow]]` rules over lineage: which data may reach which hosts (docs/policy.md#flow-rules).
+    #[serde(default, rename = "flow")]
+    pub(crate) flows: Vec<crate::flow::WireFlow>,
 }
 
 /// One `[[rule]]` table.
@@ -84,6 +87,9 @@ pub(crate) struct WireRule {
     pub(crate) profiles: Option<Vec<String>>,
     /// `inject = "NAME"`: the credential this rule adds (see `[credential.NAME]`).
     pub(crate) inject: Option<String>,
+    /// `labels = ["secret"]`: every read this pass rule lets through carries these labels,
+    /// which `[[flow]]` rules name in `from`.
+    pub(crate) labels: Option<Vec<String>>,
 }
 
 /// `respond = "github"` (an adapter by name) or a `[rule.respond]` table (a template).

@@ -55,6 +55,7 @@ pub fn new_read(run: &RunId, url: &str) -> Read {
         created_at_ms: 1,
         error: None,
         audit: Vec::new(),
+        labels: Vec::new(),
     }
 }
 
@@ -97,9 +98,12 @@ pub fn durable_on_return(backend: &mut dyn Backend) {
     let other = store
         .stage(new_effect(&run.id, b"{\"b\":2}", Vec::new()))
         .expect("stage");
-    store
-        .decide_effect(&staged.id, Verdict::Approve, "alice")
+    let approved = store
+        .approve_explicitly(&staged.id, "alice", &["no-secrets-out".to_owned()])
         .expect("approve");
+    let approval = approved.approval.as_ref().expect("approval");
+    assert!(approval.explicit);
+    assert_eq!(approval.flows, ["no-secrets-out"]);
     store
         .decide_effect(&other.id, Verdict::Reject, "alice")
         .expect("reject");

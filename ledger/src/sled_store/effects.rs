@@ -148,6 +148,16 @@ impl Ledger {
         })
     }
 
+    /// [`crate::EffectStore::approve_explicitly`] on sled. Durable.
+    ///
+    /// Errors: as [`Self::decide_effect`].
+    pub fn approve_explicitly(&self, id: &EffectId, by: &str, flows: &[String]) -> Result<Effect> {
+        self.update_effect(id, |ledger, effect| {
+            let run = ledger.must_run(&effect.run_id)?;
+            Ok(rules::approve_explicitly(effect, &run, by, flows, now_ms())?)
+        })
+    }
+
     /// [`crate::EffectStore::mark_releasing`] on sled. Durable.
     ///
     /// Errors: [`crate::Refused::EffectTransition`] unless the effect is `approved`.

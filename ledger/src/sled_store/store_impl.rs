@@ -88,6 +88,10 @@ impl EffectStore for Ledger {
         Ledger::decide_effect(self, id, verdict, by)
     }
 
+    fn approve_explicitly(&self, id: &EffectId, by: &str, flows: &[String]) -> Result<Effect> {
+        Ledger::approve_explicitly(self, id, by, flows)
+    }
+
     fn mark_releasing(&self, id: &EffectId) -> Result<Effect> {
         Ledger::mark_releasing(self, id)
     }

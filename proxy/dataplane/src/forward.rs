@@ -40,7 +40,12 @@ pub async fn forward(
     let request_body = meter_request(body, &sent);
     let method = parts.method.to_string();
     let upstream = Request::from_parts(parts, request_body);
+    let labels = match rule.as_deref() {
+        Some(rule) => shared.policy.current().labels_of(rule).to_vec(),
+        None => Vec::new(),
+    };
     let journal = ReadJournal {
+        labels,
         started: airlock_ledger::now_ms(),
         ledger: shared.ledger.clone(),
         lineage: shared.lineage.clone(),
@@ -210,6 +215,8 @@ struct ReadJournal {
     /// Request body bytes sent, counted by [`meter_request`].
     sent: Arc<AtomicU64>,
     rule: Option<String>,
+    /// The rule's labels when the read was passed (`labels = [...]`).
+    labels: Vec<String>,
     audit: Vec<String>,
     started: u64,
 }
@@ -238,6 +245,7 @@ impl ReadJournal {
             created_at_ms: self.started,
             error,
             audit: self.audit,
+            labels: self.labels,
         };
         match content {
             // Journaled and analysed by the lineage worker, off the request path.

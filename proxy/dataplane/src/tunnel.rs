@@ -137,6 +137,7 @@ pub(crate) async fn splice<C>(
         created_at_ms: started,
         error,
         audit: Vec::new(),
+        labels: Vec::new(),
     };
     let ledger = shared.ledger.clone();
     let _ = tokio::task::spawn_blocking(move || ledger.journal_read(read)).await;

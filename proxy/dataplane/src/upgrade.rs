@@ -73,7 +73,12 @@ pub async fn relay(
         .await
         .map_err(|e| ProxyError::upstream(&e))?;
     let status = response.status();
+    let labels = match rule.as_deref() {
+        Some(rule) => shared.policy.current().labels_of(rule).to_vec(),
+        None => Vec::new(),
+    };
     let read = Read {
+        labels,
         run_id: run.clone(),
         seq: 0,
         method,
