@@ -94,6 +94,28 @@ pub enum Refused {
         /// The effects still `staged`.
         effects: Vec<EffectId>,
     },
+    /// Commit was asked while `review` flows hold effects that no reviewer approved by
+    /// themselves, shown the violation (docs/policy.md#flow-rules). The run was sealed;
+    /// nothing was approved or released.
+    #[error("run {run}: {} effect(s) held by flow rules need a reviewer's own approval ({detail}); bulk approvals and review = \"auto\" do not release them: approve or reject each effect, then commit again", effects.len())]
+    FlowHeld {
+        /// The run.
+        run: RunId,
+        /// The effects held.
+        effects: Vec<EffectId>,
+        /// Each effect with the flows that hold it: `EFFECT: flow "ID"`, `; ` separated.
+        detail: String,
+    },
+    /// A `block` flow forbids releasing this effect, so it cannot be approved.
+    #[error("effect {effect} cannot be approved: {detail}")]
+    FlowBlocked {
+        /// The effect.
+        effect: EffectId,
+        /// The `block` flows it violates.
+        flows: Vec<String>,
+        /// `flow "ID": REASON`, `; ` separated.
+        detail: String,
+    },
 }
 
 impl Refused {
@@ -104,6 +126,8 @@ impl Refused {
             Self::EffectTransition { .. } => "invalid_effect_transition",
             Self::RunTransition { .. } => "invalid_run_transition",
             Self::Undecided { .. } => "undecided_effects",
+            Self::FlowHeld { .. } => "flow_review_required",
+            Self::FlowBlocked { .. } => "flow_blocked",
         }
     }
 }

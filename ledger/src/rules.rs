@@ -461,11 +461,24 @@ pub fn record_release(
     Ok(())
 }
 
-/// Ends an approved effect without sending it: `to` is `skipped` or `failed`, for `reason`.
+/// Ends an approved effect without sending it: `to` is `skipped` or `failed`, for `reason`;
+/// or `rejected` (from `staged` or `approved`), which a `block` flow decides at commit: the
+/// approval is dropped and a `reject` decision by `policy: flow rules` recorded.
 ///
 /// Errors: [`Refused::EffectTransition`] for any other `to`, or when the effect may not
 /// take it.
 pub fn settle_unsent(effect: &mut Effect, to: EffectState, reason: &str) -> Result<(), Refused> {
+    if to == EffectState::Rejected && matches!(effect.state, EffectState::Staged | EffectState::Approved) {
+        effect.state = to;
+        effect.state_reason = Some(reason.to_owned());
+        effect.approval = None;
+        effect.decisions.push(DecisionRecord {
+            kind: "reject".into(),
+            by: FLOW_RULES_ACTOR.into(),
+            at_ms: crate::now_ms(),
+        });
+        return Ok(());
+    }
     if !matches!(to, EffectState::Skipped | EffectState::Failed) {
         return Err(Refused::EffectTransition {
             effect: effect.id.clone(),
@@ -478,6 +491,9 @@ pub fn settle_unsent(effect: &mut Effect, to: EffectState, reason: &str) -> Resu
     effect.state_reason = Some(reason.to_owned());
     Ok(())
 }
+
+/// The `by` recorded when a `block` flow rejects an effect at commit.
+pub const FLOW_RULES_ACTOR: &str = "policy: flow rules";
 
 /// Recovery after a restart: an effect left `releasing` becomes `unknown` (it may or may
 /// not have reached its origin). Returns whether it changed (write it).

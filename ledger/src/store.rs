@@ -193,7 +193,9 @@ pub trait EffectStore: Send + Sync + 'static {
     /// (or `approved`, for `failed`).
     fn record_release(&self, id: &EffectId, outcome: ReleaseOutcome<'_>) -> Result<Effect>;
 
-    /// Ends an approved effect without sending it: `to` is `skipped` or `failed`. Durable.
+    /// Ends an approved effect without sending it: `to` is `skipped` or `failed`; or
+    /// rejects a staged or approved effect a `block` flow forbids (`rejected`, with
+    /// `reason`; [`crate::rules::settle_unsent`]). Durable.
     ///
     /// Errors: [`crate::Refused::EffectTransition`].
     fn settle_unsent(&self, id: &EffectId, to: EffectState, reason: &str) -> Result<Effect>;

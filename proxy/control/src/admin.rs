@@ -65,6 +65,8 @@ impl ApiError {
                 "fix the request and send it again; docs/admin-api.md describes each body"
             }
             "undecided_effects" => "approve or reject each effect in details.undecided first, or commit with approve_pending = true",
+            "flow_review_required" => "each effect in details.held violates a review flow: look at its flows (GET /v1/effects/{id}), then approve it by itself (POST /v1/effects/{id}/approve) or reject it, and commit again",
+            "flow_blocked" => "a block flow forbids releasing this effect (GET /v1/effects/{id} shows its flows); reject it, or change the policy",
             "run_not_open" | "invalid_run_transition" | "invalid_effect_transition" => {
                 "the run or effect is past that step; GET it to see its state"
             }
@@ -87,6 +89,8 @@ impl From<LedgerError> for ApiError {
             LedgerError::Refused(refused) => {
                 let details = match &refused {
                     Refused::Undecided { effects, .. } => Some(json!({ "undecided": effects })),
+                    Refused::FlowHeld { effects, .. } => Some(json!({ "held": effects })),
+                    Refused::FlowBlocked { flows, .. } => Some(json!({ "flows": flows })),
                     _ => None,
                 };
                 Self {

@@ -9,6 +9,7 @@ pub mod admin;
 mod bound_ports;
 pub mod compensate;
 pub mod env;
+pub mod flows;
 pub mod notify;
 mod plane;
 pub mod release;

@@ -131,7 +131,9 @@ fn origin_of(url: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Commits `run`: seals it, refuses while effects are undecided unless `approve_pending`,
+/// Commits `run`: seals it, decides flow rules on the final lineage
+/// ([`crate::flows`]: refuses while a `review` flow holds an effect no reviewer approved
+/// by itself, rejects what a `block` flow forbids), refuses while effects are undecided unless `approve_pending`,
 /// writes the decision, releases approved effects (see the module docs for the order) and
 /// reports. A second commit of a finished run does nothing and reports the same outcome.
 ///
@@ -144,6 +146,7 @@ pub async fn commit(
 ) -> Result<CommitReport, CommitError> {
     let lock = shared.commit_lock(run);
     let _serial = lock.lock().await;
+    crate::flows::final_pass(shared, run, by).await?;
     let ledger = shared.ledger().clone();
     let (run_id, by_owned) = (run.clone(), by.to_owned());
     let (_, release) =

@@ -119,9 +119,13 @@ pub async fn commit_detached(
         .map_err(|e| CommitError::Task(e.to_string()))?
 }
 
-/// Approves or rejects one effect (`staged` -> `approved` | `rejected`).
+/// Approves or rejects one effect (`staged` -> `approved` | `rejected`). A reviewer's
+/// approval is explicit and records the `review` flows the effect violates now (the ones
+/// the reviewer was shown); any approval of an effect a `block` flow forbids is refused
+/// ([`crate::flows`]).
 ///
-/// Errors: the ledger's refusal of the transition; `NotFound`; storage faults.
+/// Errors: [`airlock_ledger::Refused::FlowBlocked`]; the ledger's refusal of the
+/// transition; `NotFound`; storage faults.
 pub async fn decide_effect(
     control: &Arc<Control>,
     effect: &EffectId,
@@ -141,13 +145,34 @@ pub fn decide_effect_blocking(
     verdict: Verdict,
     actor: &Actor,
 ) -> Result<Effect, LedgerError> {
-    control
-        .ledger()
-        .decide_effect(effect, verdict, &actor.recorded())
+    let ledger = control.ledger();
+    if verdict == Verdict::Approve {
+        let record = ledger.effect(effect)?.ok_or_else(|| LedgerError::NotFound {
+            kind: "effect",
+            id: effect.to_string(),
+        })?;
+        let check = crate::flows::check_blocking(control, &record)?;
+        if let Some(refused) = crate::flows::blocked(&record, &check) {
+            return Err(refused.into());
+        }
+        if let Actor::Reviewer(name) = actor {
+            return ledger.approve_explicitly(effect, name, &check.review_flows());
+        }
+    }
+    ledger.decide_effect(effect, verdict, &actor.recorded())
 }
 
-/// Approves every still-`staged` effect of `run` staged by `rule` (`None`: by no rule).
-/// Returns how many were approved.
+/// What approving a run's effects staged by one rule did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApprovedByRule {
+    /// How many were approved.
+    pub approved: usize,
+    /// Effects left staged because flow rules hold or block them, each with its flows.
+    pub skipped: Vec<(EffectId, Vec<String>)>,
+}
+
+/// Approves every still-`staged` effect of `run` staged by `rule` (`None`: by no rule),
+/// except those flow rules hold or block, which it skips and reports.
 ///
 /// Errors: the ledger's refusal of a transition; storage faults.
 pub async fn approve_staged_by_rule(
@@ -155,17 +180,24 @@ pub async fn approve_staged_by_rule(
     run: &RunId,
     rule: Option<String>,
     actor: &Actor,
-) -> Result<usize, CommitError> {
-    let (ledger, run, by) = (control.ledger().clone(), run.clone(), actor.recorded());
+) -> Result<ApprovedByRule, CommitError> {
+    let (control, run, by) = (control.clone(), run.clone(), actor.recorded());
     blocking(move || {
-        let mut approved = 0;
+        let ledger = control.ledger();
+        let mut out = ApprovedByRule::default();
         for effect in ledger.effects(&run)? {
             if effect.state == airlock_ledger::EffectState::Staged && effect.rule == rule {
+                let check = crate::flows::check_blocking(&control, &effect)?;
+                if !check.violations.is_empty() {
+                    let flows = check.violations.iter().map(|v| v.flow.clone()).collect();
+                    out.skipped.push((effect.id.clone(), flows));
+                    continue;
+                }
                 ledger.decide_effect(&effect.id, Verdict::Approve, &by)?;
-                approved += 1;
+                out.approved += 1;
             }
         }
-        Ok(approved)
+        Ok(out)
     })
     .await
 }

@@ -7,7 +7,8 @@
 //!   (`query_bytes` 414, `requests_per_minute` 429, `body_bytes` and
 //!   `upload_bytes_per_run` 413, each a [`ProxyError::OverLimit`] naming the rule and
 //!   limit) and `strip`.
-//! - [`auto_approve`]: `review = "auto"` on the staged effect.
+//! - [`flow_hold`]: flow rules over the staged effect's lineage (the `airlock-flow` header).
+//! - [`auto_approve`]: `review = "auto"` on the staged effect, unless a flow holds it.
 //! - [`log_audit`]: one info line per audit match.
 
 use std::collections::{HashMap, VecDeque};
@@ -445,6 +446,37 @@ pub async fn auto_approve(shared: &Arc<DataPlane>, rule: &Rule, response: &Respo
         }
         Err(error) => warn!(effect.id = %id, error = %error, "automatic approval task failed"),
     }
+}
+
+/// When the policy has flows: waits for the lineage of the effect just staged
+/// ([`crate::flows::at_staging`]) and, when it violates a flow, says so to the agent in the
+/// `airlock-flow` header. Returns whether a flow holds the effect (then `review = "auto"`
+/// does not apply).
+pub async fn flow_hold(shared: &Arc<DataPlane>, response: &mut Response<ProxyBody>) -> bool {
+    let Some(id) = response
+        .headers()
+        .get(EFFECT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(EffectId::parse)
+    else {
+        return false;
+    };
+    let Some(check) = crate::flows::at_staging(shared, &id).await else {
+        return false;
+    };
+    let Some(value) = check.header_value() else {
+        return false;
+    };
+    for violation in &check.violations {
+        info!(effect.id = %id, flow = %violation.flow, action = violation.action.as_str(),
+              "effect held by a flow rule");
+    }
+    if let Ok(value) = http::HeaderValue::from_str(&value) {
+        response
+            .headers_mut()
+            .insert(crate::flows::FLOW_HEADER, value);
+    }
+    true
 }
 
 /// Applies the `redact` obligation of `rule` to an effect's admin view: header values

@@ -10,6 +10,7 @@ pub mod credentials;
 pub mod denials;
 pub mod enforce;
 pub mod fence;
+pub mod flows;
 pub mod forward;
 pub mod handle;
 pub mod lineage;

@@ -99,6 +99,8 @@ const MIN_ANALYSED_BODY: usize = 24;
 /// is always compared with the reads that finished before it was staged.
 #[derive(Clone)]
 pub struct LineageWorker {
+    /// Who waits for an effect's analysis ([`LineageWorker::analysed`]).
+    waiters: Arc<std::sync::Mutex<Waiters>>,
     queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
     reads: mpsc::SyncSender<Job>,
     effects: mpsc::Sender<Job>,
@@ -113,6 +115,8 @@ impl LineageWorker {
         let worker_ledger = ledger.clone();
         let queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let worker_queued = queued_bytes.clone();
+        let waiters: Arc<std::sync::Mutex<Waiters>> = Arc::default();
+        let worker_waiters = waiters.clone();
         let spawned = std::thread::Builder::new().name("airlock-lineage".into()).spawn(move || {
             let mut seen = Seen::default();
             // Handles jobs in order; consecutive reads are journaled as one batch.
@@ -125,10 +129,18 @@ impl LineageWorker {
                             worker_queued.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
                             reads.push(job);
                         }
-                        Job::Effect { .. } => {
+                        Job::Effect { ref effect } => {
+                            let id = effect.clone();
                             run_reads(&*worker_ledger, &mut seen, std::mem::take(&mut reads));
                             if let Err(error) = run_job(&*worker_ledger, &mut seen, job) {
                                 warn!(error = %error, "lineage analysis failed; the request itself was not affected");
+                            }
+                            let waiting = worker_waiters
+                                .lock()
+                                .map(|mut w| w.remove(&id))
+                                .unwrap_or_default();
+                            for waiter in waiting.into_iter().flatten() {
+                                let _ = waiter.send(());
                             }
                         }
                     }
@@ -179,11 +191,30 @@ impl LineageWorker {
             warn!(error = %error, "cannot start the lineage worker; lineage will be missing");
         }
         Self {
+            waiters,
             queued_bytes,
             reads,
             effects,
             ledger,
         }
+    }
+
+    /// Resolves once the worker has analysed `effect` (or failed to), if it does so after
+    /// this call: register first, then look for the stored lineage, then await. Dropped
+    /// unresolved when the worker is gone.
+    pub fn analysed(&self, effect: &EffectId) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Ok(mut waiters) = self.waiters.lock() {
+            if waiters.len() >= 1024 {
+                // Waiters that gave up (or registered after the analysis) are dropped.
+                waiters.retain(|_, senders| {
+                    senders.retain(|s| !s.is_closed());
+                    !senders.is_empty()
+                });
+            }
+            waiters.entry(effect.clone()).or_default().push(tx);
+        }
+        rx
     }
 
     /// Queues a job; never blocks. A read that finds the queue full is recorded as not
@@ -246,6 +277,18 @@ impl LineageWorker {
             }
         }
     }
+}
+
+/// Senders waiting for an effect's analysis.
+type Waiters = std::collections::HashMap<EffectId, Vec<tokio::sync::oneshot::Sender<()>>>;
+
+/// Analyses `effect` again, now, on the calling thread, against every analysed read of
+/// its run, and stores the result: the commit's final pass, which sees reads that
+/// finished after the effect was first analysed.
+///
+/// Errors: storage faults.
+pub fn reanalyse_effect(ledger: &dyn Store, effect: &EffectId) -> Result<(), airlock_ledger::LedgerError> {
+    run_job(ledger, &mut Seen::default(), Job::Effect { effect: effect.clone() })
 }
 
 /// Response bodies and notable values already recorded, per run: a read whose body is

@@ -434,6 +434,17 @@ async fn apply(
                         effects.len()
                     );
                 }
+                Err(CommitError::Ledger(LedgerError::Refused(Refused::FlowHeld {
+                    effects,
+                    detail,
+                    ..
+                }))) => {
+                    outcome = format!(
+                        "files kept; {} effect(s) are held by flow rules ({detail}) and need a \
+                         reviewer's own approval, so nothing was committed (--approve-all skips them)",
+                        effects.len()
+                    );
+                }
                 Err(other) => return Err(other.into()),
             }
         }

@@ -97,7 +97,9 @@ async fn stage(
         ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body, depends_on,
     )
     .await?;
-    if let Some(rule) = rule {
+    let mut staged = staged;
+    let held = crate::enforce::flow_hold(ctx.plane, &mut staged).await;
+    if let (Some(rule), false) = (rule, held) {
         crate::enforce::auto_approve(ctx.plane, rule, &staged).await;
     }
     Ok(staged)

@@ -1,0 +1,140 @@
+//! Flow rules on the control plane: the flow decision shown with an effect, the gate on
+//! approvals, and the commit's final pass over the final lineage
+//! (docs/policy.md#flow-rules).
+//!
+//! - An effect a `block` flow forbids cannot be approved, and the final pass rejects it
+//!   (its dependents are then skipped at release).
+//! - An effect a `review` flow holds is released only on a reviewer's own approval of it
+//!   ([`airlock_ledger::Approval::explicit`]) that was made while that flow was shown
+//!   ([`airlock_ledger::Approval::flows`]). Bulk approvals (`approve_pending`, approve
+//!   staged by rule), `review = "auto"` and `airlock run` never release it: the commit is
+//!   refused with [`Refused::FlowHeld`] and nothing is approved or released.
+//! - The final pass analyses every undecided or approved effect again against all of its
+//!   run's reads, so analysis that finished after an approval, and reads that finished
+//!   after the effect was staged, are decided on.
+
+use std::sync::Arc;
+
+use airlock_dataplane::flows::{check_effect, FlowCheck, RunSources};
+use airlock_dataplane::lineage::reanalyse_effect;
+use airlock_ledger::{Effect, EffectState, LedgerError, Refused, RunId, RunState, Store};
+use airlock_policy::Policy;
+use tracing::info;
+
+use crate::release::{blocking, CommitError};
+use crate::Control;
+
+/// The flow decision on `effect` now, from its stored lineage, under the policy in force.
+///
+/// Errors: storage faults.
+pub async fn check(control: &Arc<Control>, effect: &Effect) -> Result<FlowCheck, CommitError> {
+    let (ledger, policy, effect) = (
+        control.ledger().clone(),
+        control.policy().current(),
+        effect.clone(),
+    );
+    blocking(move || check_effect(&*ledger, &policy, &effect)).await
+}
+
+/// [`check`] on the calling thread.
+///
+/// Errors: storage faults.
+pub fn check_blocking(control: &Control, effect: &Effect) -> Result<FlowCheck, LedgerError> {
+    check_effect(&**control.ledger(), &control.policy().current(), effect)
+}
+
+/// The `block` refusal of approving an effect `check` forbids, if any.
+pub fn blocked(effect: &Effect, check: &FlowCheck) -> Option<Refused> {
+    let blocks: Vec<_> = check.blocks().collect();
+    if blocks.is_empty() {
+        return None;
+    }
+    Some(Refused::FlowBlocked {
+        effect: effect.id.clone(),
+        flows: blocks.iter().map(|v| v.flow.clone()).collect(),
+        detail: blocks
+            .iter()
+            .map(|v| format!("flow \"{}\": {}", v.flow, v.reason))
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
+}
+
+/// The commit's final pass over `run`, before the commit decision is written: seals the
+/// run (nothing more can be staged behind the pass), analyses each undecided or approved
+/// effect again, refuses the commit when a `review` flow holds an effect no reviewer
+/// approved by itself, and rejects each effect a `block` flow forbids, with the flow's
+/// reason. Does nothing when the policy has no flows or the run is past its decision.
+///
+/// Errors: [`Refused::FlowHeld`] (the run is left sealed, nothing else changed); storage
+/// faults.
+pub(crate) async fn final_pass(
+    control: &Arc<Control>,
+    run: &RunId,
+    by: &str,
+) -> Result<(), CommitError> {
+    let policy = control.policy().current();
+    if policy.flows().is_empty() {
+        return Ok(());
+    }
+    let (ledger, run, by) = (control.ledger().clone(), run.clone(), by.to_owned());
+    blocking(move || final_pass_blocking(&*ledger, &policy, &run, &by)).await
+}
+
+fn final_pass_blocking(
+    ledger: &dyn Store,
+    policy: &Policy,
+    run: &RunId,
+    by: &str,
+) -> Result<(), LedgerError> {
+    let Some(record) = ledger.run(run)? else {
+        return Ok(());
+    };
+    if !matches!(record.state, RunState::Open | RunState::Sealed) {
+        return Ok(());
+    }
+    let undecided = |e: &Effect| matches!(e.state, EffectState::Staged | EffectState::Approved);
+    if !ledger.effects(run)?.iter().any(undecided) {
+        return Ok(());
+    }
+    if record.state == RunState::Open {
+        ledger.seal(run, by)?;
+    }
+    let effects: Vec<Effect> = ledger.effects(run)?.into_iter().filter(undecided).collect();
+    for effect in &effects {
+        reanalyse_effect(ledger, &effect.id)?;
+    }
+    let sources = RunSources::load(ledger, run)?;
+    let mut held = Vec::new();
+    let mut rejects = Vec::new();
+    for effect in &effects {
+        let lineage = ledger.effect_lineage(&effect.id)?;
+        let check = sources.check(policy, effect, lineage.as_ref());
+        if let Some(Refused::FlowBlocked { detail, .. }) = blocked(effect, &check) {
+            rejects.push((effect.id.clone(), detail));
+        } else if !check.approval_suffices(effect) {
+            held.push((effect.id.clone(), check.review_flows()));
+        }
+    }
+    if !held.is_empty() {
+        let detail = held
+            .iter()
+            .map(|(id, flows)| {
+                let flows: Vec<String> = flows.iter().map(|f| format!("flow \"{f}\"")).collect();
+                format!("{id}: {}", flows.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(Refused::FlowHeld {
+            run: run.clone(),
+            effects: held.into_iter().map(|(id, _)| id).collect(),
+            detail,
+        }
+        .into());
+    }
+    for (id, detail) in rejects {
+        info!(run.id = %run, effect.id = %id, reason = %detail, "a block flow rejected the effect at commit");
+        ledger.settle_unsent(&id, EffectState::Rejected, &format!("rejected at commit: {detail}"))?;
+    }
+    Ok(())
+}

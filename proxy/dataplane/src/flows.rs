@@ -1,0 +1,312 @@
+//! Flow decisions over an effect's lineage: which `[[flow]]` rules (docs/policy.md#flow-rules)
+//! the edges into an effect violate, with the edge, its source and the carried excerpt.
+//!
+//! The data plane asks once the lineage worker has analysed a freshly staged effect (to
+//! tell the agent in the `airlock-flow` header and to hold `review = "auto"`), and the
+//! control plane asks again for the API, the review UI, approvals and the commit's final
+//! pass. The decision itself is [`airlock_policy::Policy::evaluate_flows`]; this module
+//! gathers its inputs from the ledger.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use airlock_ledger::{
+    placeholder_edges, Edge, EdgeKind, EdgeSource, Effect, EffectId, EffectLineage, LedgerError,
+    Read, Store,
+};
+use airlock_policy::{EdgeClass, FlowAction, FlowEdge, FlowSource, FlowTarget, Policy};
+use serde::Serialize;
+
+/// The response header that tells the agent a staged effect is held by flow rules:
+/// `airlock-flow: review; flow="no-secrets-out"` (or `block`), one entry per flow, comma
+/// separated.
+pub const FLOW_HEADER: &str = "airlock-flow";
+
+/// How long staging waits for the lineage worker before answering (only when the policy
+/// has flows). Past it the answer goes without the header and the commit's final pass
+/// decides.
+pub const STAGING_WAIT: Duration = Duration::from_secs(2);
+
+/// One flow an effect violates, as the API, the UI and the CLI show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// The flow's id.
+    pub flow: String,
+    /// `block` or `review`.
+    pub action: FlowAction,
+    /// The flow's reason.
+    pub reason: String,
+    /// The labels that matched (`secret`, `credential`, `unanalysed`…).
+    pub labels: Vec<String>,
+    /// The edge that carries the most, with its excerpt (none for `unanalysed`).
+    pub edge: Option<Edge>,
+    /// Where the edge starts: the read's `METHOD URL` or the source effect's id.
+    pub source: Option<String>,
+}
+
+/// The flow decision on one effect.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FlowCheck {
+    /// Whether the effect's lineage was analysed when this was decided.
+    pub analysed: bool,
+    /// Why its lineage is incomplete, when it is (the `unanalysed` label).
+    pub incomplete: Option<String>,
+    /// The violations, blocks first.
+    pub violations: Vec<Violation>,
+}
+
+impl FlowCheck {
+    /// The `block` violations.
+    pub fn blocks(&self) -> impl Iterator<Item = &Violation> {
+        self.violations
+            .iter()
+            .filter(|v| v.action == FlowAction::Block)
+    }
+
+    /// Ids of the `review` flows violated.
+    pub fn review_flows(&self) -> Vec<String> {
+        self.violations
+            .iter()
+            .filter(|v| v.action == FlowAction::Review)
+            .map(|v| v.flow.clone())
+            .collect()
+    }
+
+    /// Whether the approval on `effect` releases it under this decision: no block, and
+    /// every review flow acknowledged by a reviewer's own approval of it.
+    pub fn approval_suffices(&self, effect: &Effect) -> bool {
+        if self.blocks().next().is_some() {
+            return false;
+        }
+        let review = self.review_flows();
+        if review.is_empty() {
+            return true;
+        }
+        effect
+            .approval
+            .as_ref()
+            .is_some_and(|a| a.explicit && review.iter().all(|f| a.flows.contains(f)))
+    }
+
+    /// The `airlock-flow` header value: `review; flow="ID", block; flow="ID"`.
+    pub fn header_value(&self) -> Option<String> {
+        if self.violations.is_empty() {
+            return None;
+        }
+        Some(
+            self.violations
+                .iter()
+                .map(|v| format!("{}; flow=\"{}\"", v.action.as_str(), v.flow))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    }
+}
+
+/// The reads and effects of one run, loaded once for deciding many of its effects.
+pub struct RunSources {
+    reads: HashMap<u64, Read>,
+    effects: HashMap<EffectId, Effect>,
+}
+
+impl RunSources {
+    /// Loads the reads and effects of `run`.
+    ///
+    /// Errors: storage faults.
+    pub fn load(ledger: &dyn Store, run: &airlock_ledger::RunId) -> Result<Self, LedgerError> {
+        Ok(Self {
+            reads: ledger
+                .reads(run)?
+                .into_iter()
+                .map(|r| (r.seq, r))
+                .collect(),
+            effects: ledger
+                .effects(run)?
+                .into_iter()
+                .map(|e| (e.id.clone(), e))
+                .collect(),
+        })
+    }
+
+    /// The flows `effect` violates under `policy`, given its lineage (`None`: not
+    /// analysed yet).
+    pub fn check(
+        &self,
+        policy: &Policy,
+        effect: &Effect,
+        lineage: Option<&EffectLineage>,
+    ) -> FlowCheck {
+        let incomplete = incomplete(lineage);
+        if policy.flows().is_empty() {
+            return FlowCheck {
+                analysed: lineage.is_some(),
+                incomplete,
+                violations: Vec::new(),
+            };
+        }
+        let mut edges: Vec<Edge> = lineage.map(|l| l.edges.clone()).unwrap_or_default();
+        edges.extend(placeholder_edges(effect));
+        let hosts: Vec<Option<(String, u16)>> = edges
+            .iter()
+            .map(|edge| match &edge.from {
+                EdgeSource::Read { seq } => self.reads.get(seq).and_then(|r| host_port(&r.url)),
+                EdgeSource::Effect { id } => self.effects.get(id).and_then(|e| host_port(&e.url)),
+            })
+            .collect();
+        let mut inputs: Vec<FlowEdge<'_>> = Vec::with_capacity(edges.len());
+        let mut index: Vec<usize> = Vec::with_capacity(edges.len());
+        for (i, edge) in edges.iter().enumerate() {
+            let Some((host, port)) = &hosts[i] else {
+                continue;
+            };
+            let (rule, labels): (Option<&str>, &[String]) = match &edge.from {
+                EdgeSource::Read { seq } => match self.reads.get(seq) {
+                    Some(read) => (read.rule.as_deref(), &read.labels),
+                    None => continue,
+                },
+                EdgeSource::Effect { id } => match self.effects.get(id) {
+                    Some(source) => (source.rule.as_deref(), &[]),
+                    None => continue,
+                },
+            };
+            inputs.push(FlowEdge {
+                source: FlowSource {
+                    host,
+                    port: *port,
+                    rule,
+                    labels,
+                },
+                class: match edge.kind {
+                    EdgeKind::Content => EdgeClass::Content,
+                    EdgeKind::Header => EdgeClass::Header,
+                    EdgeKind::Credential => EdgeClass::Credential,
+                    EdgeKind::Placeholder => EdgeClass::Placeholder,
+                },
+                overlap_bytes: edge.overlap_bytes,
+            });
+            index.push(i);
+        }
+        let (host, port) = host_port(&effect.url).unwrap_or_default();
+        let target = FlowTarget {
+            host: &host,
+            port,
+            unanalysed: incomplete.as_deref(),
+        };
+        let violations = policy
+            .evaluate_flows(&target, &inputs)
+            .into_iter()
+            .map(|verdict| {
+                let edge = verdict.edge.map(|i| edges[index[i]].clone());
+                let source = edge.as_ref().map(|edge| match &edge.from {
+                    EdgeSource::Read { seq } => self
+                        .reads
+                        .get(seq)
+                        .map(|r| format!("read {seq}: {} {}", r.method, r.url))
+                        .unwrap_or_else(|| format!("read {seq}")),
+                    EdgeSource::Effect { id } => format!("effect {id}"),
+                });
+                Violation {
+                    flow: verdict.flow,
+                    action: verdict.action,
+                    reason: verdict.reason,
+                    labels: verdict.labels,
+                    edge,
+                    source,
+                }
+            })
+            .collect();
+        FlowCheck {
+            analysed: lineage.is_some(),
+            incomplete,
+            violations,
+        }
+    }
+}
+
+/// The flows `effect` violates now, from its stored lineage.
+///
+/// Errors: storage faults.
+pub fn check_effect(
+    ledger: &dyn Store,
+    policy: &Policy,
+    effect: &Effect,
+) -> Result<FlowCheck, LedgerError> {
+    if policy.flows().is_empty() {
+        return Ok(FlowCheck {
+            analysed: true,
+            ..FlowCheck::default()
+        });
+    }
+    let lineage = ledger.effect_lineage(&effect.id)?;
+    let sources = RunSources::load(ledger, &effect.run_id)?;
+    Ok(sources.check(policy, effect, lineage.as_ref()))
+}
+
+/// Why an effect's lineage is incomplete, when it is: not analysed (yet), a truncated or
+/// skipped body, or reads of its run whose analysis was cut short.
+fn incomplete(lineage: Option<&EffectLineage>) -> Option<String> {
+    let Some(lineage) = lineage else {
+        return Some("not analysed yet".to_owned());
+    };
+    if let Some(skipped) = &lineage.skipped {
+        return Some(skipped.clone());
+    }
+    if lineage.truncated {
+        return Some("the body was longer than the analysis bounds; only its start was analysed".to_owned());
+    }
+    if !lineage.incomplete_reads.is_empty() {
+        let reads: Vec<String> = lineage
+            .incomplete_reads
+            .iter()
+            .take(8)
+            .map(u64::to_string)
+            .collect();
+        return Some(format!(
+            "reads {} of the run were not fully analysed",
+            reads.join(", ")
+        ));
+    }
+    None
+}
+
+/// The host and port of an absolute URL (the scheme's default port when none is given).
+fn host_port(url: &str) -> Option<(String, u16)> {
+    let uri: http::Uri = url.parse().ok()?;
+    let host = uri.host()?.to_owned();
+    let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+        Some("http") => 80,
+        _ => 443,
+    });
+    Some((host, port))
+}
+
+/// Waits (at most [`STAGING_WAIT`]) for the lineage worker to analyse the effect just
+/// staged, then decides its flows. `None` when the policy has no flows or the wait ran
+/// out.
+pub async fn at_staging(
+    plane: &std::sync::Arc<crate::DataPlane>,
+    effect: &EffectId,
+) -> Option<FlowCheck> {
+    if plane.policy.current().flows().is_empty() {
+        return None;
+    }
+    let analysed = plane.lineage.analysed(effect);
+    let ledger = plane.ledger.clone();
+    let id = effect.clone();
+    let done = tokio::task::spawn_blocking(move || ledger.effect_lineage(&id).ok().flatten().is_some())
+        .await
+        .unwrap_or(false);
+    if !done && tokio::time::timeout(STAGING_WAIT, analysed).await.is_err() {
+        return None;
+    }
+    let ledger = plane.ledger.clone();
+    let policy = plane.policy.current();
+    let id = effect.clone();
+    tokio::task::spawn_blocking(move || {
+        let effect = ledger.effect(&id).ok().flatten()?;
+        check_effect(&*ledger, &policy, &effect).ok()
+    })
+    .await
+    .ok()
+    .flatten()
+}
