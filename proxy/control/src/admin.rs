@@ -552,6 +552,7 @@ async fn show_effect(
     out["policy_revision"] = json!(effect.policy_revision);
     out["decisions"] = json!(effect.decisions);
     out["approval"] = json!(effect.approval);
+    out["flows"] = json!(crate::flows::check(&shared, &effect).await?);
     if let Some(release) = &effect.release {
         out["release"] = json!({
             "started_at_ms": release.started_at_ms,

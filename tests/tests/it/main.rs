@@ -8,6 +8,7 @@ mod cli;
 mod containment;
 mod crash;
 mod credentials;
+mod flows;
 mod limits;
 mod lineage;
 mod matchers;

@@ -1,0 +1,320 @@
+//! Flow rules end to end (docs/policy.md#flow-rules): a secret read from a labelled
+//! internal origin and posted, encoded, to an outside webhook is held or rejected; a benign
+//! status message beside it is released; bulk approvals and `review = "auto"` never
+//! release the held effect; a reviewer's own approval does, and the record keeps who.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_tests::{curl, poll_until, Airlock, Fixture, Origin, Received, Reply};
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+/// The secret the vault origin serves.
+const SECRET: &str = r#"{"service":"payments","api_key":"sk_live_4eC39HqLyjWDarjtT1zdp7dc9f3Q2xZk","db_password":"correct-horse-battery-staple-7731"}"#;
+
+/// Vault (port `vault`, labelled secret) and hooks (port `hooks`, staged with review =
+/// auto), with one flow of `action`.
+fn policy(vault: u16, hooks: u16, action: &str, extra: &str) -> String {
+    format!(
+        r#"version = 1
+default = "deny"
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "vault-read"
+host = "127.0.0.1"
+port = {vault}
+method = "read"
+action = "pass"
+labels = ["secret"]
+
+[[rule]]
+id = "hooks"
+host = "127.0.0.1"
+port = {hooks}
+method = ["POST"]
+action = "stage"
+review = "auto"
+
+[[flow]]
+id = "no-secrets-out"
+from = ["secret", "credential"]
+to = "external"
+min_overlap_bytes = 24
+action = "{action}"
+reason = "secrets never leave for outside hosts"
+{extra}"#
+    )
+}
+
+struct Setup {
+    _fx: Fixture,
+    airlock: Airlock,
+    run: String,
+    env: std::collections::BTreeMap<String, String>,
+    vault: Origin,
+    hooks: Origin,
+}
+
+async fn setup(action: &str, extra: &str) -> Setup {
+    let fx = Fixture::new();
+    let vault = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| Reply::json(200, &serde_json::from_str::<Value>(SECRET).unwrap())),
+    )
+    .await
+    .expect("vault origin");
+    let hooks = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| Reply::json(200, &json!({"ok": true}))),
+    )
+    .await
+    .expect("hooks origin");
+    let text = policy(vault.addr().port(), hooks.addr().port(), action, extra);
+    let (airlock, run, env) = fx.start_run(&text, &[]).await;
+    Setup {
+        _fx: fx,
+        airlock,
+        run,
+        env,
+        vault,
+        hooks,
+    }
+}
+
+impl Setup {
+    fn vault_url(&self) -> String {
+        format!(
+            "https://127.0.0.1:{}/v1/secret/payments",
+            self.vault.addr().port()
+        )
+    }
+
+    fn hook_url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.hooks.addr().port())
+    }
+
+    /// Reads the secret, then posts it base64-encoded and a benign status message; returns
+    /// the two effects and the leaking post's `airlock-flow` header.
+    async fn leak_and_status(&self) -> (String, String, Option<String>, Option<String>) {
+        let read = curl(&self.env, &[&self.vault_url()]).await;
+        assert_eq!(read.status, 200, "the vault read passes");
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&read.body);
+        let leak = curl(
+            &self.env,
+            &[
+                "-X",
+                "POST",
+                "-H",
+                "content-type: application/json",
+                "--data",
+                &json!({"event": "backup", "blob": encoded}).to_string(),
+                &self.hook_url("/hooks/backup"),
+            ],
+        )
+        .await;
+        assert!(
+            leak.status < 300,
+            "staged: {}",
+            String::from_utf8_lossy(&leak.body)
+        );
+        let status = curl(
+            &self.env,
+            &[
+                "-X",
+                "POST",
+                "-H",
+                "content-type: application/json",
+                "--data",
+                r#"{"text":"build passed on main, deployed v1.4.2 to staging"}"#,
+                &self.hook_url("/hooks/status"),
+            ],
+        )
+        .await;
+        assert!(status.status < 300);
+        (
+            leak.header("airlock-effect").expect("effect"),
+            status.header("airlock-effect").expect("effect"),
+            leak.header("airlock-flow"),
+            status.header("airlock-flow"),
+        )
+    }
+
+    async fn effect(&self, id: &str) -> Value {
+        self.airlock
+            .admin
+            .get(&format!("/v1/effects/{id}"))
+            .await
+            .expect("effect")
+    }
+
+    /// Commits approving what is pending; returns the API's error code and details, or
+    /// the report.
+    async fn commit_pending(&self) -> Result<Value, (String, Option<Value>)> {
+        self.airlock
+            .post(
+                &format!("/v1/runs/{}/commit", self.run),
+                Some(json!({"approve_pending": true})),
+            )
+            .await
+            .map_err(|error| match error {
+                airlock_tests::ClientError::Api { code, details, .. } => (code, details),
+                other => panic!("{other}"),
+            })
+    }
+}
+
+fn paths(origin: &Origin) -> Vec<String> {
+    origin.received().iter().map(|r| r.path.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_posted_base64_to_an_outside_webhook_is_held_then_rejected_by_a_block_flow() {
+    let s = setup("review", "").await;
+    let (leak, status, leak_flow, status_flow) = s.leak_and_status().await;
+
+    // The agent learns at once that the effect is held, and why.
+    assert_eq!(
+        leak_flow.as_deref(),
+        Some(r#"review; flow="no-secrets-out""#),
+        "the synthetic response names the flow"
+    );
+    assert_eq!(status_flow, None, "the benign status message is not held");
+
+    // The violation is shown with its edge and excerpt.
+    let shown = s.effect(&leak).await;
+    let violation = &shown["flows"]["violations"][0];
+    assert_eq!(violation["flow"], "no-secrets-out", "{shown:#}");
+    assert_eq!(violation["action"], "review");
+    assert_eq!(violation["reason"], "secrets never leave for outside hosts");
+    assert!(violation["source"]
+        .as_str()
+        .unwrap_or("")
+        .contains("/v1/secret/payments"));
+    assert!(
+        violation["edge"]["overlap_bytes"].as_u64().unwrap_or(0) >= 24
+            || violation["edge"]["kind"] == "credential"
+    );
+
+    // review = "auto" approved the benign effect, not the held one.
+    assert_eq!(s.effect(&status).await["state"], "approved");
+    assert_eq!(
+        shown["state"], "staged",
+        "review = auto does not apply to a held effect"
+    );
+
+    // approve_pending does not release it: the commit is refused, nothing is sent.
+    let (code, details) = s.commit_pending().await.expect_err("held");
+    assert_eq!(code, "flow_review_required");
+    assert_eq!(details.unwrap()["held"], json!([leak]));
+    assert!(s.hooks.received().is_empty(), "nothing reached the webhook");
+
+    // A block flow (hot reloaded: new flows apply to undecided effects) makes commit
+    // reject it; the benign effect is released.
+    let text = policy(s.vault.addr().port(), s.hooks.addr().port(), "block", "");
+    s.airlock
+        .admin
+        .post_text("/v1/policy", "application/toml", text)
+        .await
+        .expect("reload");
+    let blocked = s
+        .airlock
+        .post(&format!("/v1/effects/{leak}/approve"), None)
+        .await
+        .expect_err("a blocked effect cannot be approved");
+    assert!(blocked.to_string().contains("flow_blocked"), "{blocked}");
+    let report = s.commit_pending().await.expect("commit");
+    assert_eq!(report["state"], "committed", "{report:#}");
+    let leak_after = s.effect(&leak).await;
+    assert_eq!(leak_after["state"], "rejected");
+    assert!(
+        leak_after["state_reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("secrets never leave"),
+        "{leak_after:#}"
+    );
+    assert_eq!(s.effect(&status).await["state"], "released");
+    assert_eq!(
+        paths(&s.hooks),
+        ["/hooks/status"],
+        "only the benign effect was sent"
+    );
+    let body = String::from_utf8_lossy(&s.hooks.received()[0].body).into_owned();
+    assert!(body.contains("build passed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_reviewers_own_approval_releases_a_held_effect_and_the_record_keeps_who() {
+    let s = setup("review", "").await;
+    let (leak, _status, _, _) = s.leak_and_status().await;
+
+    // Approving staged-by-rule in bulk skips it (the UI's action; the API's own form is
+    // approve_pending, refused above); a reviewer's approval of the effect itself works.
+    let approved = s.airlock.approve(&leak).await;
+    assert_eq!(approved["state"], "approved");
+    let approval = &s.effect(&leak).await["approval"];
+    assert_eq!(approval["by"], "admin", "{approval:#}");
+    assert_eq!(approval["explicit"], true);
+    assert_eq!(approval["flows"], json!(["no-secrets-out"]));
+
+    let report = s.commit_pending().await.expect("commit");
+    assert_eq!(report["state"], "committed", "{report:#}");
+    let mut sent = paths(&s.hooks);
+    sent.sort();
+    assert_eq!(sent, ["/hooks/backup", "/hooks/status"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanalysed_effect_under_an_unanalysed_flow_needs_a_named_approval() {
+    let extra = r#"
+[[flow]]
+id = "look-if-you-could-not"
+from = ["unanalysed"]
+to = "any"
+action = "review"
+reason = "airlock could not read this body, so a human does"
+"#;
+    let s = setup("review", extra).await;
+    // A body that says gzip but is not: its analysis is skipped.
+    let posted = curl(
+        &s.env,
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/octet-stream",
+            "-H",
+            "content-encoding: gzip",
+            "--data-binary",
+            "\u{1f}\u{8b} definitely not a gzip stream, but long enough to analyse",
+            &s.hook_url("/hooks/upload"),
+        ],
+    )
+    .await;
+    assert!(posted.status < 300);
+    let effect = posted.header("airlock-effect").expect("effect");
+    assert_eq!(
+        posted.header("airlock-flow").as_deref(),
+        Some(r#"review; flow="look-if-you-could-not""#)
+    );
+    let shown = poll_until(Duration::from_secs(10), || async {
+        let shown = s.effect(&effect).await;
+        (shown["flows"]["incomplete"].is_string()).then_some(shown)
+    })
+    .await
+    .expect("the effect's lineage says it is incomplete");
+    assert_eq!(
+        shown["flows"]["violations"][0]["labels"],
+        json!(["unanalysed"])
+    );
+    assert_eq!(shown["state"], "staged");
+
+    let (code, _) = s.commit_pending().await.expect_err("held");
+    assert_eq!(code, "flow_review_required");
+    s.airlock.approve(&effect).await;
+    let report = s.commit_pending().await.expect("commit");
+    assert_eq!(report["state"], "committed", "{report:#}");
+    assert_eq!(paths(&s.hooks), ["/hooks/upload"]);
+}
