@@ -42,7 +42,7 @@ mod wire;
 pub use body::DEFAULT_BODY_MATCH_BYTES;
 pub use credential::{Credential, CredentialSource, Placement};
 pub use decision::{reason_code, Action, AuditMatch, ConnectDecision, Decision};
-pub use diff::{Change, ChangeKind, CredentialChange, PolicyDiff, PrivateChange};
+pub use diff::{Change, ChangeKind, CredentialChange, FlowChange, PolicyDiff, PrivateChange};
 pub use error::PolicyError;
 pub use explain::{Explanation, Lint, RuleOutcome, RuleTrace};
 pub use flow::{

@@ -134,7 +134,11 @@ fn final_pass_blocking(
     }
     for (id, detail) in rejects {
         info!(run.id = %run, effect.id = %id, reason = %detail, "a block flow rejected the effect at commit");
-        ledger.settle_unsent(&id, EffectState::Rejected, &format!("rejected at commit: {detail}"))?;
+        ledger.settle_unsent(
+            &id,
+            EffectState::Rejected,
+            &format!("rejected at commit: {detail}"),
+        )?;
     }
     Ok(())
 }

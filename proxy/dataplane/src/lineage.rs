@@ -287,8 +287,17 @@ type Waiters = std::collections::HashMap<EffectId, Vec<tokio::sync::oneshot::Sen
 /// finished after the effect was first analysed.
 ///
 /// Errors: storage faults.
-pub fn reanalyse_effect(ledger: &dyn Store, effect: &EffectId) -> Result<(), airlock_ledger::LedgerError> {
-    run_job(ledger, &mut Seen::default(), Job::Effect { effect: effect.clone() })
+pub fn reanalyse_effect(
+    ledger: &dyn Store,
+    effect: &EffectId,
+) -> Result<(), airlock_ledger::LedgerError> {
+    run_job(
+        ledger,
+        &mut Seen::default(),
+        Job::Effect {
+            effect: effect.clone(),
+        },
+    )
 }
 
 /// Response bodies and notable values already recorded, per run: a read whose body is

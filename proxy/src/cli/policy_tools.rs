@@ -111,10 +111,24 @@ pub(super) fn diff(old: &Path, new: &Path, json: bool, fail_on_widen: bool) -> a
                 outln!("  {}: {}", change.scope, change.network);
             }
         }
+        for (kind, title) in [
+            (ChangeKind::Widens, "FLOW RULES WIDEN"),
+            (ChangeKind::Narrows, "flow rules narrow"),
+        ] {
+            let group: Vec<_> = diff.flows.iter().filter(|c| c.kind == kind).collect();
+            if group.is_empty() {
+                continue;
+            }
+            outln!("{title} ({}):", group.len());
+            for change in group {
+                outln!("  {}: {}", change.flow, change.what);
+            }
+        }
         if diff.changes.is_empty()
             && diff.default.is_none()
             && diff.credentials.is_empty()
             && diff.private.is_empty()
+            && diff.flows.is_empty()
         {
             outln!("no decision changes");
         }
