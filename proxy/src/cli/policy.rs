@@ -110,7 +110,7 @@ pub(super) async fn policy_command(command: PolicyCommand) -> anyhow::Result<()>
             require_coverage,
         } => {
             let policy = airlock_policy::Policy::load(&file)?;
-            let outcome = policy_test::run(&policy, &cases)?;
+            let outcome = policy_test::run(&policy, &cases).await?;
             for failure in &outcome.failures {
                 outln!("FAIL {failure}");
             }
