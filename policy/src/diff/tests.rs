@@ -383,7 +383,7 @@ fn flow_diff(from: &str, to: &str) -> (bool, Vec<(ChangeKind, String, String)>) 
 fn one(from: &str, to: &str) -> (ChangeKind, String, String) {
     let (_, changes) = flow_diff(from, to);
     assert_eq!(changes.len(), 1, "{changes:?}");
-    changes.into_iter().next().unwrap()
+    changes.into_iter().next().expect("one change")
 }
 
 #[test]

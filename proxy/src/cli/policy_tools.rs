@@ -448,16 +448,19 @@ struct FlowInputs {
     host: String,
     port: u16,
     incomplete: Option<String>,
-    /// (source host, port, rule, recorded labels, class, overlap bytes).
-    edges: Vec<(
-        String,
-        u16,
-        Option<String>,
-        Vec<String>,
-        airlock_policy::EdgeClass,
-        u64,
-    )>,
+    edges: Vec<StoredEdge>,
 }
+
+/// One stored edge into an effect: (source host, port, rule, recorded labels, class,
+/// overlap bytes).
+type StoredEdge = (
+    String,
+    u16,
+    Option<String>,
+    Vec<String>,
+    airlock_policy::EdgeClass,
+    u64,
+);
 
 /// The host and port of an absolute URL (the scheme's default port when none is given).
 fn host_port(url: &str) -> Option<(String, u16)> {
