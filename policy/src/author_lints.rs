@@ -1,9 +1,9 @@
-//! More of `airlock policy check`'s lints and warnings, about body matchers and
-//! credentials. Each names the rule (or `credential.NAME`) and ends with what to do.
+//! More of `airlock policy check`'s lints and warnings, about body matchers,
+//! credentials and flow rules. Each names the rule (or `credential.NAME`) and ends with what to do.
 
 use crate::matcher::{HostPattern, MethodMatcher};
 use crate::warnings::SHARED_HOSTING;
-use crate::{Lint, Policy, Scheme};
+use crate::{Action, FlowTo, Lint, Policy, Scheme};
 
 impl Policy {
     /// Lints (`check` fails): a body matcher on a rule whose methods never carry a body
@@ -19,6 +19,45 @@ impl Policy {
                     message: "never matches: a body matcher on method = \"read\" — reads have no body (a GET with a body is a write), and a request without a body never matches a body matcher; use method = [\"GET\"] or [\"POST\"], or remove the json/graphql/jsonrpc matcher".into(),
                 });
             }
+        }
+        out
+    }
+
+    /// Warnings (`check --strict` fails): a `[[flow]]` whose `to` list overlaps no stage
+    /// rule's host (and the default does not stage): flows decide staged effects only, so
+    /// such a flow never decides anything. `rule` is `flow "ID"`, `index` 0.
+    pub(crate) fn flow_warnings(&self) -> Vec<Lint> {
+        let mut out = Vec::new();
+        if self.default == Action::Stage {
+            return out;
+        }
+        let staged: Vec<&HostPattern> = self
+            .rules
+            .iter()
+            .filter(|r| r.action == Action::Stage)
+            .map(|r| &r.host)
+            .collect();
+        for flow in &self.flows {
+            let FlowTo::Hosts(globs) = flow.to() else {
+                continue;
+            };
+            let patterns: Vec<HostPattern> = globs
+                .iter()
+                .filter_map(|g| HostPattern::parse(g).ok())
+                .collect();
+            if patterns
+                .iter()
+                .any(|p| staged.iter().any(|s| hosts_overlap(p, s)))
+            {
+                continue;
+            }
+            out.push(Lint {
+                rule: format!("flow \"{}\"", flow.id()),
+                index: 0,
+                message: format!(
+                    "to {globs:?} matches no stage rule's host: flows decide staged effects only, so this flow never applies; name the hosts your stage rules stage to, or use \"external\""
+                ),
+            });
         }
         out
     }
@@ -62,6 +101,20 @@ impl Policy {
         }
         out
     }
+}
+
+/// Whether some host matches both patterns (judged on a sample host of each).
+fn hosts_overlap(a: &HostPattern, b: &HostPattern) -> bool {
+    let sample = |p: &HostPattern| match p {
+        HostPattern::Exact(name) => name.clone(),
+        HostPattern::Ip(ip) => ip.to_string(),
+        HostPattern::OneLabel(suffix) => format!("sample.{suffix}"),
+        HostPattern::AnyDepth(suffix) => format!("deep.sample.{suffix}"),
+    };
+    let hits = |p: &HostPattern, q: &HostPattern| {
+        crate::matcher::Host::parse(&sample(q)).is_some_and(|h| p.matches(&h))
+    };
+    hits(a, b) || hits(b, a)
 }
 
 #[cfg(test)]
@@ -123,5 +176,31 @@ mod tests {
                 assert!(got.starts_with(want), "{got}");
             }
         }
+    }
+
+    #[test]
+    fn a_flow_whose_to_list_reaches_no_stage_rule_is_warned_about() {
+        let base = "version = 1\n[[rule]]\nid = \"vault\"\nhost = \"vault.example\"\nmethod = \"read\"\naction = \"pass\"\nlabels = [\"secret\"]\n[[rule]]\nid = \"hooks\"\nhost = \"**.hooks.example\"\naction = \"stage\"\n[[flow]]\nid = \"f\"\nfrom = [\"secret\"]\naction = \"block\"\n";
+        for (to, warned) in [
+            ("[\"a.hooks.example\"]", false),
+            ("[\"*.hooks.example\"]", false),
+            ("[\"chat.example\", \"**.b.hooks.example\"]", false),
+            ("[\"chat.example\"]", true),
+            ("\"external\"", false),
+            ("\"any\"", false),
+        ] {
+            let (_, warnings) = messages(&format!("{base}to = {to}\n"));
+            let hit = warnings.iter().any(|w| {
+                w.starts_with("flow \"f\" #0: to [\"chat.example\"] matches no stage rule's host")
+            });
+            assert_eq!(hit, warned, "{to}: {warnings:?}");
+            assert_eq!(warnings.len(), usize::from(warned), "{to}: {warnings:?}");
+        }
+        // With default = "stage" every host can be staged.
+        let (_, warnings) = messages(&format!(
+            "{}to = [\"chat.example\"]\n",
+            base.replacen("version = 1\n", "version = 1\ndefault = \"stage\"\n", 1)
+        ));
+        assert!(warnings.is_empty(), "{warnings:?}");
     }
 }

@@ -10,9 +10,12 @@
 //! action but now gets a credential injected widens too (new credential reach), and one
 //! that loses it narrows. Credentials are compared as well ([`CredentialChange`]): one
 //! added, a bind widened (host, method or path), a rule that newly injects. Rules added,
-//! removed or edited are listed by id. The probes cover every rule, so every rule-level
-//! change shows; they are samples, not a proof about all possible requests.
+//! removed or edited are listed by id. Flow rules are compared by id, key by key
+//! ([`FlowChange`]): a flow removed or weakened widens. The probes cover every rule, so
+//! every rule-level change shows; they are samples, not a proof about all possible
+//! requests.
 
+mod flows;
 mod probe;
 mod reach;
 #[cfg(test)]
@@ -23,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::{Action, Policy, Rule};
+pub use flows::FlowChange;
 use probe::Probe;
 pub use reach::CredentialChange;
 
@@ -93,6 +97,9 @@ pub struct PolicyDiff {
     /// Changes of `allow_private` (top level and per rule): private ranges the policy lets
     /// destinations resolve to. Widenings first.
     pub private: Vec<PrivateChange>,
+    /// Changes of the `[[flow]]` rules: flows removed or weakened (widens), added or made
+    /// stricter (narrows), and rules that lost or gained labels flows name. Widenings first.
+    pub flows: Vec<FlowChange>,
 }
 
 /// One `allow_private` network opened or closed.
@@ -143,11 +150,12 @@ fn compare_private(old: &Policy, new: &Policy) -> Vec<PrivateChange> {
 }
 
 impl PolicyDiff {
-    /// True when some probe is more permissive under the new policy, the default is, or a
-    /// credential reaches further.
+    /// True when some probe is more permissive under the new policy, the default is, a
+    /// credential reaches further, or a flow rule guards less.
     pub fn widens(&self) -> bool {
         self.changes.iter().any(|c| c.kind == ChangeKind::Widens)
             || self.private.iter().any(|c| c.kind == ChangeKind::Widens)
+            || self.flows.iter().any(|c| c.kind == ChangeKind::Widens)
             || self
                 .credentials
                 .iter()
@@ -277,6 +285,7 @@ impl Policy {
             probes: probes.len(),
             credentials: reach::compare(self, new),
             private: compare_private(self, new),
+            flows: flows::compare(self, new),
         }
     }
 }

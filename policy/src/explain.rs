@@ -1,7 +1,11 @@
 //! Tools for policy authors: why a request gets its decision (`explain`), and rules that
 //! can never decide anything (`lints`).
 
+mod flows;
+
 use serde::Serialize;
+
+pub use flows::{FlowExplanation, FlowMatch};
 
 use crate::eval::{Check, Context};
 use crate::matcher::{CanonicalPath, Host};
@@ -57,6 +61,8 @@ pub struct Explanation {
     pub decision: Decision,
     /// The rules in evaluation order.
     pub rules: Vec<RuleTrace>,
+    /// The `[[flow]]` rules that could apply to the request ([`Policy::explain_flows`]).
+    pub flows: FlowExplanation,
 }
 
 /// A rule that can never decide a request, or a credential no rule uses (then `rule` is
@@ -177,7 +183,12 @@ impl Policy {
                 baseline,
             });
         }
-        Explanation { decision, rules }
+        let flows = self.explain_flows(&decision, request.host);
+        Explanation {
+            decision,
+            rules,
+            flows,
+        }
     }
 
     /// Rules that can never decide: an earlier rule already matches everything they could.

@@ -42,9 +42,9 @@ mod wire;
 pub use body::DEFAULT_BODY_MATCH_BYTES;
 pub use credential::{Credential, CredentialSource, Placement};
 pub use decision::{reason_code, Action, AuditMatch, ConnectDecision, Decision};
-pub use diff::{Change, ChangeKind, CredentialChange, PolicyDiff, PrivateChange};
+pub use diff::{Change, ChangeKind, CredentialChange, FlowChange, PolicyDiff, PrivateChange};
 pub use error::PolicyError;
-pub use explain::{Explanation, Lint, RuleOutcome, RuleTrace};
+pub use explain::{Explanation, FlowExplanation, FlowMatch, Lint, RuleOutcome, RuleTrace};
 pub use flow::{
     EdgeClass, Flow, FlowAction, FlowEdge, FlowSource, FlowTarget, FlowTo, FlowVerdict, CREDENTIAL,
     PLACEHOLDER_OF, UNANALYSED,

@@ -126,6 +126,7 @@ impl Policy {
             }
         }
         out.extend(self.credential_warnings());
+        out.extend(self.flow_warnings());
         out
     }
 }

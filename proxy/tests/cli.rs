@@ -569,3 +569,130 @@ fn a_ledger_cache_outside_its_range_is_refused_with_the_flag_named() {
         );
     }
 }
+
+/// The flow rules example through `check`, `explain`, `test` (a failing flow case names
+/// what happened) and `diff` (a weakened flow fails the gate).
+#[test]
+fn policy_tools_know_the_flow_rules() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
+    let policy = examples.join("no-secrets-out.toml");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = airlock().args(args).output().expect("run airlock");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+
+    let (ok, stdout) = run(&[os("policy"), os("check"), policy.as_os_str()]);
+    assert!(ok, "{stdout}");
+    assert!(
+        stdout.contains("flow \"no-secrets-out\" (#1): block")
+            && stdout.contains("flow \"docs-to-chat\" (#2): review")
+            && stdout.contains("4 rule(s), 2 flow(s)"),
+        "{stdout}"
+    );
+
+    let (ok, stdout) = run(&[
+        os("policy"),
+        os("explain"),
+        policy.as_os_str(),
+        os("GET"),
+        os("https://vault.internal.example/v1/db"),
+    ]);
+    assert!(ok, "{stdout}");
+    assert!(stdout.contains("labels:   secret"), "{stdout}");
+    assert!(
+        stdout.contains("guarded:  flow \"no-secrets-out\" (block): from \"secret\""),
+        "{stdout}"
+    );
+    let (ok, stdout) = run(&[
+        os("policy"),
+        os("explain"),
+        policy.as_os_str(),
+        os("--body"),
+        os("POST"),
+        os("https://chat.example.com/api/messages"),
+    ]);
+    assert!(ok, "{stdout}");
+    assert!(
+        stdout.contains("flows:    flow \"no-secrets-out\" (block): to \"external\"")
+            && stdout
+                .contains("flows:    flow \"docs-to-chat\" (review): to [\"chat.example.com\"]"),
+        "{stdout}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = dir.path().join("wrong.cases.toml");
+    std::fs::write(
+        &cases,
+        r#"
+[[case]]
+name = "a ticket quoting a secret"
+read = { url = "https://vault.internal.example/v1/db", body = '{"database_password": "correct horse battery staple, never share"}' }
+method = "POST"
+url = "https://tickets.example.com/api/tickets"
+data = '{"body": "the password is correct horse battery staple, never share"}'
+expect_flows = []
+
+[[case]]
+name = "a read no rule passes"
+read = { url = "https://elsewhere.example.org/", body = "nothing to see here, nothing at all" }
+method = "POST"
+url = "https://tickets.example.com/api/tickets"
+data = '{}'
+expect_flows = []
+"#,
+    )
+    .expect("write");
+    let (ok, stdout) = run(&[
+        os("policy"),
+        os("test"),
+        policy.as_os_str(),
+        cases.as_os_str(),
+    ]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stdout.contains("flows [\"no-secrets-out\"] (expected []): block \"no-secrets-out\" via read 1: GET https://vault.internal.example/v1/db"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("read https://elsewhere.example.org/ is decided deny (default_deny), not passed by a rule"),
+        "{stdout}"
+    );
+
+    let text = std::fs::read_to_string(&policy).expect("read example");
+    let weaker = dir.path().join("weaker.toml");
+    std::fs::write(
+        &weaker,
+        text.replacen(
+            "to = \"external\"\naction = \"block\"",
+            "to = \"external\"\naction = \"review\"",
+            1,
+        ),
+    )
+    .expect("write");
+    let (ok, stdout) = run(&[
+        os("policy"),
+        os("diff"),
+        policy.as_os_str(),
+        weaker.as_os_str(),
+        os("--fail-on-widen"),
+    ]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stdout.contains("FLOW RULES WIDEN (1):")
+            && stdout.contains("no-secrets-out: action block -> review"),
+        "{stdout}"
+    );
+    let (ok, stdout) = run(&[
+        os("policy"),
+        os("diff"),
+        weaker.as_os_str(),
+        policy.as_os_str(),
+        os("--fail-on-widen"),
+    ]);
+    assert!(ok, "{stdout}");
+    assert!(stdout.contains("flow rules narrow (1):"), "{stdout}");
+}

@@ -328,3 +328,206 @@ fn opening_a_private_range_is_a_widening_and_closing_it_a_narrowing() {
     assert!(back.private.iter().all(|c| c.kind == ChangeKind::Narrows));
     assert_eq!(back.private.len(), 2);
 }
+
+const FLOWS: &str = r#"
+version = 1
+[[rule]]
+id = "vault"
+host = "vault.example"
+method = "read"
+action = "pass"
+labels = ["secret", "internal"]
+
+[[rule]]
+id = "wiki"
+host = "wiki.example"
+method = "read"
+action = "pass"
+labels = ["internal"]
+
+[[rule]]
+id = "hooks"
+host = "*.hooks.example"
+action = "stage"
+
+[[flow]]
+id = "no-secrets-out"
+from = ["secret", "credential"]
+rules = ["vault"]
+hosts = ["vault.example", "*.vault.example"]
+to = "any"
+action = "block"
+
+[[flow]]
+id = "internal-review"
+from = ["internal"]
+to = ["*.hooks.example", "chat.example"]
+min_overlap_bytes = 32
+action = "review"
+"#;
+
+/// The flow changes of `FLOWS` -> `FLOWS` with `from` replaced by `to`, as (kind, flow,
+/// what) triples.
+fn flow_diff(from: &str, to: &str) -> (bool, Vec<(ChangeKind, String, String)>) {
+    assert!(FLOWS.contains(from), "{from}");
+    let new = FLOWS.replacen(from, to, 1);
+    let diff = policy(FLOWS).diff(&policy(&new));
+    let changes = diff
+        .flows
+        .iter()
+        .map(|c| (c.kind, c.flow.clone(), c.what.clone()))
+        .collect();
+    (diff.widens(), changes)
+}
+
+fn one(from: &str, to: &str) -> (ChangeKind, String, String) {
+    let (_, changes) = flow_diff(from, to);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    changes.into_iter().next().expect("one change")
+}
+
+#[test]
+fn an_unchanged_policy_has_no_flow_changes() {
+    let diff = policy(FLOWS).diff(&policy(FLOWS));
+    assert!(diff.flows.is_empty());
+    assert!(!diff.widens());
+}
+
+#[test]
+fn removing_a_flow_widens() {
+    let (widens, changes) = flow_diff(
+        "[[flow]]\nid = \"internal-review\"\nfrom = [\"internal\"]\nto = [\"*.hooks.example\", \"chat.example\"]\nmin_overlap_bytes = 32\naction = \"review\"\n",
+        "",
+    );
+    assert!(widens);
+    assert_eq!(
+        changes,
+        [(
+            ChangeKind::Widens,
+            "internal-review".to_owned(),
+            "flow removed (was review)".to_owned()
+        )]
+    );
+}
+
+#[test]
+fn adding_a_flow_narrows() {
+    let new = format!(
+        "{FLOWS}\n[[flow]]\nid = \"creds\"\nfrom = [\"credential\"]\naction = \"review\"\n"
+    );
+    let diff = policy(FLOWS).diff(&policy(&new));
+    assert!(!diff.widens());
+    assert_eq!(diff.flows.len(), 1);
+    assert_eq!(diff.flows[0].kind, ChangeKind::Narrows);
+    assert_eq!(diff.flows[0].what, "flow added (review)");
+}
+
+#[test]
+fn block_to_review_widens_and_review_to_block_narrows() {
+    let (kind, flow, what) = one(
+        "to = \"any\"\naction = \"block\"",
+        "to = \"any\"\naction = \"review\"",
+    );
+    assert_eq!(
+        (kind, flow.as_str(), what.as_str()),
+        (
+            ChangeKind::Widens,
+            "no-secrets-out",
+            "action block -> review"
+        )
+    );
+    let (kind, _, what) = one(
+        "min_overlap_bytes = 32\naction = \"review\"",
+        "min_overlap_bytes = 32\naction = \"block\"",
+    );
+    assert_eq!(
+        (kind, what.as_str()),
+        (ChangeKind::Narrows, "action review -> block")
+    );
+}
+
+#[test]
+fn guard_lists_that_lose_entries_widen_and_gain_entries_narrow() {
+    let (kind, _, what) = one("from = [\"secret\", \"credential\"]", "from = [\"secret\"]");
+    assert_eq!(
+        (kind, what.as_str()),
+        (ChangeKind::Widens, "`from` lost [\"credential\"]")
+    );
+    let (kind, _, what) = one(
+        "hosts = [\"vault.example\", \"*.vault.example\"]",
+        "hosts = [\"vault.example\"]",
+    );
+    assert_eq!(
+        (kind, what.as_str()),
+        (ChangeKind::Widens, "`hosts` lost [\"*.vault.example\"]")
+    );
+    let (kind, _, _) = one(
+        "from = [\"secret\", \"credential\"]",
+        "from = [\"secret\", \"credential\", \"internal\"]",
+    );
+    assert_eq!(kind, ChangeKind::Narrows);
+    // A key removed guards anything: stricter.
+    let (kind, _, what) = one("rules = [\"vault\"]\n", "");
+    assert_eq!(kind, ChangeKind::Narrows, "{what}");
+    // A key added limits the flow to its entries: wider.
+    let (widens, changes) = flow_diff(
+        "from = [\"internal\"]\n",
+        "from = [\"internal\"]\nrules = [\"vault\"]\n",
+    );
+    assert!(widens, "{changes:?}");
+}
+
+#[test]
+fn narrowing_to_widens_and_reaching_further_narrows() {
+    let (kind, _, what) = one("to = \"any\"", "to = \"external\"");
+    assert_eq!(
+        (kind, what.as_str()),
+        (ChangeKind::Widens, "`to` \"any\" -> \"external\"")
+    );
+    let (kind, _, _) = one("to = \"any\"", "to = [\"chat.example\"]");
+    assert_eq!(kind, ChangeKind::Widens);
+    let (kind, _, what) = one(
+        "to = [\"*.hooks.example\", \"chat.example\"]",
+        "to = [\"chat.example\"]",
+    );
+    assert_eq!(
+        (kind, what.as_str()),
+        (ChangeKind::Widens, "`to` lost [\"*.hooks.example\"]")
+    );
+    let (kind, _, _) = one(
+        "to = [\"*.hooks.example\", \"chat.example\"]",
+        "to = \"external\"",
+    );
+    assert_eq!(kind, ChangeKind::Narrows);
+}
+
+#[test]
+fn raising_min_overlap_bytes_widens_and_lowering_it_narrows() {
+    let (kind, _, what) = one("min_overlap_bytes = 32", "min_overlap_bytes = 64");
+    assert_eq!(
+        (kind, what.as_str()),
+        (ChangeKind::Widens, "min_overlap_bytes 32 -> 64")
+    );
+    let (kind, _, _) = one("min_overlap_bytes = 32", "min_overlap_bytes = 0");
+    assert_eq!(kind, ChangeKind::Narrows);
+}
+
+#[test]
+fn a_rule_that_loses_a_label_a_flow_names_widens() {
+    let (kind, flow, what) = one(
+        "labels = [\"secret\", \"internal\"]",
+        "labels = [\"secret\", \"public\"]",
+    );
+    assert_eq!(kind, ChangeKind::Widens);
+    assert_eq!(flow, "rule.vault");
+    assert!(what.contains("[\"internal\"]"), "{what}");
+    let (widens, changes) = flow_diff(
+        "labels = [\"secret\", \"internal\"]",
+        "labels = [\"secret\", \"internal\", \"public\"]",
+    );
+    assert!(
+        !widens,
+        "a label no flow names changes nothing: {changes:?}"
+    );
+    assert!(changes.is_empty(), "{changes:?}");
+}

@@ -31,6 +31,11 @@ pub(super) async fn policy_command(command: PolicyCommand) -> anyhow::Result<()>
                     "file": file.display().to_string(),
                     "revision": policy.revision(),
                     "rules": policy.rules().len(),
+                    "flows": policy
+                        .flows()
+                        .iter()
+                        .map(|f| serde_json::json!({ "id": f.id(), "action": f.action() }))
+                        .collect::<Vec<_>>(),
                     "lints": lints,
                     "warnings": warnings,
                 }))?;
@@ -68,10 +73,20 @@ pub(super) async fn policy_command(command: PolicyCommand) -> anyhow::Result<()>
                         lint.message
                     );
                 }
+                for (index, flow) in policy.flows().iter().enumerate() {
+                    outln!(
+                        "{}: flow \"{}\" (#{}): {}",
+                        file.display(),
+                        flow.id(),
+                        index + 1,
+                        flow.action().as_str()
+                    );
+                }
                 outln!(
-                    "{}: {} rule(s), revision {}, {} lint(s), {} warning(s)",
+                    "{}: {} rule(s), {} flow(s), revision {}, {} lint(s), {} warning(s)",
                     file.display(),
                     policy.rules().len(),
+                    policy.flows().len(),
                     policy.revision(),
                     lints.len(),
                     warnings.len()
@@ -95,7 +110,7 @@ pub(super) async fn policy_command(command: PolicyCommand) -> anyhow::Result<()>
             require_coverage,
         } => {
             let policy = airlock_policy::Policy::load(&file)?;
-            let outcome = policy_test::run(&policy, &cases)?;
+            let outcome = policy_test::run(&policy, &cases).await?;
             for failure in &outcome.failures {
                 outln!("FAIL {failure}");
             }
@@ -303,7 +318,53 @@ pub(super) async fn policy_command(command: PolicyCommand) -> anyhow::Result<()>
                     credential.name()
                 );
             }
+            print_flows(&policy, &explanation.flows, decision.action);
             Ok(())
         }
+    }
+}
+
+/// `policy explain`'s flow lines: the labels a passed read carries and the flows that
+/// guard it, or the flows that could decide a staged request (docs/policy.md#flow-rules).
+fn print_flows(
+    policy: &airlock_policy::Policy,
+    flows: &airlock_policy::FlowExplanation,
+    action: airlock_policy::Action,
+) {
+    if policy.flows().is_empty() {
+        return;
+    }
+    match action {
+        airlock_policy::Action::Pass => {
+            outln!(
+                "labels:   {}",
+                if flows.labels.is_empty() {
+                    "none (its rule has no `labels`)".to_owned()
+                } else {
+                    flows.labels.join(", ")
+                }
+            );
+        }
+        airlock_policy::Action::Stage => {}
+        _ => return,
+    }
+    for (title, group) in [
+        ("guarded:", &flows.sources),
+        ("flows:", &flows.destinations),
+    ] {
+        for m in group {
+            outln!(
+                "{title:<9} flow \"{}\" ({}): {}",
+                m.flow,
+                m.action.as_str(),
+                m.why
+            );
+        }
+    }
+    if action == airlock_policy::Action::Stage && flows.destinations.is_empty() {
+        outln!("flows:    none can decide it: no flow's `to` covers this host");
+    }
+    if action == airlock_policy::Action::Pass {
+        outln!("          (flows decide staged effects that carry this read's data; the read itself is not held)");
     }
 }

@@ -17,6 +17,25 @@
 //! checked) are optional; `rule = ""` expects the default. A case with
 //! `method = "CONNECT"` and `url = "https://host:port"` is decided as a CONNECT; its
 //! `expect.action` is `tunnel`, `deny` or `intercept`.
+//!
+//! A case can also test `[[flow]]` rules: `read` (one table or a list) describes reads the
+//! run made before the request, and `expect_flows` the flows the request, staged, must
+//! violate (`[]`: none), with `expect_flow_action` (`block`, `review` or `none`: the
+//! strongest). The real lineage pipeline decides, offline: an in-memory ledger and run, each
+//! read journaled with its rule's labels and analysed by the lineage worker, the request
+//! staged and analysed, then the flow decision the proxy would make.
+//!
+//! ```toml
+//! [[case]]
+//! name = "a secret read does not leave in a webhook"
+//! read = { url = "https://vault.example/v1/db", body = '{"password": "…"}', content_type = "application/json" }
+//! method = "POST"
+//! url = "https://ci.hooks.example/deliver"
+//! data = '{"note": "…"}'
+//! expect = { action = "stage" }     # optional when expect_flows is given
+//! expect_flows = ["no-secrets-out"]
+//! expect_flow_action = "block"
+//! ```
 
 use std::path::Path;
 
@@ -41,7 +60,14 @@ struct Case {
     url: String,
     #[serde(default)]
     body: bool,
-    expect: Expect,
+    /// The decision the request must get (optional for a flow case).
+    expect: Option<Expect>,
+    /// Reads the run made before the request (flow cases).
+    read: Option<OneOrMany<CaseRead>>,
+    /// The flows the request, staged after the reads, must violate (`[]`: none).
+    expect_flows: Option<Vec<String>>,
+    /// The strongest action of those flows: `block`, `review` or `none`.
+    expect_flow_action: Option<String>,
     /// Request headers, `{ "x-github-event" = "push" }`.
     #[serde(default)]
     headers: std::collections::BTreeMap<String, String>,
@@ -49,6 +75,39 @@ struct Case {
     data: Option<String>,
     /// The profile of the run making the request.
     profile: Option<String>,
+}
+
+/// `read = { … }` or `read = [{ … }, …]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> OneOrMany<T> {
+    fn as_slice(&self) -> &[T] {
+        match self {
+            OneOrMany::One(one) => std::slice::from_ref(one),
+            OneOrMany::Many(many) => many,
+        }
+    }
+}
+
+/// One read of a flow case: a request the policy must pass, and the response it got.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseRead {
+    /// Default `GET`.
+    method: Option<String>,
+    url: String,
+    /// The response body, as text.
+    body: String,
+    /// The response's `Content-Type`.
+    content_type: Option<String>,
+    /// Other response headers (a `set-cookie` makes a credential edge).
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -180,7 +239,7 @@ pub struct Outcome {
 }
 
 /// Runs the cases in `cases_path` against `policy`.
-pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
+pub async fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
     let text = std::fs::read_to_string(cases_path)
         .with_context(|| format!("cannot read {}", cases_path.display()))?;
     let file: CasesFile =
@@ -188,6 +247,20 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
     let mut failures = Vec::new();
     let mut covered = std::collections::HashSet::new();
     for case in &file.cases {
+        if case.expect.is_none() && case.expect_flows.is_none() {
+            return Err(anyhow!(
+                "{}: case {:?}: give `expect`, `expect_flows` or both",
+                cases_path.display(),
+                case.name
+            ));
+        }
+        if case.read.is_some() && case.expect_flows.is_none() {
+            return Err(anyhow!(
+                "{}: case {:?}: `read` is for flow cases: add `expect_flows`",
+                cases_path.display(),
+                case.name
+            ));
+        }
         let uri: http::Uri = case.url.parse().map_err(|e| {
             anyhow!(
                 "{}: case {:?}: {:?} is not a URL ({e})",
@@ -237,17 +310,24 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
             if let Some(rule) = &rule {
                 covered.insert(rule.clone());
             }
+            let Some(expect) = &case.expect else {
+                return Err(anyhow!(
+                    "{}: case {:?}: a CONNECT case needs `expect` (flows decide staged effects)",
+                    cases_path.display(),
+                    case.name
+                ));
+            };
             let mut wrong = Vec::new();
-            if action != case.expect.action {
-                wrong.push(format!("action {action} (expected {})", case.expect.action));
+            if action != expect.action {
+                wrong.push(format!("action {action} (expected {})", expect.action));
             }
-            if let Some(want) = &case.expect.rule {
+            if let Some(want) = &expect.rule {
                 let actual = rule.clone().unwrap_or_default();
                 if &actual != want {
                     wrong.push(format!("rule {actual:?} (expected {want:?})"));
                 }
             }
-            if let Some(want) = &case.expect.reason_code {
+            if let Some(want) = &expect.reason_code {
                 if code != want {
                     wrong.push(format!("reason_code {code} (expected {want})"));
                 }
@@ -286,51 +366,34 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
         }
         let decision = &explanation.decision;
         let mut wrong = Vec::new();
-        if decision.action.as_str() != case.expect.action {
-            wrong.push(format!(
-                "action {} (expected {})",
-                decision.action.as_str(),
-                case.expect.action
-            ));
+        if let Some(expect) = &case.expect {
+            wrong.extend(decision_mismatches(policy, decision, expect));
         }
-        if let Some(rule) = &case.expect.rule {
-            let actual = decision.rule.clone().unwrap_or_default();
-            if &actual != rule {
-                wrong.push(format!("rule {actual:?} (expected {rule:?})"));
+        if let Some(want) = &case.expect_flows {
+            let reads = case.read.as_ref().map(OneOrMany::as_slice).unwrap_or(&[]);
+            for read in reads {
+                if let Some(rule) = read_rule(policy, read, case.profile.as_deref()) {
+                    covered.insert(rule);
+                }
             }
-        }
-        if let Some(code) = &case.expect.reason_code {
-            if decision.reason_code != code {
-                wrong.push(format!(
-                    "reason_code {} (expected {code})",
-                    decision.reason_code
-                ));
-            }
-        }
-        if let Some(want) = &case.expect.audit {
-            let actual: Vec<String> = decision
-                .audit
-                .iter()
-                .map(|m| m.rule.clone().unwrap_or_default())
-                .collect();
-            if &actual != want {
-                wrong.push(format!("audit {actual:?} (expected {want:?})"));
-            }
-        }
-        if let Some(expected) = &case.expect.inject {
-            let actual = decision
-                .rule
-                .as_deref()
-                .and_then(|id| policy.rule(id))
-                .and_then(|rule| rule.inject())
-                .unwrap_or_default();
-            if actual != expected {
-                wrong.push(format!("inject {actual:?} (expected {expected:?})"));
-            }
-        }
-        if let Some(want) = &case.expect.obligations {
-            let rule = decision.rule.as_deref().and_then(|id| policy.rule(id));
-            wrong.extend(obligation_mismatches(rule, want));
+            let effect = StagedRequest {
+                method: &method,
+                url: &case.url,
+                headers: &case.headers,
+                body: body_bytes.unwrap_or_default(),
+                decision,
+            };
+            wrong.extend(
+                flow_mismatches(
+                    policy,
+                    reads,
+                    &effect,
+                    case.profile.as_deref(),
+                    want,
+                    case.expect_flow_action.as_deref(),
+                )
+                .await,
+            );
         }
         if !wrong.is_empty() {
             failures.push(format!(
@@ -353,4 +416,290 @@ pub fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> {
         failures,
         uncovered,
     })
+}
+
+/// What differs between `decision` and `expect`, one entry each.
+fn decision_mismatches(
+    policy: &Policy,
+    decision: &airlock_policy::Decision,
+    expect: &Expect,
+) -> Vec<String> {
+    let mut wrong = Vec::new();
+    if decision.action.as_str() != expect.action {
+        wrong.push(format!(
+            "action {} (expected {})",
+            decision.action.as_str(),
+            expect.action
+        ));
+    }
+    if let Some(rule) = &expect.rule {
+        let actual = decision.rule.clone().unwrap_or_default();
+        if &actual != rule {
+            wrong.push(format!("rule {actual:?} (expected {rule:?})"));
+        }
+    }
+    if let Some(code) = &expect.reason_code {
+        if decision.reason_code != code {
+            wrong.push(format!(
+                "reason_code {} (expected {code})",
+                decision.reason_code
+            ));
+        }
+    }
+    if let Some(want) = &expect.audit {
+        let actual: Vec<String> = decision
+            .audit
+            .iter()
+            .map(|m| m.rule.clone().unwrap_or_default())
+            .collect();
+        if &actual != want {
+            wrong.push(format!("audit {actual:?} (expected {want:?})"));
+        }
+    }
+    if let Some(expected) = &expect.inject {
+        let actual = decision
+            .rule
+            .as_deref()
+            .and_then(|id| policy.rule(id))
+            .and_then(|rule| rule.inject())
+            .unwrap_or_default();
+        if actual != expected {
+            wrong.push(format!("inject {actual:?} (expected {expected:?})"));
+        }
+    }
+    if let Some(want) = &expect.obligations {
+        let rule = decision.rule.as_deref().and_then(|id| policy.rule(id));
+        wrong.extend(obligation_mismatches(rule, want));
+    }
+    wrong
+}
+
+/// The request of a flow case, as it would be staged.
+struct StagedRequest<'a> {
+    method: &'a str,
+    url: &'a str,
+    headers: &'a std::collections::BTreeMap<String, String>,
+    body: &'a [u8],
+    decision: &'a airlock_policy::Decision,
+}
+
+/// The scheme, host and port of a case's URL.
+fn parse_url(url: &str) -> Result<(http::Uri, Scheme, Target), String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("{url:?} is not a URL ({e})"))?;
+    let scheme = match uri.scheme_str() {
+        Some("http") => Scheme::Http,
+        Some("https") => Scheme::Https,
+        _ => return Err(format!("{url:?} needs http:// or https://")),
+    };
+    let target = uri
+        .authority()
+        .and_then(|a| Target::parse(scheme, a.as_str(), scheme.default_port()))
+        .ok_or_else(|| format!("{url:?} names no valid host"))?;
+    Ok((uri, scheme, target))
+}
+
+/// How the policy decides a flow case's read (a bodiless request).
+fn decide_read(
+    policy: &Policy,
+    read: &CaseRead,
+    profile: Option<&str>,
+) -> Result<airlock_policy::Decision, String> {
+    let (uri, scheme, target) = parse_url(&read.url)?;
+    let method = read.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
+    Ok(policy.decide(&RequestFacts {
+        query: uri.query().unwrap_or(""),
+        profile,
+        ..RequestFacts::new(
+            scheme,
+            &target.host,
+            target.port,
+            &method,
+            uri.path(),
+            false,
+        )
+    }))
+}
+
+/// The rule that passes a flow case's read, if one does.
+fn read_rule(policy: &Policy, read: &CaseRead, profile: Option<&str>) -> Option<String> {
+    decide_read(policy, read, profile)
+        .ok()
+        .filter(|d| d.action == airlock_policy::Action::Pass)
+        .and_then(|d| d.rule)
+}
+
+/// Runs a flow case through the real lineage pipeline, offline, and says what differs from
+/// `want` (the flow ids) and `want_action`: an in-memory ledger and run; each read, which
+/// a rule must pass, journaled with that rule's labels and analysed by a lineage worker;
+/// the request, which the policy must stage, staged and analysed; then the flow decision
+/// the proxy makes ([`airlock_dataplane::flows::check_effect`]).
+async fn flow_mismatches(
+    policy: &Policy,
+    reads: &[CaseRead],
+    request: &StagedRequest<'_>,
+    profile: Option<&str>,
+    want: &[String],
+    want_action: Option<&str>,
+) -> Vec<String> {
+    use airlock_dataplane::lineage::{Job, LineageWorker};
+    use airlock_ledger::{Header, HeaderText, MemoryStore, NewEffect, Read, Store};
+
+    let mut wrong = Vec::new();
+    let mut passed = Vec::new();
+    for read in reads {
+        match decide_read(policy, read, profile) {
+            Err(problem) => wrong.push(format!("read {problem}")),
+            Ok(decision) => match (decision.action, decision.rule) {
+                (airlock_policy::Action::Pass, Some(rule)) => passed.push((read, rule)),
+                (action, rule) => wrong.push(format!(
+                    "read {} is decided {} ({}){}, not passed by a rule: a flow case's reads must pass",
+                    read.url,
+                    action.as_str(),
+                    decision.reason_code,
+                    rule.map(|r| format!(" by rule \"{r}\"")).unwrap_or_default()
+                )),
+            },
+        }
+    }
+    let decision = request.decision;
+    let stage_rule = match (decision.action, decision.rule.as_deref()) {
+        (airlock_policy::Action::Stage, rule) => rule,
+        (action, _) => {
+            wrong.push(format!(
+                "the request is decided {} ({}), not staged: flows decide staged effects only",
+                action.as_str(),
+                decision.reason_code
+            ));
+            None
+        }
+    };
+    if !wrong.is_empty() {
+        return wrong;
+    }
+    let fault = |what: &str, e: &dyn std::fmt::Display| vec![format!("{what}: {e}")];
+    let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(MemoryStore::new());
+    let run = match store.create_run(profile.map(str::to_owned)) {
+        Ok(run) => run,
+        Err(e) => return fault("cannot create the run", &e),
+    };
+    let worker = LineageWorker::start(store.clone());
+    for (read, rule) in passed {
+        let mut headers = http::HeaderMap::new();
+        let mut pairs: Vec<(&str, &str)> = read
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        if let Some(content_type) = &read.content_type {
+            pairs.push(("content-type", content_type));
+        }
+        for (name, value) in pairs {
+            match (
+                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderValue::from_str(value),
+            ) {
+                (Ok(name), Ok(value)) => {
+                    headers.append(name, value);
+                }
+                _ => return vec![format!("read {}: bad header {name:?}", read.url)],
+            }
+        }
+        let body = bytes::Bytes::from(read.body.clone().into_bytes());
+        worker.submit(Job::Read {
+            read: Box::new(Read {
+                run_id: run.id.clone(),
+                seq: 0,
+                method: read.method.as_deref().unwrap_or("GET").to_ascii_uppercase(),
+                url: read.url.clone(),
+                status: Some(200),
+                request_bytes: 0,
+                response_bytes: body.len() as u64,
+                response_digest: None,
+                labels: policy.labels_of(&rule).to_vec(),
+                rule: Some(rule),
+                created_at_ms: airlock_ledger::now_ms(),
+                error: None,
+                audit: Vec::new(),
+            }),
+            body: vec![body],
+            headers,
+            digest_pending: true,
+        });
+    }
+    let effect = match store.stage(NewEffect {
+        run_id: &run.id,
+        method: request.method,
+        url: request.url,
+        headers: request
+            .headers
+            .iter()
+            .map(|(name, value)| Header {
+                name: name.to_ascii_lowercase(),
+                value: HeaderText::Text(value.clone()),
+            })
+            .collect(),
+        body: request.body,
+        rule: stage_rule,
+        policy_revision: policy.revision(),
+        placeholders: Vec::new(),
+        depends_on: Vec::new(),
+        inject: None,
+    }) {
+        Ok(effect) => effect,
+        Err(e) => return fault("cannot stage the request", &e),
+    };
+    let analysed = worker.analysed(&effect.id);
+    worker.submit(Job::Effect {
+        effect: effect.id.clone(),
+    });
+    if tokio::time::timeout(std::time::Duration::from_secs(30), analysed)
+        .await
+        .map_or(true, |r| r.is_err())
+    {
+        return vec!["the lineage worker did not analyse the request".to_owned()];
+    }
+    let check = match airlock_dataplane::flows::check_effect(&*store, policy, &effect) {
+        Ok(check) => check,
+        Err(e) => return fault("cannot decide the flows", &e),
+    };
+    let mut actual: Vec<String> = check.violations.iter().map(|v| v.flow.clone()).collect();
+    actual.sort();
+    let mut expected = want.to_vec();
+    expected.sort();
+    if actual != expected {
+        let detail: Vec<String> = check
+            .violations
+            .iter()
+            .map(|v| {
+                format!(
+                    "{} {:?} via {}",
+                    v.action.as_str(),
+                    v.flow,
+                    v.source.as_deref().unwrap_or("unanalysed lineage")
+                )
+            })
+            .collect();
+        wrong.push(format!(
+            "flows {actual:?} (expected {expected:?}){}",
+            if detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", detail.join("; "))
+            }
+        ));
+    }
+    if let Some(want_action) = want_action {
+        let strongest = check
+            .violations
+            .iter()
+            .map(|v| v.action)
+            .max()
+            .map_or("none", |a| a.as_str());
+        if strongest != want_action {
+            wrong.push(format!("flow action {strongest} (expected {want_action})"));
+        }
+    }
+    wrong
 }
