@@ -468,7 +468,9 @@ pub fn record_release(
 /// Errors: [`Refused::EffectTransition`] for any other `to`, or when the effect may not
 /// take it.
 pub fn settle_unsent(effect: &mut Effect, to: EffectState, reason: &str) -> Result<(), Refused> {
-    if to == EffectState::Rejected && matches!(effect.state, EffectState::Staged | EffectState::Approved) {
+    if to == EffectState::Rejected
+        && matches!(effect.state, EffectState::Staged | EffectState::Approved)
+    {
         effect.state = to;
         effect.state_reason = Some(reason.to_owned());
         effect.approval = None;

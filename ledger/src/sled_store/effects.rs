@@ -154,7 +154,13 @@ impl Ledger {
     pub fn approve_explicitly(&self, id: &EffectId, by: &str, flows: &[String]) -> Result<Effect> {
         self.update_effect(id, |ledger, effect| {
             let run = ledger.must_run(&effect.run_id)?;
-            Ok(rules::approve_explicitly(effect, &run, by, flows, now_ms())?)
+            Ok(rules::approve_explicitly(
+                effect,
+                &run,
+                by,
+                flows,
+                now_ms(),
+            )?)
         })
     }
 

@@ -147,10 +147,12 @@ pub fn decide_effect_blocking(
 ) -> Result<Effect, LedgerError> {
     let ledger = control.ledger();
     if verdict == Verdict::Approve {
-        let record = ledger.effect(effect)?.ok_or_else(|| LedgerError::NotFound {
-            kind: "effect",
-            id: effect.to_string(),
-        })?;
+        let record = ledger
+            .effect(effect)?
+            .ok_or_else(|| LedgerError::NotFound {
+                kind: "effect",
+                id: effect.to_string(),
+            })?;
         let check = crate::flows::check_blocking(control, &record)?;
         if let Some(refused) = crate::flows::blocked(&record, &check) {
             return Err(refused.into());

@@ -115,11 +115,7 @@ impl RunSources {
     /// Errors: storage faults.
     pub fn load(ledger: &dyn Store, run: &airlock_ledger::RunId) -> Result<Self, LedgerError> {
         Ok(Self {
-            reads: ledger
-                .reads(run)?
-                .into_iter()
-                .map(|r| (r.seq, r))
-                .collect(),
+            reads: ledger.reads(run)?.into_iter().map(|r| (r.seq, r)).collect(),
             effects: ledger
                 .effects(run)?
                 .into_iter()
@@ -252,7 +248,9 @@ fn incomplete(lineage: Option<&EffectLineage>) -> Option<String> {
         return Some(skipped.clone());
     }
     if lineage.truncated {
-        return Some("the body was longer than the analysis bounds; only its start was analysed".to_owned());
+        return Some(
+            "the body was longer than the analysis bounds; only its start was analysed".to_owned(),
+        );
     }
     if !lineage.incomplete_reads.is_empty() {
         let reads: Vec<String> = lineage
@@ -293,9 +291,10 @@ pub async fn at_staging(
     let analysed = plane.lineage.analysed(effect);
     let ledger = plane.ledger.clone();
     let id = effect.clone();
-    let done = tokio::task::spawn_blocking(move || ledger.effect_lineage(&id).ok().flatten().is_some())
-        .await
-        .unwrap_or(false);
+    let done =
+        tokio::task::spawn_blocking(move || ledger.effect_lineage(&id).ok().flatten().is_some())
+            .await
+            .unwrap_or(false);
     if !done && tokio::time::timeout(STAGING_WAIT, analysed).await.is_err() {
         return None;
     }
