@@ -52,7 +52,7 @@ action = "block"
 reason = "secrets never leave"
 "#,
     )
-    .unwrap();
+    .expect("the policy loads");
     let edges = [FlowEdge {
         source: read("vault.internal.example", "vault-read", &[]),
         class: EdgeClass::Content,
@@ -77,7 +77,7 @@ min_overlap_bytes = 24
 action = "review"
 "#,
     )
-    .unwrap();
+    .expect("the policy loads");
     let short = [FlowEdge {
         source: read("vault.internal.example", "vault-read", &[]),
         class: EdgeClass::Content,
@@ -101,7 +101,7 @@ fn credential_edges_count_whatever_their_length_and_carry_the_built_in_label() {
     let policy = policy(
         "[[flow]]\nid = \"f\"\nfrom = [\"credential\"]\nmin_overlap_bytes = 1000\naction = \"block\"\n",
     )
-    .unwrap();
+    .expect("the policy loads");
     let edges = [FlowEdge {
         source: read("docs.example.com", "docs-read", &[]),
         class: EdgeClass::Credential,
@@ -115,8 +115,8 @@ fn credential_edges_count_whatever_their_length_and_carry_the_built_in_label() {
 
 #[test]
 fn labels_recorded_on_the_read_count_after_the_rule_lost_them() {
-    let policy =
-        policy("[[flow]]\nid = \"f\"\nfrom = [\"secret\"]\naction = \"review\"\n").unwrap();
+    let policy = policy("[[flow]]\nid = \"f\"\nfrom = [\"secret\"]\naction = \"review\"\n")
+        .expect("the policy loads");
     let recorded = vec!["secret".to_owned()];
     let edges = [FlowEdge {
         source: read("docs.example.com", "docs-read", &recorded),
@@ -137,7 +137,7 @@ to = ["*.example.net"]
 action = "review"
 "#,
     )
-    .unwrap();
+    .expect("the policy loads");
     let docs = [FlowEdge {
         source: read("docs.example.com", "docs-read", &[]),
         class: EdgeClass::Content,
@@ -170,7 +170,7 @@ from = ["secret"]
 action = "block"
 "#,
     )
-    .unwrap();
+    .expect("the policy loads");
     let target = FlowTarget {
         unanalysed: Some("the analysis queue was full"),
         ..TARGET
@@ -194,7 +194,7 @@ fn placeholder_chains_are_labelled_by_the_staging_rule() {
     let policy = policy(
         "[[flow]]\nid = \"f\"\nfrom = [\"placeholder-of:hooks\"]\nto = \"any\"\naction = \"review\"\n",
     )
-    .unwrap();
+    .expect("the policy loads");
     let edges = [FlowEdge {
         source: FlowSource {
             host: "hooks.example.net",
@@ -223,7 +223,7 @@ fn bad_flows_fail_to_load_naming_the_flow_and_field() {
         ("[[flow]]\nid = \"f\"\nfrom = [\"secret\"]\nmin_overlap_bytes = -1\naction = \"block\"\n", "negative"),
     ];
     for (text, expected) in cases {
-        let error = policy(text).unwrap_err().to_string();
+        let error = policy(text).expect_err("refused").to_string();
         assert!(error.contains(expected), "{text}\n=> {error}");
     }
 }
@@ -232,12 +232,12 @@ fn bad_flows_fail_to_load_naming_the_flow_and_field() {
 fn labels_belong_on_pass_rules_and_are_not_built_ins() {
     let stage = "version = 1\n[[rule]]\nid = \"s\"\nhost = \"a.example\"\naction = \"stage\"\nlabels = [\"x\"]\n";
     assert!(Policy::from_toml_str(stage, "<inline>")
-        .unwrap_err()
+        .expect_err("refused")
         .to_string()
         .contains("only a pass rule labels"));
     let builtin = "version = 1\n[[rule]]\nid = \"p\"\nhost = \"a.example\"\naction = \"pass\"\nlabels = [\"credential\"]\n";
     assert!(Policy::from_toml_str(builtin, "<inline>")
-        .unwrap_err()
+        .expect_err("refused")
         .to_string()
         .contains("built-in label"));
 }
