@@ -134,6 +134,12 @@ fn hint(error: &anyhow::Error) -> Option<String> {
                 ClientError::Api { code, .. } if code == "undecided_effects" => {
                     "approve or reject each effect first, or commit with --approve-pending".into()
                 }
+                ClientError::Api { code, details, .. } if code == "flow_review_required" => {
+                    admin_client::held_hint(details.as_ref())
+                }
+                ClientError::Api { code, .. } if code == "flow_blocked" => {
+                    admin_client::BLOCKED_HINT.into()
+                }
                 _ => return None,
             });
         }
@@ -170,6 +176,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => run::rollback_to(&admin, &run, &savepoint).await,
         Command::Runs { command } => admin_client::runs(command).await,
         Command::Effects { run, admin } => admin_client::effects(&run, &admin).await,
+        Command::Show { effect, admin } if effect.starts_with("run_") => {
+            admin_client::runs(args::RunsCommand::Show { run: effect, admin }).await
+        }
         Command::Show { effect, admin } => admin_client::show(&effect, &admin).await,
         Command::Approve { effects, admin } => decide_all(&admin, &effects, "approve").await,
         Command::Reject { effects, admin } => decide_all(&admin, &effects, "reject").await,

@@ -1,5 +1,5 @@
 //! Human renderings of admin API answers for the CLI and the demo: counts, the effects
-//! table, and one effect with its lineage.
+//! table, and one effect with its flow decision and lineage.
 
 use serde_json::Value;
 
@@ -43,6 +43,9 @@ pub fn effects_table(effects: &[Value]) -> String {
                 ""
             ));
         }
+        if let Some(line) = flows_line(effect) {
+            out.push_str(&format!("     {:<30} {line}\n", ""));
+        }
         if let Some(reason) = effect
             .get("reason")
             .or_else(|| effect.get("state_reason"))
@@ -83,6 +86,10 @@ pub fn render_effect(effect: &Value) -> String {
     }
     if let Some(reason) = effect["state_reason"].as_str() {
         out.push_str(&format!("reason   {reason}\n"));
+    }
+    out.push_str(&render_flows(effect));
+    if let Some(approval) = effect.get("approval").filter(|a| a.is_object()) {
+        out.push_str(&approval_line(approval));
     }
     out.push_str(&format!(
         "rule     {}\n",
@@ -220,4 +227,130 @@ pub fn render_effect(effect: &Value) -> String {
         ));
     }
     out
+}
+
+/// The flow mark of an effect in a list: `HELD by review flow "ID"` (or `BLOCKED by block
+/// flow "ID"`) while flow rules hold it, else the flows it violated (`flows: review
+/// "ID"`); `None` when it violates none.
+pub fn flows_line(effect: &Value) -> Option<String> {
+    let flows = effect.get("flows")?;
+    let violations = flows
+        .get("violations")
+        .or(Some(flows))
+        .and_then(Value::as_array)
+        .filter(|v| !v.is_empty())?;
+    let named: Vec<String> = violations
+        .iter()
+        .map(|v| {
+            format!(
+                "{} \"{}\"",
+                v["action"].as_str().unwrap_or("?"),
+                v["flow"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    Some(match effect["flow_hold"].as_str() {
+        Some("blocked") => format!(
+            "BLOCKED by flow rules ({}): cannot be approved; commit rejects it",
+            named.join(", ")
+        ),
+        Some("held") => format!(
+            "HELD by flow rules ({}): needs a reviewer's own approval (`airlock approve {}`)",
+            named.join(", "),
+            effect["id"].as_str().unwrap_or("EFFECT")
+        ),
+        _ => format!("flows: {}", named.join(", ")),
+    })
+}
+
+/// The `flows` object of `GET /v1/effects/{id}` for a reviewer: every violation with its
+/// reason, labels, the edge (kind, bytes, the read it starts at) and the excerpt.
+pub fn render_flows(effect: &Value) -> String {
+    let flows = &effect["flows"];
+    if !flows.is_object() {
+        return String::new();
+    }
+    let violations = flows["violations"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let mut out = String::new();
+    let status = match effect["flow_hold"].as_str() {
+        Some("blocked") => " (BLOCKED: cannot be approved; commit rejects it)",
+        Some("held") => " (HELD: only a reviewer's own approval of this effect releases it)",
+        _ => "",
+    };
+    if violations.is_empty() {
+        if flows["analysed"].as_bool() == Some(false) {
+            out.push_str("flows    none so far (lineage not analysed yet)\n");
+        }
+    } else {
+        out.push_str(&format!(
+            "flows    {} violation(s){status}\n",
+            violations.len()
+        ));
+    }
+    for v in violations {
+        out.push_str(&format!(
+            "  ! {:<6} flow \"{}\": {}\n",
+            v["action"].as_str().unwrap_or("?"),
+            v["flow"].as_str().unwrap_or("?"),
+            v["reason"].as_str().unwrap_or("")
+        ));
+        let labels: Vec<&str> = v["labels"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !labels.is_empty() {
+            out.push_str(&format!("           labels: {}\n", labels.join(", ")));
+        }
+        let edge = &v["edge"];
+        if edge.is_object() {
+            let size = match edge["kind"].as_str() {
+                Some("content" | "header") => format!(", {} bytes", edge["overlap_bytes"]),
+                _ => String::new(),
+            };
+            out.push_str(&format!(
+                "           edge: {}{size} from {}\n",
+                edge["kind"].as_str().unwrap_or("?"),
+                v["source"].as_str().unwrap_or("?")
+            ));
+            if let Some(excerpt) = edge["excerpt"].as_str() {
+                out.push_str(&format!("           \"{excerpt}\"\n"));
+            }
+        }
+    }
+    if let Some(incomplete) = flows["incomplete"].as_str() {
+        out.push_str(&format!(
+            "  ! analysis incomplete: {incomplete} (flows may miss edges)\n"
+        ));
+    }
+    out
+}
+
+/// `approved by NAME (its own approval; acknowledges review flows "ID")`.
+fn approval_line(approval: &Value) -> String {
+    let flows: Vec<String> = approval["flows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|f| format!("\"{f}\""))
+        .collect();
+    let how = if approval["explicit"].as_bool() == Some(true) {
+        "a reviewer's own approval of this effect"
+    } else {
+        "bulk or automatic: it does not release an effect a review flow holds"
+    };
+    let acknowledged = if flows.is_empty() {
+        String::new()
+    } else {
+        format!("; acknowledges review flow(s) {}", flows.join(", "))
+    };
+    format!(
+        "approval by {} ({how}{acknowledged})\n",
+        approval["by"].as_str().unwrap_or("?")
+    )
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use airlock_ledger::{Effect, EffectId, LedgerError, Refused, Run, RunId, Verdict};
+use airlock_ledger::{Effect, EffectId, LedgerError, Refused, Run, RunId};
 use airlock_net::respond::Side;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -19,12 +19,13 @@ use crate::runs::{self, Actor};
 use crate::Control;
 
 mod compensate;
+mod effects;
 mod fence;
 mod policy;
 mod render;
 mod workspace;
 
-use render::{body_json, edge_json, effect_summary, headers_json, run_json};
+use render::{edge_json, effect_summary, run_json};
 
 /// An admin API error: status, stable code, what happened. It becomes a response in one
 /// place, [`ApiError::into_response`], with the data plane's field names:
@@ -172,12 +173,10 @@ pub fn router(shared: Arc<Control>) -> Router {
         .route("/v1/runs/{id}/seal", post(seal_run))
         .route("/v1/runs/{id}/commit", post(commit_run))
         .route("/v1/runs/{id}/abort", post(abort_run))
-        .route("/v1/effects/{id}", get(show_effect))
-        .route("/v1/effects/{id}/approve", post(approve_effect))
-        .route("/v1/effects/{id}/reject", post(reject_effect))
         .route("/v1/ca", get(ca_pem))
         .route("/v1/policy", get(policy::show).post(policy::replace))
         .route("/metrics", get(metrics))
+        .merge(effects::routes())
         .merge(workspace::routes())
         .merge(compensate::routes())
         .merge(fence::routes())
@@ -382,7 +381,19 @@ async fn show_run(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let (run, effects) = load_run(&shared, &id).await?;
-    Ok(Json(run_json(&shared, &run, &effects)))
+    let checks = run_checks(&shared, &run.id).await?;
+    let mut body = run_json(&shared, &run, &effects);
+    body["flows"] = render::run_flows(&effects, &checks);
+    Ok(Json(body))
+}
+
+/// The flow decisions on every effect of `run` (empty when the policy has no flows).
+async fn run_checks(
+    shared: &Arc<Control>,
+    run: &RunId,
+) -> ApiResult<std::collections::HashMap<EffectId, airlock_dataplane::flows::FlowCheck>> {
+    let (control, run) = (shared.clone(), run.clone());
+    blocking(move || crate::flows::check_run_blocking(&control, &run)).await
 }
 
 async fn run_effects(
@@ -390,10 +401,16 @@ async fn run_effects(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let (run, effects) = load_run(&shared, &id).await?;
-    Ok(Json(json!({
-        "run": run.id,
-        "effects": effects.iter().map(effect_summary).collect::<Vec<_>>(),
-    })))
+    let checks = run_checks(&shared, &run.id).await?;
+    let listed: Vec<Value> = effects
+        .iter()
+        .map(|effect| {
+            let mut out = effect_summary(effect);
+            render::flows_brief(&mut out, effect, checks.get(&effect.id));
+            out
+        })
+        .collect();
+    Ok(Json(json!({ "run": run.id, "effects": listed })))
 }
 
 async fn run_reads(
@@ -484,89 +501,6 @@ async fn abort_run(
     Ok(Json(body))
 }
 
-async fn show_effect(
-    State(shared): State<Arc<Control>>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let effect_id = parse_effect(&id)?;
-    let ledger = shared.ledger().clone();
-    let found = blocking(move || match ledger.effect(&effect_id)? {
-        Some(effect) => {
-            let body = ledger.body(&effect.body_digest)?.unwrap_or_default();
-            let release_body = match effect.release.as_ref().and_then(|r| r.body_digest.clone()) {
-                Some(digest) => ledger.body(&digest)?,
-                None => None,
-            };
-            Ok(Some((effect, body, release_body)))
-        }
-        None => Ok(None),
-    })
-    .await?;
-    let (effect, body, release_body) = found.ok_or_else(|| not_found("effect", &id))?;
-    let ledger = shared.ledger().clone();
-    let run_id = effect.run_id.clone();
-    let effect_id = effect.id.clone();
-    let (analysis, reads, siblings) = blocking(move || {
-        Ok((
-            ledger.effect_lineage(&effect_id)?,
-            ledger.reads(&run_id)?,
-            ledger.effects(&run_id)?,
-        ))
-    })
-    .await?;
-    let mut sources: Vec<Value> = airlock_ledger::placeholder_edges(&effect)
-        .iter()
-        .map(|e| edge_json(e, &reads))
-        .collect();
-    if let Some(analysis) = &analysis {
-        sources.extend(analysis.edges.iter().map(|e| edge_json(e, &reads)));
-    }
-    let dependents: Vec<Value> = siblings
-        .iter()
-        .filter(|s| s.depends_on.iter().any(|d| d.effect == effect.id))
-        .map(|s| json!({ "id": s.id, "seq": s.seq, "method": s.method, "url": s.url, "state": s.state }))
-        .collect();
-    let mut out = effect_summary(&effect);
-    out["placeholders"] = json!(effect.placeholders);
-    out["depends_on"] = json!(effect.depends_on);
-    // The credential added at release: its name only, never its value.
-    out["inject"] = json!(effect.inject);
-    out["lineage"] = json!({
-        "analyzed": analysis.is_some(),
-        "fingerprints": analysis.as_ref().map(|a| a.fingerprints),
-        "truncated": analysis.as_ref().map(|a| a.truncated),
-        "skipped": analysis.as_ref().and_then(|a| a.skipped.clone()),
-        "incomplete_reads": analysis.as_ref().map(|a| a.incomplete_reads.clone()).unwrap_or_default(),
-        "sources": sources,
-        "dependents": dependents,
-    });
-    out["headers"] = headers_json(&effect.headers);
-    out["body"] = body_json(&body);
-    airlock_dataplane::enforce::redact_view(
-        &shared.policy().current(),
-        effect.rule.as_deref(),
-        &body,
-        &mut out,
-    );
-    out["body_digest"] = json!(effect.body_digest);
-    out["policy_revision"] = json!(effect.policy_revision);
-    out["decisions"] = json!(effect.decisions);
-    out["approval"] = json!(effect.approval);
-    out["flows"] = json!(crate::flows::check(&shared, &effect).await?);
-    if let Some(release) = &effect.release {
-        out["release"] = json!({
-            "started_at_ms": release.started_at_ms,
-            "finished_at_ms": release.finished_at_ms,
-            "status": release.status,
-            "headers": headers_json(&release.headers),
-            "body": release_body.as_deref().map(body_json),
-            "body_len": release.body_len,
-            "error": release.error,
-        });
-    }
-    Ok(Json(out))
-}
-
 async fn run_lineage(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -599,39 +533,6 @@ async fn run_lineage(
         "nodes": nodes,
         "edges": edges.iter().map(|e| edge_json(e, &reads)).collect::<Vec<_>>(),
     })))
-}
-
-async fn decide(
-    shared: Arc<Control>,
-    reviewer: crate::ui::Reviewer,
-    id: String,
-    verdict: Verdict,
-) -> ApiResult<Json<Value>> {
-    let effect_id = parse_effect(&id)?;
-    let effect = runs::decide_effect(
-        &shared,
-        &effect_id,
-        verdict,
-        &Actor::Reviewer(reviewer.name),
-    )
-    .await?;
-    Ok(Json(effect_summary(&effect)))
-}
-
-async fn approve_effect(
-    State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    decide(shared, reviewer, id, Verdict::Approve).await
-}
-
-async fn reject_effect(
-    State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    decide(shared, reviewer, id, Verdict::Reject).await
 }
 
 async fn ca_pem(State(shared): State<Arc<Control>>) -> Response {

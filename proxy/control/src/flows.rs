@@ -13,11 +13,12 @@
 //!   run's reads, so analysis that finished after an approval, and reads that finished
 //!   after the effect was staged, are decided on.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use airlock_dataplane::flows::{check_effect, FlowCheck, RunSources};
 use airlock_dataplane::lineage::reanalyse_effect;
-use airlock_ledger::{Effect, EffectState, LedgerError, Refused, RunId, RunState, Store};
+use airlock_ledger::{Effect, EffectId, EffectState, LedgerError, Refused, RunId, RunState, Store};
 use airlock_policy::Policy;
 use tracing::info;
 
@@ -41,6 +42,49 @@ pub async fn check(control: &Arc<Control>, effect: &Effect) -> Result<FlowCheck,
 /// Errors: storage faults.
 pub fn check_blocking(control: &Control, effect: &Effect) -> Result<FlowCheck, LedgerError> {
     check_effect(&**control.ledger(), &control.policy().current(), effect)
+}
+
+/// The flow decisions on every effect of `run`, under the policy in force: its reads and
+/// effects loaded once, then each effect's stored lineage. Empty when the policy has no
+/// flows (nothing to show).
+///
+/// Errors: storage faults.
+pub fn check_run_blocking(
+    control: &Control,
+    run: &RunId,
+) -> Result<HashMap<EffectId, FlowCheck>, LedgerError> {
+    let policy = control.policy().current();
+    if policy.flows().is_empty() {
+        return Ok(HashMap::new());
+    }
+    let ledger = control.ledger();
+    let sources = RunSources::load(&**ledger, run)?;
+    let mut out = HashMap::new();
+    for effect in ledger.effects(run)? {
+        let lineage = ledger.effect_lineage(&effect.id)?;
+        out.insert(
+            effect.id.clone(),
+            sources.check(&policy, &effect, lineage.as_ref()),
+        );
+    }
+    Ok(out)
+}
+
+/// Whether flow rules hold `effect` now, as lists and pages mark it: `"blocked"` (a
+/// `block` flow forbids it, so it cannot be approved and commit rejects it) or `"held"`
+/// (a `review` flow holds it until a reviewer approves it by themselves). `None` once
+/// the effect is decided for good (released, rejected, failed…) or nothing holds it.
+pub fn hold(effect: &Effect, check: &FlowCheck) -> Option<&'static str> {
+    if !matches!(effect.state, EffectState::Staged | EffectState::Approved) {
+        return None;
+    }
+    if check.blocks().next().is_some() {
+        Some("blocked")
+    } else if !check.approval_suffices(effect) {
+        Some("held")
+    } else {
+        None
+    }
 }
 
 /// The `block` refusal of approving an effect `check` forbids, if any.

@@ -25,6 +25,7 @@ use crate::Control;
 mod actions;
 mod body;
 mod effect_page;
+mod flows;
 mod graph;
 mod pages;
 pub mod session;

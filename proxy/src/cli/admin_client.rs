@@ -113,6 +113,16 @@ pub(super) async fn runs(command: RunsCommand) -> anyhow::Result<()> {
                     effect["state"].as_str().unwrap_or(""),
                     effect["summary"].as_str().unwrap_or("")
                 );
+                if let Some(line) = crate::render::flows_line(effect) {
+                    outln!("        {line}");
+                }
+            }
+            let held = run["flows"]["held"].as_array().map_or(0, Vec::len);
+            let blocked = run["flows"]["blocked"].as_array().map_or(0, Vec::len);
+            if held + blocked > 0 {
+                outln!(
+                    "flows    {held} effect(s) held for a reviewer's own approval, {blocked} blocked: `airlock show EFFECT` shows each violation"
+                );
             }
             let denials = client
                 .get(&format!(
@@ -335,8 +345,23 @@ pub(super) async fn decide_all(
         {
             Ok(result) => {
                 if !admin.json {
+                    let flows: Vec<String> = result["approval"]["flows"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .map(|f| format!("\"{f}\""))
+                        .collect();
+                    let note = if flows.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " (your own approval; it acknowledges review flow(s) {})",
+                            flows.join(", ")
+                        )
+                    };
                     outln!(
-                        "{} {}",
+                        "{} {}{note}",
                         result["id"].as_str().unwrap_or(""),
                         result["state"].as_str().unwrap_or("")
                     );
@@ -348,6 +373,11 @@ pub(super) async fn decide_all(
             }
             Err(error) => {
                 eprintln!("{effect}: {error}");
+                if let ClientError::Api { code, .. } = &error {
+                    if code == "flow_blocked" {
+                        eprintln!("  hint: {BLOCKED_HINT}");
+                    }
+                }
                 failed.push(effect.clone());
             }
         }
@@ -375,4 +405,33 @@ pub(super) fn print_json(value: &Value) -> anyhow::Result<()> {
 /// Prints effects as a table: seq, id, state, method, URL, status.
 pub(super) fn print_effects(effects: &[Value]) {
     out!("{}", effects_table(effects));
+}
+
+/// What to do about an approval a `block` flow refused (`flow_blocked`).
+pub(super) const BLOCKED_HINT: &str = "a block flow forbids releasing this effect: `airlock show EFFECT` shows the flow and the data it carries; reject it (`airlock reject EFFECT`) or change the policy";
+
+/// What to do about a commit refused because review flows hold effects
+/// (`flow_review_required`): the held effects from `details.held`, one command each.
+pub(super) fn held_hint(details: Option<&Value>) -> String {
+    let held: Vec<&str> = details
+        .and_then(|d| d["held"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut out = format!(
+        "{} effect(s) are held by review flows; --approve-pending does not release them. \
+         Look at each (`airlock show EFFECT`), then approve it by itself (`airlock approve EFFECT`) \
+         or reject it, and commit again",
+        held.len()
+    );
+    for effect in held.iter().take(20) {
+        out.push_str(&format!(
+            "\n  airlock show {effect} && airlock approve {effect}"
+        ));
+    }
+    if held.len() > 20 {
+        out.push_str(&format!("\n  … {} more", held.len() - 20));
+    }
+    out
 }

@@ -80,9 +80,10 @@ pub(super) enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Show one effect: request, headers (credentials redacted), body, release
+    /// Show one effect (request, headers with credentials redacted, body, flow rules,
+    /// lineage, release), or one run (`run_…`, as `airlock runs show`)
     Show {
-        /// The effect
+        /// The effect (`eff_…`) or run (`run_…`)
         effect: String,
         #[command(flatten)]
         admin: AdminArgs,

@@ -10,6 +10,8 @@ use airlock_tests::review::Scenario;
 use airlock_tests::{curl, poll_until, CurlResult, Origin, Received, Reply};
 use serde_json::{json, Value};
 
+mod flows;
+
 /// curl against the admin listener directly (no proxy environment).
 async fn get(url: &str, cookie: Option<&str>) -> CurlResult {
     let mut args = vec![url.to_owned()];

@@ -1,7 +1,10 @@
 //! JSON renderings of ledger records for the admin API: runs with counts, effect
 //! summaries, bodies and headers for reviewers (credentials redacted), lineage edges.
 
-use airlock_ledger::{Effect, Run};
+use std::collections::HashMap;
+
+use airlock_dataplane::flows::FlowCheck;
+use airlock_ledger::{Effect, EffectId, Run};
 use base64::Engine as _;
 use serde_json::{json, Value};
 
@@ -98,4 +101,51 @@ pub(super) fn edge_json(edge: &airlock_ledger::Edge, reads: &[airlock_ledger::Re
         "excerpt": edge.excerpt,
         "detail": edge.detail,
     })
+}
+
+/// An effect's approval with `explicit` and `flows` always present: whether a reviewer
+/// approved this effect by itself, and the `review` flows it violated then (shown to
+/// them). `null` when it is not approved.
+pub(super) fn approval_json(effect: &Effect) -> Value {
+    match &effect.approval {
+        None => Value::Null,
+        Some(a) => json!({
+            "by": a.by,
+            "at_ms": a.at_ms,
+            "body_digest": a.body_digest,
+            "explicit": a.explicit,
+            "flows": a.flows,
+        }),
+    }
+}
+
+/// The violations of an effect in a list, kept short (`[{flow, action}]`), and whether
+/// flow rules hold it now (`flow_hold`: `"held"`, `"blocked"` or `null`).
+pub(super) fn flows_brief(out: &mut Value, effect: &Effect, check: Option<&FlowCheck>) {
+    let brief: Vec<Value> = check
+        .map(|c| {
+            c.violations
+                .iter()
+                .map(|v| json!({ "flow": v.flow, "action": v.action }))
+                .collect()
+        })
+        .unwrap_or_default();
+    out["flows"] = json!(brief);
+    out["flow_hold"] = json!(check.and_then(|c| crate::flows::hold(effect, c)));
+}
+
+/// A run's effects that flow rules hold now: `{held: [ID…], blocked: [ID…]}`.
+pub(super) fn run_flows(effects: &[Effect], checks: &HashMap<EffectId, FlowCheck>) -> Value {
+    let (mut held, mut blocked) = (Vec::new(), Vec::new());
+    for effect in effects {
+        match checks
+            .get(&effect.id)
+            .and_then(|c| crate::flows::hold(effect, c))
+        {
+            Some("blocked") => blocked.push(&effect.id),
+            Some(_) => held.push(&effect.id),
+            None => {}
+        }
+    }
+    json!({ "held": held, "blocked": blocked })
 }

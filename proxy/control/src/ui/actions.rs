@@ -89,7 +89,8 @@ pub(super) async fn reject_effect(
 }
 
 /// Approves every `staged` effect of the run that the rule named in the form staged
-/// (an empty rule: the policy default).
+/// (an empty rule: the policy default), except those flow rules hold or block; the run
+/// page it redirects to says how many were approved and skipped.
 pub(super) async fn approve_rule(
     State(shared): State<Arc<Control>>,
     axum::Extension(session): axum::Extension<Session>,
@@ -100,8 +101,13 @@ pub(super) async fn approve_rule(
     let run_id = parse_run(&id)?;
     let rule = form.rule.clone().filter(|r| !r.is_empty());
     let actor = Actor::Reviewer(session.reviewer.name.clone());
-    runs::approve_staged_by_rule(&shared, &run_id, rule, &actor).await?;
-    Ok(redirect(&format!("/runs/{run_id}")))
+    let done = runs::approve_staged_by_rule(&shared, &run_id, rule, &actor).await?;
+    // The run page reports what was done, and what flow rules made it skip.
+    Ok(redirect(&format!(
+        "/runs/{run_id}?approved={}&skipped={}",
+        done.approved,
+        done.skipped.len()
+    )))
 }
 
 pub(super) async fn commit_run(

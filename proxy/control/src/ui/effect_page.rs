@@ -1,11 +1,11 @@
-//! The effect page: the request as staged (credentials redacted), its body pretty-printed,
-//! its lineage with the shared passages highlighted, the synthetic response the client
-//! got, and after release the origin's real response.
+//! The effect page: the request as staged (credentials redacted), the flow rules it
+//! violates, its body pretty-printed, its lineage with the shared passages highlighted,
+//! the synthetic response the client got, and after release the origin's real response.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use airlock_ledger::{Edge, EdgeSource, Effect, EffectState, Header, RunState};
+use airlock_ledger::{Edge, EdgeSource, Effect, Header, RunState};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -13,8 +13,9 @@ use axum::Extension;
 use maud::{html, Markup};
 
 use super::body::{excerpt_needles, render};
+use super::flows::{flow_section, verdict_buttons};
 use super::graph::kind_name;
-use super::pages::{action_button, badge, summary};
+use super::pages::{badge, summary};
 use super::{blocking, html_response, layout, parse_effect, time_utc, Session, UiError, UiResult};
 use crate::Control;
 use airlock_net::headers::is_credential;
@@ -137,8 +138,9 @@ pub(super) async fn effect_page(
     Path(id): Path<String>,
 ) -> UiResult<Response> {
     let effect_id = parse_effect(&id)?;
-    let ledger = shared.ledger().clone();
+    let control = shared.clone();
     let found = blocking(move || {
+        let ledger = control.ledger();
         let Some(effect) = ledger.effect(&effect_id)? else {
             return Ok(None);
         };
@@ -151,8 +153,10 @@ pub(super) async fn effect_page(
         let reads = ledger.reads(&effect.run_id)?;
         let siblings = ledger.effects(&effect.run_id)?;
         let run = ledger.run(&effect.run_id)?;
+        let check = crate::flows::check_blocking(&control, &effect)?;
         Ok(Some((
             effect,
+            check,
             body,
             release_body,
             analysis,
@@ -162,7 +166,7 @@ pub(super) async fn effect_page(
         )))
     })
     .await?;
-    let (effect, body, release_body, analysis, reads, siblings, run) = found
+    let (effect, check, body, release_body, analysis, reads, siblings, run) = found
         .ok_or_else(|| UiError::new(StatusCode::NOT_FOUND, format!("no effect with id {id}")))?;
     let mut sources: Vec<Edge> = airlock_ledger::placeholder_edges(&effect);
     if let Some(analysis) = &analysis {
@@ -205,16 +209,19 @@ pub(super) async fn effect_page(
                     p.approval.bad { "Approved by " strong { (approval.by) } " for body " code.digest { (approval.body_digest) } ", but the request now carries " code.digest { (effect.body_digest) } ": release will refuse it until it is approved again." }
                 }
             }
-            @if open && effect.state.is_pending() {
-                div.actions {
-                    @if effect.state != EffectState::Approved {
-                        (action_button(&session, &format!("/effects/{}/approve", effect.id), "Approve", "approve", &[("back", back.as_str())], None))
-                    }
-                    @if effect.state != EffectState::Rejected {
-                        (action_button(&session, &format!("/effects/{}/reject", effect.id), "Reject", "reject", &[("back", back.as_str())], None))
-                    }
+            @if let Some(approval) = effect.approval.as_ref().filter(|a| a.explicit) {
+                p.approval.meta {
+                    "A reviewer's own approval of this effect"
+                    @if !approval.flows.is_empty() { ", made while review flow(s) " @for (i, f) in approval.flows.iter().enumerate() { @if i > 0 { ", " } code { (f) } } " were shown" }
+                    "."
                 }
             }
+            @if open && effect.state.is_pending() {
+                div.actions {
+                    (verdict_buttons(&session, &effect, Some(&check), &[("back", back.as_str())]))
+                }
+            }
+            (flow_section(&effect, &check))
             section {
                 h2 { "Request headers" }
                 (headers_table(&effect.headers))

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use airlock_dataplane::flows::FlowCheck;
 use airlock_ledger::{
     Edge, EdgeKind, EdgeSource, Effect, EffectId, EffectState, Read, Run, RunState,
 };
@@ -13,6 +14,7 @@ use axum::Extension;
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use super::flows::{flagged, hold, hold_mark, holds, verdict_buttons};
 use super::graph::{host_path, svg};
 use super::{blocking, html_response, layout, parse_run, time_utc, Session, UiError, UiResult};
 use crate::Control;
@@ -212,16 +214,20 @@ struct RunData {
     edges: Vec<Edge>,
     rollback_unverified: bool,
     denials: Vec<airlock_ledger::Denial>,
+    /// The flow decision on each effect (empty when the policy has no flows).
+    checks: HashMap<EffectId, FlowCheck>,
 }
 
 async fn load(shared: &Arc<Control>, id: &str) -> UiResult<RunData> {
     let run_id = parse_run(id)?;
-    let ledger = shared.ledger().clone();
+    let control = shared.clone();
     let found = blocking(move || {
+        let ledger = control.ledger();
         let Some(run) = ledger.run(&run_id)? else {
             return Ok(None);
         };
         Ok(Some(RunData {
+            checks: crate::flows::check_run_blocking(&control, &run.id)?,
             effects: ledger.effects(&run.id)?,
             reads: ledger.reads(&run.id)?,
             edges: ledger.edges(&run.id)?,
@@ -291,11 +297,19 @@ fn reviewable(run: &Run) -> bool {
     matches!(run.state, RunState::Open | RunState::Sealed)
 }
 
+/// What the run page reports after approving by rule: `?approved=N&skipped=M`.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct RunQuery {
+    approved: Option<usize>,
+    skipped: Option<usize>,
+}
+
 /// `GET /runs/{id}`: the run's effects in staging order, lineage, decisions and actions.
 pub(super) async fn run_page(
     State(shared): State<Arc<Control>>,
     Extension(session): Extension<Session>,
     Path(id): Path<String>,
+    Query(query): Query<RunQuery>,
 ) -> UiResult<Response> {
     let data = load(&shared, &id).await?;
     let RunData {
@@ -305,14 +319,19 @@ pub(super) async fn run_page(
         edges,
         rollback_unverified,
         denials,
+        checks,
     } = &data;
     let open = reviewable(run);
-    let mut by_rule: BTreeMap<String, usize> = BTreeMap::new();
+    // Per rule: how many are staged, and how many of them flow rules make it skip.
+    let mut by_rule: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for effect in effects.iter().filter(|e| e.state == EffectState::Staged) {
-        *by_rule
+        let entry = by_rule
             .entry(effect.rule.clone().unwrap_or_default())
-            .or_insert(0) += 1;
+            .or_insert((0, 0));
+        entry.0 += 1;
+        entry.1 += flagged(std::iter::once(effect), checks);
     }
+    let (held, blocked) = holds(effects.iter(), checks);
     let mut history: Vec<(u64, String, String, String)> = run
         .decisions
         .iter()
@@ -347,16 +366,31 @@ pub(super) async fn run_page(
             }
             div.flags {
                 @for (level, text) in flags(edges, effects, *rollback_unverified) { span class=(format!("flag {level}")) { (text) } }
+                @if held > 0 { span.flag.warn { (held) " effect(s) held by review flows" } }
+                @if blocked > 0 { span.flag.danger { (blocked) " effect(s) blocked by flow rules" } }
+            }
+            @if let Some(approved) = query.approved {
+                p.notice.flash role="status" {
+                    "Approved " (approved) " effect(s)."
+                    @if let Some(skipped) = query.skipped.filter(|n| *n > 0) {
+                        " Skipped " strong { (skipped) } " that flow rules hold or block: each needs your own approval on its page (or a rejection)."
+                    }
+                }
             }
             @if open {
                 div.actions {
                     a.button.primary href=(format!("/runs/{}/commit", run.id)) accesskey="c" { "Commit…" }
                     (action_button(&session, &format!("/runs/{}/abort", run.id), "Abort run", "danger", &[],
                         Some("Abort this run? Every pending effect is discarded and nothing is sent.")))
-                    @for (rule, count) in &by_rule {
+                    @for (rule, (count, skip)) in &by_rule {
+                        @let by = if rule.is_empty() { "the default" } else { rule.as_str() };
+                        @let label = if *skip == 0 {
+                            format!("Approve all {count} staged by {by}")
+                        } else {
+                            format!("Approve all {count} staged by {by} (skips {skip} held by flow rules)")
+                        };
                         (action_button(&session, &format!("/runs/{}/approve-rule", run.id),
-                            &format!("Approve all {count} staged by {}", if rule.is_empty() { "the default" } else { rule }),
-                            "approve", &[("rule", rule.as_str())], None))
+                            &label, "approve", &[("rule", rule.as_str())], None))
                     }
                 }
             }
@@ -379,6 +413,8 @@ pub(super) async fn run_page(
                                 td {
                                     (badge(effect.state.as_str()))
                                     @if let Some(reason) = &effect.state_reason { div.reason { (reason) } }
+                                    @let check = checks.get(&effect.id);
+                                    div { (hold_mark(hold(effect, check), check)) }
                                 }
                                 td.origin {
                                     @if let Some(release) = &effect.release {
@@ -397,14 +433,7 @@ pub(super) async fn run_page(
                                 }
                                 @if open {
                                     td.decide {
-                                        @if effect.state.is_pending() {
-                                            @if effect.state != EffectState::Approved {
-                                                (action_button(&session, &format!("/effects/{}/approve", effect.id), "Approve", "approve", &[], None))
-                                            }
-                                            @if effect.state != EffectState::Rejected {
-                                                (action_button(&session, &format!("/effects/{}/reject", effect.id), "Reject", "reject", &[], None))
-                                            }
-                                        }
+                                        (verdict_buttons(&session, effect, checks.get(&effect.id), &[]))
                                     }
                                 }
                             }

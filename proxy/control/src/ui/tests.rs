@@ -147,3 +147,123 @@ fn lineage_graph_lays_out_many_nodes_without_overlap() {
     let columns: std::collections::BTreeSet<&String> = places.iter().map(|(x, _)| x).collect();
     assert_eq!(columns.len(), 3, "one column per dependency depth");
 }
+
+fn session() -> Session {
+    Session {
+        reviewer: Reviewer {
+            name: "alice".into(),
+            token: "alice-token-0123456789".into(),
+        },
+        csrf: "csrf-token".into(),
+    }
+}
+
+fn violation(action: airlock_policy::FlowAction) -> airlock_dataplane::flows::Violation {
+    airlock_dataplane::flows::Violation {
+        flow: "no-secrets-out".into(),
+        action,
+        reason: "secrets <never> leave".into(),
+        labels: vec!["secret".into()],
+        edge: Some(airlock_ledger::Edge {
+            from: airlock_ledger::EdgeSource::Read { seq: 3 },
+            to: EffectId(format!("eff_{:026}", 1)),
+            kind: airlock_ledger::EdgeKind::Content,
+            overlap_bytes: 42,
+            overlap_permille: 500,
+            excerpt: Some("<script>sk-live-1234</script>".into()),
+            detail: None,
+        }),
+        source: Some("read 3: GET https://vault.example/secret".into()),
+    }
+}
+
+fn check(actions: &[airlock_policy::FlowAction]) -> airlock_dataplane::flows::FlowCheck {
+    airlock_dataplane::flows::FlowCheck {
+        analysed: true,
+        incomplete: None,
+        violations: actions.iter().map(|a| violation(*a)).collect(),
+    }
+}
+
+#[test]
+fn the_flow_rules_block_shows_every_violation_escaped() {
+    use airlock_policy::FlowAction;
+    let staged = effect(1, EffectState::Staged, &[]);
+    let out = flows::flow_section(&staged, &check(&[FlowAction::Review])).into_string();
+    assert!(out.contains("Flow rules"), "{out}");
+    assert!(out.contains("no-secrets-out"), "{out}");
+    assert!(out.contains("review"), "{out}");
+    assert!(
+        out.contains("secrets &lt;never&gt; leave"),
+        "escaped reason: {out}"
+    );
+    assert!(out.contains("secret"), "labels: {out}");
+    assert!(out.contains("42 bytes"), "{out}");
+    assert!(
+        out.contains("read 3: GET https://vault.example/secret"),
+        "{out}"
+    );
+    assert!(
+        out.contains("&lt;script&gt;sk-live-1234&lt;/script&gt;"),
+        "escaped excerpt: {out}"
+    );
+    assert!(!out.contains("<script>"), "{out}");
+    assert!(out.contains("Held for your own approval"), "{out}");
+    assert!(!out.contains("Analysis incomplete"), "{out}");
+
+    let mut incomplete = check(&[]);
+    incomplete.incomplete = Some("not analysed yet".into());
+    let out = flows::flow_section(&staged, &incomplete).into_string();
+    assert!(out.contains("Analysis incomplete"), "{out}");
+    assert!(out.contains("not analysed yet"), "{out}");
+}
+
+#[test]
+fn a_blocked_effect_has_no_approve_button_and_a_held_one_says_whose_approval() {
+    use airlock_policy::FlowAction;
+    let session = session();
+    let staged = effect(1, EffectState::Staged, &[]);
+    let blocked = check(&[FlowAction::Block, FlowAction::Review]);
+    let out = flows::verdict_buttons(&session, &staged, Some(&blocked), &[]).into_string();
+    assert!(!out.contains("/approve"), "no approve form: {out}");
+    assert!(out.contains("cannot be approved"), "{out}");
+    assert!(out.contains("/reject"), "reject stays: {out}");
+    let section = flows::flow_section(&staged, &blocked).into_string();
+    assert!(section.contains("Blocked."), "{section}");
+
+    let held = check(&[FlowAction::Review]);
+    let out = flows::verdict_buttons(&session, &staged, Some(&held), &[]).into_string();
+    assert!(out.contains("/approve"), "{out}");
+    assert!(
+        out.contains("your own approval of a flagged effect"),
+        "{out}"
+    );
+    assert!(out.contains("data-confirm"), "{out}");
+
+    let plain = flows::verdict_buttons(&session, &staged, Some(&check(&[])), &[]).into_string();
+    assert!(plain.contains(">Approve<"), "{plain}");
+    assert!(!plain.contains("flagged"), "{plain}");
+
+    // A bulk approval of a held effect leaves it held: it may be approved again, by itself.
+    let mut approved = effect(2, EffectState::Approved, &[]);
+    approved.approval = Some(airlock_ledger::Approval::new(
+        "admin",
+        Digest::sha256_of(b""),
+        0,
+    ));
+    let out = flows::verdict_buttons(&session, &approved, Some(&held), &[]).into_string();
+    assert!(out.contains("Approve again"), "{out}");
+    let mut explicit = approved.clone();
+    if let Some(a) = explicit.approval.as_mut() {
+        a.explicit = true;
+        a.flows = vec!["no-secrets-out".into()];
+    }
+    let out = flows::verdict_buttons(&session, &explicit, Some(&held), &[]).into_string();
+    assert!(
+        !out.contains("/approve"),
+        "released by its own approval: {out}"
+    );
+    assert_eq!(flows::hold(&explicit, Some(&held)), None);
+    assert_eq!(flows::hold(&approved, Some(&held)), Some("held"));
+    assert_eq!(flows::hold(&staged, Some(&blocked)), Some("blocked"));
+}

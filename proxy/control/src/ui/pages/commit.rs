@@ -11,6 +11,7 @@ use axum::Extension;
 use maud::html;
 
 use super::{action_button, badge, load, reviewable, summary};
+use crate::ui::flows::{flagged, holds};
 use crate::ui::{html_response, layout, Session, UiError, UiResult};
 use crate::Control;
 
@@ -97,6 +98,16 @@ pub(in crate::ui) async fn commit_confirm(
     }
     let strict = plan(&data.effects, false);
     let lenient = plan(&data.effects, true);
+    let (held, blocked) = holds(data.effects.iter(), &data.checks);
+    let skip = flagged(strict.undecided.iter().copied(), &data.checks);
+    let approve_all = if skip == 0 {
+        format!("Approve {} undecided and commit", strict.undecided.len())
+    } else {
+        format!(
+            "Approve {} undecided and commit (skips {skip} held by flow rules)",
+            strict.undecided.len() - skip
+        )
+    };
     let effect_row = |effect: &Effect| {
         html! {
             td { (effect.seq) }
@@ -110,6 +121,16 @@ pub(in crate::ui) async fn commit_confirm(
         html! {
             p.crumbs { a href="/" { "Runs" } " / " a href=(format!("/runs/{}", run.id)) { code { (run.id) } } " / commit" }
             h1 { "Commit run " code { (run.id) } "?" }
+            @if held > 0 {
+                div.notice.warn.flows-held {
+                    p { strong { (held) " effect(s) are held by review flows." } " Only a reviewer's own approval of each, on its page, releases it; approving all undecided skips them, and the commit is refused while any is held. Approve or reject each first." }
+                }
+            }
+            @if blocked > 0 {
+                div.notice.danger.flows-blocked {
+                    p { strong { (blocked) " effect(s) are blocked by flow rules." } " The commit rejects them with the flow's reason, and skips the effects that depend on them." }
+                }
+            }
             @if !strict.undecided.is_empty() {
                 div.notice.warn {
                     p { strong { (strict.undecided.len()) " effect(s) are undecided." } " A commit refuses while any effect is undecided unless you approve them too (the second list below shows that plan)." }
@@ -132,7 +153,7 @@ pub(in crate::ui) async fn commit_confirm(
             } @else {
                 h2 { "Or approve the undecided too" }
                 p { "Then " (lenient.release.len()) " effect(s) are released and " (lenient.skip.len()) " skipped." }
-                (action_button(&session, &format!("/runs/{}/commit", run.id), &format!("Approve {} undecided and commit", strict.undecided.len()), "primary", &[("approve_pending", "true")], None))
+                (action_button(&session, &format!("/runs/{}/commit", run.id), &approve_all, "primary", &[("approve_pending", "true")], None))
             }
             p { a href=(format!("/runs/{}", run.id)) { "Back to the run" } }
         },
