@@ -68,7 +68,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     for i in 0..reads {
         let (host, rule, labels) = if i % 2 == 0 {
-            ("vault.internal.example", "vault-read", vec!["secret".to_owned()])
+            (
+                "vault.internal.example",
+                "vault-read",
+                vec!["secret".to_owned()],
+            )
         } else {
             ("docs.example.com", "docs-read", Vec::new())
         };
@@ -164,13 +168,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let evaluate = started.elapsed();
 
     println!("flow_cost: {reads} reads ({analysed} with stored analyses), {effects} effects, sled");
-    println!("  staging pipeline (reads + effects analysed by the worker): {:.1} ms", ms(pipeline));
+    println!(
+        "  staging pipeline (reads + effects analysed by the worker): {:.1} ms",
+        ms(pipeline)
+    );
     println!(
         "  final lineage pass at commit: {:.1} ms total, {:.2} ms per effect",
         ms(final_lineage),
         ms(final_lineage) / effects.max(1) as f64
     );
-    println!("  loading the run's reads and effects once: {:.2} ms", ms(load));
+    println!(
+        "  loading the run's reads and effects once: {:.2} ms",
+        ms(load)
+    );
     println!(
         "  flow evaluation: {:.1} us per effect ({violating} of {effects} violate)",
         evaluate.as_secs_f64() * 1e6 / effects.max(1) as f64
