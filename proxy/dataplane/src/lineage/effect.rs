@@ -1,13 +1,28 @@
 //! Effect analysis: compares a staged effect with its run's analysed reads and records
 //! the read -> effect edges.
 
-use airlock_ledger::fingerprint::{analyze, credential_like, overlap};
+use airlock_ledger::fingerprint::{analyze_request, credential_like, overlap};
 use airlock_ledger::{now_ms, Edge, EdgeKind, EdgeSource, EffectLineage, Store};
 
 use super::{run_reads, Job, Seen};
 
 /// DataPlane passages shorter than this (bytes of normalised text) make no edge.
 const MIN_OVERLAP_BYTES: u64 = 24;
+/// Shortest fragment of a credential-looking value that makes a credential edge.
+const MIN_FRAGMENT: usize = 12;
+/// Request headers that carry no data of the client's choosing worth analysing.
+const ROUTINE_REQUEST_HEADERS: [&str; 10] = [
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "transfer-encoding",
+    "accept",
+    "accept-encoding",
+    "connection",
+    "user-agent",
+    "expect",
+];
 
 pub(super) fn run_job(
     ledger: &dyn Store,
@@ -29,7 +44,22 @@ pub(super) fn run_job(
                 .iter()
                 .find(|h| h.name == "content-encoding")
                 .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned());
-            let analysis = analyze(&body, encoding.as_deref());
+            // The URL after its authority and the non-routine header values are analysed
+            // as views too: data leaves in a query or a header as well as in a body.
+            let target = record
+                .url
+                .split_once("://")
+                .and_then(|(_, rest)| rest.find('/').map(|at| rest[at..].to_owned()))
+                .unwrap_or_else(|| record.url.clone());
+            let header_values: Vec<String> = record
+                .headers
+                .iter()
+                .filter(|h| !ROUTINE_REQUEST_HEADERS.contains(&h.name.as_str()))
+                .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned())
+                .collect();
+            let mut extra: Vec<(&str, &str)> = vec![("url", target.as_str())];
+            extra.extend(header_values.iter().map(|v| ("header", v.as_str())));
+            let analysis = analyze_request(&body, encoding.as_deref(), &extra);
             let mut haystack = record.url.clone();
             for header in &record.headers {
                 haystack.push('\n');
@@ -66,7 +96,23 @@ pub(super) fn run_job(
                     });
                 }
                 for notable in content.notable {
-                    if haystack.contains(&notable.value) {
+                    if !haystack.contains(&notable.value) {
+                        if notable.kind == EdgeKind::Credential {
+                            if let Some(edge) = fragment_edge(&haystack, &notable.value) {
+                                edges.push(Edge {
+                                    from: EdgeSource::Read { seq: content.seq },
+                                    to: effect.clone(),
+                                    kind: EdgeKind::Credential,
+                                    overlap_bytes: edge.0,
+                                    overlap_permille: 0,
+                                    excerpt: Some(mask(&notable.value)),
+                                    detail: Some(edge.1),
+                                });
+                            }
+                        }
+                        continue;
+                    }
+                    {
                         let (excerpt, detail) = match notable.kind {
                             EdgeKind::Credential => (
                                 mask(&notable.value),
@@ -104,6 +150,81 @@ pub(super) fn run_job(
             ledger.store_effect_lineage(&effect, &lineage)
         }
     }
+}
+
+/// Known fixed parts of credential-looking values, which fragments must not be made of.
+const FIXED_PREFIXES: [&str; 12] = [
+    "github_pat_",
+    "sk_live_",
+    "ghp_",
+    "gho_",
+    "ghs_",
+    "ghu_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "xapp-",
+    "sk-",
+    "AKIA",
+];
+
+/// The bytes and detail of a credential edge when `haystack` carries a fragment of at
+/// least [`MIN_FRAGMENT`] characters of `value`'s variable part (past a known prefix, and
+/// past a JWT's header, which every token of the same algorithm shares) — a secret split
+/// over several effects, or cut short. The longest fragment counts.
+fn fragment_edge(haystack: &str, value: &str) -> Option<(u64, String)> {
+    let mut skip = FIXED_PREFIXES
+        .iter()
+        .find(|p| value.starts_with(*p))
+        .map_or(0, |p| p.len());
+    if value.starts_with("eyJ") {
+        skip = value.find('.').map_or(0, |dot| dot + 1);
+    }
+    let variable = value.get(skip..)?.as_bytes();
+    if variable.len() < MIN_FRAGMENT {
+        return None;
+    }
+    let mut windows: std::collections::HashMap<&[u8], Vec<usize>> = Default::default();
+    for (at, window) in variable.windows(MIN_FRAGMENT).enumerate() {
+        windows.entry(window).or_default().push(at);
+    }
+    let hay = haystack.as_bytes();
+    let mut best: Option<(usize, usize)> = None; // (offset in variable, length)
+    let mut p = 0;
+    while p + MIN_FRAGMENT <= hay.len() {
+        if let Some(offsets) = windows.get(&hay[p..p + MIN_FRAGMENT]) {
+            for &o in offsets {
+                let mut len = MIN_FRAGMENT;
+                while o + len < variable.len()
+                    && p + len < hay.len()
+                    && variable[o + len] == hay[p + len]
+                {
+                    len += 1;
+                }
+                if best.is_none_or(|(_, b)| len > b) {
+                    best = Some((o, len));
+                }
+            }
+        }
+        p += 1;
+    }
+    let (offset, len) = best?;
+    let fragment = &variable[offset..offset + len];
+    let mut distinct = fragment.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 6 {
+        return None;
+    }
+    let start = skip + offset;
+    Some((
+        len as u64,
+        format!(
+            "carries a {len}-character fragment (characters {start}..{} of {}) of a credential-looking value that arrived in this read",
+            start + len,
+            value.len()
+        ),
+    ))
 }
 
 /// `text` with every credential-looking value in it masked.

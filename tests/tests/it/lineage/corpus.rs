@@ -133,9 +133,10 @@ async fn run_case(
         })
         .map(|e| {
             format!(
-                "{} {}B ({})",
+                "{} {}B [{}] ({})",
                 e["kind"].as_str().unwrap_or("?"),
                 e["overlap_bytes"],
+                e["excerpt"].as_str().unwrap_or(""),
                 e["detail"].as_str().unwrap_or("")
             )
         })
@@ -239,8 +240,8 @@ async fn lineage_corpus_detects_exfiltration_and_spares_benign_effects() {
             Class::OutOfScope => {}
         }
         let mut best = outcome.best.clone();
-        if best.chars().count() > 90 {
-            best = best.chars().take(90).collect::<String>() + "…";
+        if best.chars().count() > 110 {
+            best = best.chars().take(110).collect::<String>() + "…";
         }
         println!(
             "{:<34} {:<13} {:<8} {:<7} {}",
