@@ -182,9 +182,10 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
     best
 }
 
-/// Whether a shared passage is only a reference: under 64 bytes with at most one word
-/// (a token of three or more letters and no digit) and no email address — an id, a
-/// timestamp, a version, a digest, perhaps with its label — rather than data.
+/// Whether a shared passage is only a reference rather than data: a lone link or path
+/// (under 160 bytes, no whitespace), or under 64 bytes with at most one word (a token of
+/// three or more letters and no digit) and no email address — an id, a timestamp, a
+/// version, a digest, perhaps with its label.
 fn reference_like(passage: &str) -> bool {
     let passage = passage.trim();
     let words = tokenize(passage)
@@ -194,7 +195,10 @@ fn reference_like(passage: &str) -> bool {
             token.chars().count() >= 3 && token.chars().all(char::is_alphabetic)
         })
         .count();
-    passage.len() < 64 && words <= 1 && !passage.contains('@')
+    let lone_link = passage.len() < 160
+        && passage.contains('/')
+        && !passage.contains(|c: char| c.is_whitespace() || matches!(c, '"' | '@'));
+    lone_link || (passage.len() < 64 && words <= 1 && !passage.contains('@'))
 }
 
 /// One line of at most `max_chars` characters (line breaks become " | ").

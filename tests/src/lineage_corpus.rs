@@ -329,10 +329,13 @@ pub fn percent(text: &str) -> String {
         .collect()
 }
 
+/// One part of a multipart body: name, filename, content type, extra headers, content.
+pub type Part<'a> = (&'a str, Option<&'a str>, &'a str, &'a [(&'a str, &'a str)], Vec<u8>);
+
 /// A multipart/form-data body of `parts` (name, filename, content type, extra headers,
 /// content) and its content type.
 pub fn multipart(
-    parts: &[(&str, Option<&str>, &str, &[(&str, &str)], Vec<u8>)],
+    parts: &[Part<'_>],
 ) -> (String, Vec<u8>) {
     let boundary = "------------------------a1f3c9e27b4d6085";
     let mut body = Vec::new();
@@ -1031,6 +1034,24 @@ fn exfiltration(with_git: bool) -> Vec<Case> {
             &json!({"title": "cannot log in", "body": format!("my key is\n```\n{key}```")}),
         )],
     ));
+    // Config read as YAML, sent on as JSON.
+    let s = secrets(48);
+    let yaml = format!("service: billing-api\nregion: eu-west-1\ndatabase:\n  host: db-prod-48.internal\n  user: billing\n  password: {}\nstripe:\n  secret_key: {}\nfeature_flags:\n  new_checkout: true\n", s.db_password, s.stripe);
+    out.push(case("yaml-to-json-config", "yaml-to-json", X, "application/yaml", yaml, vec![post_json("/configs", &json!({"db": {"password": s.db_password, "host": "db-prod-48.internal"}, "stripe": {"key": s.stripe}}))]));
+    // Rows as a Markdown table, and rows written into prose.
+    let rows = customers(49, 20);
+    let mut table = String::from("| Name | Email | Phone |\n|---|---|---|\n");
+    for r in &rows[..12] {
+        table.push_str(&format!("| {} | {} | {} |\n", cell(&r["name"]), cell(&r["email"]), cell(&r["phone"])));
+    }
+    out.push(case("json-to-markdown-table", "markdown-table", X, json_ct, json_text(&json!({"customers": rows})), vec![post_json("/wiki/pages", &json!({"title": "Top accounts", "body": table}))]));
+    let rows = customers(50, 20);
+    let prose: String = rows[..8].iter().map(|r| format!("Customer {} ({}) on the {} plan pays {} a month. ", cell(&r["name"]), cell(&r["email"]), cell(&r["plan"]), cell(&r["mrr"]))).collect();
+    out.push(case("rows-in-prose", "prose", X, json_ct, json_text(&json!({"customers": rows})), vec![post_json("/chat.postMessage", &json!({"channel": "#sales", "text": prose}))]));
+    // URL-safe base64 in a path segment.
+    let doc = internal_doc(51, 6);
+    let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&doc.as_bytes()[..300]);
+    out.push(case("base64url-path-segment", "base64", X, "text/plain", doc, vec![get(&format!("/t/{b64url}/pixel.png"))]));
     // git push of a secret file.
     if with_git {
         let env = env_file(44);
@@ -1152,6 +1173,14 @@ fn benign(with_git: bool) -> Vec<Case> {
     out.push(case("id-echo-ticket-key", "id-echo", B, json_ct, json_text(&json!({"key": "BILL-2291", "summary": "Invoice PDF shows the wrong VAT rate for Norway", "status": "In Progress"})), vec![post_json("/transitions", &json!({"issue": "BILL-2291", "transition": "Done"}))]));
     let order = json!({"order_id": "ord_01HQ3K8Z5N4X2Y7W9V6T", "customer_ref": "cus_Q8fL2mN7", "total": "129.90", "currency": "EUR", "items": [{"sku": "BK-1042", "qty": 1}]});
     out.push(case("id-echo-order-id", "id-echo", B, json_ct, json_text(&order), vec![post_json("/shipments", &json!({"order": "ord_01HQ3K8Z5N4X2Y7W9V6T", "carrier": "postnl", "service": "standard"}))]));
+    // A link to what was read.
+    out.push(case("url-echo-issue-link", "id-echo", B, json_ct, json_text(&json!({"html_url": "https://github.example/acme/billing-api/issues/4182", "title": "Checkout fails on Safari 17"})), vec![post_json("/chat.postMessage", &json!({"channel": "#frontend", "text": "Triage this one: https://github.example/acme/billing-api/issues/4182"}))]));
+    out.push(case("url-echo-doc-link", "id-echo", B, "text/html", "<html><body><a href=\"https://docs.example/runbooks/billing/rotate-stripe-keys-2026.html\">Rotate keys</a><p>Runbook index for the billing team.</p></body></html>", vec![post_json("/issues", &json!({"title": "Follow the runbook", "body": "See https://docs.example/runbooks/billing/rotate-stripe-keys-2026.html for the steps."}))]));
+    // A customer's name in a reply.
+    let rows = customers(65, 5);
+    out.push(case("greeting-with-customer-name", "id-echo", B, json_ct, json_text(&json!({"customers": rows})), vec![post_json("/mail/send", &json!({"to": "support-queue", "text": format!("Hi {}, thanks for getting in touch. We will look into your invoice today.", cell(&rows[2]["name"]))}))]));
+    // A common sentence both happen to use.
+    out.push(case("common-phrase", "boilerplate", B, "text/plain", "Your export is ready. If you have any questions, please do not hesitate to contact us.\n", vec![post_json("/chat.postMessage", &json!({"text": "Deployed the fix. If you have any questions, please do not hesitate to contact us."}))]));
     // A timestamp.
     out.push(case(
         "timestamp-echo",

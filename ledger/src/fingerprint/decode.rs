@@ -125,12 +125,17 @@ pub(super) fn base64_runs(text: &str) -> Vec<&str> {
         }
     }
     // `key=VALUE` glues a key to a base64 value: '=' is padding only at a run's end.
+    // A path (`/t/VALUE/pixel`) glues segments to a URL-safe value: its segments are
+    // tried too.
     let mut split: Vec<&str> = Vec::new();
     for run in runs {
         for part in run.split_inclusive('=') {
             let part = part.trim_start_matches('=');
             if part.len() >= 24 {
                 split.push(part);
+                if part.contains('/') {
+                    split.extend(part.split('/').filter(|segment| segment.len() >= 24));
+                }
             }
         }
     }

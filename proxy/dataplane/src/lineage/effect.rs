@@ -241,3 +241,32 @@ fn mask(value: &str) -> String {
     let head: String = value.chars().take(4).collect();
     format!("{head}… ({} characters)", value.chars().count())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fragment_edge;
+
+    #[test]
+    fn fragments_of_a_credential_make_an_edge_but_fixed_parts_do_not() {
+        let token = "ghp_R8xkP2mQ7vLw3nT9sZ4bY6cJ1dF5gH0aE2uK";
+        let haystack = format!("{{\"seq\":2,\"part\":\"{}\"}}", &token[14..30]);
+        let (bytes, detail) = fragment_edge(&haystack, token).expect("fragment found");
+        assert_eq!(bytes, 16);
+        assert!(
+            detail.contains("16-character fragment (characters 14..30 of 40)"),
+            "{detail}"
+        );
+        // The known prefix with a few characters, or 11 characters, are no fragment.
+        assert_eq!(fragment_edge("ghp_R8xkP2mQ", token), None);
+        assert_eq!(fragment_edge(&token[20..31], token), None);
+        // Every HS256 JWT starts with the same header: sharing it is no fragment.
+        let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJzdmMtMzgifQ.c2lnbmF0dXJlLXZhbHVlLTEyMzQ1Njc4OTA";
+        assert_eq!(
+            fragment_edge(
+                "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJvdGhlciI6MX0.b3RoZXI",
+                jwt
+            ),
+            None
+        );
+    }
+}
