@@ -73,6 +73,8 @@ pub(super) fn run_job(
             haystack.push_str(&String::from_utf8_lossy(&body));
             let mut edges = Vec::new();
             let mut incomplete_reads = Vec::new();
+            // Credential values not carried whole, searched for fragments in one pass.
+            let mut fragment_candidates: Vec<(u64, String)> = Vec::new();
             for (content, fingerprints) in ledger.read_contents(&record.run_id)? {
                 if content
                     .skipped
@@ -97,18 +99,9 @@ pub(super) fn run_job(
                 }
                 for notable in content.notable {
                     if !haystack.contains(&notable.value) {
-                        if notable.kind == EdgeKind::Credential {
-                            if let Some(edge) = fragment_edge(&haystack, &notable.value) {
-                                edges.push(Edge {
-                                    from: EdgeSource::Read { seq: content.seq },
-                                    to: effect.clone(),
-                                    kind: EdgeKind::Credential,
-                                    overlap_bytes: edge.0,
-                                    overlap_permille: 0,
-                                    excerpt: Some(mask(&notable.value)),
-                                    detail: Some(edge.1),
-                                });
-                            }
+                        if notable.kind == EdgeKind::Credential && fragment_candidates.len() < 4096
+                        {
+                            fragment_candidates.push((content.seq, notable.value));
                         }
                         continue;
                     }
@@ -137,6 +130,26 @@ pub(super) fn run_job(
                             detail: Some(detail),
                         });
                     }
+                }
+            }
+            let values: Vec<&str> = fragment_candidates
+                .iter()
+                .map(|(_, v)| v.as_str())
+                .collect();
+            for ((seq, value), found) in fragment_candidates
+                .iter()
+                .zip(fragment_edges(&haystack, &values))
+            {
+                if let Some((bytes, detail)) = found {
+                    edges.push(Edge {
+                        from: EdgeSource::Read { seq: *seq },
+                        to: effect.clone(),
+                        kind: EdgeKind::Credential,
+                        overlap_bytes: bytes,
+                        overlap_permille: 0,
+                        excerpt: Some(mask(value)),
+                        detail: Some(detail),
+                    });
                 }
             }
             let lineage = EffectLineage {
@@ -172,28 +185,43 @@ const FIXED_PREFIXES: [&str; 12] = [
 /// least [`MIN_FRAGMENT`] characters of `value`'s variable part (past a known prefix, and
 /// past a JWT's header, which every token of the same algorithm shares) — a secret split
 /// over several effects, or cut short. The longest fragment counts.
+#[cfg(test)]
 fn fragment_edge(haystack: &str, value: &str) -> Option<(u64, String)> {
-    let mut skip = FIXED_PREFIXES
+    fragment_edges(haystack, &[value]).pop().flatten()
+}
+
+/// [`fragment_edge`] for each of `values`, in one pass over `haystack`.
+fn fragment_edges(haystack: &str, values: &[&str]) -> Vec<Option<(u64, String)>> {
+    // The variable part of each value: where it starts.
+    let skips: Vec<usize> = values
         .iter()
-        .find(|p| value.starts_with(*p))
-        .map_or(0, |p| p.len());
-    if value.starts_with("eyJ") {
-        skip = value.find('.').map_or(0, |dot| dot + 1);
+        .map(|value| {
+            if value.starts_with("eyJ") {
+                return value.find('.').map_or(0, |dot| dot + 1);
+            }
+            FIXED_PREFIXES
+                .iter()
+                .find(|p| value.starts_with(*p))
+                .map_or(0, |p| p.len())
+        })
+        .collect();
+    let mut windows: std::collections::HashMap<&[u8], Vec<(usize, usize)>> = Default::default();
+    for (n, (value, &skip)) in values.iter().zip(&skips).enumerate() {
+        let variable = value.as_bytes().get(skip..).unwrap_or_default();
+        for (at, window) in variable.windows(MIN_FRAGMENT).enumerate() {
+            windows.entry(window).or_default().push((n, at));
+        }
     }
-    let variable = value.get(skip..)?.as_bytes();
-    if variable.len() < MIN_FRAGMENT {
-        return None;
-    }
-    let mut windows: std::collections::HashMap<&[u8], Vec<usize>> = Default::default();
-    for (at, window) in variable.windows(MIN_FRAGMENT).enumerate() {
-        windows.entry(window).or_default().push(at);
-    }
+    // (offset in the variable part, length) of each value's longest fragment.
+    let mut best: Vec<Option<(usize, usize)>> = vec![None; values.len()];
     let hay = haystack.as_bytes();
-    let mut best: Option<(usize, usize)> = None; // (offset in variable, length)
-    let mut p = 0;
-    while p + MIN_FRAGMENT <= hay.len() {
-        if let Some(offsets) = windows.get(&hay[p..p + MIN_FRAGMENT]) {
-            for &o in offsets {
+    if !windows.is_empty() {
+        for p in 0..(hay.len() + 1).saturating_sub(MIN_FRAGMENT) {
+            let Some(hits) = windows.get(&hay[p..p + MIN_FRAGMENT]) else {
+                continue;
+            };
+            for &(n, o) in hits {
+                let variable = &values[n].as_bytes()[skips[n]..];
                 let mut len = MIN_FRAGMENT;
                 while o + len < variable.len()
                     && p + len < hay.len()
@@ -201,30 +229,33 @@ fn fragment_edge(haystack: &str, value: &str) -> Option<(u64, String)> {
                 {
                     len += 1;
                 }
-                if best.is_none_or(|(_, b)| len > b) {
-                    best = Some((o, len));
+                if best[n].is_none_or(|(_, b)| len > b) {
+                    best[n] = Some((o, len));
                 }
             }
         }
-        p += 1;
     }
-    let (offset, len) = best?;
-    let fragment = &variable[offset..offset + len];
-    let mut distinct = fragment.to_vec();
-    distinct.sort_unstable();
-    distinct.dedup();
-    if distinct.len() < 6 {
-        return None;
-    }
-    let start = skip + offset;
-    Some((
-        len as u64,
-        format!(
-            "carries a {len}-character fragment (characters {start}..{} of {}) of a credential-looking value that arrived in this read",
-            start + len,
-            value.len()
-        ),
-    ))
+    best.into_iter()
+        .enumerate()
+        .map(|(n, found)| {
+            let (offset, len) = found?;
+            let start = skips[n] + offset;
+            let fragment = &values[n].as_bytes()[start..start + len];
+            let mut distinct = fragment.to_vec();
+            distinct.sort_unstable();
+            distinct.dedup();
+            (distinct.len() >= 6).then(|| {
+                (
+                    len as u64,
+                    format!(
+                        "carries a {len}-character fragment (characters {start}..{} of {}) of a credential-looking value that arrived in this read",
+                        start + len,
+                        values[n].len()
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// `text` with every credential-looking value in it masked.
