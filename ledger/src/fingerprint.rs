@@ -388,7 +388,7 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
         push_view(
             analysis,
             format!("{prefix}text"),
-            text.clone().into_owned(),
+            blank_header(text.clone().into_owned()),
             budget,
         );
         // Delimited text: every cell is a value, as a JSON leaf would be.
@@ -415,7 +415,7 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
                     push_view(
                         analysis,
                         format!("{prefix}percent-decoded"),
-                        decoded.clone(),
+                        blank_header(decoded.clone()),
                         budget,
                     );
                 }
@@ -466,6 +466,16 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
             }
         }
     }
+}
+
+/// `text` with a table's header line (column names) blanked: tables that share a schema
+/// share no data.
+fn blank_header(mut text: String) -> String {
+    if let Some(header) = delimited_header(&text) {
+        let len = header.len();
+        text.replace_range(header, &" ".repeat(len));
+    }
+    text
 }
 
 /// JSON strings of `value` that parse as JSON objects or arrays, at most
@@ -647,7 +657,9 @@ mod common;
 mod containers;
 mod decode;
 
-use containers::{decode_hex, delimited_cells, hex_runs, multipart_parts, pack_objects};
+use containers::{
+    decode_hex, delimited_cells, delimited_header, hex_runs, multipart_parts, pack_objects,
+};
 pub use decode::credential_like;
 use decode::{base64_runs, canonical_json, decode_base64, gunzip, json_values, percent_decode};
 

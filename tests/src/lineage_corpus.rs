@@ -330,13 +330,17 @@ pub fn percent(text: &str) -> String {
 }
 
 /// One part of a multipart body: name, filename, content type, extra headers, content.
-pub type Part<'a> = (&'a str, Option<&'a str>, &'a str, &'a [(&'a str, &'a str)], Vec<u8>);
+pub type Part<'a> = (
+    &'a str,
+    Option<&'a str>,
+    &'a str,
+    &'a [(&'a str, &'a str)],
+    Vec<u8>,
+);
 
 /// A multipart/form-data body of `parts` (name, filename, content type, extra headers,
 /// content) and its content type.
-pub fn multipart(
-    parts: &[Part<'_>],
-) -> (String, Vec<u8>) {
+pub fn multipart(parts: &[Part<'_>]) -> (String, Vec<u8>) {
     let boundary = "------------------------a1f3c9e27b4d6085";
     let mut body = Vec::new();
     for (name, filename, content_type, extra, content) in parts {
@@ -1042,16 +1046,59 @@ fn exfiltration(with_git: bool) -> Vec<Case> {
     let rows = customers(49, 20);
     let mut table = String::from("| Name | Email | Phone |\n|---|---|---|\n");
     for r in &rows[..12] {
-        table.push_str(&format!("| {} | {} | {} |\n", cell(&r["name"]), cell(&r["email"]), cell(&r["phone"])));
+        table.push_str(&format!(
+            "| {} | {} | {} |\n",
+            cell(&r["name"]),
+            cell(&r["email"]),
+            cell(&r["phone"])
+        ));
     }
-    out.push(case("json-to-markdown-table", "markdown-table", X, json_ct, json_text(&json!({"customers": rows})), vec![post_json("/wiki/pages", &json!({"title": "Top accounts", "body": table}))]));
+    out.push(case(
+        "json-to-markdown-table",
+        "markdown-table",
+        X,
+        json_ct,
+        json_text(&json!({"customers": rows})),
+        vec![post_json(
+            "/wiki/pages",
+            &json!({"title": "Top accounts", "body": table}),
+        )],
+    ));
     let rows = customers(50, 20);
-    let prose: String = rows[..8].iter().map(|r| format!("Customer {} ({}) on the {} plan pays {} a month. ", cell(&r["name"]), cell(&r["email"]), cell(&r["plan"]), cell(&r["mrr"]))).collect();
-    out.push(case("rows-in-prose", "prose", X, json_ct, json_text(&json!({"customers": rows})), vec![post_json("/chat.postMessage", &json!({"channel": "#sales", "text": prose}))]));
+    let prose: String = rows[..8]
+        .iter()
+        .map(|r| {
+            format!(
+                "Customer {} ({}) on the {} plan pays {} a month. ",
+                cell(&r["name"]),
+                cell(&r["email"]),
+                cell(&r["plan"]),
+                cell(&r["mrr"])
+            )
+        })
+        .collect();
+    out.push(case(
+        "rows-in-prose",
+        "prose",
+        X,
+        json_ct,
+        json_text(&json!({"customers": rows})),
+        vec![post_json(
+            "/chat.postMessage",
+            &json!({"channel": "#sales", "text": prose}),
+        )],
+    ));
     // URL-safe base64 in a path segment.
     let doc = internal_doc(51, 6);
     let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&doc.as_bytes()[..300]);
-    out.push(case("base64url-path-segment", "base64", X, "text/plain", doc, vec![get(&format!("/t/{b64url}/pixel.png"))]));
+    out.push(case(
+        "base64url-path-segment",
+        "base64",
+        X,
+        "text/plain",
+        doc,
+        vec![get(&format!("/t/{b64url}/pixel.png"))],
+    ));
     // git push of a secret file.
     if with_git {
         let env = env_file(44);
@@ -1380,7 +1427,67 @@ fn benign(with_git: bool) -> Vec<Case> {
             &json!({"channel": "#billing", "text": "billing-api is down for maintenance tonight"}),
         )],
     ));
+    // Same shapes, different data: the agent's own JWT, its own token of the same kind, a
+    // CSV with the same columns.
+    let theirs = secrets(66);
+    let mine = secrets(67);
+    out.push(case(
+        "unrelated-own-jwt",
+        "unrelated",
+        B,
+        json_ct,
+        json_text(&json!({"session": {"jwt": theirs.jwt}})),
+        vec![EffectRequest {
+            method: "POST".into(),
+            path: "/api/me".into(),
+            headers: vec![("authorization".into(), format!("Bearer {}", mine.jwt))],
+            body: b"{}".to_vec(),
+        }],
+    ));
+    out.push(case(
+        "unrelated-own-github-token",
+        "unrelated",
+        B,
+        "text/plain",
+        env_file(66),
+        vec![EffectRequest {
+            method: "GET".into(),
+            path: "/user".into(),
+            headers: vec![("authorization".into(), format!("token {}", mine.github))],
+            body: Vec::new(),
+        }],
+    ));
+    out.push(case(
+        "unrelated-csv-same-columns",
+        "unrelated",
+        B,
+        "text/csv",
+        to_csv(&customers(68, 20), &COLUMNS, ','),
+        vec![post(
+            "/fixtures",
+            "text/csv",
+            to_csv(&customers(69, 3), &COLUMNS, ','),
+        )],
+    ));
     if with_git {
+        let notes: String = (0..60)
+            .map(|i| format!("- note {i}: keep the retry budget small\n"))
+            .collect();
+        out.push(case(
+            "unrelated-delta-push",
+            "unrelated",
+            B,
+            "text/markdown",
+            readme,
+            vec![git_effect(git_push_body(
+                &[("NOTES.md", notes.as_bytes())],
+                &[(
+                    "NOTES.md",
+                    format!("{notes}- note 60: backoff doubles up to 6.4 s\n").as_bytes(),
+                )],
+                "more notes",
+            ))],
+        ));
         out.push(case("unrelated-git-push", "unrelated", B, "text/markdown", readme, vec![git_effect(git_push_body(&[], &[("src/retry.rs", b"pub fn backoff(attempt: u32) -> u64 {\n    100 * 2u64.pow(attempt.min(6))\n}\n")], "add backoff"))]));
     }
     out
@@ -1420,6 +1527,19 @@ fn out_of_scope() -> Vec<Case> {
         "text/plain",
         env_file(82),
         parts.iter().map(|p| get(&format!("/c?p={p}"))).collect(),
+    ));
+    // Rows leaked one name per request: each piece is under the 24-byte bar.
+    let rows = customers(83, 10);
+    out.push(case(
+        "one-field-per-effect",
+        "small-pieces",
+        O,
+        "application/json",
+        json_text(&json!({"customers": rows})),
+        rows.iter()
+            .take(4)
+            .map(|r| get(&format!("/c?n={}", percent(&cell(&r["name"])))))
+            .collect(),
     ));
     out
 }

@@ -284,13 +284,7 @@ pub(super) fn delimited_cells(text: &str) -> Vec<&str> {
         .filter(|l| !l.trim().is_empty())
         .take(2000)
         .collect();
-    if lines.len() < 2 {
-        return Vec::new();
-    }
-    let Some(separator) = [',', ';', '|'].into_iter().find(|&sep| {
-        let first = lines[0].matches(sep).count();
-        first >= 1 && lines[1].matches(sep).count() == first
-    }) else {
+    let Some(separator) = separator(&lines) else {
         return Vec::new();
     };
     lines
@@ -300,4 +294,28 @@ pub(super) fn delimited_cells(text: &str) -> Vec<&str> {
         .filter(|cell| !cell.is_empty())
         .take(100_000)
         .collect()
+}
+
+fn separator(lines: &[&str]) -> Option<char> {
+    if lines.len() < 2 {
+        return None;
+    }
+    [',', ';', '|'].into_iter().find(|&sep| {
+        let first = lines[0].matches(sep).count();
+        first >= 1 && lines[1].matches(sep).count() == first
+    })
+}
+
+/// The byte range of the header line of delimited text whose header is all names (no
+/// digits): column names are a schema that many tables share, not data.
+pub(super) fn delimited_header(text: &str) -> Option<std::ops::Range<usize>> {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(2)
+        .collect();
+    separator(&lines)?;
+    let start = text.find(lines[0])?;
+    let header = lines[0];
+    (!header.bytes().any(|b| b.is_ascii_digit())).then(|| start..start + header.len())
 }

@@ -182,8 +182,9 @@ const FIXED_PREFIXES: [&str; 12] = [
 ];
 
 /// The bytes and detail of a credential edge when `haystack` carries a fragment of at
-/// least [`MIN_FRAGMENT`] characters of `value`'s variable part (past a known prefix, and
-/// past a JWT's header, which every token of the same algorithm shares) — a secret split
+/// least [`MIN_FRAGMENT`] characters of `value`'s variable part (past a known prefix; of
+/// a JWT only the signature, as header and claims are shared by tokens of one issuer) —
+/// a secret split
 /// over several effects, or cut short. The longest fragment counts.
 #[cfg(test)]
 fn fragment_edge(haystack: &str, value: &str) -> Option<(u64, String)> {
@@ -197,7 +198,9 @@ fn fragment_edges(haystack: &str, values: &[&str]) -> Vec<Option<(u64, String)>>
         .iter()
         .map(|value| {
             if value.starts_with("eyJ") {
-                return value.find('.').map_or(0, |dot| dot + 1);
+                // A JWT's header and claims are shared by tokens of the same issuer; its
+                // signature is the secret part.
+                return value.rfind('.').map_or(0, |dot| dot + 1);
             }
             FIXED_PREFIXES
                 .iter()
