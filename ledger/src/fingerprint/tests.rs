@@ -342,3 +342,18 @@ fn lone_identifiers_links_and_boilerplate_make_no_passage() {
         assert_eq!(overlap(&analyze(effect.as_bytes(), None), &fingerprints), None, "{effect}");
     }
 }
+
+#[test]
+fn tables_sharing_only_their_columns_share_nothing() {
+    let read = "id,name,email,phone,city,plan\n1,Ada Lovelace,ada@analytical.example,+44 20 7946 0001,London,growth\n2,Alan Turing,alan@bletchley.example,+44 20 7946 0002,Wilmslow,starter\n";
+    let other = "id,name,email,phone,city,plan\n7,Grace Hopper,grace@navy.example,+1 202 555 0107,Arlington,enterprise\n";
+    let fingerprints = analyze(read.as_bytes(), None).winnowed();
+    assert_eq!(
+        overlap(&analyze(other.as_bytes(), None), &fingerprints),
+        None
+    );
+    // The rows themselves are still found, as cells moved into JSON.
+    let moved = r#"{"people": [{"contact": "ada@analytical.example", "who": "Ada Lovelace"}, {"contact": "alan@bletchley.example", "who": "Alan Turing"}]}"#;
+    let found = overlap(&analyze(moved.as_bytes(), None), &fingerprints).expect("cells found");
+    assert!(found.bytes >= 24, "{found:?}");
+}

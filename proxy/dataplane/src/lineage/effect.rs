@@ -293,7 +293,8 @@ mod tests {
         // The known prefix with a few characters, or 11 characters, are no fragment.
         assert_eq!(fragment_edge("ghp_R8xkP2mQ", token), None);
         assert_eq!(fragment_edge(&token[20..31], token), None);
-        // Every HS256 JWT starts with the same header: sharing it is no fragment.
+        // A JWT's header and claims are shared by tokens of one issuer: only its
+        // signature makes fragments.
         let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJzdmMtMzgifQ.c2lnbmF0dXJlLXZhbHVlLTEyMzQ1Njc4OTA";
         assert_eq!(
             fragment_edge(
@@ -302,5 +303,9 @@ mod tests {
             ),
             None
         );
+        assert_eq!(fragment_edge("eyJzdWIiOiJzdmMtMzgifQ", jwt), None);
+        let (bytes, _) =
+            fragment_edge("sig=c2lnbmF0dXJlLXZhbHVl", jwt).expect("signature fragment");
+        assert_eq!(bytes, 20);
     }
 }
