@@ -114,6 +114,7 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
             .iter()
             .map(|&(s, e)| token_hash(&view.text[s..e]))
             .collect();
+        let mut by_value = vec![false; count];
         for start in 0..count {
             let mut state = VALUE_SEED;
             for len in 1..=MAX_VALUE_TOKENS.min(count - start) {
@@ -123,6 +124,9 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
                 }
                 if known(&value_finish(state, len)) {
                     for slot in covered.iter_mut().skip(start).take(len) {
+                        *slot = true;
+                    }
+                    for slot in by_value.iter_mut().skip(start).take(len) {
                         *slot = true;
                     }
                 }
@@ -149,10 +153,13 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
             }
         }
         let span = |&(first, last): &(usize, usize)| (view.tokens[first].0, view.tokens[last].1);
-        // A lone identifier or timestamp is a reference to the read, not its data.
+        // A lone identifier or timestamp is a reference to the read, not its data; a
+        // lone shingle (no more than K tokens, no value) under 24 bytes is chance — a
+        // mail domain next to a country code — not a copy.
         passages.retain(|p| {
             let (s, e) = span(p);
-            !reference_like(&view.text[s..e])
+            let chance = p.1 + 1 - p.0 <= K && e - s < 24 && !by_value[p.0..=p.1].contains(&true);
+            !chance && !reference_like(&view.text[s..e])
         });
         if passages.is_empty() {
             continue;
