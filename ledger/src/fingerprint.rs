@@ -90,7 +90,7 @@ pub const MAX_VALUE_TOKENS: usize = 8;
 /// any run of tokens that equals a JSON leaf value of that body counts as shared.
 pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
     let set: std::collections::HashSet<u64> = fingerprints.iter().copied().collect();
-    let known = |h: &u64| set.contains(h);
+    let known = |h: &u64| set.contains(h) && !common::is_common(*h);
     let mut best: Option<Overlap> = None;
     for view in &analysis.views {
         let count = view.tokens.len();
@@ -114,6 +114,7 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
             .iter()
             .map(|&(s, e)| token_hash(&view.text[s..e]))
             .collect();
+        let mut by_value = vec![false; count];
         for start in 0..count {
             let mut state = VALUE_SEED;
             for len in 1..=MAX_VALUE_TOKENS.min(count - start) {
@@ -125,6 +126,18 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
                     for slot in covered.iter_mut().skip(start).take(len) {
                         *slot = true;
                     }
+                    for slot in by_value.iter_mut().skip(start).take(len) {
+                        *slot = true;
+                    }
+                }
+            }
+        }
+        // Tokens inside known boilerplate are never shared data, even where a shingle
+        // straddles the boilerplate's edge.
+        for (i, hash) in view.shingles.iter().enumerate() {
+            if common::is_common(*hash) {
+                for slot in covered.iter_mut().skip(i).take(K) {
+                    *slot = false;
                 }
             }
         }
@@ -139,10 +152,18 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
                 _ => passages.push((i, i)),
             }
         }
+        let span = |&(first, last): &(usize, usize)| (view.tokens[first].0, view.tokens[last].1);
+        // A lone identifier or timestamp is a reference to the read, not its data; a
+        // lone shingle (no more than K tokens, no value) under 24 bytes is chance — a
+        // mail domain next to a country code — not a copy.
+        passages.retain(|p| {
+            let (s, e) = span(p);
+            let chance = p.1 + 1 - p.0 <= K && e - s < 24 && !by_value[p.0..=p.1].contains(&true);
+            !chance && !reference_like(&view.text[s..e])
+        });
         if passages.is_empty() {
             continue;
         }
-        let span = |&(first, last): &(usize, usize)| (view.tokens[first].0, view.tokens[last].1);
         let bytes: usize = passages.iter().map(|p| span(p).1 - span(p).0).sum();
         let longest = passages
             .iter()
@@ -166,6 +187,25 @@ pub fn overlap(analysis: &Analysis, fingerprints: &[u64]) -> Option<Overlap> {
         }
     }
     best
+}
+
+/// Whether a shared passage is only a reference rather than data: a lone link or path
+/// (under 160 bytes, no whitespace), or under 64 bytes with at most one word (a token of
+/// three or more letters and no digit) and no email address — an id, a timestamp, a
+/// version, a digest, perhaps with its label.
+fn reference_like(passage: &str) -> bool {
+    let passage = passage.trim();
+    let words = tokenize(passage)
+        .iter()
+        .filter(|&&(s, e)| {
+            let token = &passage[s..e];
+            token.chars().count() >= 3 && token.chars().all(char::is_alphabetic)
+        })
+        .count();
+    let lone_link = passage.len() < 160
+        && passage.contains('/')
+        && !passage.contains(|c: char| c.is_whitespace() || matches!(c, '"' | '@'));
+    lone_link || (passage.len() < 64 && words <= 1 && !passage.contains('@'))
 }
 
 /// One line of at most `max_chars` characters (line breaks become " | ").
@@ -212,6 +252,30 @@ pub fn analyze(body: &[u8], content_encoding: Option<&str>) -> Analysis {
     let (input, prefix) = decode_body(body, content_encoding, &mut analysis);
     let mut budget = TOKEN_BUDGET;
     add_views(&mut analysis, &input, prefix, &mut budget, 0);
+    analysis
+}
+
+/// Analyses a request: its body as [`analyze`] does, and each of `extra` (`(label,
+/// text)`: the URL's path and query, header values) as further views named `label+…`,
+/// all under one work budget.
+pub fn analyze_request(
+    body: &[u8],
+    content_encoding: Option<&str>,
+    extra: &[(&str, &str)],
+) -> Analysis {
+    let mut analysis = Analysis::default();
+    let (input, prefix) = decode_body(body, content_encoding, &mut analysis);
+    let mut budget = TOKEN_BUDGET;
+    add_views(&mut analysis, &input, prefix, &mut budget, 0);
+    for (label, text) in extra {
+        add_views(
+            &mut analysis,
+            text.as_bytes(),
+            &format!("{label}+"),
+            &mut budget,
+            0,
+        );
+    }
     analysis
 }
 
@@ -266,7 +330,45 @@ pub fn decoded_texts(body: &[u8], content_encoding: Option<&str>) -> Vec<String>
     out
 }
 
+/// Most views of one body (every decoding, part and object is a view).
+pub const MAX_VIEWS: usize = 512;
+/// Deepest nesting of decodings and containers followed (base64 in a multipart part in a
+/// git blob …).
+const MAX_DEPTH: u8 = 3;
+/// Most JSON strings of one document analysed as nested JSON documents.
+const MAX_NESTED_JSON: usize = 32;
+
 fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut usize, depth: u8) {
+    if depth > MAX_DEPTH || *budget == 0 || analysis.views.len() >= MAX_VIEWS {
+        return;
+    }
+    // gzip inside another layer (base64, hex, a multipart part, a git blob).
+    if depth > 0 && bytes.starts_with(&[0x1f, 0x8b]) {
+        if let Ok((decoded, cut)) = gunzip(bytes) {
+            analysis.truncated |= cut;
+            add_views(
+                analysis,
+                &decoded,
+                &format!("{prefix}gzip+"),
+                budget,
+                depth + 1,
+            );
+        }
+        return;
+    }
+    // A git receive-pack request (or a bare pack): each object is a view.
+    if let Some(objects) = pack_objects(bytes) {
+        for object in objects {
+            add_views(
+                analysis,
+                &object.data,
+                &format!("{prefix}git-{}+", object.kind),
+                budget,
+                depth + 1,
+            );
+        }
+        return;
+    }
     let text = String::from_utf8_lossy(bytes);
     let mut decoded_texts = vec![text.clone().into_owned()];
     if let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) {
@@ -277,13 +379,32 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
         let mut values = String::new();
         json_values(&json, &mut values);
         push_view(analysis, format!("{prefix}json-values"), values, budget);
+        // Strings that are JSON documents themselves.
+        let mut nested = Vec::new();
+        nested_json(&json, &mut nested);
+        for inner in nested {
+            add_views(
+                analysis,
+                inner.as_bytes(),
+                &format!("{prefix}json-string+"),
+                budget,
+                depth + 1,
+            );
+        }
     } else {
         push_view(
             analysis,
             format!("{prefix}text"),
-            text.clone().into_owned(),
+            blank_header(text.clone().into_owned()),
             budget,
         );
+        // Delimited text: every cell is a value, as a JSON leaf would be.
+        for cell in delimited_cells(&text) {
+            if analysis.values.len() >= MAX_VALUES {
+                break;
+            }
+            push_value(cell, &mut analysis.values);
+        }
         if text.contains('%') || text.contains('+') {
             let decoded = percent_decode(&text);
             if decoded != text {
@@ -301,15 +422,26 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
                     push_view(
                         analysis,
                         format!("{prefix}percent-decoded"),
-                        decoded.clone(),
+                        blank_header(decoded.clone()),
                         budget,
                     );
                 }
                 decoded_texts.push(decoded);
             }
         }
+        if depth < MAX_DEPTH {
+            for part in multipart_parts(bytes) {
+                add_views(
+                    analysis,
+                    &part,
+                    &format!("{prefix}multipart+"),
+                    budget,
+                    depth + 1,
+                );
+            }
+        }
     }
-    if depth == 0 {
+    if depth < 2 {
         for candidate in &decoded_texts {
             for run in base64_runs(candidate) {
                 if *budget == 0 {
@@ -325,11 +457,65 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
                     );
                 }
             }
+            for run in hex_runs(candidate) {
+                if *budget == 0 {
+                    return;
+                }
+                if let Some(decoded) = decode_hex(run) {
+                    add_views(
+                        analysis,
+                        &decoded,
+                        &format!("{prefix}hex+"),
+                        budget,
+                        depth + 1,
+                    );
+                }
+            }
         }
     }
 }
 
+/// `text` with a table's header line (column names) blanked: tables that share a schema
+/// share no data.
+fn blank_header(mut text: String) -> String {
+    if let Some(header) = delimited_header(&text) {
+        let len = header.len();
+        text.replace_range(header, &" ".repeat(len));
+    }
+    text
+}
+
+/// JSON strings of `value` that parse as JSON objects or arrays, at most
+/// [`MAX_NESTED_JSON`].
+fn nested_json(value: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    if out.len() >= MAX_NESTED_JSON {
+        return;
+    }
+    match value {
+        Value::Object(map) => map.values().for_each(|v| nested_json(v, out)),
+        Value::Array(items) => items.iter().for_each(|v| nested_json(v, out)),
+        Value::String(text) => {
+            let trimmed = text.trim();
+            let framed = (trimmed.starts_with('{') && trimmed.ends_with('}'))
+                || (trimmed.starts_with('[') && trimmed.ends_with(']'));
+            if framed
+                && trimmed.len() >= 16
+                && serde_json::from_str::<Value>(trimmed)
+                    .is_ok_and(|v| v.is_object() || v.is_array())
+            {
+                out.push(trimmed.to_owned());
+            }
+        }
+        _ => {}
+    }
+}
+
 fn push_view(analysis: &mut Analysis, name: String, text: String, budget: &mut usize) {
+    if analysis.views.len() >= MAX_VIEWS {
+        analysis.truncated = true;
+        return;
+    }
     if *budget == 0 {
         analysis.skipped.get_or_insert_with(|| {
             format!("the work budget of {TOKEN_BUDGET} tokens ran out; later views were not taken")
@@ -362,7 +548,7 @@ fn push_view(analysis: &mut Analysis, name: String, text: String, budget: &mut u
 }
 
 /// Token boundaries: maximal runs of alphanumeric characters.
-fn tokenize(text: &str) -> Vec<(usize, usize)> {
+pub(crate) fn tokenize(text: &str) -> Vec<(usize, usize)> {
     if text.is_ascii() {
         let mut tokens = Vec::new();
         let mut start = None;
@@ -412,37 +598,44 @@ fn value_hash(tokens: &[u64]) -> u64 {
     )
 }
 
-/// Value hashes of the JSON leaf strings worth recognising: 2 to 8 tokens and at least 8
-/// characters, or one token of at least 12 characters. At most 100,000.
+/// Most value hashes of one body.
+const MAX_VALUES: usize = 100_000;
+
+/// Value hashes of the JSON leaf strings worth recognising (see [`push_value`]). At most
+/// [`MAX_VALUES`].
 fn collect_values(value: &serde_json::Value, out: &mut Vec<u64>) {
     use serde_json::Value;
-    if out.len() >= 100_000 {
+    if out.len() >= MAX_VALUES {
         return;
     }
     match value {
         Value::Object(map) => map.values().for_each(|v| collect_values(v, out)),
         Value::Array(items) => items.iter().for_each(|v| collect_values(v, out)),
-        Value::String(text) => {
-            let tokens = tokenize(text);
-            let long_enough = match tokens.len() {
-                1 => tokens[0].1 - tokens[0].0 >= 12,
-                2..=MAX_VALUE_TOKENS => text.len() >= 8,
-                _ => false,
-            };
-            if long_enough {
-                let hashes: Vec<u64> = tokens
-                    .iter()
-                    .map(|&(s, e)| token_hash(&text[s..e]))
-                    .collect();
-                out.push(value_hash(&hashes));
-            }
-        }
+        Value::String(text) => push_value(text, out),
         _ => {}
     }
 }
 
+/// The value hash of `text` when it is worth recognising: 2 to 8 tokens and at least 8
+/// characters, or one token of at least 12 characters.
+fn push_value(text: &str, out: &mut Vec<u64>) {
+    let tokens = tokenize(text);
+    let long_enough = match tokens.len() {
+        1 => tokens[0].1 - tokens[0].0 >= 12,
+        2..=MAX_VALUE_TOKENS => text.len() >= 8,
+        _ => false,
+    };
+    if long_enough {
+        let hashes: Vec<u64> = tokens
+            .iter()
+            .map(|&(s, e)| token_hash(&text[s..e]))
+            .collect();
+        out.push(value_hash(&hashes));
+    }
+}
+
 /// FNV-1a over the lower-cased token.
-fn token_hash(token: &str) -> u64 {
+pub(crate) fn token_hash(token: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     if token.is_ascii() {
         for byte in token.bytes() {
@@ -461,14 +654,19 @@ fn token_hash(token: &str) -> u64 {
     hash
 }
 
-fn shingle_hash(tokens: &[u64]) -> u64 {
+pub(crate) fn shingle_hash(tokens: &[u64]) -> u64 {
     tokens.iter().fold(0x9e37_79b9_7f4a_7c15u64, |acc, &t| {
         (acc.rotate_left(23) ^ t).wrapping_mul(0xff51_afd7_ed55_8ccd)
     })
 }
 
+mod common;
+mod containers;
 mod decode;
 
+use containers::{
+    decode_hex, delimited_cells, delimited_header, hex_runs, multipart_parts, pack_objects,
+};
 pub use decode::credential_like;
 use decode::{base64_runs, canonical_json, decode_base64, gunzip, json_values, percent_decode};
 

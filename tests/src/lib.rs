@@ -15,6 +15,7 @@ use anyhow::{bail, Context as _};
 use serde_json::Value;
 
 pub mod git_http;
+pub mod lineage_corpus;
 
 /// The `airlock` binary under test: `$AIRLOCK_BIN`, or `target/<profile>/airlock` beside
 /// this test executable (built by `cargo test --workspace`, which builds the `airlock`

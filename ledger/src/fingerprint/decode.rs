@@ -125,12 +125,17 @@ pub(super) fn base64_runs(text: &str) -> Vec<&str> {
         }
     }
     // `key=VALUE` glues a key to a base64 value: '=' is padding only at a run's end.
+    // A path (`/t/VALUE/pixel`) glues segments to a URL-safe value: its segments are
+    // tried too.
     let mut split: Vec<&str> = Vec::new();
     for run in runs {
         for part in run.split_inclusive('=') {
             let part = part.trim_start_matches('=');
             if part.len() >= 24 {
                 split.push(part);
+                if part.contains('/') {
+                    split.extend(part.split('/').filter(|segment| segment.len() >= 24));
+                }
             }
         }
     }
@@ -138,7 +143,7 @@ pub(super) fn base64_runs(text: &str) -> Vec<&str> {
     split
 }
 
-/// Decodes a base64 run when the result is mostly printable text.
+/// Decodes a base64 run when the result is mostly printable text or a gzip stream.
 pub(super) fn decode_base64(run: &str) -> Option<Vec<u8>> {
     let trimmed = run.trim_end_matches('=');
     let engines = [
@@ -146,25 +151,21 @@ pub(super) fn decode_base64(run: &str) -> Option<Vec<u8>> {
         &base64::engine::general_purpose::URL_SAFE_NO_PAD,
     ];
     for engine in engines {
-        if let Ok(bytes) = engine.decode(trimmed) {
-            let text = String::from_utf8_lossy(&bytes);
-            let printable = text
-                .chars()
-                .filter(|c| !c.is_control() || c.is_whitespace())
-                .count();
-            if !bytes.is_empty()
-                && printable * 10 >= text.chars().count() * 9
-                && !text.contains('\u{fffd}')
-            {
-                return Some(bytes);
-            }
+        if let Some(bytes) = engine
+            .decode(trimmed)
+            .ok()
+            .and_then(super::containers::printable_or_gzip)
+        {
+            return Some(bytes);
         }
     }
     None
 }
 
-/// Values that look like credentials: known token prefixes, JWTs, or long mixed
-/// letter-and-digit strings. At most 64.
+/// Values that look like credentials: known token prefixes, JWTs, long mixed
+/// letter-and-digit strings (not hex digests or UUIDs, which are mostly ids), values
+/// assigned to secret-named keys (`DB_PASSWORD=…`, `"api_key": "…"`, `client_secret: …`),
+/// and the password of a URL's user info (`postgres://user:PASSWORD@host`). At most 64.
 pub fn credential_like(text: &str) -> Vec<String> {
     const PREFIXES: [&str; 12] = [
         "ghp_",
@@ -181,6 +182,11 @@ pub fn credential_like(text: &str) -> Vec<String> {
         "AKIA",
     ];
     let mut out: Vec<String> = Vec::new();
+    let push = |value: &str, out: &mut Vec<String>| {
+        if out.len() < 64 && !out.iter().any(|o| o == value) {
+            out.push(value.to_owned());
+        }
+    };
     for token in text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
     {
         let token = token.trim_matches('.');
@@ -191,11 +197,133 @@ pub fn credential_like(text: &str) -> Vec<String> {
         let jwt = token.starts_with("eyJ") && token.matches('.').count() == 2;
         let digits = token.bytes().filter(u8::is_ascii_digit).count();
         let letters = token.bytes().filter(u8::is_ascii_alphabetic).count();
-        let mixed = token.len() >= 32 && digits >= 6 && letters >= 6 && !token.contains('.');
-        if (prefixed || jwt || mixed) && !out.iter().any(|o| o == token) {
-            out.push(token.to_owned());
+        let hex_id = token.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        let mixed =
+            token.len() >= 32 && digits >= 6 && letters >= 6 && !token.contains('.') && !hex_id;
+        if prefixed || jwt || mixed {
+            push(token, &mut out);
             if out.len() >= 64 {
-                break;
+                return out;
+            }
+        }
+    }
+    for value in named_secrets(text).into_iter().chain(url_passwords(text)) {
+        push(value, &mut out);
+    }
+    out
+}
+
+/// Whether a key name says its value is a secret.
+fn secret_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    const WORDS: [&str; 10] = [
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "token",
+        "apikey",
+        "api_key",
+        "api-key",
+        "credential",
+        "private_key",
+    ];
+    const ID_KEYS: [&str; 6] = [
+        "primary_key",
+        "cache_key",
+        "sort_key",
+        "partition_key",
+        "idempotency_key",
+        "object_key",
+    ];
+    WORDS.iter().any(|w| name.contains(w))
+        || (name.len() > 4
+            && (name.ends_with("_key") || name.ends_with("-key") || name.ends_with("accesskey"))
+            && !ID_KEYS.iter().any(|k| name.ends_with(k)))
+}
+
+/// Values assigned to secret-named keys: `NAME=VALUE`, `NAME: VALUE`, `"NAME": "VALUE"`.
+/// The value runs to whitespace, a quote, `,` `;` `&` or a closing bracket; it counts
+/// when it has at least 12 characters, 8 distinct ones, and letters with digits or
+/// symbols (not a plain word or a `${VARIABLE}`).
+fn named_secrets(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    let is_name = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');
+    let mut i = 0;
+    while i < bytes.len() && out.len() < 64 {
+        if !is_name(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && is_name(bytes[i]) {
+            i += 1;
+        }
+        if !secret_name(&text[start..i]) {
+            continue;
+        }
+        // Separator: quotes, spaces, one '=' or ':'.
+        let mut j = i;
+        let mut assigned = false;
+        while j < bytes.len() && j - i <= 4 {
+            match bytes[j] {
+                b'=' | b':' if !assigned => assigned = true,
+                b'"' | b'\'' | b' ' | b'\t' => {}
+                _ => break,
+            }
+            j += 1;
+        }
+        if !assigned {
+            continue;
+        }
+        let value_start = j;
+        while j < bytes.len()
+            && !bytes[j].is_ascii_whitespace()
+            && !matches!(
+                bytes[j],
+                b'"' | b'\'' | b',' | b';' | b'&' | b'}' | b']' | b')' | b'<'
+            )
+        {
+            j += 1;
+        }
+        let Some(value) = text.get(value_start..j) else {
+            continue;
+        };
+        let letters = value.bytes().filter(u8::is_ascii_alphabetic).count();
+        let digits = value.bytes().filter(u8::is_ascii_digit).count();
+        let symbols = value.bytes().filter(|b| !b.is_ascii_alphanumeric()).count();
+        let mut distinct: Vec<u8> = value.bytes().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if (12..=4096).contains(&value.len())
+            && distinct.len() >= 8
+            && letters >= 4
+            && (digits >= 2 || symbols >= 1)
+            && !value.starts_with("${")
+            && !value.contains("://")
+        {
+            out.push(value);
+        }
+        i = j.max(i);
+    }
+    out
+}
+
+/// Passwords in URL user info (`scheme://user:PASSWORD@host`) of at least 8 characters.
+fn url_passwords(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("://").take(256) {
+        let rest = &text[at + 3..];
+        let end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '/' | '"' | '\'' | '?' | '#'))
+            .unwrap_or(rest.len());
+        let authority = &rest[..end];
+        if let Some((userinfo, _host)) = authority.rsplit_once('@') {
+            if let Some((_user, password)) = userinfo.split_once(':') {
+                if password.len() >= 8 {
+                    out.push(password);
+                }
             }
         }
     }

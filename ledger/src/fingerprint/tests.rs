@@ -174,3 +174,186 @@ fn analysis_is_deterministic_under_load() {
     assert_eq!(a.winnowed(), b.winnowed());
     assert_eq!(a.skipped, None, "a 2 MB body fits the work budget");
 }
+
+fn zlib(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).expect("zlib");
+    encoder.finish().expect("zlib")
+}
+
+/// A pack object header: type and size (git's variable-length encoding).
+fn object_header(kind: u8, size: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut byte = (kind << 4) | (size & 0x0f) as u8;
+    let mut rest = size >> 4;
+    while rest > 0 {
+        out.push(byte | 0x80);
+        byte = (rest & 0x7f) as u8;
+        rest >>= 7;
+    }
+    out.push(byte);
+    out
+}
+
+#[test]
+fn hex_multipart_nested_json_and_gzip_under_base64_are_views() {
+    let rows = contacts(20);
+    let read = serde_json::to_vec(&rows).expect("json");
+    let fingerprints = analyze(&read, None).winnowed();
+    let text: String = rows
+        .iter()
+        .take(6)
+        .map(|r| format!("{} {}\n", r["name"], r["email"]))
+        .collect();
+    let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
+    let found = overlap(
+        &analyze(format!("trace={hex}").as_bytes(), None),
+        &fingerprints,
+    )
+    .expect("hex copy found");
+    assert!(found.view.contains("hex"), "{found:?}");
+    // A digest decodes to binary and is no view.
+    let digest = "3b1f2c9d8e7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c";
+    assert!(analyze(digest.as_bytes(), None)
+        .views
+        .iter()
+        .all(|v| !v.name.contains("hex")));
+
+    let part = serde_json::to_vec(&rows[..8]).expect("json");
+    let multipart = [
+        b"--XyZ\r\nContent-Disposition: form-data; name=\"f\"; filename=\"r.json.gz\"\r\nContent-Type: application/gzip\r\n\r\n".to_vec(),
+        gz(&part),
+        b"\r\n--XyZ--\r\n".to_vec(),
+    ]
+    .concat();
+    let found = overlap(&analyze(&multipart, None), &fingerprints).expect("multipart part");
+    assert!(found.view.starts_with("multipart+gzip+json"), "{found:?}");
+
+    let nested = serde_json::json!({"data": serde_json::to_string(&serde_json::json!({"x": rows[..8]})).expect("json")});
+    let analysis = analyze(nested.to_string().as_bytes(), None);
+    assert!(overlap(&analysis, &fingerprints).is_some());
+    assert!(
+        analysis.views.iter().any(|v| v.name == "json-string+json"),
+        "a JSON string that is a document is analysed as one"
+    );
+
+    use base64::Engine as _;
+    let wrapped =
+        serde_json::json!({"archive": base64::engine::general_purpose::STANDARD.encode(gz(&part))});
+    let found = overlap(
+        &analyze(wrapped.to_string().as_bytes(), None),
+        &fingerprints,
+    )
+    .expect("gzip under base64");
+    assert!(found.view.contains("base64+gzip+"), "{found:?}");
+}
+
+fn gz(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).expect("gzip");
+    encoder.finish().expect("gzip")
+}
+
+#[test]
+fn git_receive_pack_blobs_and_delta_inserts_are_views() {
+    let secret_file = "DATABASE_URL=postgres://app:Tr0ub4dor-and-3@db.internal/prod\nSTRIPE_SECRET_KEY=sk_live_4eC39HqLyjWDarjtT1zdp7dc\nthe quarterly numbers are confidential until the board meets\n";
+    let fingerprints = analyze(secret_file.as_bytes(), None).winnowed();
+    let mut pack = b"PACK\0\0\0\x02\0\0\0\x02".to_vec();
+    pack.extend(object_header(3, secret_file.len()));
+    pack.extend(zlib(secret_file.as_bytes()));
+    // A REF_DELTA: base size 10, result size 10 + inserted, copy 10 bytes, insert text.
+    let inserted = b"appended: the quarterly numbers are confidential until the board meets";
+    let mut delta = vec![
+        10,
+        (10 + inserted.len()) as u8,
+        0x90,
+        10,
+        inserted.len() as u8,
+    ];
+    delta.extend_from_slice(inserted);
+    pack.extend(object_header(7, delta.len()));
+    pack.extend([7u8; 20]);
+    pack.extend(zlib(&delta));
+    pack.extend([0u8; 20]);
+    let command = format!(
+        "{} {} refs/heads/main\0 report-status\n",
+        "0".repeat(40),
+        "a".repeat(40)
+    );
+    let mut body = format!("{:04x}{command}", command.len() + 4).into_bytes();
+    body.extend_from_slice(b"0000");
+    body.extend_from_slice(&pack);
+    let analysis = analyze(&body, None);
+    let names: Vec<&str> = analysis.views.iter().map(|v| v.name.as_str()).collect();
+    assert!(names.contains(&"git-blob+text"), "{names:?}");
+    assert!(names.contains(&"git-delta+text"), "{names:?}");
+    let found = overlap(&analysis, &fingerprints).expect("blob found");
+    assert!(found.view.starts_with("git-blob+"), "{found:?}");
+    assert!(
+        analysis
+            .views
+            .iter()
+            .any(|v| credential_like(&v.text)
+                .contains(&"sk_live_4eC39HqLyjWDarjtT1zdp7dc".to_owned()))
+    );
+    // A truncated pack keeps what was read before the cut.
+    let cut = &body[..body.len() - 40];
+    assert!(analyze(cut, None)
+        .views
+        .iter()
+        .any(|v| v.name == "git-blob+text"));
+}
+
+#[test]
+fn secret_named_values_and_url_passwords_are_credentials_but_ids_are_not() {
+    let env = "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\nDATABASE_URL=postgres://billing:Xk29-pLq7!mZ@db/prod\n\"client_secret\": \"9f8Qz_Lw-02Ab\"\nNODE_ENV=production\nDB_PASSWORD=${DB_PASSWORD}\n";
+    let found = credential_like(env);
+    assert!(
+        found.contains(&"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".to_owned()),
+        "{found:?}"
+    );
+    assert!(found.contains(&"Xk29-pLq7!mZ".to_owned()), "{found:?}");
+    assert!(found.contains(&"9f8Qz_Lw-02Ab".to_owned()), "{found:?}");
+    assert!(
+        !found
+            .iter()
+            .any(|f| f.contains("production") || f.contains("${")),
+        "{found:?}"
+    );
+    assert!(credential_like(
+        "ref 7c9e6679-7425-40de-944b-e07fc1f90ae7 at 9fceb02d0ae598e95dc970b74767f19372d61af8"
+    )
+    .is_empty());
+    assert!(credential_like("\"idempotency_key\": \"req-2026-01-05-00042\"").is_empty());
+}
+
+#[test]
+fn lone_identifiers_links_and_boilerplate_make_no_passage() {
+    let read = r#"{"id": "7c9e6679-7425-40de-944b-e07fc1f90ae7", "created_at": "2026-01-04T09:14:27.512Z", "html_url": "https://github.example/acme/billing-api/issues/4182", "license": "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated documentation files"}"#;
+    let fingerprints = analyze(read.as_bytes(), None).winnowed();
+    for effect in [
+        r#"{"ref": "7c9e6679-7425-40de-944b-e07fc1f90ae7", "text": "on it"}"#,
+        r#"{"since": "2026-01-04T09:14:27.512Z"}"#,
+        "see https://github.example/acme/billing-api/issues/4182 please",
+        "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated documentation files",
+    ] {
+        assert_eq!(overlap(&analyze(effect.as_bytes(), None), &fingerprints), None, "{effect}");
+    }
+}
+
+#[test]
+fn tables_sharing_only_their_columns_share_nothing() {
+    let read = "id,name,email,phone,city,plan\n1,Ada Lovelace,ada@analytical.example,+44 20 7946 0001,London,growth\n2,Alan Turing,alan@bletchley.example,+44 20 7946 0002,Wilmslow,starter\n";
+    let other = "id,name,email,phone,city,plan\n7,Grace Hopper,grace@navy.example,+1 202 555 0107,Arlington,enterprise\n";
+    let fingerprints = analyze(read.as_bytes(), None).winnowed();
+    assert_eq!(
+        overlap(&analyze(other.as_bytes(), None), &fingerprints),
+        None
+    );
+    // The rows themselves are still found, as cells moved into JSON.
+    let moved = r#"{"people": [{"contact": "ada@analytical.example", "who": "Ada Lovelace"}, {"contact": "alan@bletchley.example", "who": "Alan Turing"}]}"#;
+    let found = overlap(&analyze(moved.as_bytes(), None), &fingerprints).expect("cells found");
+    assert!(found.bytes >= 24, "{found:?}");
+}

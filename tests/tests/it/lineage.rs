@@ -6,6 +6,7 @@ use std::sync::Arc;
 use airlock_tests::{curl, effect_states, Fixture, Origin, Received, Reply};
 use serde_json::{json, Value};
 
+mod corpus;
 mod edges;
 mod encoded;
 

@@ -1,13 +1,28 @@
 //! Effect analysis: compares a staged effect with its run's analysed reads and records
 //! the read -> effect edges.
 
-use airlock_ledger::fingerprint::{analyze, credential_like, overlap};
+use airlock_ledger::fingerprint::{analyze_request, credential_like, overlap};
 use airlock_ledger::{now_ms, Edge, EdgeKind, EdgeSource, EffectLineage, Store};
 
 use super::{run_reads, Job, Seen};
 
 /// DataPlane passages shorter than this (bytes of normalised text) make no edge.
 const MIN_OVERLAP_BYTES: u64 = 24;
+/// Shortest fragment of a credential-looking value that makes a credential edge.
+const MIN_FRAGMENT: usize = 12;
+/// Request headers that carry no data of the client's choosing worth analysing.
+const ROUTINE_REQUEST_HEADERS: [&str; 10] = [
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "transfer-encoding",
+    "accept",
+    "accept-encoding",
+    "connection",
+    "user-agent",
+    "expect",
+];
 
 pub(super) fn run_job(
     ledger: &dyn Store,
@@ -29,7 +44,22 @@ pub(super) fn run_job(
                 .iter()
                 .find(|h| h.name == "content-encoding")
                 .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned());
-            let analysis = analyze(&body, encoding.as_deref());
+            // The URL after its authority and the non-routine header values are analysed
+            // as views too: data leaves in a query or a header as well as in a body.
+            let target = record
+                .url
+                .split_once("://")
+                .and_then(|(_, rest)| rest.find('/').map(|at| rest[at..].to_owned()))
+                .unwrap_or_else(|| record.url.clone());
+            let header_values: Vec<String> = record
+                .headers
+                .iter()
+                .filter(|h| !ROUTINE_REQUEST_HEADERS.contains(&h.name.as_str()))
+                .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned())
+                .collect();
+            let mut extra: Vec<(&str, &str)> = vec![("url", target.as_str())];
+            extra.extend(header_values.iter().map(|v| ("header", v.as_str())));
+            let analysis = analyze_request(&body, encoding.as_deref(), &extra);
             let mut haystack = record.url.clone();
             for header in &record.headers {
                 haystack.push('\n');
@@ -43,6 +73,8 @@ pub(super) fn run_job(
             haystack.push_str(&String::from_utf8_lossy(&body));
             let mut edges = Vec::new();
             let mut incomplete_reads = Vec::new();
+            // Credential values not carried whole, searched for fragments in one pass.
+            let mut fragment_candidates: Vec<(u64, String)> = Vec::new();
             for (content, fingerprints) in ledger.read_contents(&record.run_id)? {
                 if content
                     .skipped
@@ -66,7 +98,14 @@ pub(super) fn run_job(
                     });
                 }
                 for notable in content.notable {
-                    if haystack.contains(&notable.value) {
+                    if !haystack.contains(&notable.value) {
+                        if notable.kind == EdgeKind::Credential && fragment_candidates.len() < 4096
+                        {
+                            fragment_candidates.push((content.seq, notable.value));
+                        }
+                        continue;
+                    }
+                    {
                         let (excerpt, detail) = match notable.kind {
                             EdgeKind::Credential => (
                                 mask(&notable.value),
@@ -93,6 +132,26 @@ pub(super) fn run_job(
                     }
                 }
             }
+            let values: Vec<&str> = fragment_candidates
+                .iter()
+                .map(|(_, v)| v.as_str())
+                .collect();
+            for ((seq, value), found) in fragment_candidates
+                .iter()
+                .zip(fragment_edges(&haystack, &values))
+            {
+                if let Some((bytes, detail)) = found {
+                    edges.push(Edge {
+                        from: EdgeSource::Read { seq: *seq },
+                        to: effect.clone(),
+                        kind: EdgeKind::Credential,
+                        overlap_bytes: bytes,
+                        overlap_permille: 0,
+                        excerpt: Some(mask(value)),
+                        detail: Some(detail),
+                    });
+                }
+            }
             let lineage = EffectLineage {
                 analyzed_at_ms: now_ms(),
                 fingerprints: analysis.winnowed().len(),
@@ -104,6 +163,102 @@ pub(super) fn run_job(
             ledger.store_effect_lineage(&effect, &lineage)
         }
     }
+}
+
+/// Known fixed parts of credential-looking values, which fragments must not be made of.
+const FIXED_PREFIXES: [&str; 12] = [
+    "github_pat_",
+    "sk_live_",
+    "ghp_",
+    "gho_",
+    "ghs_",
+    "ghu_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "xapp-",
+    "sk-",
+    "AKIA",
+];
+
+/// The bytes and detail of a credential edge when `haystack` carries a fragment of at
+/// least [`MIN_FRAGMENT`] characters of `value`'s variable part (past a known prefix; of
+/// a JWT only the signature, as header and claims are shared by tokens of one issuer) —
+/// a secret split
+/// over several effects, or cut short. The longest fragment counts.
+#[cfg(test)]
+fn fragment_edge(haystack: &str, value: &str) -> Option<(u64, String)> {
+    fragment_edges(haystack, &[value]).pop().flatten()
+}
+
+/// [`fragment_edge`] for each of `values`, in one pass over `haystack`.
+fn fragment_edges(haystack: &str, values: &[&str]) -> Vec<Option<(u64, String)>> {
+    // The variable part of each value: where it starts.
+    let skips: Vec<usize> = values
+        .iter()
+        .map(|value| {
+            if value.starts_with("eyJ") {
+                // A JWT's header and claims are shared by tokens of the same issuer; its
+                // signature is the secret part.
+                return value.rfind('.').map_or(0, |dot| dot + 1);
+            }
+            FIXED_PREFIXES
+                .iter()
+                .find(|p| value.starts_with(*p))
+                .map_or(0, |p| p.len())
+        })
+        .collect();
+    let mut windows: std::collections::HashMap<&[u8], Vec<(usize, usize)>> = Default::default();
+    for (n, (value, &skip)) in values.iter().zip(&skips).enumerate() {
+        let variable = value.as_bytes().get(skip..).unwrap_or_default();
+        for (at, window) in variable.windows(MIN_FRAGMENT).enumerate() {
+            windows.entry(window).or_default().push((n, at));
+        }
+    }
+    // (offset in the variable part, length) of each value's longest fragment.
+    let mut best: Vec<Option<(usize, usize)>> = vec![None; values.len()];
+    let hay = haystack.as_bytes();
+    if !windows.is_empty() {
+        for p in 0..(hay.len() + 1).saturating_sub(MIN_FRAGMENT) {
+            let Some(hits) = windows.get(&hay[p..p + MIN_FRAGMENT]) else {
+                continue;
+            };
+            for &(n, o) in hits {
+                let variable = &values[n].as_bytes()[skips[n]..];
+                let mut len = MIN_FRAGMENT;
+                while o + len < variable.len()
+                    && p + len < hay.len()
+                    && variable[o + len] == hay[p + len]
+                {
+                    len += 1;
+                }
+                if best[n].is_none_or(|(_, b)| len > b) {
+                    best[n] = Some((o, len));
+                }
+            }
+        }
+    }
+    best.into_iter()
+        .enumerate()
+        .map(|(n, found)| {
+            let (offset, len) = found?;
+            let start = skips[n] + offset;
+            let fragment = &values[n].as_bytes()[start..start + len];
+            let mut distinct = fragment.to_vec();
+            distinct.sort_unstable();
+            distinct.dedup();
+            (distinct.len() >= 6).then(|| {
+                (
+                    len as u64,
+                    format!(
+                        "carries a {len}-character fragment (characters {start}..{} of {}) of a credential-looking value that arrived in this read",
+                        start + len,
+                        values[n].len()
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// `text` with every credential-looking value in it masked.
@@ -119,4 +274,38 @@ fn mask_secrets(text: &str) -> String {
 fn mask(value: &str) -> String {
     let head: String = value.chars().take(4).collect();
     format!("{head}… ({} characters)", value.chars().count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fragment_edge;
+
+    #[test]
+    fn fragments_of_a_credential_make_an_edge_but_fixed_parts_do_not() {
+        let token = "ghp_R8xkP2mQ7vLw3nT9sZ4bY6cJ1dF5gH0aE2uK";
+        let haystack = format!("{{\"seq\":2,\"part\":\"{}\"}}", &token[14..30]);
+        let (bytes, detail) = fragment_edge(&haystack, token).expect("fragment found");
+        assert_eq!(bytes, 16);
+        assert!(
+            detail.contains("16-character fragment (characters 14..30 of 40)"),
+            "{detail}"
+        );
+        // The known prefix with a few characters, or 11 characters, are no fragment.
+        assert_eq!(fragment_edge("ghp_R8xkP2mQ", token), None);
+        assert_eq!(fragment_edge(&token[20..31], token), None);
+        // A JWT's header and claims are shared by tokens of one issuer: only its
+        // signature makes fragments.
+        let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJzdmMtMzgifQ.c2lnbmF0dXJlLXZhbHVlLTEyMzQ1Njc4OTA";
+        assert_eq!(
+            fragment_edge(
+                "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJvdGhlciI6MX0.b3RoZXI",
+                jwt
+            ),
+            None
+        );
+        assert_eq!(fragment_edge("eyJzdWIiOiJzdmMtMzgifQ", jwt), None);
+        let (bytes, _) =
+            fragment_edge("sig=c2lnbmF0dXJlLXZhbHVl", jwt).expect("signature fragment");
+        assert_eq!(bytes, 20);
+    }
 }
