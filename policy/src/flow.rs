@@ -288,9 +288,7 @@ impl crate::Policy {
             FlowTo::External => match source {
                 None => true,
                 Some((host, port)) => {
-                    port != target.port
-                        || Host::parse(host).map(|h| h.to_string())
-                            != target_host.map(|h| h.to_string())
+                    port != target.port || Host::parse(host).as_ref() != target_host
                 }
             },
             FlowTo::Hosts(_) => {

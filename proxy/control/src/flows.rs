@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use airlock_dataplane::flows::{check_effect, FlowCheck, RunSources};
-use airlock_dataplane::lineage::reanalyse_effect;
+use airlock_dataplane::lineage::reanalyse_effects;
 use airlock_ledger::{Effect, EffectId, EffectState, LedgerError, Refused, RunId, RunState, Store};
 use airlock_policy::Policy;
 use tracing::info;
@@ -145,9 +145,8 @@ fn final_pass_blocking(
         ledger.seal(run, by)?;
     }
     let effects: Vec<Effect> = ledger.effects(run)?.into_iter().filter(undecided).collect();
-    for effect in &effects {
-        reanalyse_effect(ledger, &effect.id)?;
-    }
+    let ids: Vec<_> = effects.iter().map(|e| e.id.clone()).collect();
+    reanalyse_effects(ledger, run, &ids)?;
     let sources = RunSources::load(ledger, run)?;
     let mut held = Vec::new();
     let mut rejects = Vec::new();

@@ -282,22 +282,23 @@ impl LineageWorker {
 /// Senders waiting for an effect's analysis.
 type Waiters = std::collections::HashMap<EffectId, Vec<tokio::sync::oneshot::Sender<()>>>;
 
-/// Analyses `effect` again, now, on the calling thread, against every analysed read of
-/// its run, and stores the result: the commit's final pass, which sees reads that
-/// finished after the effect was first analysed.
+/// Analyses `effects` (of one run, `run`) again, now, on the calling thread, against
+/// every analysed read of the run (loaded once), and stores each result: the commit's
+/// final pass, which sees reads that finished after an effect was first analysed.
 ///
 /// Errors: storage faults.
-pub fn reanalyse_effect(
+pub fn reanalyse_effects(
     ledger: &dyn Store,
-    effect: &EffectId,
+    run: &RunId,
+    effects: &[EffectId],
 ) -> Result<(), airlock_ledger::LedgerError> {
-    run_job(
-        ledger,
-        &mut Seen::default(),
-        Job::Effect {
-            effect: effect.clone(),
-        },
-    )
+    let reads = ledger.read_contents(run)?;
+    for id in effects {
+        if let Some(record) = ledger.effect(id)? {
+            effect::analyse_effect(ledger, &record, &reads)?;
+        }
+    }
+    Ok(())
 }
 
 /// Response bodies and notable values already recorded, per run: a read whose body is

@@ -1,8 +1,10 @@
 //! Effect analysis: compares a staged effect with its run's analysed reads and records
 //! the read -> effect edges.
 
-use airlock_ledger::fingerprint::{analyze_request, credential_like, overlap};
-use airlock_ledger::{now_ms, Edge, EdgeKind, EdgeSource, EffectLineage, Store};
+use airlock_ledger::fingerprint::{analyze_request, credential_like, overlap, Candidates};
+use airlock_ledger::{
+    now_ms, Edge, EdgeKind, EdgeSource, EffectId, EffectLineage, ReadContent, Store,
+};
 
 use super::{run_reads, Job, Seen};
 
@@ -38,131 +40,148 @@ pub(super) fn run_job(
             let Some(record) = ledger.effect(&effect)? else {
                 return Ok(());
             };
-            let body = ledger.body(&record.body_digest)?.unwrap_or_default();
-            let encoding = record
-                .headers
-                .iter()
-                .find(|h| h.name == "content-encoding")
-                .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned());
-            // The URL after its authority and the non-routine header values are analysed
-            // as views too: data leaves in a query or a header as well as in a body.
-            let target = record
-                .url
-                .split_once("://")
-                .and_then(|(_, rest)| rest.find('/').map(|at| rest[at..].to_owned()))
-                .unwrap_or_else(|| record.url.clone());
-            let header_values: Vec<String> = record
-                .headers
-                .iter()
-                .filter(|h| !ROUTINE_REQUEST_HEADERS.contains(&h.name.as_str()))
-                .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned())
-                .collect();
-            let mut extra: Vec<(&str, &str)> = vec![("url", target.as_str())];
-            extra.extend(header_values.iter().map(|v| ("header", v.as_str())));
-            let analysis = analyze_request(&body, encoding.as_deref(), &extra);
-            let mut haystack = record.url.clone();
-            for header in &record.headers {
-                haystack.push('\n');
-                haystack.push_str(&String::from_utf8_lossy(header.value.as_bytes()));
-            }
-            for view in &analysis.views {
-                haystack.push('\n');
-                haystack.push_str(&view.text);
-            }
-            haystack.push('\n');
-            haystack.push_str(&String::from_utf8_lossy(&body));
-            let mut edges = Vec::new();
-            let mut incomplete_reads = Vec::new();
-            // Credential values not carried whole, searched for fragments in one pass.
-            let mut fragment_candidates: Vec<(u64, String)> = Vec::new();
-            for (content, fingerprints) in ledger.read_contents(&record.run_id)? {
-                if content
-                    .skipped
-                    .as_deref()
-                    .is_some_and(|why| !why.ends_with("is not text"))
-                    || content.truncated
-                {
-                    incomplete_reads.push(content.seq);
-                }
-                if let Some(found) =
-                    overlap(&analysis, &fingerprints).filter(|o| o.bytes >= MIN_OVERLAP_BYTES)
-                {
-                    edges.push(Edge {
-                        from: EdgeSource::Read { seq: content.seq },
-                        to: effect.clone(),
-                        kind: EdgeKind::Content,
-                        overlap_bytes: found.bytes,
-                        overlap_permille: found.permille,
-                        excerpt: Some(mask_secrets(&found.excerpt)),
-                        detail: Some(format!("shared passages found in the {} view", found.view)),
-                    });
-                }
-                for notable in content.notable {
-                    if !haystack.contains(&notable.value) {
-                        if notable.kind == EdgeKind::Credential && fragment_candidates.len() < 4096
-                        {
-                            fragment_candidates.push((content.seq, notable.value));
-                        }
-                        continue;
-                    }
-                    {
-                        let (excerpt, detail) = match notable.kind {
-                            EdgeKind::Credential => (
-                                mask(&notable.value),
-                                "carries a credential-looking value that arrived in this read"
-                                    .to_owned(),
-                            ),
-                            _ => (
-                                mask_secrets(&notable.value.chars().take(80).collect::<String>()),
-                                format!(
-                                    "carries the value of response header {}",
-                                    notable.name.as_deref().unwrap_or("?")
-                                ),
-                            ),
-                        };
-                        edges.push(Edge {
-                            from: EdgeSource::Read { seq: content.seq },
-                            to: effect.clone(),
-                            kind: notable.kind,
-                            overlap_bytes: notable.value.len() as u64,
-                            overlap_permille: 0,
-                            excerpt: Some(excerpt),
-                            detail: Some(detail),
-                        });
-                    }
-                }
-            }
-            let values: Vec<&str> = fragment_candidates
-                .iter()
-                .map(|(_, v)| v.as_str())
-                .collect();
-            for ((seq, value), found) in fragment_candidates
-                .iter()
-                .zip(fragment_edges(&haystack, &values))
-            {
-                if let Some((bytes, detail)) = found {
-                    edges.push(Edge {
-                        from: EdgeSource::Read { seq: *seq },
-                        to: effect.clone(),
-                        kind: EdgeKind::Credential,
-                        overlap_bytes: bytes,
-                        overlap_permille: 0,
-                        excerpt: Some(mask(value)),
-                        detail: Some(detail),
-                    });
-                }
-            }
-            let lineage = EffectLineage {
-                analyzed_at_ms: now_ms(),
-                fingerprints: analysis.winnowed().len(),
-                truncated: analysis.truncated,
-                skipped: analysis.skipped.clone(),
-                edges,
-                incomplete_reads,
-            };
-            ledger.store_effect_lineage(&effect, &lineage)
+            let reads = ledger.read_contents(&record.run_id)?;
+            analyse_effect(ledger, &record, &reads)
         }
     }
+}
+
+/// Analyses one staged effect against `reads` (the analysed reads of its run, with their
+/// fingerprints) and stores its lineage. Reads sharing no candidate hash with the effect
+/// ([`Candidates`]) are not compared passage by passage.
+///
+/// Errors: storage faults.
+pub(super) fn analyse_effect(
+    ledger: &dyn Store,
+    record: &airlock_ledger::Effect,
+    reads: &[(ReadContent, Vec<u64>)],
+) -> Result<(), airlock_ledger::LedgerError> {
+    let effect: EffectId = record.id.clone();
+    let body = ledger.body(&record.body_digest)?.unwrap_or_default();
+    let encoding = record
+        .headers
+        .iter()
+        .find(|h| h.name == "content-encoding")
+        .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned());
+    // The URL after its authority and the non-routine header values are analysed
+    // as views too: data leaves in a query or a header as well as in a body.
+    let target = record
+        .url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|at| rest[at..].to_owned()))
+        .unwrap_or_else(|| record.url.clone());
+    let header_values: Vec<String> = record
+        .headers
+        .iter()
+        .filter(|h| !ROUTINE_REQUEST_HEADERS.contains(&h.name.as_str()))
+        .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned())
+        .collect();
+    let mut extra: Vec<(&str, &str)> = vec![("url", target.as_str())];
+    extra.extend(header_values.iter().map(|v| ("header", v.as_str())));
+    let analysis = analyze_request(&body, encoding.as_deref(), &extra);
+    let mut haystack = record.url.clone();
+    for header in &record.headers {
+        haystack.push('\n');
+        haystack.push_str(&String::from_utf8_lossy(header.value.as_bytes()));
+    }
+    for view in &analysis.views {
+        haystack.push('\n');
+        haystack.push_str(&view.text);
+    }
+    haystack.push('\n');
+    haystack.push_str(&String::from_utf8_lossy(&body));
+    let mut edges = Vec::new();
+    let mut incomplete_reads = Vec::new();
+    // Credential values not carried whole, searched for fragments in one pass.
+    let mut fragment_candidates: Vec<(u64, String)> = Vec::new();
+    let candidates = Candidates::of(&analysis);
+    for (content, fingerprints) in reads {
+        if content
+            .skipped
+            .as_deref()
+            .is_some_and(|why| !why.ends_with("is not text"))
+            || content.truncated
+        {
+            incomplete_reads.push(content.seq);
+        }
+        if let Some(found) = candidates
+            .may_overlap(fingerprints)
+            .then(|| overlap(&analysis, fingerprints))
+            .flatten()
+            .filter(|o| o.bytes >= MIN_OVERLAP_BYTES)
+        {
+            edges.push(Edge {
+                from: EdgeSource::Read { seq: content.seq },
+                to: effect.clone(),
+                kind: EdgeKind::Content,
+                overlap_bytes: found.bytes,
+                overlap_permille: found.permille,
+                excerpt: Some(mask_secrets(&found.excerpt)),
+                detail: Some(format!("shared passages found in the {} view", found.view)),
+            });
+        }
+        for notable in content.notable.iter().cloned() {
+            if !haystack.contains(&notable.value) {
+                if notable.kind == EdgeKind::Credential && fragment_candidates.len() < 4096 {
+                    fragment_candidates.push((content.seq, notable.value));
+                }
+                continue;
+            }
+            {
+                let (excerpt, detail) = match notable.kind {
+                    EdgeKind::Credential => (
+                        mask(&notable.value),
+                        "carries a credential-looking value that arrived in this read".to_owned(),
+                    ),
+                    _ => (
+                        mask_secrets(&notable.value.chars().take(80).collect::<String>()),
+                        format!(
+                            "carries the value of response header {}",
+                            notable.name.as_deref().unwrap_or("?")
+                        ),
+                    ),
+                };
+                edges.push(Edge {
+                    from: EdgeSource::Read { seq: content.seq },
+                    to: effect.clone(),
+                    kind: notable.kind,
+                    overlap_bytes: notable.value.len() as u64,
+                    overlap_permille: 0,
+                    excerpt: Some(excerpt),
+                    detail: Some(detail),
+                });
+            }
+        }
+    }
+    let values: Vec<&str> = fragment_candidates
+        .iter()
+        .map(|(_, v)| v.as_str())
+        .collect();
+    for ((seq, value), found) in fragment_candidates
+        .iter()
+        .zip(fragment_edges(&haystack, &values))
+    {
+        if let Some((bytes, detail)) = found {
+            edges.push(Edge {
+                from: EdgeSource::Read { seq: *seq },
+                to: effect.clone(),
+                kind: EdgeKind::Credential,
+                overlap_bytes: bytes,
+                overlap_permille: 0,
+                excerpt: Some(mask(value)),
+                detail: Some(detail),
+            });
+        }
+    }
+    let lineage = EffectLineage {
+        analyzed_at_ms: now_ms(),
+        fingerprints: analysis.winnowed().len(),
+        truncated: analysis.truncated,
+        skipped: analysis.skipped.clone(),
+        edges,
+        incomplete_reads,
+    };
+    ledger.store_effect_lineage(&effect, &lineage)
 }
 
 /// Known fixed parts of credential-looking values, which fragments must not be made of.
