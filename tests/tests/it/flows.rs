@@ -61,7 +61,9 @@ async fn setup(action: &str, extra: &str) -> Setup {
     let fx = Fixture::new();
     let vault = Origin::start(
         Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply::json(200, &serde_json::from_str::<Value>(SECRET).unwrap())),
+        Arc::new(|_: &Received| {
+            Reply::json(200, &serde_json::from_str::<Value>(SECRET).expect("json"))
+        }),
     )
     .await
     .expect("vault origin");
@@ -207,7 +209,7 @@ async fn a_secret_posted_base64_to_an_outside_webhook_is_held_then_rejected_by_a
     // approve_pending does not release it: the commit is refused, nothing is sent.
     let (code, details) = s.commit_pending().await.expect_err("held");
     assert_eq!(code, "flow_review_required");
-    assert_eq!(details.unwrap()["held"], json!([leak]));
+    assert_eq!(details.expect("details")["held"], json!([leak]));
     assert!(s.hooks.received().is_empty(), "nothing reached the webhook");
 
     // A block flow (hot reloaded: new flows apply to undecided effects) makes commit

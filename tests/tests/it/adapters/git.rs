@@ -52,6 +52,11 @@ struct Remote {
 
 /// Sets up a [`Remote`] in `fx`'s directory.
 async fn remote(fx: &Fixture) -> Remote {
+    remote_with(fx, &policy).await
+}
+
+/// [`remote`] with the policy `policy` makes for the git origin's port.
+async fn remote_with(fx: &Fixture, policy: &dyn Fn(u16) -> String) -> Remote {
     let root = fx.dir.path().join("git");
     std::fs::create_dir_all(&root).expect("root");
     let origin = Origin::start(Some(&fx.origin_ca), git_http::backend(root.clone()))
@@ -374,4 +379,102 @@ async fn a_push_over_gits_post_buffer_is_staged_and_released() {
     let report = airlock.commit_pending(&run).await;
     assert_eq!(report["state"], "committed", "{report}");
     assert_eq!(ref_of(&root, "refs/heads/agent/big"), Some(head));
+}
+
+/// A vault origin's secret committed to a file and pushed: the pack's blob carries it, so
+/// the push is held by a `review` flow (the agent is told in `airlock-flow`, bulk approval
+/// refuses the commit) and the remote is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_push_of_a_commit_whose_file_carries_a_secret_is_held_by_a_flow() {
+    if !git_http::available() {
+        eprintln!("git is not installed: skipped");
+        return;
+    }
+    const SECRET: &str = "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY\nDATABASE_URL=postgres://billing:Tr0ub4dor-and-3-more@db.internal:5432/billing\n";
+    let fx = Fixture::new();
+    let vault = Origin::start(
+        Some(&fx.origin_ca),
+        std::sync::Arc::new(|_: &airlock_tests::Received| airlock_tests::Reply::text(200, SECRET)),
+    )
+    .await
+    .expect("vault");
+    let vault_port = vault.addr().port();
+    let flow_policy = move |port: u16| {
+        format!(
+            r#"{}
+[[rule]]
+id = "vault-read"
+host = "127.0.0.1"
+port = {vault_port}
+method = "read"
+action = "pass"
+labels = ["secret"]
+
+[[flow]]
+id = "no-secrets-out"
+from = ["secret"]
+to = "external"
+min_overlap_bytes = 24
+action = "review"
+reason = "secrets stay inside"
+"#,
+            policy(port)
+        )
+    };
+    let Remote {
+        origin: _origin,
+        root,
+        work,
+        airlock,
+        run,
+        env,
+        ..
+    } = remote_with(&fx, &flow_policy).await;
+
+    let read = airlock_tests::curl(&env, &[&format!("https://127.0.0.1:{vault_port}/env")]).await;
+    assert_eq!(read.status, 200);
+    git(&work, &["checkout", "-q", "-b", "agent/config"]);
+    std::fs::write(work.join("deploy.env"), &read.body).expect("write");
+    git(&work, &["add", "deploy.env"]);
+    git(&work, &["commit", "-q", "-m", "add deploy config"]);
+    let out = push(&work, &env, "agent/config").await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1, "{effects:?}");
+    let id = effects[0]["id"].as_str().expect("id").to_owned();
+    let shown = airlock_tests::poll_until(std::time::Duration::from_secs(10), || async {
+        let shown = airlock.admin.get(&format!("/v1/effects/{id}")).await.ok()?;
+        shown["flows"]["analysed"]
+            .as_bool()
+            .filter(|a| *a)
+            .map(|_| shown)
+    })
+    .await
+    .expect("analysed");
+    assert_eq!(
+        shown["flows"]["violations"][0]["flow"], "no-secrets-out",
+        "{shown:#}"
+    );
+
+    let refused = airlock
+        .post(
+            &format!("/v1/runs/{run}/commit"),
+            Some(serde_json::json!({"approve_pending": true})),
+        )
+        .await
+        .expect_err("held");
+    assert!(
+        refused.to_string().contains("flow_review_required"),
+        "{refused}"
+    );
+    assert_eq!(
+        ref_of(&root, "refs/heads/agent/config"),
+        None,
+        "nothing was pushed"
+    );
 }
