@@ -49,7 +49,7 @@ reason = "secrets never leave for outside hosts"
 }
 
 struct Setup {
-    _fx: Fixture,
+    fx: Fixture,
     airlock: Airlock,
     run: String,
     env: std::collections::BTreeMap<String, String>,
@@ -76,7 +76,7 @@ async fn setup(action: &str, extra: &str) -> Setup {
     let text = policy(vault.addr().port(), hooks.addr().port(), action, extra);
     let (airlock, run, env) = fx.start_run(&text, &[]).await;
     Setup {
-        _fx: fx,
+        fx: fx,
         airlock,
         run,
         env,
@@ -319,4 +319,34 @@ reason = "airlock could not read this body, so a human does"
     let report = s.commit_pending().await.expect("commit");
     assert_eq!(report["state"], "committed", "{report:#}");
     assert_eq!(paths(&s.hooks), ["/hooks/upload"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_replay_re_decides_the_flows_of_a_past_run_under_a_changed_policy() {
+    let s = setup("review", "").await;
+    let (leak, status, _, _) = s.leak_and_status().await;
+    let (vault, hooks) = (s.vault.addr().port(), s.hooks.addr().port());
+    let candidate = s.fx.dir.path().join("candidate.toml");
+    std::fs::write(&candidate, policy(vault, hooks, "block", "")).expect("candidate");
+    let candidate = candidate.to_str().expect("utf-8 path");
+    let (ok, out, err) = crate::cli::cli(
+        &s.fx,
+        &["policy", "replay", candidate, "--run", &s.run, "--json"],
+    );
+    assert!(ok, "{err}");
+    let replay: Value = serde_json::from_str(&out).expect("json");
+    let changed = replay["flows_changed"].as_array().expect("flows_changed");
+    assert_eq!(
+        changed.len(),
+        1,
+        "only the leaking effect changes: {replay:#}"
+    );
+    assert_eq!(changed[0]["effect"], leak.as_str());
+    assert_eq!(changed[0]["was"][0]["action"], "review");
+    assert_eq!(changed[0]["now"][0]["action"], "block");
+    assert_eq!(changed[0]["now"][0]["flow"], "no-secrets-out");
+    assert!(!out.contains(&status), "the benign effect is unchanged");
+
+    // Replay decides; it changes nothing on the server.
+    assert_eq!(s.effect(&leak).await["state"], "staged");
 }
