@@ -95,8 +95,7 @@ pub enum Refused {
         effects: Vec<EffectId>,
     },
     /// Commit was asked while `review` flows hold effects that no reviewer approved by
-    /// themselves, shown the violation (docs/policy.md#flow-rules). The run was sealed;
-    /// nothing was approved or released.
+    /// themselves, shown the violation (docs/policy.md#flow-rules). Nothing was changed.
     #[error("run {run}: {} effect(s) held by flow rules need a reviewer's own approval ({detail}); bulk approvals and review = \"auto\" do not release them: approve or reject each effect, then commit again", effects.len())]
     FlowHeld {
         /// The run.

@@ -27,7 +27,7 @@ impl Policy {
     /// rule's host (and the default does not stage): flows decide staged effects only, so
     /// such a flow never decides anything. `rule` is `flow "ID"`, `index` 0.
     pub(crate) fn flow_warnings(&self) -> Vec<Lint> {
-        let mut out = Vec::new();
+        let mut out = self.flow_pass_warnings();
         if self.default == Action::Stage {
             return out;
         }
@@ -56,6 +56,61 @@ impl Policy {
                 index: 0,
                 message: format!(
                     "to {globs:?} matches no stage rule's host: flows decide staged effects only, so this flow never applies; name the hosts your stage rules stage to, or use \"external\""
+                ),
+            });
+        }
+        out
+    }
+
+    /// Warnings (`check --strict` fails): a `[[flow]]` guarding reads of labelled (or
+    /// named) rules while a pass rule lets writes (any method but a read) reach another
+    /// host its `to` covers. A passed request leaves at once and flows never see it. Read
+    /// rules are not named, though a GET's query can carry data too (docs/policy.md says
+    /// so): every policy has them. The built-in `credential` label, which any read may
+    /// carry, is left out: it would name every pass rule.
+    fn flow_pass_warnings(&self) -> Vec<Lint> {
+        let mut out = Vec::new();
+        for flow in &self.flows {
+            let sources: Vec<&HostPattern> = self
+                .rules
+                .iter()
+                .filter(|r| r.action == Action::Pass)
+                .filter(|r| {
+                    r.labels.iter().any(|l| flow.from().contains(l))
+                        || flow.rules().iter().any(|id| *id == r.id)
+                })
+                .map(|r| &r.host)
+                .collect();
+            if sources.is_empty() {
+                continue;
+            }
+            let to: Vec<HostPattern> = match flow.to() {
+                FlowTo::Hosts(globs) => globs
+                    .iter()
+                    .filter_map(|g| HostPattern::parse(g).ok())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let leaks: Vec<String> = self
+                .rules
+                .iter()
+                .filter(|r| r.action == Action::Pass && passes_writes(r))
+                .filter(|r| !sources.iter().any(|s| **s == r.host))
+                .filter(|r| match flow.to() {
+                    FlowTo::Hosts(_) => to.iter().any(|t| hosts_overlap(t, &r.host)),
+                    FlowTo::External | FlowTo::Any => true,
+                })
+                .map(|r| format!("\"{}\"", r.id))
+                .collect();
+            if leaks.is_empty() {
+                continue;
+            }
+            out.push(Lint {
+                rule: format!("flow \"{}\"", flow.id()),
+                index: 0,
+                message: format!(
+                    "guards labelled reads, but pass rule(s) {} let writes reach other hosts unstaged, where no flow sees them; stage writes to those hosts (action = \"stage\"), or give those rules method = \"read\"",
+                    leaks.join(", ")
                 ),
             });
         }
@@ -104,6 +159,18 @@ impl Policy {
 }
 
 /// Whether some host matches both patterns (judged on a sample host of each).
+/// Whether a pass rule lets anything but reads through: no `method`, `"write"`, or a list
+/// naming a method other than GET, HEAD and OPTIONS.
+fn passes_writes(rule: &crate::Rule) -> bool {
+    match &rule.method {
+        None | Some(MethodMatcher::Write) => true,
+        Some(MethodMatcher::Read) => false,
+        Some(MethodMatcher::List(methods)) => methods
+            .iter()
+            .any(|m| !matches!(m.as_str(), "GET" | "HEAD" | "OPTIONS")),
+    }
+}
+
 fn hosts_overlap(a: &HostPattern, b: &HostPattern) -> bool {
     let sample = |p: &HostPattern| match p {
         HostPattern::Exact(name) => name.clone(),
@@ -202,5 +269,43 @@ mod tests {
             base.replacen("version = 1\n", "version = 1\ndefault = \"stage\"\n", 1)
         ));
         assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn a_flow_names_pass_rules_that_let_writes_leave_unstaged() {
+        let text = r#"version = 1
+[[rule]]
+id = "vault"
+host = "vault.internal.example"
+method = "read"
+action = "pass"
+labels = ["secret"]
+
+[[rule]]
+id = "docs"
+host = "docs.example.com"
+method = "read"
+action = "pass"
+
+[[rule]]
+id = "paste"
+host = "paste.example.net"
+action = "pass"
+
+[[flow]]
+id = "no-secrets-out"
+from = ["secret"]
+action = "block"
+"#;
+        let (_, warnings) = messages(text);
+        let found: Vec<&String> = warnings
+            .iter()
+            .filter(|w| w.contains("no-secrets-out"))
+            .collect();
+        assert_eq!(found.len(), 1, "{warnings:?}");
+        assert!(
+            found[0].contains("\"paste\"") && !found[0].contains("\"docs\""),
+            "{found:?}"
+        );
     }
 }

@@ -104,17 +104,20 @@ pub fn blocked(effect: &Effect, check: &FlowCheck) -> Option<Refused> {
     })
 }
 
-/// The commit's final pass over `run`, before the commit decision is written: seals the
-/// run (nothing more can be staged behind the pass), analyses each undecided or approved
-/// effect again, refuses the commit when a `review` flow holds an effect no reviewer
-/// approved by itself, and rejects each effect a `block` flow forbids, with the flow's
-/// reason. Does nothing when the policy has no flows or the run is past its decision.
+/// The commit's final pass over `run`, before the commit decision is written. It
+/// analyses each undecided or approved effect again against every analysed read of the
+/// run and decides flows on that final lineage, then refuses the commit when a `review`
+/// flow holds an effect no reviewer approved by itself, or when effects are undecided
+/// and `approve_pending` is not set (as the ledger would). Only when the commit will go
+/// ahead does it seal the run, decide again any effect staged meanwhile, and reject each
+/// effect a `block` flow forbids, with the flow's reason. A refused commit changes
+/// nothing. Does nothing when the policy has no flows or the run is past its decision.
 ///
-/// Errors: [`Refused::FlowHeld`] (the run is left sealed, nothing else changed); storage
-/// faults.
+/// Errors: [`Refused::FlowHeld`], [`Refused::Undecided`]; storage faults.
 pub(crate) async fn final_pass(
     control: &Arc<Control>,
     run: &RunId,
+    approve_pending: bool,
     by: &str,
 ) -> Result<(), CommitError> {
     let policy = control.policy().current();
@@ -122,34 +125,35 @@ pub(crate) async fn final_pass(
         return Ok(());
     }
     let (ledger, run, by) = (control.ledger().clone(), run.clone(), by.to_owned());
-    blocking(move || final_pass_blocking(&*ledger, &policy, &run, &by)).await
+    blocking(move || final_pass_blocking(&*ledger, &policy, &run, approve_pending, &by)).await
 }
 
-fn final_pass_blocking(
+/// The effects still to be decided or released.
+fn undecided(effect: &Effect) -> bool {
+    matches!(effect.state, EffectState::Staged | EffectState::Approved)
+}
+
+/// One decision over the run's undecided effects, reanalysing those not in `analysed`.
+/// Returns the effects to reject with their reasons, or the refusal.
+fn decide(
     ledger: &dyn Store,
     policy: &Policy,
     run: &RunId,
-    by: &str,
-) -> Result<(), LedgerError> {
-    let Some(record) = ledger.run(run)? else {
-        return Ok(());
-    };
-    if !matches!(record.state, RunState::Open | RunState::Sealed) {
-        return Ok(());
-    }
-    let undecided = |e: &Effect| matches!(e.state, EffectState::Staged | EffectState::Approved);
-    if !ledger.effects(run)?.iter().any(undecided) {
-        return Ok(());
-    }
-    if record.state == RunState::Open {
-        ledger.seal(run, by)?;
-    }
+    approve_pending: bool,
+    analysed: &mut std::collections::HashSet<airlock_ledger::EffectId>,
+) -> Result<Vec<(airlock_ledger::EffectId, String)>, LedgerError> {
     let effects: Vec<Effect> = ledger.effects(run)?.into_iter().filter(undecided).collect();
-    let ids: Vec<_> = effects.iter().map(|e| e.id.clone()).collect();
-    reanalyse_effects(ledger, run, &ids)?;
+    let fresh: Vec<_> = effects
+        .iter()
+        .filter(|e| !analysed.contains(&e.id))
+        .map(|e| e.id.clone())
+        .collect();
+    reanalyse_effects(ledger, run, &fresh)?;
+    analysed.extend(fresh);
     let sources = RunSources::load(ledger, run)?;
     let mut held = Vec::new();
     let mut rejects = Vec::new();
+    let mut staged = Vec::new();
     for effect in &effects {
         let lineage = ledger.effect_lineage(&effect.id)?;
         let check = sources.check(policy, effect, lineage.as_ref());
@@ -157,6 +161,8 @@ fn final_pass_blocking(
             rejects.push((effect.id.clone(), detail));
         } else if !check.approval_suffices(effect) {
             held.push((effect.id.clone(), check.review_flows()));
+        } else if effect.state == EffectState::Staged {
+            staged.push(effect.id.clone());
         }
     }
     if !held.is_empty() {
@@ -174,6 +180,40 @@ fn final_pass_blocking(
             detail,
         }
         .into());
+    }
+    if !staged.is_empty() && !approve_pending {
+        return Err(Refused::Undecided {
+            run: run.clone(),
+            effects: staged,
+        }
+        .into());
+    }
+    Ok(rejects)
+}
+
+fn final_pass_blocking(
+    ledger: &dyn Store,
+    policy: &Policy,
+    run: &RunId,
+    approve_pending: bool,
+    by: &str,
+) -> Result<(), LedgerError> {
+    let Some(record) = ledger.run(run)? else {
+        return Ok(());
+    };
+    if !matches!(record.state, RunState::Open | RunState::Sealed) {
+        return Ok(());
+    }
+    if !ledger.effects(run)?.iter().any(undecided) {
+        return Ok(());
+    }
+    let mut analysed = std::collections::HashSet::new();
+    let mut rejects = decide(ledger, policy, run, approve_pending, &mut analysed)?;
+    if record.state == RunState::Open {
+        // Nothing is staged behind the decision: seal, then decide once more with any
+        // effect staged meanwhile (only those are analysed again).
+        ledger.seal(run, by)?;
+        rejects = decide(ledger, policy, run, approve_pending, &mut analysed)?;
     }
     for (id, detail) in rejects {
         info!(run.id = %run, effect.id = %id, reason = %detail, "a block flow rejected the effect at commit");

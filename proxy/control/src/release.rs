@@ -146,7 +146,7 @@ pub async fn commit(
 ) -> Result<CommitReport, CommitError> {
     let lock = shared.commit_lock(run);
     let _serial = lock.lock().await;
-    crate::flows::final_pass(shared, run, by).await?;
+    crate::flows::final_pass(shared, run, approve_pending, by).await?;
     let ledger = shared.ledger().clone();
     let (run_id, by_owned) = (run.clone(), by.to_owned());
     let (_, release) =

@@ -76,7 +76,7 @@ async fn setup(action: &str, extra: &str) -> Setup {
     let text = policy(vault.addr().port(), hooks.addr().port(), action, extra);
     let (airlock, run, env) = fx.start_run(&text, &[]).await;
     Setup {
-        fx: fx,
+        fx,
         airlock,
         run,
         env,
