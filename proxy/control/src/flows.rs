@@ -124,9 +124,26 @@ pub(crate) async fn final_pass(
     if policy.flows().is_empty() {
         return Ok(());
     }
+    // A labelled read still streaming carries data not analysed yet: wait a little for
+    // it to end, then for the lineage worker to store what is queued.
+    let data = control.data();
+    let deadline = tokio::time::Instant::now() + STREAMING_WAIT;
+    while data.streaming_labelled_reads(run) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let streaming = data.streaming_labelled_reads(run);
+    if !data.lineage_settled(SETTLE_WAIT).await {
+        tracing::warn!(run.id = %run, "the lineage worker did not settle before the commit's final pass");
+    }
     let (ledger, run, by) = (control.ledger().clone(), run.clone(), by.to_owned());
-    blocking(move || final_pass_blocking(&*ledger, &policy, &run, approve_pending, &by)).await
+    blocking(move || final_pass_blocking(&*ledger, &policy, &run, approve_pending, streaming, &by))
+        .await
 }
+
+/// How long the final pass waits for a run's labelled reads that are still streaming.
+const STREAMING_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long it waits for the lineage worker to store what is queued.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The effects still to be decided or released.
 fn undecided(effect: &Effect) -> bool {
@@ -140,6 +157,7 @@ fn decide(
     policy: &Policy,
     run: &RunId,
     approve_pending: bool,
+    streaming: usize,
     analysed: &mut std::collections::HashSet<airlock_ledger::EffectId>,
 ) -> Result<Vec<(airlock_ledger::EffectId, String)>, LedgerError> {
     let effects: Vec<Effect> = ledger.effects(run)?.into_iter().filter(undecided).collect();
@@ -160,7 +178,19 @@ fn decide(
         if let Some(Refused::FlowBlocked { detail, .. }) = blocked(effect, &check) {
             rejects.push((effect.id.clone(), detail));
         } else if !check.approval_suffices(effect) {
-            held.push((effect.id.clone(), check.review_flows()));
+            let flows = check
+                .review_flows()
+                .iter()
+                .map(|f| format!("flow \"{f}\""))
+                .collect();
+            held.push((effect.id.clone(), flows));
+        } else if streaming > 0 && !effect.approval.as_ref().is_some_and(|a| a.explicit) {
+            held.push((
+                effect.id.clone(),
+                vec![format!(
+                    "{streaming} labelled read(s) of the run still streaming, not analysed yet"
+                )],
+            ));
         } else if effect.state == EffectState::Staged {
             staged.push(effect.id.clone());
         }
@@ -168,10 +198,7 @@ fn decide(
     if !held.is_empty() {
         let detail = held
             .iter()
-            .map(|(id, flows)| {
-                let flows: Vec<String> = flows.iter().map(|f| format!("flow \"{f}\"")).collect();
-                format!("{id}: {}", flows.join(", "))
-            })
+            .map(|(id, why)| format!("{id}: {}", why.join(", ")))
             .collect::<Vec<_>>()
             .join("; ");
         return Err(Refused::FlowHeld {
@@ -196,6 +223,7 @@ fn final_pass_blocking(
     policy: &Policy,
     run: &RunId,
     approve_pending: bool,
+    streaming: usize,
     by: &str,
 ) -> Result<(), LedgerError> {
     let Some(record) = ledger.run(run)? else {
@@ -204,16 +232,28 @@ fn final_pass_blocking(
     if !matches!(record.state, RunState::Open | RunState::Sealed) {
         return Ok(());
     }
-    if !ledger.effects(run)?.iter().any(undecided) {
-        return Ok(());
-    }
     let mut analysed = std::collections::HashSet::new();
-    let mut rejects = decide(ledger, policy, run, approve_pending, &mut analysed)?;
+    let mut rejects = decide(
+        ledger,
+        policy,
+        run,
+        approve_pending,
+        streaming,
+        &mut analysed,
+    )?;
     if record.state == RunState::Open {
-        // Nothing is staged behind the decision: seal, then decide once more with any
-        // effect staged meanwhile (only those are analysed again).
+        // Nothing may be staged behind the decision, and the commit's own approval of
+        // pending effects must cover only effects decided here: seal, then decide once
+        // more with any effect staged meanwhile (only those are analysed again).
         ledger.seal(run, by)?;
-        rejects = decide(ledger, policy, run, approve_pending, &mut analysed)?;
+        rejects = decide(
+            ledger,
+            policy,
+            run,
+            approve_pending,
+            streaming,
+            &mut analysed,
+        )?;
     }
     for (id, detail) in rejects {
         info!(run.id = %run, effect.id = %id, reason = %detail, "a block flow rejected the effect at commit");

@@ -107,21 +107,79 @@ impl FlowCheck {
 pub struct RunSources {
     reads: HashMap<u64, Read>,
     effects: HashMap<EffectId, Effect>,
+    /// The stored lineage of each effect of the run, for lineage carried through
+    /// placeholders.
+    lineages: HashMap<EffectId, EffectLineage>,
 }
+
+/// How many placeholder hops lineage is followed back through.
+const MAX_PLACEHOLDER_HOPS: usize = 8;
 
 impl RunSources {
     /// Loads the reads and effects of `run`.
     ///
     /// Errors: storage faults.
     pub fn load(ledger: &dyn Store, run: &airlock_ledger::RunId) -> Result<Self, LedgerError> {
+        let effects: HashMap<EffectId, Effect> = ledger
+            .effects(run)?
+            .into_iter()
+            .map(|e| (e.id.clone(), e))
+            .collect();
+        let mut lineages = HashMap::new();
+        for id in effects.keys() {
+            if let Some(lineage) = ledger.effect_lineage(id)? {
+                lineages.insert(id.clone(), lineage);
+            }
+        }
         Ok(Self {
             reads: ledger.reads(run)?.into_iter().map(|r| (r.seq, r)).collect(),
-            effects: ledger
-                .effects(run)?
-                .into_iter()
-                .map(|e| (e.id.clone(), e))
-                .collect(),
+            effects,
+            lineages,
         })
+    }
+
+    /// The read -> effect edges of the effects `effect` carries placeholders of, and of
+    /// theirs (at most [`MAX_PLACEHOLDER_HOPS`] back), as edges into `effect`: the value
+    /// substituted at release is the parent's response, which can echo whatever the
+    /// parent carried, so a secret posted to its own origin and handed back as a
+    /// placeholder still counts where the placeholder goes.
+    fn carried_through_placeholders(&self, effect: &Effect) -> Vec<Edge> {
+        let mut out = Vec::new();
+        let mut seen: std::collections::HashSet<EffectId> = std::collections::HashSet::new();
+        let mut frontier: Vec<(EffectId, usize)> = effect
+            .depends_on
+            .iter()
+            .map(|d| (d.effect.clone(), 1))
+            .collect();
+        while let Some((parent, hops)) = frontier.pop() {
+            if hops > MAX_PLACEHOLDER_HOPS || !seen.insert(parent.clone()) {
+                continue;
+            }
+            if let Some(lineage) = self.lineages.get(&parent) {
+                for edge in lineage
+                    .edges
+                    .iter()
+                    .filter(|e| e.kind != EdgeKind::Placeholder)
+                {
+                    let mut carried = edge.clone();
+                    carried.to = effect.id.clone();
+                    carried.detail = Some(format!(
+                        "carried through the placeholder of effect {parent}: {}",
+                        edge.detail.as_deref().unwrap_or("shared data")
+                    ));
+                    out.push(carried);
+                }
+            }
+            if let Some(record) = self.effects.get(&parent) {
+                frontier.extend(
+                    record
+                        .depends_on
+                        .iter()
+                        .map(|d| (d.effect.clone(), hops + 1)),
+                );
+            }
+        }
+        out
     }
 
     /// The flows `effect` violates under `policy`, given its lineage (`None`: not
@@ -142,6 +200,7 @@ impl RunSources {
         }
         let mut edges: Vec<Edge> = lineage.map(|l| l.edges.clone()).unwrap_or_default();
         edges.extend(placeholder_edges(effect));
+        edges.extend(self.carried_through_placeholders(effect));
         let hosts: Vec<Option<(String, u16)>> = edges
             .iter()
             .map(|edge| match &edge.from {
@@ -308,4 +367,51 @@ pub async fn at_staging(
     .await
     .ok()
     .flatten()
+}
+
+/// Labelled reads whose responses are still streaming, per run: what they carry reached
+/// the agent but is analysed only when they end, so the commit's final pass holds a run's
+/// effects while any is open ([`StreamingGuard`] counts one).
+#[derive(Debug, Default, Clone)]
+pub struct Streaming(std::sync::Arc<std::sync::Mutex<HashMap<airlock_ledger::RunId, usize>>>);
+
+impl Streaming {
+    /// Counts one streaming read of `run` until the guard is dropped.
+    pub fn enter(&self, run: &airlock_ledger::RunId) -> StreamingGuard {
+        if let Ok(mut map) = self.0.lock() {
+            *map.entry(run.clone()).or_default() += 1;
+        }
+        StreamingGuard {
+            streaming: self.clone(),
+            run: run.clone(),
+        }
+    }
+
+    /// How many reads of `run` stream now.
+    pub fn count(&self, run: &airlock_ledger::RunId) -> usize {
+        self.0
+            .lock()
+            .map(|map| map.get(run).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+}
+
+/// One streaming labelled read, counted until dropped.
+#[derive(Debug)]
+pub struct StreamingGuard {
+    streaming: Streaming,
+    run: airlock_ledger::RunId,
+}
+
+impl Drop for StreamingGuard {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.streaming.0.lock() {
+            if let Some(count) = map.get_mut(&self.run) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    map.remove(&self.run);
+                }
+            }
+        }
+    }
 }

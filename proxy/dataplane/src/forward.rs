@@ -44,7 +44,11 @@ pub async fn forward(
         Some(rule) => shared.policy.current().labels_of(rule).to_vec(),
         None => Vec::new(),
     };
+    // A labelled read is counted while it streams: the commit's final pass holds the
+    // run's effects until what it carries is analysed.
+    let streaming = (!labels.is_empty()).then(|| shared.streaming.enter(run));
     let journal = ReadJournal {
+        _streaming: streaming,
         labels,
         started: airlock_ledger::now_ms(),
         ledger: shared.ledger.clone(),
@@ -184,7 +188,9 @@ fn meter_response(
         body,
         true,
         Box::new(move |metered| {
-            let content = if metered.error.is_none() {
+            // A body cut short still reached the client as far as it went: what was
+            // captured is analysed too, so its data is lineage like any read's.
+            let content = if metered.error.is_none() || !metered.captured.is_empty() {
                 Some((metered.captured, headers, metered.hash_deferred))
             } else {
                 None
@@ -217,6 +223,8 @@ struct ReadJournal {
     rule: Option<String>,
     /// The rule's labels when the read was passed (`labels = [...]`).
     labels: Vec<String>,
+    /// Counts the read as streaming until it is journaled (dropped with the journal).
+    _streaming: Option<crate::flows::StreamingGuard>,
     audit: Vec<String>,
     started: u64,
 }

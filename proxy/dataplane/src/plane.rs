@@ -91,6 +91,8 @@ pub struct DataPlane {
     /// The control plane's answer to `review = "auto"`, installed once after both planes
     /// are built.
     auto_review: std::sync::OnceLock<Arc<dyn crate::enforce::AutoApprove>>,
+    /// Labelled reads whose responses are still streaming, per run (flow rules).
+    pub(crate) streaming: crate::flows::Streaming,
 }
 
 impl DataPlane {
@@ -115,9 +117,26 @@ impl DataPlane {
             enforce: Enforcer::default(),
             connections: inputs.connections,
             auto_review: std::sync::OnceLock::new(),
+            streaming: crate::flows::Streaming::default(),
         });
         follow_changes(Arc::downgrade(&plane), changes);
         plane
+    }
+
+    /// How many reads of `run` passed by a rule with `labels` are still streaming their
+    /// responses: their data reached the agent but is not analysed yet.
+    pub fn streaming_labelled_reads(&self, run: &RunId) -> usize {
+        self.streaming.count(run)
+    }
+
+    /// Resolves once the lineage worker has handled every read and effect queued before
+    /// this call, so their analyses are stored; at most `timeout`. Returns whether it did.
+    pub async fn lineage_settled(&self, timeout: std::time::Duration) -> bool {
+        let marker = airlock_ledger::EffectId::generate();
+        let done = self.lineage.analysed(&marker);
+        self.lineage
+            .submit(crate::lineage::Job::Effect { effect: marker });
+        tokio::time::timeout(timeout, done).await.is_ok()
     }
 
     /// Forgets the cached placeholders of `run` (the next request reloads them).

@@ -62,6 +62,9 @@ pub struct Reply {
     pub delay: Option<Duration>,
     /// Trailer fields sent after the body (the body is then streamed, never sized).
     pub trailers: Vec<(String, String)>,
+    /// Keep the response open this long after the body before ending it (a streaming
+    /// answer: the client has the body while the response is not over).
+    pub hold_open: Option<Duration>,
 }
 
 impl Reply {
@@ -73,6 +76,7 @@ impl Reply {
             body: body.to_string().into_bytes(),
             delay: None,
             trailers: Vec::new(),
+            hold_open: None,
         }
     }
 
@@ -84,6 +88,7 @@ impl Reply {
             body: body.as_bytes().to_vec(),
             delay: None,
             trailers: Vec::new(),
+            hold_open: None,
         }
     }
 }
@@ -308,7 +313,15 @@ async fn answer(
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }
-    let body: OriginBody = if reply.trailers.is_empty() {
+    let body: OriginBody = if let Some(hold) = reply.hold_open {
+        use futures_util::StreamExt as _;
+        let data = futures_util::stream::iter(vec![Ok::<_, std::convert::Infallible>(
+            hyper::body::Frame::data(Bytes::from(reply.body)),
+        )]);
+        let end =
+            futures_util::stream::once(tokio::time::sleep(hold)).filter_map(|()| async { None });
+        http_body_util::StreamBody::new(data.chain(end)).boxed_unsync()
+    } else if reply.trailers.is_empty() {
         Full::new(Bytes::from(reply.body)).boxed_unsync()
     } else {
         let mut trailers = http::HeaderMap::new();

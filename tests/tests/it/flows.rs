@@ -350,3 +350,205 @@ async fn policy_replay_re_decides_the_flows_of_a_past_run_under_a_changed_policy
     // Replay decides; it changes nothing on the server.
     assert_eq!(s.effect(&leak).await["state"], "staged");
 }
+
+/// A secret posted to its own origin (not external) whose answer is handed back as a
+/// placeholder, and the placeholder posted outside: the value substituted at release is
+/// the parent's answer, so the child carries the parent's lineage and is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_laundered_through_a_placeholder_is_still_held() {
+    let fx = Fixture::new();
+    let vault = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|r: &Received| {
+            if r.method == "POST" {
+                Reply::json(200, &json!({"echo": String::from_utf8_lossy(&r.body)}))
+            } else {
+                Reply::json(200, &serde_json::from_str::<Value>(SECRET).expect("json"))
+            }
+        }),
+    )
+    .await
+    .expect("vault origin");
+    let hooks = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| Reply::json(200, &json!({"ok": true}))),
+    )
+    .await
+    .expect("hooks origin");
+    let (vport, hport) = (vault.addr().port(), hooks.addr().port());
+    let extra = format!(
+        r#"
+[[rule]]
+id = "vault-echo"
+host = "127.0.0.1"
+port = {vport}
+method = ["POST"]
+action = "stage"
+review = "auto"
+[rule.respond]
+body = '{{"echo": "{{{{placeholder:string:/echo}}}}"}}'
+"#
+    );
+    let text =
+        policy(vport, hport, "review", "").replace("[[flow]]", &format!("{extra}\n[[flow]]"));
+    let (airlock, _run, env) = fx.start_run(&text, &[]).await;
+    let read = curl(
+        &env,
+        &[&format!("https://127.0.0.1:{vport}/v1/secret/payments")],
+    )
+    .await;
+    assert_eq!(read.status, 200);
+    let parent = curl(
+        &env,
+        &[
+            "-X",
+            "POST",
+            "--data-binary",
+            &String::from_utf8_lossy(&read.body),
+            &format!("https://127.0.0.1:{vport}/v1/transit/echo"),
+        ],
+    )
+    .await;
+    assert!(
+        parent.status < 300,
+        "{}",
+        String::from_utf8_lossy(&parent.body)
+    );
+    assert_eq!(
+        parent.header("airlock-flow"),
+        None,
+        "posting to its own origin is not external"
+    );
+    let placeholder = parent.json()["echo"]
+        .as_str()
+        .expect("placeholder")
+        .to_owned();
+    let child = curl(
+        &env,
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/json",
+            "--data",
+            &json!({"text": placeholder}).to_string(),
+            &format!("https://127.0.0.1:{hport}/hooks/relay"),
+        ],
+    )
+    .await;
+    assert!(child.status < 300);
+    assert_eq!(
+        child.header("airlock-flow").as_deref(),
+        Some(r#"review; flow="no-secrets-out""#),
+        "the placeholder carries the parent's lineage"
+    );
+    let id = child.header("airlock-effect").expect("effect");
+    let shown = airlock
+        .admin
+        .get(&format!("/v1/effects/{id}"))
+        .await
+        .expect("effect");
+    assert_eq!(
+        shown["state"], "staged",
+        "review = auto does not apply: {shown:#}"
+    );
+    let detail = shown["flows"]["violations"][0]["edge"]["detail"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        detail.contains("carried through the placeholder"),
+        "{shown:#}"
+    );
+}
+
+/// A labelled read still streaming when the commit is asked: what it carries reached the
+/// agent but is not analysed yet, so the commit's final pass holds the run's effects (a
+/// reviewer's own approval still releases them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn effects_are_held_while_a_labelled_read_still_streams() {
+    let fx = Fixture::new();
+    let vault = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| Reply {
+            hold_open: Some(Duration::from_secs(20)),
+            ..Reply::text(200, SECRET)
+        }),
+    )
+    .await
+    .expect("vault origin");
+    let hooks = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| Reply::json(200, &json!({"ok": true}))),
+    )
+    .await
+    .expect("hooks origin");
+    let (vport, hport) = (vault.addr().port(), hooks.addr().port());
+    let (airlock, run, env) = fx.start_run(&policy(vport, hport, "block", ""), &[]).await;
+    // The agent reads the stream's first bytes and keeps it open.
+    let out = fx.dir.path().join("stream.out");
+    let mut stream = tokio::process::Command::new("curl");
+    stream
+        .args(["-sS", "-N", "--max-time", "25", "-o"])
+        .arg(&out)
+        .arg(format!("https://127.0.0.1:{vport}/v1/secret/stream"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(&env)
+        .kill_on_drop(true);
+    let mut stream = stream.spawn().expect("curl");
+    let secret = poll_until(Duration::from_secs(10), || async {
+        std::fs::read_to_string(&out)
+            .ok()
+            .filter(|s| s.contains("sk_live_"))
+    })
+    .await
+    .expect("the stream's first bytes arrived");
+    let posted = curl(
+        &env,
+        &[
+            "-X",
+            "POST",
+            "--data",
+            &secret,
+            &format!("https://127.0.0.1:{hport}/hooks/backup"),
+        ],
+    )
+    .await;
+    assert!(posted.status < 300);
+    let effect = posted.header("airlock-effect").expect("effect");
+
+    let refused = airlock
+        .post(
+            &format!("/v1/runs/{run}/commit"),
+            Some(json!({"approve_pending": true})),
+        )
+        .await
+        .expect_err("held while the read streams");
+    assert!(refused.to_string().contains("still streaming"), "{refused}");
+    assert!(hooks.received().is_empty(), "nothing was released");
+
+    // Once the read ends, its data is analysed and the block flow decides.
+    let _ = stream.kill().await;
+    let report = poll_until(Duration::from_secs(15), || async {
+        airlock
+            .post(
+                &format!("/v1/runs/{run}/commit"),
+                Some(json!({"approve_pending": true})),
+            )
+            .await
+            .ok()
+    })
+    .await
+    .expect("commit once the read ended");
+    assert_eq!(report["state"], "committed", "{report:#}");
+    let shown = airlock
+        .admin
+        .get(&format!("/v1/effects/{effect}"))
+        .await
+        .expect("effect");
+    assert_eq!(
+        shown["state"], "rejected",
+        "the cut-short read's data was analysed: {shown:#}"
+    );
+    assert!(hooks.received().is_empty(), "the blocked effect never left");
+}

@@ -173,8 +173,7 @@ async fn lineage_corpus_detects_exfiltration_and_spares_benign_effects() {
                     status: 200,
                     headers: vec![("content-type".into(), case.content_type.clone())],
                     body: case.read_body.clone(),
-                    delay: None,
-                    trailers: Vec::new(),
+                    ..Reply::default()
                 },
                 None => Reply::text(404, "no such case"),
             }
