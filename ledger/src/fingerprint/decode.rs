@@ -167,6 +167,65 @@ pub(super) fn decode_base64(run: &str) -> Option<Vec<u8>> {
 /// assigned to secret-named keys (`DB_PASSWORD=…`, `"api_key": "…"`, `client_secret: …`),
 /// and the password of a URL's user info (`postgres://user:PASSWORD@host`). At most 64.
 pub fn credential_like(text: &str) -> Vec<String> {
+    if [
+        "sha256-",
+        "sha384-",
+        "sha512-",
+        "AAAAB3NzaC1",
+        "AAAAC3NzaC1",
+        "AAAAE2VjZHNh",
+    ]
+    .iter()
+    .any(|marker| text.contains(marker))
+    {
+        return credential_like_tokens(&blank_public_material(text));
+    }
+    credential_like_tokens(text)
+}
+
+/// `text` with each whole Subresource Integrity digest and SSH public key blob (their
+/// base64 runs, `+`, `/` and `=` included) replaced by spaces, so no piece of one is taken
+/// for a secret ([`public_digest_or_key`]).
+fn blank_public_material(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = bytes.to_vec();
+    let mut i = 0;
+    while i < bytes.len() {
+        let public = text.is_char_boundary(i) && public_digest_or_key(&text[i..]);
+        if public && (i == 0 || !bytes[i - 1].is_ascii_alphanumeric()) {
+            let start = i;
+            while i < bytes.len()
+                && (bytes[i].is_ascii_alphanumeric()
+                    || matches!(bytes[i], b'+' | b'/' | b'=' | b'-'))
+            {
+                i += 1;
+            }
+            for b in &mut out[start..i] {
+                *b = b' ';
+            }
+        } else {
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
+}
+
+/// Whether a long mixed token is public material rather than a secret: a Subresource
+/// Integrity digest (`sha256-`, `sha384-`, `sha512-` and base64, as in `integrity=` of
+/// HTML and npm lockfiles; W3C SRI §3.1) or an SSH public key blob (base64 of the
+/// length-prefixed key type, as in `known_hosts` and `authorized_keys`; RFC 4253 §6.6).
+fn public_digest_or_key(token: &str) -> bool {
+    const SRI: [&str; 3] = ["sha256-", "sha384-", "sha512-"];
+    const SSH_KEY_BLOBS: [&str; 4] = [
+        "AAAAB3NzaC1yc2E",      // ssh-rsa
+        "AAAAC3NzaC1lZDI1NTE5", // ssh-ed25519
+        "AAAAE2VjZHNhLXNoYTIt", // ecdsa-sha2-*
+        "AAAAB3NzaC1kc3M",      // ssh-dss
+    ];
+    SRI.iter().any(|p| token.starts_with(p)) || SSH_KEY_BLOBS.iter().any(|p| token.starts_with(p))
+}
+
+fn credential_like_tokens(text: &str) -> Vec<String> {
     const PREFIXES: [&str; 12] = [
         "ghp_",
         "gho_",
@@ -198,8 +257,12 @@ pub fn credential_like(text: &str) -> Vec<String> {
         let digits = token.bytes().filter(u8::is_ascii_digit).count();
         let letters = token.bytes().filter(u8::is_ascii_alphabetic).count();
         let hex_id = token.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-        let mixed =
-            token.len() >= 32 && digits >= 6 && letters >= 6 && !token.contains('.') && !hex_id;
+        let mixed = token.len() >= 32
+            && digits >= 6
+            && letters >= 6
+            && !token.contains('.')
+            && !hex_id
+            && !public_digest_or_key(token);
         if prefixed || jwt || mixed {
             push(token, &mut out);
             if out.len() >= 64 {

@@ -357,3 +357,33 @@ fn tables_sharing_only_their_columns_share_nothing() {
     let found = overlap(&analyze(moved.as_bytes(), None), &fingerprints).expect("cells found");
     assert!(found.bytes >= 24, "{found:?}");
 }
+
+#[test]
+fn public_digests_and_ssh_public_keys_are_not_credentials() {
+    let lockfile = r#""integrity": "sha512-v2kDEe57lecTulaDIuNTPy3Ry4gLGJ6Z1O3vE1krgXZNrsQ+LFTGHVxVjcXGBa3Phh0OAOfBmHNMzWQXjh63xkw==""#;
+    assert!(crate::fingerprint::credential_like(lockfile).is_empty());
+    let known_hosts = "github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
+    assert!(crate::fingerprint::credential_like(known_hosts).is_empty());
+    let secret = "token: Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1ub3A";
+    assert_eq!(crate::fingerprint::credential_like(secret).len(), 1);
+}
+
+#[test]
+fn no_piece_of_a_public_digest_is_a_credential() {
+    // The base64 of a digest splits at '+' and '/'; the piece after one has six digits.
+    let tag = r#"<script src="x.js" integrity="sha384-oqVuAfXRKap7fdgcCY5uykM6+R9GqQ8K/uxy9rx7HNQlGYl1kPzQho1wx4JwY8wC9a1b2c3d4e5f6"></script>"#;
+    assert!(
+        crate::fingerprint::credential_like(tag).is_empty(),
+        "{:?}",
+        crate::fingerprint::credential_like(tag)
+    );
+}
+
+#[test]
+fn public_material_is_blanked_in_text_with_multibyte_characters() {
+    let text = "résumé — integrity sha512-Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdo+aWprbG1ub3A1234567 ✓ and AKIAIOSFODNN7EXAMPLEKEY1";
+    assert_eq!(
+        crate::fingerprint::credential_like(text),
+        ["AKIAIOSFODNN7EXAMPLEKEY1"]
+    );
+}
