@@ -76,8 +76,7 @@ impl Policy {
                 .iter()
                 .filter(|r| r.action == Action::Pass)
                 .filter(|r| {
-                    r.labels.iter().any(|l| flow.from().contains(l))
-                        || flow.rules().iter().any(|id| *id == r.id)
+                    r.labels.iter().any(|l| flow.from().contains(l)) || flow.rules().contains(&r.id)
                 })
                 .map(|r| &r.host)
                 .collect();
