@@ -218,18 +218,33 @@ pub async fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> 
     let mut failures = Vec::new();
     let mut covered = std::collections::HashSet::new();
     for case in &file.cases {
-        if case.expect.is_none() && case.expect_flows.is_none() {
+        let flow_case = case.expect_flows.is_some() || case.expect_flow_action.is_some();
+        if case.expect.is_none() && !flow_case {
             return Err(anyhow!(
-                "{}: case {:?}: give `expect`, `expect_flows` or both",
+                "{}: case {:?}: give `expect`, `expect_flows` (or `expect_flow_action`), or both",
                 cases_path.display(),
                 case.name
             ));
         }
-        if case.read.is_some() && case.expect_flows.is_none() {
+        if case.read.is_some() && !flow_case {
             return Err(anyhow!(
-                "{}: case {:?}: `read` is for flow cases: add `expect_flows`",
+                "{}: case {:?}: `read` is for flow cases: add `expect_flows` or `expect_flow_action`",
                 cases_path.display(),
                 case.name
+            ));
+        }
+        if let Some(unknown) = case
+            .expect_flows
+            .iter()
+            .flatten()
+            .find(|id| !policy.flows().iter().any(|f| f.id() == id.as_str()))
+        {
+            let known: Vec<&str> = policy.flows().iter().map(|f| f.id()).collect();
+            return Err(anyhow!(
+                "{}: case {:?}: expect_flows names {unknown:?}, which is no flow of the policy (its flows: {})",
+                cases_path.display(),
+                case.name,
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
             ));
         }
         let uri: http::Uri = case.url.parse().map_err(|e| {
@@ -340,7 +355,8 @@ pub async fn run(policy: &Policy, cases_path: &Path) -> anyhow::Result<Outcome> 
         if let Some(expect) = &case.expect {
             wrong.extend(decision_mismatches(policy, decision, expect));
         }
-        if let Some(want) = &case.expect_flows {
+        if flow_case {
+            let want = case.expect_flows.as_deref();
             let reads = case.read.as_ref().map(OneOrMany::as_slice).unwrap_or(&[]);
             for read in reads {
                 if let Some(rule) = read_rule(policy, read, case.profile.as_deref()) {
