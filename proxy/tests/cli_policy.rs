@@ -494,8 +494,8 @@ fn policy_tools_know_the_flow_rules() {
     assert!(ok, "{stdout}");
     assert!(
         stdout.contains("flow \"no-secrets-out\" (#1): block")
-            && stdout.contains("flow \"docs-to-chat\" (#2): review")
-            && stdout.contains("4 rule(s), 2 flow(s)"),
+            && stdout.contains("flow \"docs-to-chat\" (#3): review")
+            && stdout.contains("4 rule(s), 3 flow(s)"),
         "{stdout}"
     );
 
