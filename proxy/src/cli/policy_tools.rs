@@ -356,11 +356,12 @@ pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow:
         );
     }
     outln!(
-        "run {run}: {} request(s) re-decided under {} ({}): {} change(s)",
+        "run {run}: {} request(s) re-decided under {} ({}): {} decision change(s), {} flow change(s)",
         replayed.len(),
         file.display(),
         policy.revision(),
-        changed.len()
+        changed.len(),
+        flow_changes.len()
     );
     for change in &flow_changes {
         outln!(

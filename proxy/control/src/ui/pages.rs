@@ -387,7 +387,7 @@ pub(super) async fn run_page(
                         @let label = if *skip == 0 {
                             format!("Approve all {count} staged by {by}")
                         } else {
-                            format!("Approve all {count} staged by {by} (skips {skip} held by flow rules)")
+                            format!("Approve all {count} staged by {by} (skips {skip} that flow rules hold or block)")
                         };
                         (action_button(&session, &format!("/runs/{}/approve-rule", run.id),
                             &label, "approve", &[("rule", rule.as_str())], None))

@@ -151,7 +151,7 @@ async fn a_review_flow_violation_is_shown_by_the_api_the_cli_and_the_effect_page
         "{run_page}"
     );
     assert!(
-        run_page.contains("skips 1 held by flow rules"),
+        run_page.contains("skips 1 that flow rules hold or block"),
         "{run_page}"
     );
 

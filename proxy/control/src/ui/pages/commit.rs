@@ -100,11 +100,17 @@ pub(in crate::ui) async fn commit_confirm(
     let lenient = plan(&data.effects, true);
     let (held, blocked) = holds(data.effects.iter(), &data.checks);
     let skip = flagged(strict.undecided.iter().copied(), &data.checks);
+    // A held effect refuses the whole commit; a blocked one is rejected by it.
     let approve_all = if skip == 0 {
         format!("Approve {} undecided and commit", strict.undecided.len())
+    } else if held > 0 {
+        format!(
+            "Approve {} undecided and commit (refused while flow rules hold {held} effect(s): approve or reject those on their pages first)",
+            strict.undecided.len() - skip
+        )
     } else {
         format!(
-            "Approve {} undecided and commit (skips {skip} held by flow rules)",
+            "Approve {} undecided and commit (rejects {skip} that block flows forbid)",
             strict.undecided.len() - skip
         )
     };
