@@ -114,18 +114,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             format!(r#"{{"text":"build {e} passed on main; deployed to staging"}}"#)
         };
-        let effect = ledger.stage(NewEffect {
-            run_id: &run.id,
-            method: "POST",
-            url: "https://hooks.example.net/hooks/status",
-            headers: Vec::new(),
-            body: body.as_bytes(),
-            rule: Some("hooks"),
-            policy_revision: policy.revision(),
-            placeholders: Vec::new(),
-            depends_on: Vec::new(),
-            inject: None,
-        })?;
+        let effect = stage_status(&*ledger, &run.id, &policy, &body)?;
         worker.submit(Job::Effect {
             effect: effect.id.clone(),
         });
@@ -146,18 +135,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut waits = Vec::new();
     for e in 0..20 {
         let body = format!(r#"{{"text":"late status {e}: all checks green"}}"#);
-        let effect = ledger.stage(NewEffect {
-            run_id: &run.id,
-            method: "POST",
-            url: "https://hooks.example.net/hooks/status",
-            headers: Vec::new(),
-            body: body.as_bytes(),
-            rule: Some("hooks"),
-            policy_revision: policy.revision(),
-            placeholders: Vec::new(),
-            depends_on: Vec::new(),
-            inject: None,
-        })?;
+        let effect = stage_status(&*ledger, &run.id, &policy, &body)?;
         let done = worker.analysed(&effect.id);
         let started = Instant::now();
         worker.submit(Job::Effect {
@@ -223,6 +201,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         evaluate.as_secs_f64() * 1e6 / effects.max(1) as f64
     );
     Ok(())
+}
+
+/// Stages `body` as a POST to the hooks host under the `hooks` rule.
+fn stage_status(
+    ledger: &dyn Store,
+    run: &airlock_ledger::RunId,
+    policy: &Policy,
+    body: &str,
+) -> Result<airlock_ledger::Effect, airlock_ledger::LedgerError> {
+    ledger.stage(NewEffect {
+        run_id: run,
+        method: "POST",
+        url: "https://hooks.example.net/hooks/status",
+        headers: Vec::new(),
+        body: body.as_bytes(),
+        rule: Some("hooks"),
+        policy_revision: policy.revision(),
+        placeholders: Vec::new(),
+        depends_on: Vec::new(),
+        inject: None,
+    })
 }
 
 fn ms(d: Duration) -> f64 {

@@ -48,6 +48,21 @@ reason = "secrets never leave for outside hosts"
     )
 }
 
+/// A loopback origin of `fx` answering with `reply`.
+async fn origin(
+    fx: &Fixture,
+    reply: impl Fn(&Received) -> Reply + Send + Sync + 'static,
+) -> Origin {
+    Origin::start(Some(&fx.origin_ca), Arc::new(reply))
+        .await
+        .expect("origin")
+}
+
+/// The vault's answer: [`SECRET`] as JSON.
+fn secret_reply() -> Reply {
+    Reply::json(200, &serde_json::from_str::<Value>(SECRET).expect("json"))
+}
+
 struct Setup {
     fx: Fixture,
     airlock: Airlock,
@@ -59,20 +74,8 @@ struct Setup {
 
 async fn setup(action: &str, extra: &str) -> Setup {
     let fx = Fixture::new();
-    let vault = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| {
-            Reply::json(200, &serde_json::from_str::<Value>(SECRET).expect("json"))
-        }),
-    )
-    .await
-    .expect("vault origin");
-    let hooks = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply::json(200, &json!({"ok": true}))),
-    )
-    .await
-    .expect("hooks origin");
+    let vault = origin(&fx, |_: &Received| secret_reply()).await;
+    let hooks = origin(&fx, |_: &Received| Reply::json(200, &json!({"ok": true}))).await;
     let text = policy(vault.addr().port(), hooks.addr().port(), action, extra);
     let (airlock, run, env) = fx.start_run(&text, &[]).await;
     Setup {
@@ -357,24 +360,15 @@ async fn policy_replay_re_decides_the_flows_of_a_past_run_under_a_changed_policy
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_laundered_through_a_placeholder_is_still_held() {
     let fx = Fixture::new();
-    let vault = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|r: &Received| {
-            if r.method == "POST" {
-                Reply::json(200, &json!({"echo": String::from_utf8_lossy(&r.body)}))
-            } else {
-                Reply::json(200, &serde_json::from_str::<Value>(SECRET).expect("json"))
-            }
-        }),
-    )
-    .await
-    .expect("vault origin");
-    let hooks = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply::json(200, &json!({"ok": true}))),
-    )
-    .await
-    .expect("hooks origin");
+    let vault = origin(&fx, |r: &Received| {
+        if r.method == "POST" {
+            Reply::json(200, &json!({"echo": String::from_utf8_lossy(&r.body)}))
+        } else {
+            secret_reply()
+        }
+    })
+    .await;
+    let hooks = origin(&fx, |_: &Received| Reply::json(200, &json!({"ok": true}))).await;
     let (vport, hport) = (vault.addr().port(), hooks.addr().port());
     let extra = format!(
         r#"
@@ -467,21 +461,12 @@ body = '{{"echo": "{{{{placeholder:string:/echo}}}}"}}'
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn effects_are_held_while_a_labelled_read_still_streams() {
     let fx = Fixture::new();
-    let vault = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply {
-            hold_open: Some(Duration::from_secs(20)),
-            ..Reply::text(200, SECRET)
-        }),
-    )
-    .await
-    .expect("vault origin");
-    let hooks = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(|_: &Received| Reply::json(200, &json!({"ok": true}))),
-    )
-    .await
-    .expect("hooks origin");
+    let vault = origin(&fx, |_: &Received| Reply {
+        hold_open: Some(Duration::from_secs(20)),
+        ..Reply::text(200, SECRET)
+    })
+    .await;
+    let hooks = origin(&fx, |_: &Received| Reply::json(200, &json!({"ok": true}))).await;
     let (vport, hport) = (vault.addr().port(), hooks.addr().port());
     let (airlock, run, env) = fx.start_run(&policy(vport, hport, "block", ""), &[]).await;
     // The agent reads the stream's first bytes and keeps it open.
