@@ -187,10 +187,11 @@ pub async fn approve_staged_by_rule(
     blocking(move || {
         let ledger = control.ledger();
         let mut out = ApprovedByRule::default();
+        // The run's flow decisions in one load (none when the policy has no flows).
+        let checks = crate::flows::check_run_blocking(&control, &run)?;
         for effect in ledger.effects(&run)? {
             if effect.state == airlock_ledger::EffectState::Staged && effect.rule == rule {
-                let check = crate::flows::check_blocking(&control, &effect)?;
-                if !check.violations.is_empty() {
+                if let Some(check) = checks.get(&effect.id).filter(|c| !c.violations.is_empty()) {
                     let flows = check.violations.iter().map(|v| v.flow.clone()).collect();
                     out.skipped.push((effect.id.clone(), flows));
                     continue;

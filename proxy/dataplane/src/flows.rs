@@ -327,7 +327,7 @@ fn incomplete(lineage: Option<&EffectLineage>) -> Option<String> {
 }
 
 /// The host and port of an absolute URL (the scheme's default port when none is given).
-fn host_port(url: &str) -> Option<(String, u16)> {
+pub fn host_port(url: &str) -> Option<(String, u16)> {
     let uri: http::Uri = url.parse().ok()?;
     let host = uri.host()?.to_owned();
     let port = uri.port_u16().unwrap_or(match uri.scheme_str() {

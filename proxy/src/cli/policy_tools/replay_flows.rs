@@ -1,6 +1,7 @@
 //! `policy replay`'s flows: each effect's stored lineage decided again under the policy in
 //! force and under the candidate.
 
+use airlock_dataplane::flows::host_port;
 use airlock_policy::Policy;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -55,19 +56,6 @@ type StoredEdge = (
     airlock_policy::EdgeClass,
     u64,
 );
-
-/// The host and port of an absolute URL (the scheme's default port when none is given).
-fn host_port(url: &str) -> Option<(String, u16)> {
-    let uri: http::Uri = url.parse().ok()?;
-    let port = uri
-        .port_u16()
-        .unwrap_or(if uri.scheme_str() == Some("http") {
-            80
-        } else {
-            443
-        });
-    Some((uri.host()?.to_owned(), port))
-}
 
 impl FlowInputs {
     fn of(full: &Value, reads: &[airlock_ledger::Read], effects: &[Value]) -> Self {
