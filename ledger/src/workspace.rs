@@ -31,6 +31,11 @@ pub struct WorkspaceRecord {
     /// A rollback could not be verified: the restored tree differs from the snapshot.
     #[serde(default)]
     pub rollback_unverified: bool,
+    /// What the starting snapshot recorded without capturing it whole, one `PATH: why`
+    /// each: a socket or device node (never recreated by a rollback), a file that could
+    /// not be read or changed while being read, a directory that could not be listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshot_notes: Vec<String>,
 }
 
 impl WorkspaceRecord {
@@ -196,6 +201,11 @@ pub struct WorkspaceDecision {
     /// How applying it ended, in words.
     #[serde(default)]
     pub outcome: Option<String>,
+    /// What the decision could not see or will not restore whole, one line each: the
+    /// notes of the snapshot it restores or compares with (`PATH: why`), what the diff
+    /// could not read now, and a diff step that failed or timed out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[cfg(test)]
@@ -234,6 +244,7 @@ mod tests {
                     savepoints: Vec::new(),
                     decisions: Vec::new(),
                     rollback_unverified: false,
+                    snapshot_notes: Vec::new(),
                 },
             )
             .expect("attach");
@@ -254,6 +265,7 @@ mod tests {
             finished_at_ms: None,
             residue: Vec::new(),
             outcome: None,
+            notes: Vec::new(),
         }
     }
 

@@ -36,6 +36,9 @@ pub struct ServeConfig {
     /// command as the server's user. `airlock run`'s embedded server sets it, for the
     /// commands its own user gave.
     pub danger_allow_snapshot_commands: bool,
+    /// Time limit of each workspace step of `airlock run` (snapshot, diff, rollback, keep,
+    /// residue check), `--workspace-step-timeout`; 10 minutes by default.
+    pub workspace_step_timeout: Duration,
     /// Static DNS answers (`--resolve HOST=IP,…`): these hosts are never looked up; their
     /// addresses are checked like any resolver's answers.
     pub resolve: Vec<(String, Vec<std::net::IpAddr>)>,
@@ -101,6 +104,7 @@ impl ServeConfig {
             release_timeout: Duration::from_secs(60),
             header_read_timeout: Duration::from_secs(30),
             danger_allow_snapshot_commands: false,
+            workspace_step_timeout: airlock_control::snapshot::DEFAULT_STEP_TIMEOUT,
             resolve: Vec::new(),
             baseline_path: None,
             reviewer_tokens: Vec::new(),

@@ -289,6 +289,7 @@ impl Server {
             admin_addr,
             data_dir,
             danger_allow_snapshot_commands: config.danger_allow_snapshot_commands,
+            workspace_step_timeout: config.workspace_step_timeout,
             review,
             fence: fence.clone(),
         });

@@ -85,6 +85,7 @@ pub fn new_workspace() -> WorkspaceRecord {
         savepoints: Vec::new(),
         decisions: Vec::new(),
         rollback_unverified: false,
+        snapshot_notes: Vec::new(),
     }
 }
 

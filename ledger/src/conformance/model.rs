@@ -383,6 +383,7 @@ impl<'a> Driver<'a> {
                         finished_at_ms: None,
                         residue: Vec::new(),
                         outcome: None,
+                        notes: Vec::new(),
                     },
                 ))
             }

@@ -30,6 +30,9 @@ pub struct ControlInputs {
     pub data_dir: PathBuf,
     /// Whether admin clients may have the server run snapshot commands (`cmd` driver).
     pub danger_allow_snapshot_commands: bool,
+    /// Time limit of each workspace step of `airlock run` (snapshot, diff, rollback, keep,
+    /// residue check); [`crate::snapshot::DEFAULT_STEP_TIMEOUT`] by default.
+    pub workspace_step_timeout: std::time::Duration,
     /// Reviewers (named tokens), notifications and the review UI's URL.
     pub review: Review,
     /// The fence's names and counts, shared with the fence socket's accept loop.
@@ -45,6 +48,7 @@ pub struct Control {
     pub(crate) admin_addr: SocketAddr,
     pub(crate) data_dir: PathBuf,
     pub(crate) danger_allow_snapshot_commands: bool,
+    pub(crate) workspace_step_timeout: std::time::Duration,
     /// One lock per run being committed, so a run is never released by two tasks while
     /// other runs commit freely.
     commit_locks: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
@@ -64,6 +68,7 @@ impl Control {
             admin_addr: inputs.admin_addr,
             data_dir: inputs.data_dir,
             danger_allow_snapshot_commands: inputs.danger_allow_snapshot_commands,
+            workspace_step_timeout: inputs.workspace_step_timeout,
             commit_locks: Mutex::default(),
             review: inputs.review,
             fence: inputs.fence,

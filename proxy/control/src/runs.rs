@@ -206,14 +206,14 @@ pub async fn approve_staged_by_rule(
 }
 
 /// Records a savepoint of `run`'s workspace, named `name` or numbered when `None`
-/// ([`workspace::savepoint`]).
+/// ([`workspace::savepoint`]). Returns it and its snapshot's notes (`PATH: why`).
 ///
 /// Errors: [`WorkspaceError`].
 pub async fn savepoint(
     control: &Arc<Control>,
     run: &RunId,
     name: Option<String>,
-) -> Result<airlock_ledger::Savepoint, WorkspaceError> {
+) -> Result<(airlock_ledger::Savepoint, Vec<String>), WorkspaceError> {
     workspace::savepoint(control, run, name).await
 }
 

@@ -1,5 +1,8 @@
 //! Workspace snapshots for `airlock run`: a manifest of every path (mode, SHA-256 of the
-//! content, symlink target) and the drivers that take and restore them (`dir`, `git`).
+//! content, symlink target; FIFOs, sockets, device nodes and unreadable files by kind and
+//! mode) and the drivers that take and restore them (`dir`, `git`, `cmd`). Walking never
+//! opens anything but regular files and never follows a symlink (`walk`), and every step
+//! runs under a time limit (`step`).
 //!
 //! Snapshots live under `DATA/snapshots/`: `manifests/ID.json`, content-addressed
 //! `objects/` (the `dir` driver's copy of the tree, each file once), and `git/` (the saved
@@ -9,14 +12,20 @@
 mod cmd;
 mod dir;
 mod git;
+mod step;
+#[cfg(test)]
+mod tests;
+mod walk;
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use airlock_ledger::Changes;
 use serde::{Deserialize, Serialize};
-use sha2::Digest as _;
+
+pub use step::{Step, DEFAULT_STEP_TIMEOUT, GRACE};
+use walk::{entry_of, walk, Walked};
+pub use walk::{Notes, READS};
 
 /// Directory under the data directory that holds snapshots.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
@@ -58,6 +67,22 @@ pub enum SnapshotError {
         /// Its exit status and stderr.
         detail: String,
     },
+    /// A workspace step passed its time limit (`--workspace-step-timeout`).
+    #[error(
+        "the workspace {step} step timed out after {secs} s while processing {at} \
+         (the limit is --workspace-step-timeout)"
+    )]
+    TimedOut {
+        /// `snapshot`, `diff`, `rollback`, `keep` or `residue check`.
+        step: &'static str,
+        /// The limit, in seconds.
+        secs: f64,
+        /// The path or command being processed.
+        at: String,
+    },
+    /// A path kept changing kind (file, link, FIFO…) while it was being looked at.
+    #[error("cannot snapshot {0}: it kept changing kind while it was being read")]
+    Unstable(String),
     /// A manifest does not parse.
     #[error("snapshot manifest {path} is corrupt")]
     Corrupt {
@@ -135,6 +160,9 @@ pub enum Entry {
     Dir {
         /// Permission bits.
         mode: u32,
+        /// It could not be listed: what it holds is unknown, and a restore leaves it alone.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unlisted: bool,
     },
     /// A regular file.
     File {
@@ -145,11 +173,55 @@ pub enum Entry {
         /// SHA-256 of the content, lowercase hex.
         sha256: String,
     },
-    /// A symbolic link.
+    /// A symbolic link (never followed; a loop is a link like any other).
     Symlink {
         /// Where it points.
         target: String,
     },
+    /// A named pipe: recorded, never opened; a restore recreates it (`mkfifo`).
+    Fifo {
+        /// Permission bits.
+        mode: u32,
+    },
+    /// A Unix socket: recorded, never opened; a restore cannot recreate one.
+    Socket {
+        /// Permission bits.
+        mode: u32,
+    },
+    /// A device node: recorded, never opened; a restore does not recreate one.
+    Device {
+        /// Permission bits.
+        mode: u32,
+        /// A block device (else a character device).
+        block: bool,
+        /// Major number.
+        major: u32,
+        /// Minor number.
+        minor: u32,
+    },
+    /// A regular file that could not be read (no permission, an I/O error): recorded by
+    /// mode and size; its content is not in the snapshot.
+    Unreadable {
+        /// Permission bits.
+        mode: u32,
+        /// Size in bytes.
+        size: u64,
+    },
+}
+
+impl Entry {
+    /// The kind in words, for notes and reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Dir { .. } => "directory",
+            Self::File { .. } => "file",
+            Self::Symlink { .. } => "symlink",
+            Self::Fifo { .. } => "FIFO",
+            Self::Socket { .. } => "socket",
+            Self::Device { .. } => "device node",
+            Self::Unreadable { .. } => "unreadable file",
+        }
+    }
 }
 
 /// Git state saved beside a `git` snapshot so that rollback restores index and HEAD exactly.
@@ -186,22 +258,42 @@ pub struct Manifest {
     /// The `cmd` driver's commands.
     #[serde(default)]
     pub commands: Option<Commands>,
+    /// Paths the snapshot recorded without capturing them whole (a socket, a device node,
+    /// an unreadable or changing file, a directory that cannot be listed, a special file
+    /// git does not track), each with why.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub notes: Notes,
 }
 
 impl Manifest {
-    /// Counts of files, directories and symlinks, in words.
+    /// Counts of files and symlinks, and of special files when there are any, in words
+    /// (`3 files, 1 symlinks, 1 FIFOs`).
     pub fn describe(&self) -> String {
-        let files = self
-            .entries
-            .values()
-            .filter(|e| matches!(e, Entry::File { .. }))
-            .count();
-        let links = self
-            .entries
-            .values()
-            .filter(|e| matches!(e, Entry::Symlink { .. }))
-            .count();
-        format!("{files} files, {links} symlinks")
+        let count = |f: fn(&Entry) -> bool| self.entries.values().filter(|e| f(e)).count();
+        let mut out = format!(
+            "{} files, {} symlinks",
+            count(|e| matches!(e, Entry::File { .. })),
+            count(|e| matches!(e, Entry::Symlink { .. }))
+        );
+        for (name, n) in [
+            ("FIFOs", count(|e| matches!(e, Entry::Fifo { .. }))),
+            ("sockets", count(|e| matches!(e, Entry::Socket { .. }))),
+            ("device nodes", count(|e| matches!(e, Entry::Device { .. }))),
+            (
+                "unreadable files",
+                count(|e| matches!(e, Entry::Unreadable { .. })),
+            ),
+        ] {
+            if n > 0 {
+                out.push_str(&format!(", {n} {name}"));
+            }
+        }
+        out
+    }
+
+    /// The notes as `PATH: why` lines.
+    pub fn note_lines(&self) -> Vec<String> {
+        note_lines(&self.notes)
     }
 }
 
@@ -254,10 +346,45 @@ impl Store {
         write_durable(&path, &bytes)
     }
 
+    /// A temporary file in the store for an object being copied in.
+    fn new_object(&self) -> Result<tempfile::NamedTempFile, SnapshotError> {
+        let dir = self.tmp_dir();
+        std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
+        tempfile::NamedTempFile::new_in(&dir).map_err(io("cannot create a file in", &dir))
+    }
+
+    /// Keeps `object` (written through [`Store::new_object`]) as the object `sha256`,
+    /// synced, unless the store has it already.
+    fn keep_object(
+        &self,
+        object: tempfile::NamedTempFile,
+        sha256: &str,
+    ) -> Result<(), SnapshotError> {
+        let path = self.object_path(sha256);
+        if path.exists() {
+            return Ok(());
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io("cannot create", parent))?;
+        }
+        object
+            .as_file()
+            .sync_all()
+            .map_err(io("cannot sync", &path))?;
+        object.persist(&path).map_err(|e| SnapshotError::Io {
+            action: "cannot store",
+            path: path.display().to_string(),
+            source: e.error,
+        })?;
+        Ok(())
+    }
+
     /// Takes a snapshot of `workspace` with `driver` for run `run`; `exclude` (the data
     /// directory, when it lies inside the workspace) is left out; `commands` are the `cmd`
-    /// driver's. Returns the manifest,
-    /// written to disk (synced) before this returns.
+    /// driver's. Returns the manifest (its `notes` name what was recorded without being
+    /// captured whole), written to disk (synced) before this returns.
+    ///
+    /// Errors: [`SnapshotError::TimedOut`] past `step`'s deadline; the driver's errors.
     pub fn take(
         &self,
         driver: Driver,
@@ -265,12 +392,15 @@ impl Store {
         run: &str,
         exclude: &[PathBuf],
         commands: Option<&Commands>,
+        step: &Step,
     ) -> Result<Manifest, SnapshotError> {
         let id = format!("snap_{}", ulid::Ulid::new());
         let manifest = match (driver, commands) {
-            (Driver::Dir, _) => dir::take(self, workspace, &id, exclude)?,
-            (Driver::Git, _) => git::take(self, workspace, run, &id, exclude)?,
-            (Driver::Cmd, Some(commands)) => cmd::take(workspace, run, &id, exclude, commands)?,
+            (Driver::Dir, _) => dir::take(self, workspace, &id, exclude, step)?,
+            (Driver::Git, _) => git::take(self, workspace, run, &id, exclude, step)?,
+            (Driver::Cmd, Some(commands)) => {
+                cmd::take(workspace, run, &id, exclude, commands, step)?
+            }
             (Driver::Cmd, None) => {
                 return Err(SnapshotError::Unsupported(
                     "the cmd driver needs --snapshot-cmd and --rollback-cmd".into(),
@@ -281,55 +411,87 @@ impl Store {
         Ok(manifest)
     }
 
-    /// Restores the workspace to snapshot `id`, then compares it with the manifest.
-    /// Returns the residue: paths that still differ (empty when the rollback is verified).
-    pub fn restore(&self, id: &str, exclude: &[PathBuf]) -> Result<Vec<String>, SnapshotError> {
-        let manifest = self.load(id)?;
-        let workspace = PathBuf::from(&manifest.workspace);
-        match manifest.driver.as_str() {
-            "git" => git::restore(self, &workspace, &manifest, exclude)?,
-            "cmd" => cmd::restore(&workspace, &manifest)?,
-            _ => dir::restore(self, &workspace, &manifest, exclude)?,
-        }
-        self.residue(&manifest, exclude)
-    }
-
-    /// What the workspace holds now, as a manifest of the same driver (nothing stored).
-    pub fn current(
+    /// Restores the workspace to snapshot `manifest` (the rollback step; the residue
+    /// check is [`Store::residue`]). Returns path -> why for each path of the snapshot
+    /// that could not be put back (a socket, a device node, an unreadable file).
+    ///
+    /// Errors: [`SnapshotError::TimedOut`] past `step`'s deadline; the driver's errors.
+    pub fn restore(
         &self,
         manifest: &Manifest,
         exclude: &[PathBuf],
-    ) -> Result<BTreeMap<String, Entry>, SnapshotError> {
-        let workspace = Path::new(&manifest.workspace);
+        step: &Step,
+    ) -> Result<Notes, SnapshotError> {
+        let workspace = PathBuf::from(&manifest.workspace);
         match manifest.driver.as_str() {
-            "git" => git::current(workspace, exclude),
-            _ => walk(workspace, exclude, None),
+            "git" => git::restore(self, &workspace, manifest, exclude, step),
+            "cmd" => cmd::restore(&workspace, manifest, step),
+            _ => dir::restore(self, &workspace, manifest, exclude, step),
         }
     }
 
-    /// Changes of the workspace since snapshot `manifest`.
+    /// What the workspace holds now, as a manifest of the same driver (nothing stored).
+    fn current(
+        &self,
+        manifest: &Manifest,
+        exclude: &[PathBuf],
+        step: &Step,
+    ) -> Result<Walked, SnapshotError> {
+        let workspace = Path::new(&manifest.workspace);
+        match manifest.driver.as_str() {
+            "git" => git::current(workspace, exclude, step),
+            _ => walk(workspace, exclude, None, step),
+        }
+    }
+
+    /// Changes of the workspace since snapshot `manifest` (the diff step), and notes on
+    /// what the walk could not read whole now.
+    ///
+    /// Errors: [`SnapshotError::TimedOut`] past `step`'s deadline; the driver's errors.
     pub fn changes(
         &self,
         manifest: &Manifest,
         exclude: &[PathBuf],
-    ) -> Result<Changes, SnapshotError> {
-        let now = self.current(manifest, exclude)?;
-        Ok(diff(&manifest.entries, &now, manifest.driver == "git"))
+        step: &Step,
+    ) -> Result<(Changes, Notes), SnapshotError> {
+        let now = self.current(manifest, exclude, step)?;
+        Ok((
+            diff(&manifest.entries, &now.entries, manifest.driver == "git"),
+            now.notes,
+        ))
     }
 
-    /// Paths where the workspace differs from `manifest`, each prefixed with how.
+    /// The residue check: paths where the workspace differs from `manifest`, each
+    /// prefixed with how (`left behind: `, `differs: `, `missing: `) and followed by
+    /// why in parentheses when `not_restored` (from [`Store::restore`]) says.
+    ///
+    /// Errors: [`SnapshotError::TimedOut`] past `step`'s deadline; the driver's errors.
     pub fn residue(
         &self,
         manifest: &Manifest,
         exclude: &[PathBuf],
+        not_restored: &Notes,
+        step: &Step,
     ) -> Result<Vec<String>, SnapshotError> {
-        let changes = self.changes(manifest, exclude)?;
+        let (changes, _) = self.changes(manifest, exclude, step)?;
+        let line = |how: &str, path: &String| match not_restored.get(path) {
+            Some(why) => format!("{how}: {path} ({why})"),
+            None => format!("{how}: {path}"),
+        };
         let mut residue = Vec::new();
-        residue.extend(changes.added.iter().map(|p| format!("left behind: {p}")));
-        residue.extend(changes.modified.iter().map(|p| format!("differs: {p}")));
-        residue.extend(changes.deleted.iter().map(|p| format!("missing: {p}")));
+        residue.extend(changes.added.iter().map(|p| line("left behind", p)));
+        residue.extend(changes.modified.iter().map(|p| line("differs", p)));
+        residue.extend(changes.deleted.iter().map(|p| line("missing", p)));
         Ok(residue)
     }
+}
+
+/// Notes as `PATH: why` lines, in path order.
+pub fn note_lines(notes: &Notes) -> Vec<String> {
+    notes
+        .iter()
+        .map(|(path, why)| format!("{path}: {why}"))
+        .collect()
 }
 
 /// Compares two manifests' entries. With `exec_only`, file modes are compared by their
@@ -376,7 +538,7 @@ fn same(a: &Entry, b: &Entry, exec_only: bool) -> bool {
                     m1 == m2
                 }
         }
-        (Entry::Dir { mode: m1 }, Entry::Dir { mode: m2 }) => exec_only || m1 == m2,
+        (Entry::Dir { mode: m1, .. }, Entry::Dir { mode: m2, .. }) => exec_only || m1 == m2,
         (a, b) => a == b,
     }
 }
@@ -392,110 +554,6 @@ fn relative(root: &Path, path: &Path) -> Result<String, SnapshotError> {
     rel.to_str()
         .map(str::to_owned)
         .ok_or_else(|| SnapshotError::NotUtf8(path.display().to_string()))
-}
-
-/// Hashes a file; when `store` is given, also keeps its content as an object there.
-fn hash_file(path: &Path, store: Option<&Store>) -> Result<(String, u64), SnapshotError> {
-    let mut file = std::fs::File::open(path).map_err(io("cannot read", path))?;
-    let mut hasher = sha2::Sha256::new();
-    let mut tmp = match store {
-        Some(store) => {
-            let dir = store.tmp_dir();
-            std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
-            Some(
-                tempfile::NamedTempFile::new_in(&dir)
-                    .map_err(io("cannot create a file in", &dir))?,
-            )
-        }
-        None => None,
-    };
-    let mut buffer = vec![0u8; 64 * 1024];
-    let mut size = 0u64;
-    loop {
-        let n = file.read(&mut buffer).map_err(io("cannot read", path))?;
-        if n == 0 {
-            break;
-        }
-        size += n as u64;
-        hasher.update(&buffer[..n]);
-        if let Some(tmp) = tmp.as_mut() {
-            std::io::Write::write_all(tmp, &buffer[..n]).map_err(io("cannot copy", path))?;
-        }
-    }
-    let sha: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    if let (Some(store), Some(tmp)) = (store, tmp) {
-        let object = store.object_path(&sha);
-        if !object.exists() {
-            if let Some(parent) = object.parent() {
-                std::fs::create_dir_all(parent).map_err(io("cannot create", parent))?;
-            }
-            tmp.as_file()
-                .sync_all()
-                .map_err(io("cannot sync", &object))?;
-            tmp.persist(&object).map_err(|e| SnapshotError::Io {
-                action: "cannot store",
-                path: object.display().to_string(),
-                source: e.error,
-            })?;
-        }
-    }
-    Ok((sha, size))
-}
-
-/// Walks `root` (not following symlinks), skipping `exclude`. With `store`, file contents
-/// are kept as objects.
-fn walk(
-    root: &Path,
-    exclude: &[PathBuf],
-    store: Option<&Store>,
-) -> Result<BTreeMap<String, Entry>, SnapshotError> {
-    let mut entries = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let listing = std::fs::read_dir(&dir).map_err(io("cannot list", &dir))?;
-        for item in listing {
-            let item = item.map_err(io("cannot list", &dir))?;
-            let path = item.path();
-            if exclude.iter().any(|e| e == &path) {
-                continue;
-            }
-            entries.insert(relative(root, &path)?, entry_of(&path, store)?);
-            if item.file_type().map_err(io("cannot stat", &path))?.is_dir() {
-                stack.push(path);
-            }
-        }
-    }
-    Ok(entries)
-}
-
-/// The manifest entry of one path.
-fn entry_of(path: &Path, store: Option<&Store>) -> Result<Entry, SnapshotError> {
-    let metadata = std::fs::symlink_metadata(path).map_err(io("cannot stat", path))?;
-    let kind = metadata.file_type();
-    Ok(if kind.is_symlink() {
-        let target = std::fs::read_link(path).map_err(io("cannot read link", path))?;
-        Entry::Symlink {
-            target: target
-                .to_str()
-                .ok_or_else(|| SnapshotError::NotUtf8(path.display().to_string()))?
-                .to_owned(),
-        }
-    } else if kind.is_dir() {
-        Entry::Dir {
-            mode: mode_of(&metadata),
-        }
-    } else {
-        let (sha256, size) = hash_file(path, store)?;
-        Entry::File {
-            mode: mode_of(&metadata),
-            size,
-            sha256,
-        }
-    })
 }
 
 /// Writes `bytes` to `path` through a synced temporary file and a rename.

@@ -303,6 +303,12 @@ pub(super) struct ServeArgs {
     /// `airlock run`): anyone holding the admin token can then run any command as this user
     #[arg(long)]
     pub(super) danger_allow_snapshot_commands: bool,
+    /// Seconds each workspace step of `airlock run` may take (snapshot, diff, rollback,
+    /// keep, residue check) before it ends with an error naming the step and the path it
+    /// was processing
+    #[arg(long, default_value_t = airlock_control::snapshot::DEFAULT_STEP_TIMEOUT.as_secs(),
+          value_name = "SECONDS", value_parser = seconds())]
+    pub(super) workspace_step_timeout: u64,
     /// Answer DNS for HOST with these addresses instead of the system resolver
     /// (HOST=IP[,IP…], repeatable; like curl's --resolve). The answers go through the same
     /// checks as any other: private and special-purpose addresses still need allow_private
@@ -383,6 +389,6 @@ pub(super) struct ServeArgs {
 pub(super) const MAX_TIMEOUT_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// Parser of a timeout in whole seconds, 0 (taken as 1) to [`MAX_TIMEOUT_SECS`].
-fn seconds() -> clap::builder::RangedU64ValueParser<u64> {
+pub(super) fn seconds() -> clap::builder::RangedU64ValueParser<u64> {
     clap::value_parser!(u64).range(0..=MAX_TIMEOUT_SECS)
 }

@@ -76,6 +76,12 @@ pub struct RunArgs {
     /// server answers with its own --resolve
     #[arg(long, value_name = "HOST=IP[,IP]", value_parser = airlock_net::dial::parse_resolve)]
     resolve: Vec<(String, Vec<std::net::IpAddr>)>,
+    /// Embedded server: seconds each workspace step (snapshot, diff, rollback, keep,
+    /// residue check) may take before it ends with an error naming the step and the path
+    /// it was processing [default: 600]. Needs --policy: a running server has its own
+    /// `airlock serve --workspace-step-timeout`
+    #[arg(long, value_name = "SECONDS", value_parser = super::args::seconds())]
+    workspace_step_timeout: Option<u64>,
     /// Also report what the command changed under these paths outside the workspace
     /// (comma-separated; watched, never restored)
     #[arg(long, value_delimiter = ',', value_name = "PATHS")]
@@ -115,6 +121,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             config.admin = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
             config.upstream_ca = args.upstream_ca.clone();
             config.resolve = args.resolve.clone();
+            if let Some(secs) = args.workspace_step_timeout {
+                config.workspace_step_timeout = std::time::Duration::from_secs(secs.max(1));
+            }
             // The commands of the cmd driver come from this command line's own user.
             config.danger_allow_snapshot_commands = true;
             let server = crate::Server::build(config).await?;
@@ -128,6 +137,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             return Err(anyhow!(
                 "--resolve applies to the embedded server of `airlock run --policy FILE`; \
                  a running server answers names with its own `airlock serve --resolve`"
+            ));
+        }
+        None if args.workspace_step_timeout.is_some() => {
+            return Err(anyhow!(
+                "--workspace-step-timeout applies to the embedded server of `airlock run \
+                 --policy FILE`; a running server has its own `airlock serve \
+                 --workspace-step-timeout`"
             ));
         }
         None => (connect(&args.admin)?, None),

@@ -12,6 +12,8 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.stage_body_limit = args.stage_body_limit;
     config.header_read_timeout = std::time::Duration::from_secs(args.header_read_timeout.max(1));
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
+    config.workspace_step_timeout =
+        std::time::Duration::from_secs(args.workspace_step_timeout.max(1));
     config.resolve = args.resolve;
     config.advertise_proxy = args.advertise_proxy;
     config.transparent = args.transparent;

@@ -237,9 +237,10 @@ async fn savepoint(
 ) -> ApiResult<Response> {
     let run = parse_run(&id)?;
     let request: SavepointBody = parse_body(&body)?;
-    let savepoint = crate::runs::savepoint(&shared, &run, request.name).await?;
+    let (savepoint, notes) = crate::runs::savepoint(&shared, &run, request.name).await?;
     let mut body = serde_json::to_value(&savepoint).unwrap_or_default();
     body["run"] = json!(run);
+    body["snapshot_notes"] = json!(notes);
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 

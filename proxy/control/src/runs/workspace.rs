@@ -5,6 +5,10 @@
 //! Every decision is written to the ledger (flushed) before it is acted on; applying it is
 //! idempotent on both sides, so whoever finds it unfinished (a restart, `airlock run
 //! --resume`, `airlock runs show`) finishes it the same way. See docs/run.md.
+//!
+//! Each step (snapshot, diff, rollback, keep, residue check) runs under the server's
+//! `--workspace-step-timeout`: a step that passes it ends with an error naming the step
+//! and the path or command it was processing, and the decision still completes.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,7 +24,7 @@ use tracing::{info, warn};
 
 use super::Actor;
 use crate::release::{CommitError, CommitReport};
-use crate::snapshot::{pause_point, Commands, Driver, SnapshotError, Store};
+use crate::snapshot::{pause_point, Commands, Driver, Notes, SnapshotError, Step, Store, GRACE};
 use crate::Control;
 
 /// Errors of workspace operations.
@@ -50,6 +54,25 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| WorkspaceError::Task(e.to_string()))?
+}
+
+/// Runs `f` as workspace step `name` in the blocking pool, under the server's step time
+/// limit. `f` checks the [`Step`] itself; should it be stuck in a system call, it is
+/// given up [`GRACE`] past the deadline (the thread is left to finish on its own).
+///
+/// Errors: `f`'s; [`SnapshotError::TimedOut`] naming what the step was processing.
+async fn bounded<T: Send + 'static>(
+    shared: &Control,
+    name: &'static str,
+    f: impl FnOnce(&Step) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let step = Step::new(name, shared.workspace_step_timeout);
+    let inner = step.clone();
+    let task = tokio::task::spawn_blocking(move || f(&inner));
+    match tokio::time::timeout(step.timeout() + GRACE, task).await {
+        Ok(joined) => joined.map_err(|e| WorkspaceError::Task(e.to_string()))?,
+        Err(_) => Err(step.timed_out().into()),
+    }
 }
 
 /// One lock per run, so a decision is applied by one task at a time.
@@ -123,7 +146,8 @@ pub async fn attach(
         .into());
     }
     let (shared, run, path) = (shared.clone(), run.clone(), PathBuf::from(path));
-    blocking(move || {
+    let limits = shared.clone();
+    bounded(&limits, "snapshot", move |step| {
         if let Some(existing) = shared.ledger().workspace(&run)? {
             return Ok((existing, "already attached".to_owned()));
         }
@@ -151,6 +175,7 @@ pub async fn attach(
             run.as_str(),
             &excludes(&shared),
             commands.as_ref(),
+            step,
         )?;
         let record = WorkspaceRecord {
             path: workspace.display().to_string(),
@@ -161,6 +186,7 @@ pub async fn attach(
             savepoints: Vec::new(),
             decisions: Vec::new(),
             rollback_unverified: false,
+            snapshot_notes: manifest.note_lines(),
         };
         let record = shared.ledger().attach_workspace(&run, record)?;
         Ok((record, manifest.describe()))
@@ -168,19 +194,34 @@ pub async fn attach(
     .await
 }
 
-/// The workspace's changes since `snapshot`, for the record. A damaged snapshot store must
-/// not stop the decision from being written (its rollback then fails and says so), so an
-/// error gives no changes.
-fn changes_since(shared: &Control, snapshot: &str) -> airlock_ledger::Changes {
-    let store = store(shared);
-    match store
-        .load(snapshot)
-        .and_then(|manifest| store.changes(&manifest, &excludes(shared)))
-    {
-        Ok(changes) => changes,
+/// The diff step: the workspace's changes since `snapshot`, for the record, and the notes
+/// of what it could not see whole (the snapshot's, then today's). A damaged snapshot
+/// store or a diff that times out must not stop the decision from being written (its
+/// rollback then fails and says so), so an error gives no changes and a note saying why.
+async fn changes_since(
+    shared: &Arc<Control>,
+    snapshot: &str,
+) -> (airlock_ledger::Changes, Vec<String>) {
+    let (shared2, id) = (shared.clone(), snapshot.to_owned());
+    let listed = bounded(shared, "diff", move |step| {
+        let store = store(&shared2);
+        let manifest = store.load(&id)?;
+        let (changes, now) = store.changes(&manifest, &excludes(&shared2), step)?;
+        let mut notes = manifest.notes;
+        for (path, why) in now {
+            notes.entry(path).or_insert(why);
+        }
+        Ok((changes, crate::snapshot::note_lines(&notes)))
+    })
+    .await;
+    match listed {
+        Ok(listed) => listed,
         Err(error) => {
             warn!(snapshot, error = %error, "cannot list the workspace's changes");
-            airlock_ledger::Changes::default()
+            (
+                airlock_ledger::Changes::default(),
+                vec![format!("the changes could not be listed: {error}")],
+            )
         }
     }
 }
@@ -200,9 +241,10 @@ pub async fn savepoint(
     shared: &Arc<Control>,
     run: &RunId,
     name: Option<String>,
-) -> Result<Savepoint> {
+) -> Result<(Savepoint, Vec<String>)> {
     let (shared, run) = (shared.clone(), run.clone());
-    blocking(move || {
+    let limits = shared.clone();
+    bounded(&limits, "snapshot", move |step| {
         let record = must_workspace(&shared, &run)?;
         let name = name.unwrap_or_else(|| format!("sp{}", record.savepoints.len() + 1));
         if record.savepoints.iter().any(|s| s.name == name) {
@@ -222,8 +264,10 @@ pub async fn savepoint(
             run.as_str(),
             &excludes(&shared),
             commands.as_ref(),
+            step,
         )?;
-        Ok(shared.ledger().add_savepoint(&run, &name, &manifest.id)?)
+        let savepoint = shared.ledger().add_savepoint(&run, &name, &manifest.id)?;
+        Ok((savepoint, manifest.note_lines()))
     })
     .await
 }
@@ -251,11 +295,14 @@ pub async fn decide(
 ) -> Result<DecisionReport> {
     let lock = run_lock(run);
     let _serial = lock.lock().await;
+    let record = {
+        let (shared, run) = (shared.clone(), run.clone());
+        blocking(move || must_workspace(&shared, &run)).await?
+    };
+    let (changes, notes) = changes_since(shared, &record.snapshot).await;
     let (decision, fresh) = {
         let (shared, run) = (shared.clone(), run.clone());
         blocking(move || {
-            let record = must_workspace(&shared, &run)?;
-            let changes = changes_since(&shared, &record.snapshot);
             let decision = WorkspaceDecision {
                 kind: if request.keep {
                     DecisionKind::Keep
@@ -274,6 +321,7 @@ pub async fn decide(
                 finished_at_ms: None,
                 residue: Vec::new(),
                 outcome: None,
+                notes,
             };
             Ok(shared.ledger().decide_workspace(&run, decision)?)
         })
@@ -291,19 +339,25 @@ pub async fn decide(
 pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Result<DecisionReport> {
     let lock = run_lock(run);
     let serial = lock.lock().await;
-    let (decision, fresh) = {
+    let savepoint = {
         let (shared, run, name) = (shared.clone(), run.clone(), name.to_owned());
         blocking(move || {
             let record = must_workspace(&shared, &run)?;
-            let savepoint = record
+            record
                 .savepoints
                 .iter()
                 .find(|s| s.name == name)
                 .cloned()
                 .ok_or_else(|| {
                     WorkspaceError::Invalid(format!("run {run} has no savepoint named {name:?}"))
-                })?;
-            let changes = changes_since(&shared, &savepoint.snapshot);
+                })
+        })
+        .await?
+    };
+    let (changes, notes) = changes_since(shared, &savepoint.snapshot).await;
+    let (decision, fresh) = {
+        let (shared, run) = (shared.clone(), run.clone());
+        blocking(move || {
             let decision = WorkspaceDecision {
                 kind: DecisionKind::RollbackTo,
                 snapshot: savepoint.snapshot.clone(),
@@ -318,6 +372,7 @@ pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Resu
                 finished_at_ms: None,
                 residue: Vec::new(),
                 outcome: None,
+                notes,
             };
             Ok(shared.ledger().decide_workspace(&run, decision)?)
         })
@@ -419,7 +474,22 @@ async fn apply(
     let mut unverified = false;
     match decision.kind {
         DecisionKind::Keep if decision.commit => {
-            match super::commit(shared, run, decision.approve_all, &Actor::Orchestrator).await {
+            let committing =
+                super::commit_detached(shared, run, decision.approve_all, &Actor::Orchestrator);
+            let limit = shared.workspace_step_timeout;
+            let Ok(committed) = tokio::time::timeout(limit, committing).await else {
+                return finish(
+                    shared,
+                    run,
+                    decision,
+                    already_decided,
+                    Vec::new(),
+                    false,
+                    keep_timed_out(limit, run, "committing"),
+                )
+                .await;
+            };
+            match committed {
                 Ok(done) => {
                     outcome = format!("files kept; run {}", done.state);
                     commit = Some(done);
@@ -450,7 +520,21 @@ async fn apply(
         }
         DecisionKind::Keep => {
             // A kept run stages nothing more; sealing a sealed run changes nothing.
-            super::seal(shared, run, &Actor::Orchestrator).await?;
+            let limit = shared.workspace_step_timeout;
+            let sealing = super::seal(shared, run, &Actor::Orchestrator);
+            let Ok(sealed) = tokio::time::timeout(limit, sealing).await else {
+                return finish(
+                    shared,
+                    run,
+                    decision,
+                    already_decided,
+                    Vec::new(),
+                    false,
+                    keep_timed_out(limit, run, "sealing"),
+                )
+                .await;
+            };
+            sealed?;
             outcome = "files kept; effects held for review".to_owned();
         }
         DecisionKind::Rollback | DecisionKind::RollbackTo => {
@@ -475,13 +559,7 @@ async fn apply(
                     Vec::new()
                 }
             };
-            let (shared2, snapshot) = (shared.clone(), decision.snapshot.clone());
-            match blocking(move || Ok(store(&shared2).restore(&snapshot, &excludes(&shared2))?))
-                .await
-            {
-                Ok(found) => residue = found,
-                Err(error) => residue.push(format!("restore failed: {error}")),
-            }
+            residue = restore_and_check(shared, &decision.snapshot).await;
             unverified = !residue.is_empty();
             outcome = match decision.kind {
                 DecisionKind::RollbackTo => format!(
@@ -497,6 +575,68 @@ async fn apply(
             };
         }
     }
+    finish(
+        shared,
+        run,
+        decision,
+        already_decided,
+        residue,
+        unverified,
+        outcome,
+    )
+    .await
+    .map(|mut report| {
+        report.commit = commit;
+        report
+    })
+}
+
+/// The outcome of a keep whose commit or seal passed the step's time limit.
+fn keep_timed_out(limit: std::time::Duration, run: &RunId, doing: &str) -> String {
+    let error = SnapshotError::TimedOut {
+        step: "keep",
+        secs: limit.as_secs_f64(),
+        at: format!("{doing} run {run}"),
+    };
+    format!(
+        "files kept; {error}: it goes on in the background, and `airlock runs show {run}` \
+         shows how it ended"
+    )
+}
+
+/// The rollback step, then the residue check, each under its own time limit. Returns the
+/// residue (empty when the rollback is verified).
+async fn restore_and_check(shared: &Arc<Control>, snapshot: &str) -> Vec<String> {
+    let (shared2, id) = (shared.clone(), snapshot.to_owned());
+    let restored = bounded(shared, "rollback", move |step| {
+        let store = store(&shared2);
+        let manifest = store.load(&id)?;
+        let not_restored = store.restore(&manifest, &excludes(&shared2), step)?;
+        Ok((manifest, not_restored))
+    })
+    .await;
+    let (manifest, not_restored): (_, Notes) = match restored {
+        Ok(restored) => restored,
+        Err(error) => return vec![format!("restore failed: {error}")],
+    };
+    let shared2 = shared.clone();
+    let checked = bounded(shared, "residue check", move |step| {
+        Ok(store(&shared2).residue(&manifest, &excludes(&shared2), &not_restored, step)?)
+    })
+    .await;
+    checked.unwrap_or_else(|error| vec![format!("residue check failed: {error}")])
+}
+
+/// Marks `decision` finished with `residue` and `outcome`, and reports it.
+async fn finish(
+    shared: &Arc<Control>,
+    run: &RunId,
+    decision: WorkspaceDecision,
+    already_decided: bool,
+    residue: Vec<String>,
+    unverified: bool,
+    outcome: String,
+) -> Result<DecisionReport> {
     let (shared2, run2, outcome2) = (shared.clone(), run.clone(), outcome.clone());
     let record = blocking(move || {
         Ok(shared2
@@ -511,7 +651,7 @@ async fn apply(
         .find(|d| d.at_ms == decision.at_ms && d.kind == decision.kind)
         .cloned()
         .unwrap_or(decision);
-    report(shared, run, finished, already_decided, commit).await
+    report(shared, run, finished, already_decided, None).await
 }
 
 async fn report(

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{entry_of, io, pause_point, walk, Entry, Manifest, SnapshotError, Store};
+use super::{
+    entry_of, io, pause_point, same, walk, Entry, Manifest, Notes, SnapshotError, Step, Store,
+};
 
 /// Takes a `dir` snapshot of `workspace`.
 pub(super) fn take(
@@ -11,16 +13,18 @@ pub(super) fn take(
     workspace: &Path,
     id: &str,
     exclude: &[PathBuf],
+    step: &Step,
 ) -> Result<Manifest, SnapshotError> {
-    let entries = walk(workspace, exclude, Some(store))?;
+    let walked = walk(workspace, exclude, Some(store), step)?;
     Ok(Manifest {
         id: id.to_owned(),
         driver: "dir".into(),
         workspace: workspace.display().to_string(),
         created_at_ms: airlock_ledger::now_ms(),
-        entries,
+        entries: walked.entries,
         git: None,
         commands: None,
+        notes: walked.notes,
     })
 }
 
@@ -28,16 +32,42 @@ fn kind_matches(a: &Entry, b: &Entry) -> bool {
     std::mem::discriminant(a) == std::mem::discriminant(b)
 }
 
+/// Whether `path` lies inside a directory of `manifest` that could not be listed.
+fn under_unlisted(manifest: &Manifest, path: &str) -> bool {
+    let mut prefix = path;
+    while let Some((parent, _)) = prefix.rsplit_once('/') {
+        if matches!(
+            manifest.entries.get(parent),
+            Some(Entry::Dir { unlisted: true, .. })
+        ) {
+            return true;
+        }
+        prefix = parent;
+    }
+    false
+}
+
+fn remove_any(path: &Path) {
+    let _ = std::fs::remove_dir_all(path);
+    let _ = std::fs::remove_file(path);
+}
+
 /// Restores `workspace` to `manifest`. Idempotent: paths already right are left alone.
+/// FIFOs are recreated; sockets and device nodes are not (a socket needs its server, and
+/// a restore makes no device nodes), and an unreadable file's content was never captured:
+/// those are returned as notes. Paths inside a directory the snapshot could not list are
+/// left alone.
 pub(super) fn restore(
     store: &Store,
     workspace: &Path,
     manifest: &Manifest,
     exclude: &[PathBuf],
-) -> Result<(), SnapshotError> {
+    step: &Step,
+) -> Result<Notes, SnapshotError> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::create_dir_all(workspace).map_err(io("cannot create", workspace))?;
-    let current = walk(workspace, exclude, None)?;
+    let current = walk(workspace, exclude, None, step)?.entries;
+    let mut not_restored = Notes::new();
     let mut changed = false;
     let mut touched = || {
         if !changed {
@@ -48,14 +78,18 @@ pub(super) fn restore(
     };
     // Remove what the snapshot did not have, children before parents (reverse order).
     for (path, entry) in current.iter().rev() {
-        let keep = manifest
-            .entries
-            .get(path)
-            .is_some_and(|wanted| kind_matches(wanted, entry));
+        let full = workspace.join(path);
+        step.at(full.display());
+        step.check()?;
+        let wanted = manifest.entries.get(path);
+        // An unreadable file cannot be put back: whatever is there now stays.
+        let keep = under_unlisted(manifest, path)
+            || wanted.is_some_and(|wanted| {
+                kind_matches(wanted, entry) || matches!(wanted, Entry::Unreadable { .. })
+            });
         if keep {
             continue;
         }
-        let full = workspace.join(path);
         touched();
         let result = match entry {
             Entry::Dir { .. } => std::fs::remove_dir_all(&full),
@@ -71,25 +105,27 @@ pub(super) fn restore(
     // Create and rewrite, parents before children.
     for (path, wanted) in &manifest.entries {
         let full = workspace.join(path);
-        let now = if full.symlink_metadata().is_ok() {
-            Some(entry_of(&full, None)?)
-        } else {
-            None
-        };
-        if now.as_ref() == Some(wanted) {
+        let now = entry_of(&full, path, None, step, &mut Notes::new())?;
+        if now.as_ref().is_some_and(|now| same(now, wanted, false)) {
             continue;
         }
-        touched();
+        let set_mode = |mode: u32| {
+            std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode))
+                .map_err(io("cannot set the mode of", &full))
+        };
         match wanted {
-            Entry::Dir { mode } => {
+            Entry::Dir { mode, .. } => {
+                touched();
+                if now.as_ref().is_some_and(|n| !kind_matches(n, wanted)) {
+                    remove_any(&full);
+                }
                 std::fs::create_dir_all(&full).map_err(io("cannot create", &full))?;
-                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(*mode | 0o700))
-                    .map_err(io("cannot set the mode of", &full))?;
+                set_mode(*mode | 0o700)?;
             }
             Entry::File { mode, sha256, .. } => {
+                touched();
                 if now.as_ref().is_some_and(|n| !kind_matches(n, wanted)) {
-                    let _ = std::fs::remove_dir_all(&full);
-                    let _ = std::fs::remove_file(&full);
+                    remove_any(&full);
                 }
                 let parent = full.parent().unwrap_or(workspace);
                 let mut tmp = tempfile::NamedTempFile::new_in(parent)
@@ -108,22 +144,80 @@ pub(super) fn restore(
                 })?;
             }
             Entry::Symlink { target } => {
+                touched();
                 if now.is_some() {
-                    let _ = std::fs::remove_dir_all(&full);
-                    let _ = std::fs::remove_file(&full);
+                    remove_any(&full);
                 }
                 std::os::unix::fs::symlink(target, &full).map_err(io("cannot restore", &full))?;
+            }
+            Entry::Fifo { mode } => {
+                touched();
+                if !now.as_ref().is_some_and(|n| kind_matches(n, wanted)) {
+                    if now.is_some() {
+                        remove_any(&full);
+                    }
+                    let mode = rustix::fs::Mode::from_raw_mode(*mode);
+                    rustix::fs::mkfifoat(rustix::fs::CWD, &full, mode)
+                        .map_err(|e| io("cannot recreate the FIFO", &full)(e.into()))?;
+                }
+                // mkfifo's mode went through the umask.
+                set_mode(*mode)?;
+            }
+            Entry::Socket { mode } | Entry::Device { mode, .. } => {
+                if now.as_ref().is_some_and(|n| kind_matches(n, wanted))
+                    && !is_other_device(now.as_ref(), wanted)
+                {
+                    touched();
+                    set_mode(*mode)?;
+                } else {
+                    not_restored.insert(
+                        path.clone(),
+                        format!(
+                            "not restored: a {} is not recreated by a rollback",
+                            wanted.kind()
+                        ),
+                    );
+                }
+            }
+            Entry::Unreadable { .. } => {
+                not_restored.insert(
+                    path.clone(),
+                    "not restored: it could not be read when the snapshot was taken, so its \
+                     content is not in the snapshot; what is there now was left as it is"
+                        .into(),
+                );
             }
         }
     }
     // Directory modes last, deepest first, so a read-only directory is filled before it
     // is closed.
     for (path, wanted) in manifest.entries.iter().rev() {
-        if let Entry::Dir { mode } = wanted {
+        if let Entry::Dir { mode, .. } = wanted {
             let full = workspace.join(path);
             std::fs::set_permissions(&full, std::fs::Permissions::from_mode(*mode))
                 .map_err(io("cannot set the mode of", &full))?;
         }
     }
-    Ok(())
+    Ok(not_restored)
+}
+
+/// Whether `now` is a device node with other numbers than `wanted`'s.
+fn is_other_device(now: Option<&Entry>, wanted: &Entry) -> bool {
+    match (now, wanted) {
+        (
+            Some(Entry::Device {
+                block,
+                major,
+                minor,
+                ..
+            }),
+            Entry::Device {
+                block: b,
+                major: ma,
+                minor: mi,
+                ..
+            },
+        ) => (block, major, minor) != (b, ma, mi),
+        _ => false,
+    }
 }
