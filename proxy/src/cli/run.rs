@@ -203,6 +203,9 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         attached["snapshot_contents"].as_str().unwrap_or(""),
         workspace.display()
     );
+    for note in attached["snapshot_notes"].as_array().into_iter().flatten() {
+        eprintln!("airlock: snapshot note: {}", note.as_str().unwrap_or(""));
+    }
     let outside_roots = outside::absolute(&args.check_residue_outside);
     let outside_exclude = vec![
         workspace.clone(),

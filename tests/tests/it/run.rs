@@ -1,7 +1,7 @@
 //! `airlock run`: files and effects kept or rolled back together, savepoints, the git
 //! driver, the residue check (docs/run.md); crash recovery in `run/crash.rs`, the client
 //! matrix in `run/clients.rs`, savepoints and rollback in `run/savepoints.rs`, the git and
-//! cmd drivers in `run/drivers.rs`.
+//! cmd drivers in `run/drivers.rs`, special files and step time limits in `run/special.rs`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +14,7 @@ pub(crate) mod clients;
 mod crash;
 mod drivers;
 mod savepoints;
+mod special;
 
 /// Every path under `root` (skipping `.git`) with its bytes (link target for symlinks) and mode.
 fn tree(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {

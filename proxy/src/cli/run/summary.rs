@@ -69,6 +69,16 @@ pub fn summary(report: &Value) -> String {
             out.push_str(&format!("  {mark} {}\n", path.as_str().unwrap_or("")));
         }
     }
+    let notes = decision["notes"].as_array().cloned().unwrap_or_default();
+    if !notes.is_empty() {
+        out.push_str(&format!(
+            "NOTE      {} path(s) the snapshot or the diff could not capture whole (special or unreadable files):\n",
+            notes.len()
+        ));
+        for note in &notes {
+            out.push_str(&format!("  ? {}\n", note.as_str().unwrap_or("")));
+        }
+    }
     if report["rollback_unverified"] == true {
         out.push_str("WARNING   the rollback could NOT be verified: the workspace still differs from the snapshot\n");
         for residue in decision["residue"].as_array().into_iter().flatten() {
