@@ -23,9 +23,13 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use super::Actor;
+
+mod steps;
+
 use crate::release::{CommitError, CommitReport};
-use crate::snapshot::{pause_point, Commands, Driver, Notes, SnapshotError, Step, Store, GRACE};
+use crate::snapshot::{pause_point, Commands, Driver, SnapshotError, Store};
 use crate::Control;
+use steps::{bounded, changes_since, keep_timed_out, restore_and_check};
 
 /// Errors of workspace operations.
 #[derive(Debug, thiserror::Error)]
@@ -54,25 +58,6 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| WorkspaceError::Task(e.to_string()))?
-}
-
-/// Runs `f` as workspace step `name` in the blocking pool, under the server's step time
-/// limit. `f` checks the [`Step`] itself; should it be stuck in a system call, it is
-/// given up [`GRACE`] past the deadline (the thread is left to finish on its own).
-///
-/// Errors: `f`'s; [`SnapshotError::TimedOut`] naming what the step was processing.
-async fn bounded<T: Send + 'static>(
-    shared: &Control,
-    name: &'static str,
-    f: impl FnOnce(&Step) -> Result<T> + Send + 'static,
-) -> Result<T> {
-    let step = Step::new(name, shared.workspace_step_timeout);
-    let inner = step.clone();
-    let task = tokio::task::spawn_blocking(move || f(&inner));
-    match tokio::time::timeout(step.timeout() + GRACE, task).await {
-        Ok(joined) => joined.map_err(|e| WorkspaceError::Task(e.to_string()))?,
-        Err(_) => Err(step.timed_out().into()),
-    }
 }
 
 /// One lock per run, so a decision is applied by one task at a time.
@@ -192,38 +177,6 @@ pub async fn attach(
         Ok((record, manifest.describe()))
     })
     .await
-}
-
-/// The diff step: the workspace's changes since `snapshot`, for the record, and the notes
-/// of what it could not see whole (the snapshot's, then today's). A damaged snapshot
-/// store or a diff that times out must not stop the decision from being written (its
-/// rollback then fails and says so), so an error gives no changes and a note saying why.
-async fn changes_since(
-    shared: &Arc<Control>,
-    snapshot: &str,
-) -> (airlock_ledger::Changes, Vec<String>) {
-    let (shared2, id) = (shared.clone(), snapshot.to_owned());
-    let listed = bounded(shared, "diff", move |step| {
-        let store = store(&shared2);
-        let manifest = store.load(&id)?;
-        let (changes, now) = store.changes(&manifest, &excludes(&shared2), step)?;
-        let mut notes = manifest.notes;
-        for (path, why) in now {
-            notes.entry(path).or_insert(why);
-        }
-        Ok((changes, crate::snapshot::note_lines(&notes)))
-    })
-    .await;
-    match listed {
-        Ok(listed) => listed,
-        Err(error) => {
-            warn!(snapshot, error = %error, "cannot list the workspace's changes");
-            (
-                airlock_ledger::Changes::default(),
-                vec![format!("the changes could not be listed: {error}")],
-            )
-        }
-    }
 }
 
 fn must_workspace(shared: &Control, run: &RunId) -> Result<WorkspaceRecord> {
@@ -589,42 +542,6 @@ async fn apply(
         report.commit = commit;
         report
     })
-}
-
-/// The outcome of a keep whose commit or seal passed the step's time limit.
-fn keep_timed_out(limit: std::time::Duration, run: &RunId, doing: &str) -> String {
-    let error = SnapshotError::TimedOut {
-        step: "keep",
-        secs: limit.as_secs_f64(),
-        at: format!("{doing} run {run}"),
-    };
-    format!(
-        "files kept; {error}: it goes on in the background, and `airlock runs show {run}` \
-         shows how it ended"
-    )
-}
-
-/// The rollback step, then the residue check, each under its own time limit. Returns the
-/// residue (empty when the rollback is verified).
-async fn restore_and_check(shared: &Arc<Control>, snapshot: &str) -> Vec<String> {
-    let (shared2, id) = (shared.clone(), snapshot.to_owned());
-    let restored = bounded(shared, "rollback", move |step| {
-        let store = store(&shared2);
-        let manifest = store.load(&id)?;
-        let not_restored = store.restore(&manifest, &excludes(&shared2), step)?;
-        Ok((manifest, not_restored))
-    })
-    .await;
-    let (manifest, not_restored): (_, Notes) = match restored {
-        Ok(restored) => restored,
-        Err(error) => return vec![format!("restore failed: {error}")],
-    };
-    let shared2 = shared.clone();
-    let checked = bounded(shared, "residue check", move |step| {
-        Ok(store(&shared2).residue(&manifest, &excludes(&shared2), &not_restored, step)?)
-    })
-    .await;
-    checked.unwrap_or_else(|error| vec![format!("residue check failed: {error}")])
 }
 
 /// Marks `decision` finished with `residue` and `outcome`, and reports it.

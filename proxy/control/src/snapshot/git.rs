@@ -453,9 +453,10 @@ pub(super) fn restore(
             git(workspace, None, &["symbolic-ref", "HEAD", branch], step)?;
         }
         (Some(branch), None) => {
-            match git(workspace, None, &["update-ref", "-d", branch], step) {
-                Err(e @ SnapshotError::TimedOut { .. }) => return Err(e),
-                _ => {}
+            if let Err(e @ SnapshotError::TimedOut { .. }) =
+                git(workspace, None, &["update-ref", "-d", branch], step)
+            {
+                return Err(e);
             }
             git(workspace, None, &["symbolic-ref", "HEAD", branch], step)?;
         }

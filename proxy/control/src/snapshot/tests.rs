@@ -58,7 +58,7 @@ impl Fx {
                 driver,
                 &ws,
                 "run_t",
-                &[data.clone()],
+                std::slice::from_ref(&data),
                 None,
                 &step("snapshot"),
             )
@@ -69,7 +69,7 @@ impl Fx {
         let (data, manifest) = (self.data.clone(), manifest.clone());
         within("the diff", move || {
             Store::new(&data)
-                .changes(&manifest, &[data.clone()], &step("diff"))
+                .changes(&manifest, std::slice::from_ref(&data), &step("diff"))
                 .expect("diff")
                 .0
         })

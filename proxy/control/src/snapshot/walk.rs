@@ -176,11 +176,15 @@ fn stamp(metadata: &std::fs::Metadata) -> (u64, i64, i64, i64, i64, u64) {
     )
 }
 
+/// A test's hook on a read in progress.
+#[cfg(test)]
+type ReadHook = Box<dyn FnMut(&Path)>;
+
 #[cfg(test)]
 thread_local! {
     /// Test hook: called with the path after each read's first chunk, before the read
     /// goes on (a test writes to the file there, as a concurrent writer would).
-    pub(super) static DURING_READ: std::cell::RefCell<Option<Box<dyn FnMut(&Path)>>> =
+    pub(super) static DURING_READ: std::cell::RefCell<Option<ReadHook>> =
         std::cell::RefCell::new(None);
 }
 
