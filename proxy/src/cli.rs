@@ -140,6 +140,12 @@ fn hint(error: &anyhow::Error) -> Option<String> {
                 ClientError::Api { code, .. } if code == "flow_blocked" => {
                     admin_client::BLOCKED_HINT.into()
                 }
+                ClientError::Api { code, details, .. } if code == "set_changed" => {
+                    admin_client::changed_hint(details.as_ref())
+                }
+                ClientError::Api { code, .. } if code == "expectation_required" => {
+                    "list the effects first (`airlock effects RUN` prints the expectation), then `airlock commit RUN --approve-pending --expect SEQ:DIGEST`".into()
+                }
                 _ => return None,
             });
         }
@@ -186,8 +192,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Commit {
             run,
             approve_pending,
+            expect,
             admin,
-        } => admin_client::commit(&run, approve_pending, &admin).await,
+        } => admin_client::commit(&run, approve_pending, expect.as_deref(), &admin).await,
         Command::Compensate { run, admin } => compensate::compensate(&run, &admin).await,
         Command::Abort { run, admin } => admin_client::abort(&run, &admin).await,
         Command::Env { run, admin } => admin_client::env(&run, &admin).await,

@@ -368,15 +368,26 @@ impl Airlock {
             .expect("commit")
     }
 
-    /// Commits a run approving every pending effect (`{"approve_pending": true}`); returns
-    /// the report (panics when the admin API refuses).
+    /// Commits a run approving every pending effect, bound to the effects listed just
+    /// before ([`Airlock::approve_pending_body`]); returns the report (panics when the
+    /// admin API refuses).
     pub async fn commit_pending(&self, run: &str) -> Value {
-        self.post(
-            &format!("/v1/runs/{run}/commit"),
-            Some(serde_json::json!({"approve_pending": true})),
-        )
-        .await
-        .expect("commit")
+        let body = self.approve_pending_body(run).await;
+        self.post(&format!("/v1/runs/{run}/commit"), Some(body))
+            .await
+            .expect("commit")
+    }
+
+    /// The body of a commit that approves the run's pending effects as they are listed
+    /// now: `{"approve_pending": true, "expect": …}`, the `expect` of `GET
+    /// /v1/runs/{run}/effects`.
+    pub async fn approve_pending_body(&self, run: &str) -> Value {
+        let listed = self
+            .admin
+            .get(&format!("/v1/runs/{run}/effects"))
+            .await
+            .expect("effects");
+        serde_json::json!({"approve_pending": true, "expect": listed["expect"]})
     }
 
     /// `POST path` on the admin API, returning the JSON or the error.

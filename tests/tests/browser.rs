@@ -58,8 +58,16 @@ async fn click(client: &Client, css: &str) {
         .execute("window.airlockOldPage = true; return null;", vec![])
         .await
         .expect("mark the page");
-    find(client, css)
+    let element = find(client, css).await;
+    // Out of the fixed footer's way.
+    client
+        .execute(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'center'}); return null;",
+            vec![json!(css)],
+        )
         .await
+        .expect("scroll to it");
+    element
         .click()
         .await
         .unwrap_or_else(|e| panic!("click {css}: {e}"));
@@ -230,4 +238,82 @@ async fn reviewer_rejects_the_leak_and_commits_the_rest_in_chromium() {
         "the origin received exactly the approved effects"
     );
     println!("screenshots saved in {}", dir.display());
+}
+
+/// Reliability issue #20, item 1, in a real browser: the confirmation says "Approve 2",
+/// the agent stages a third effect, the reviewer clicks the button as shown. The server
+/// refuses (the origin gets nothing) with the run as it stands and a fresh button, and
+/// that button releases all three, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commit_confirmation_is_tied_to_what_it_shows_in_chromium() {
+    let Some(tools) = chromium::Tools::find(
+        "the_commit_confirmation_is_tied_to_what_it_shows_in_chromium",
+        false,
+    ) else {
+        return;
+    };
+    let fx = airlock_tests::Fixture::new();
+    let origin = airlock_tests::ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let (airlock, run, env) = fx
+        .start_run(&airlock_tests::loopback_policy(port), &[])
+        .await;
+    let stage = |path: &'static str| {
+        let env = env.clone();
+        async move {
+            let url = format!("https://127.0.0.1:{port}{path}");
+            let out = airlock_tests::curl(&env, &["-X", "POST", "--data", path, &url]).await;
+            assert_eq!(out.status, 202, "{path}: {}", out.stderr);
+        }
+    };
+    stage("/a").await;
+    stage("/b").await;
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let (client, driver) = tools
+        .open(
+            &[
+                "--window-size=1280,1000".to_owned(),
+                "--no-proxy-server".to_owned(),
+            ],
+            None,
+        )
+        .await;
+    let dir = screenshot_dir();
+    client
+        .goto(&format!(
+            "{}/login?token={}&next=/runs/{run}/commit",
+            airlock.admin_url,
+            token.trim()
+        ))
+        .await
+        .expect("sign in");
+    let button = text_of(&client, "form button.primary").await;
+    assert_eq!(button, "Approve 2 undecided and commit");
+
+    stage("/c").await;
+    click(&client, "form button.primary").await;
+    let notice = text_of(&client, "div.set-changed").await;
+    assert!(
+        notice
+            .contains("Nothing was approved or released: the run changed since the page was shown"),
+        "{notice}"
+    );
+    let added = text_of(&client, "table#changed-added").await;
+    assert!(added.contains("/c"), "{added}");
+    assert!(origin.received().is_empty(), "the origin got nothing");
+    let button = text_of(&client, "form button.primary").await;
+    assert_eq!(button, "Approve 3 undecided and commit");
+    shot(&client, &dir, "commit-changed.png").await;
+
+    click(&client, "form button.primary").await;
+    let heading = text_of(&client, "h1").await;
+    assert!(heading.contains("committed"), "{heading}");
+    client.close().await.expect("close the session");
+    drop(driver);
+    let received: Vec<String> = origin
+        .received()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(received, ["POST /a", "POST /b", "POST /c"]);
 }

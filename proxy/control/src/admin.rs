@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use airlock_ledger::{Effect, EffectId, LedgerError, Refused, Run, RunId};
 use airlock_net::respond::Side;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,6 +18,7 @@ use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::runs::{self, Actor};
 use crate::Control;
 
+mod commit;
 mod compensate;
 mod effects;
 mod fence;
@@ -65,7 +66,9 @@ impl ApiError {
             "bad_json" | "bad_body" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
                 "fix the request and send it again; docs/admin-api.md describes each body"
             }
-            "undecided_effects" => "approve or reject each effect in details.undecided first, or commit with approve_pending = true",
+            "undecided_effects" => "approve or reject each effect in details.undecided first, or commit with approve_pending = true and expect",
+            "expectation_required" => "GET /v1/runs/{id}/effects, look at the effects it lists, then send its expect with approve_pending (docs/admin-api.md#expectations)",
+            "set_changed" => "nothing was approved or released: look at details.added (staged since) and details.covered, then commit again with details.now as expect if you want exactly those",
             "flow_review_required" => "each effect in details.held violates a review flow: look at its flows (GET /v1/effects/{id}), then approve it by itself (POST /v1/effects/{id}/approve) or reject it, and commit again",
             "flow_blocked" => "a block flow forbids releasing this effect (GET /v1/effects/{id} shows its flows); reject it, or change the policy",
             "run_not_open" | "invalid_run_transition" | "invalid_effect_transition" => {
@@ -114,6 +117,7 @@ impl From<crate::release::CommitError> for ApiError {
     fn from(error: crate::release::CommitError) -> Self {
         match error {
             crate::release::CommitError::Ledger(error) => error.into(),
+            crate::release::CommitError::Changed(changed) => commit::set_changed(&changed),
             other => Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "task_failed",
@@ -171,11 +175,11 @@ pub fn router(shared: Arc<Control>) -> Router {
         .route("/v1/runs/{id}/denials", get(run_denials))
         .route("/v1/runs/{id}/lineage", get(run_lineage))
         .route("/v1/runs/{id}/seal", post(seal_run))
-        .route("/v1/runs/{id}/commit", post(commit_run))
         .route("/v1/runs/{id}/abort", post(abort_run))
         .route("/v1/ca", get(ca_pem))
         .route("/v1/policy", get(policy::show).post(policy::replace))
         .route("/metrics", get(metrics))
+        .merge(commit::routes())
         .merge(effects::routes())
         .merge(workspace::routes())
         .merge(compensate::routes())
@@ -410,7 +414,11 @@ async fn run_effects(
             out
         })
         .collect();
-    Ok(Json(json!({ "run": run.id, "effects": listed })))
+    // What a commit of exactly these effects carries (docs/admin-api.md#expectations).
+    let expect = crate::runs::expect::Expectation::of(&effects, crate::runs::expect::Scope::Commit);
+    Ok(Json(
+        json!({ "run": run.id, "effects": listed, "expect": expect }),
+    ))
 }
 
 async fn run_reads(
@@ -458,35 +466,6 @@ async fn seal_run(
     let run_id = parse_run(&id)?;
     let (run, effects) = runs::seal(&shared, &run_id, &Actor::Reviewer(reviewer.name)).await?;
     Ok(Json(run_json(&shared, &run, &effects)))
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CommitRequest {
-    #[serde(default)]
-    approve_pending: bool,
-}
-
-async fn commit_run(
-    State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
-    Path(id): Path<String>,
-    Query(query): Query<CommitRequest>,
-    body: axum::body::Bytes,
-) -> ApiResult<Json<Value>> {
-    let run_id = parse_run(&id)?;
-    let request: CommitRequest = parse_body(&body)?;
-    let approve_pending = query.approve_pending || request.approve_pending;
-    // Once decided, a commit finishes whatever happens to this HTTP exchange (the runs
-    // service runs it in a task of its own).
-    let report = runs::commit_detached(
-        &shared,
-        &run_id,
-        approve_pending,
-        &Actor::Reviewer(reviewer.name),
-    )
-    .await?;
-    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
 }
 
 async fn abort_run(

@@ -106,6 +106,10 @@ pub enum CommitError {
     /// A ledger task panicked or was cancelled.
     #[error("a ledger task failed: {0}")]
     Task(String),
+    /// The effects the commit (or approval) covers are not the ones its expectation
+    /// names ([`crate::runs::expect`]); nothing was approved or released.
+    #[error(transparent)]
+    Changed(Box<crate::runs::expect::SetChanged>),
 }
 
 /// Runs a ledger call on the blocking pool; a failed task is [`CommitError::Task`].
@@ -136,17 +140,29 @@ fn origin_of(url: &str) -> String {
 /// by itself, rejects what a `block` flow forbids), refuses while effects are undecided unless `approve_pending`,
 /// writes the decision, releases approved effects (see the module docs for the order) and
 /// reports. A second commit of a finished run does nothing and reports the same outcome.
+/// With `expect`, the run's `staged` and `approved` effects must be the ones it names
+/// ([`crate::runs::expect`]), checked before the final pass and again, for effects staged
+/// meanwhile, once the run is sealed.
 ///
-/// Errors: the ledger's refusals ([`airlock_ledger::Refused`]) and storage faults.
+/// Errors: the ledger's refusals ([`airlock_ledger::Refused`]), [`CommitError::Changed`]
+/// and storage faults.
 pub async fn commit(
     shared: &Arc<Control>,
     run: &RunId,
     approve_pending: bool,
+    expect: Option<&crate::runs::expect::Expectation>,
     by: &str,
 ) -> Result<CommitReport, CommitError> {
     let lock = shared.commit_lock(run);
     let _serial = lock.lock().await;
+    let seen = match expect {
+        Some(expect) => crate::runs::expect::commit_check(shared, run, expect).await?,
+        None => None,
+    };
     crate::flows::final_pass(shared, run, approve_pending, by).await?;
+    if let Some(seen) = seen {
+        crate::runs::expect::commit_recheck(shared, run, seen, by).await?;
+    }
     let ledger = shared.ledger().clone();
     let (run_id, by_owned) = (run.clone(), by.to_owned());
     let (_, release) =

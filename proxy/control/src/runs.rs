@@ -13,8 +13,10 @@ use tracing::{info, warn};
 
 use crate::release::{blocking, CommitError, CommitReport};
 use crate::Control;
+use expect::{Expectation, Scope};
 use workspace::{DecisionReport, WorkspaceError};
 
+pub mod expect;
 pub mod workspace;
 
 /// Who took an action; its [`Actor::recorded`] text is what the ledger keeps as `by`.
@@ -89,8 +91,9 @@ pub async fn abort(
 }
 
 /// Commits `run` ([`crate::release::commit`]: seal, decision, release in lineage order),
-/// in the caller's task: `airlock run`'s workspace decision holds its run lock across
-/// the commit and writes its own outcome after it.
+/// in the caller's task, bound to no expectation: `airlock run`'s workspace decision
+/// (whose `--approve-all` approves whatever the finished agent left) holds its run lock
+/// across the commit and writes its own outcome after it.
 ///
 /// Errors: [`CommitError`]: the ledger's refusals (undecided effects without
 /// `approve_pending`, a run already aborted), storage faults, a failed task.
@@ -100,23 +103,29 @@ pub async fn commit(
     approve_pending: bool,
     actor: &Actor,
 ) -> Result<CommitReport, CommitError> {
-    crate::release::commit(control, run, approve_pending, &actor.recorded()).await
+    crate::release::commit(control, run, approve_pending, None, &actor.recorded()).await
 }
 
-/// [`commit`] in a task of its own, awaited: once asked by a client (the admin API, the
-/// review UI) or by recovery, a commit finishes even if the asker goes away half way.
+/// A commit in a task of its own, awaited: once asked by a client (the admin API, the
+/// review UI), a commit finishes even if the asker goes away half way. With `expect`,
+/// the commit goes ahead only while the run's `staged` and `approved` effects are the
+/// ones it names ([`expect`]).
 ///
-/// Errors: as [`commit`], and [`CommitError::Task`] when the task itself failed.
+/// Errors: as [`commit`], [`CommitError::Changed`] when the effects are not the expected
+/// ones, and [`CommitError::Task`] when the task itself failed.
 pub async fn commit_detached(
     control: &Arc<Control>,
     run: &RunId,
     approve_pending: bool,
+    expect: Option<Expectation>,
     actor: &Actor,
 ) -> Result<CommitReport, CommitError> {
-    let (control, run, actor) = (control.clone(), run.clone(), actor.clone());
-    tokio::spawn(async move { commit(&control, &run, approve_pending, &actor).await })
-        .await
-        .map_err(|e| CommitError::Task(e.to_string()))?
+    let (control, run, by) = (control.clone(), run.clone(), actor.recorded());
+    tokio::spawn(async move {
+        crate::release::commit(&control, &run, approve_pending, expect.as_ref(), &by).await
+    })
+    .await
+    .map_err(|e| CommitError::Task(e.to_string()))?
 }
 
 /// Approves or rejects one effect (`staged` -> `approved` | `rejected`). A reviewer's
@@ -174,22 +183,33 @@ pub struct ApprovedByRule {
 }
 
 /// Approves every still-`staged` effect of `run` staged by `rule` (`None`: by no rule),
-/// except those flow rules hold or block, which it skips and reports.
+/// except those flow rules hold or block, which it skips and reports. With `expect`, it
+/// approves nothing unless those staged effects are the ones it names
+/// ([`Scope::Rule`]); the effects checked are the ones it approves (one read of the run).
 ///
-/// Errors: the ledger's refusal of a transition; storage faults.
+/// Errors: [`CommitError::Changed`]; the ledger's refusal of a transition; storage faults.
 pub async fn approve_staged_by_rule(
     control: &Arc<Control>,
     run: &RunId,
     rule: Option<String>,
+    expect: Option<Expectation>,
     actor: &Actor,
 ) -> Result<ApprovedByRule, CommitError> {
     let (control, run, by) = (control.clone(), run.clone(), actor.recorded());
-    blocking(move || {
+    let done = blocking(move || {
         let ledger = control.ledger();
         let mut out = ApprovedByRule::default();
+        let effects = ledger.effects(&run)?;
+        if let Some(expect) = &expect {
+            if let Err(changed) =
+                expect::check(&run, &effects, Scope::Rule(rule.as_deref()), expect)
+            {
+                return Ok(Err(changed));
+            }
+        }
         // The run's flow decisions in one load (none when the policy has no flows).
         let checks = crate::flows::check_run_blocking(&control, &run)?;
-        for effect in ledger.effects(&run)? {
+        for effect in effects {
             if effect.state == airlock_ledger::EffectState::Staged && effect.rule == rule {
                 if let Some(check) = checks.get(&effect.id).filter(|c| !c.violations.is_empty()) {
                     let flows = check.violations.iter().map(|v| v.flow.clone()).collect();
@@ -200,9 +220,10 @@ pub async fn approve_staged_by_rule(
                 out.approved += 1;
             }
         }
-        Ok(out)
+        Ok(Ok(out))
     })
-    .await
+    .await?;
+    done.map_err(CommitError::Changed)
 }
 
 /// Records a savepoint of `run`'s workspace, named `name` or numbered when `None`

@@ -30,6 +30,8 @@ mod graph;
 mod pages;
 pub mod session;
 
+use pages::time_utc;
+
 /// A reviewer: the name of an admin token and the token. The token in `DATA/admin.token`
 /// is named `admin`; `airlock serve --reviewer-token NAME=FILE` adds more.
 #[derive(Clone, PartialEq, Eq)]
@@ -229,6 +231,9 @@ impl From<crate::release::CommitError> for UiError {
     fn from(error: crate::release::CommitError) -> Self {
         match error {
             crate::release::CommitError::Ledger(error) => error.into(),
+            crate::release::CommitError::Changed(changed) => {
+                Self::with_code(StatusCode::CONFLICT, "set_changed", changed.to_string())
+            }
             other => Self::new(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
         }
     }
@@ -577,22 +582,6 @@ fn parse_effect(id: &str) -> UiResult<EffectId> {
             format!("{id:?} is not an effect id (eff_<ulid>)"),
         )
     })
-}
-
-/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` UTC.
-fn time_utc(ms: u64) -> String {
-    let Ok(at) = time::OffsetDateTime::from_unix_timestamp((ms / 1000) as i64) else {
-        return ms.to_string();
-    };
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
-        at.year(),
-        u8::from(at.month()),
-        at.day(),
-        at.hour(),
-        at.minute(),
-        at.second()
-    )
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@ use std::path::Path;
 use anyhow::{anyhow, Context as _};
 use serde_json::Value;
 
+use airlock_control::runs::expect::Expectation;
+
 use super::args::{AdminArgs, RunsCommand};
 use super::{counts, effects_table, render_effect};
 use crate::client::{AdminClient, ClientError};
@@ -154,20 +156,32 @@ pub(super) async fn runs(command: RunsCommand) -> anyhow::Result<()> {
     }
 }
 
-/// `airlock effects RUN`: the run's effects as a table.
+/// `airlock effects RUN`: the run's effects as a table, then, while any is staged or
+/// approved, the expectation that binds a commit to exactly these (`--expect`).
 pub(super) async fn effects(run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
     let client = connect(admin)?;
     let effects = client.get(&format!("/v1/runs/{run}/effects")).await?;
     if admin.json {
         return print_json(&effects);
     }
-    print_effects(
-        effects["effects"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or(&[]),
-    );
+    let listed = effects["effects"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    print_effects(listed);
+    let pending = listed
+        .iter()
+        .any(|e| matches!(e["state"].as_str(), Some("staged" | "approved")));
+    if let (true, Some(expect)) = (pending, expectation(&effects)) {
+        outln!("\nexpect {expect}");
+        outln!("  commit exactly these: airlock commit {run} --approve-pending --expect {expect}");
+    }
     Ok(())
+}
+
+/// The `expect` of a `GET /v1/runs/{id}/effects` answer.
+fn expectation(listed: &Value) -> Option<Expectation> {
+    serde_json::from_value(listed["expect"].clone()).ok()
 }
 
 /// `airlock show EFFECT`: one effect with its lineage.
@@ -196,14 +210,64 @@ pub(super) async fn seal(run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `airlock commit RUN`: fails with [`PartialCommit`] when approved effects were not released.
+/// `airlock commit RUN [--approve-pending] [--expect SEQ:DIGEST]`: commits, bound to
+/// `--expect` when given. With `--approve-pending` it first lists the run's effects,
+/// prints the undecided ones it approves, and binds the commit to that list (or to
+/// `--expect`): the server refuses (409 `set_changed`) rather than approve anything else.
+/// Fails with [`PartialCommit`] when approved effects were not released.
 pub(super) async fn commit(
     run: &str,
     approve_pending: bool,
+    expect: Option<&str>,
     admin: &AdminArgs,
 ) -> anyhow::Result<()> {
     let client = connect(admin)?;
-    let body = serde_json::json!({ "approve_pending": approve_pending });
+    let given = expect
+        .map(|text| {
+            Expectation::parse(text).ok_or_else(|| {
+                anyhow!(
+                    "--expect {text:?} is not SEQ:sha256:HEX (as `airlock effects RUN` prints it)"
+                )
+            })
+        })
+        .transpose()?;
+    let expect = if approve_pending {
+        let listed = client.get(&format!("/v1/runs/{run}/effects")).await?;
+        let current = expectation(&listed)
+            .ok_or_else(|| anyhow!("the admin API listed the effects of {run} without an expectation to bind the commit to"))?;
+        let undecided: Vec<Value> = listed["effects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["state"] == "staged")
+            .cloned()
+            .collect();
+        match &given {
+            Some(given) if *given != current => eprintln!(
+                "the effects of {run} are no longer the ones --expect {given} names (now {current}); asking the server anyway"
+            ),
+            _ => {
+                let text = format!(
+                    "approving {} undecided effect(s) of {run}, and nothing else (expect {current}):\n{}",
+                    undecided.len(),
+                    effects_table(&undecided)
+                );
+                // Data on stdout, unless stdout carries the JSON report.
+                if admin.json {
+                    eprint!("{text}");
+                } else {
+                    out!("{text}");
+                }
+            }
+        }
+        Some(given.unwrap_or(current))
+    } else {
+        given
+    };
+    let mut body = serde_json::json!({ "approve_pending": approve_pending });
+    if let Some(expect) = &expect {
+        body["expect"] = serde_json::to_value(expect)?;
+    }
     let report = client
         .post(&format!("/v1/runs/{run}/commit"), Some(body))
         .await?;
@@ -432,6 +496,36 @@ pub(super) fn held_hint(details: Option<&Value>) -> String {
     }
     if held.len() > 20 {
         out.push_str(&format!("\n  … {} more", held.len() - 20));
+    }
+    out
+}
+
+/// What to do about a commit refused because the run's effects changed since they were
+/// listed (`set_changed`): the effects staged since, from `details.added`.
+pub(super) fn changed_hint(details: Option<&Value>) -> String {
+    let added: Vec<&Value> = details
+        .and_then(|d| d["added"].as_array())
+        .into_iter()
+        .flatten()
+        .collect();
+    let run = details.and_then(|d| d["run"].as_str()).unwrap_or("RUN");
+    let mut out = format!(
+        "nothing was approved or released; {} effect(s) were staged since the list was read. \
+         Look at the run again (`airlock effects {run}`), then commit again",
+        added.len()
+    );
+    for effect in added.iter().take(20) {
+        out.push_str(&format!(
+            "\n  #{} {} {} {} ({})",
+            effect["seq"].as_u64().unwrap_or(0),
+            effect["id"].as_str().unwrap_or(""),
+            effect["method"].as_str().unwrap_or(""),
+            effect["url"].as_str().unwrap_or(""),
+            effect["state"].as_str().unwrap_or("")
+        ));
+    }
+    if added.len() > 20 {
+        out.push_str(&format!("\n  … {} more", added.len() - 20));
     }
     out
 }

@@ -115,9 +115,12 @@ pub(super) enum Command {
     Commit {
         /// The run
         run: String,
-        /// Approve every undecided effect first
+        /// Approve the undecided effects first: the ones it lists (or the ones `--expect` names), and only those
         #[arg(long)]
         approve_pending: bool,
+        /// Commit only if the run's staged and approved effects are still the ones `airlock effects RUN` listed with this `SEQ:sha256:HEX`
+        #[arg(long, value_name = "SEQ:DIGEST")]
+        expect: Option<String>,
         #[command(flatten)]
         admin: AdminArgs,
     },

@@ -66,11 +66,8 @@ async fn sigkill_during_commit_never_sends_twice_and_marks_the_interrupted_effec
     }
     let admin = airlock.admin.clone();
     let commit_path = format!("/v1/runs/{run}/commit");
-    let committing = tokio::spawn(async move {
-        admin
-            .post(&commit_path, Some(json!({"approve_pending": true})))
-            .await
-    });
+    let body = airlock.approve_pending_body(&run).await;
+    let committing = tokio::spawn(async move { admin.post(&commit_path, Some(body)).await });
 
     let reached = eventually(Duration::from_secs(10), || {
         origin.received().iter().any(|r| r.path == "/second")
@@ -158,14 +155,16 @@ async fn a_commit_finishes_even_when_the_admin_client_hangs_up() {
     // Ask for the commit, then hang up at once.
     let admin = airlock.admin_url.trim_start_matches("http://").to_owned();
     let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let body = airlock.approve_pending_body(&run).await.to_string();
     let mut stream = tokio::net::TcpStream::connect(&admin)
         .await
         .expect("connect admin");
     stream
         .write_all(
             format!(
-                "POST /v1/runs/{run}/commit?approve_pending=true HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer {}\r\nContent-Length: 0\r\n\r\n",
-                token.trim()
+                "POST /v1/runs/{run}/commit HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                token.trim(),
+                body.len()
             )
             .as_bytes(),
         )
@@ -180,7 +179,11 @@ async fn a_commit_finishes_even_when_the_admin_client_hangs_up() {
             .get(&format!("/v1/runs/{run}"))
             .await
             .expect("run");
-        (shown["state"] != "committing" && shown["state"] != "open").then(|| shown["state"].clone())
+        // A commit seals the run before it writes its decision (then `committing`).
+        let deciding = ["open", "sealed", "committing"]
+            .iter()
+            .any(|s| shown["state"] == *s);
+        (!deciding).then(|| shown["state"].clone())
     })
     .await
     .expect("the commit finished");

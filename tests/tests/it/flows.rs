@@ -160,7 +160,7 @@ impl Setup {
         self.airlock
             .post(
                 &format!("/v1/runs/{}/commit", self.run),
-                Some(json!({"approve_pending": true})),
+                Some(self.airlock.approve_pending_body(&self.run).await),
             )
             .await
             .map_err(|error| match error {
@@ -505,7 +505,7 @@ async fn effects_are_held_while_a_labelled_read_still_streams() {
     let refused = airlock
         .post(
             &format!("/v1/runs/{run}/commit"),
-            Some(json!({"approve_pending": true})),
+            Some(airlock.approve_pending_body(&run).await),
         )
         .await
         .expect_err("held while the read streams");
@@ -518,7 +518,7 @@ async fn effects_are_held_while_a_labelled_read_still_streams() {
         airlock
             .post(
                 &format!("/v1/runs/{run}/commit"),
-                Some(json!({"approve_pending": true})),
+                Some(airlock.approve_pending_body(&run).await),
             )
             .await
             .ok()

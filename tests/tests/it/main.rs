@@ -3,6 +3,7 @@
 mod adapters;
 mod auth;
 mod bad_input;
+mod binding;
 mod cases;
 mod cli;
 mod containment;

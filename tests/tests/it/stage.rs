@@ -189,7 +189,7 @@ async fn commit_refuses_undecided_and_rejected_effects_stay_unsent() {
     let report = airlock
         .post(
             &format!("/v1/runs/{run}/commit"),
-            Some(json!({"approve_pending": true})),
+            Some(airlock.approve_pending_body(&run).await),
         )
         .await
         .expect("commit approve_pending");

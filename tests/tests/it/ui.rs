@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 mod flows;
 
 /// curl against the admin listener directly (no proxy environment).
-async fn get(url: &str, cookie: Option<&str>) -> CurlResult {
+pub(crate) async fn get(url: &str, cookie: Option<&str>) -> CurlResult {
     let mut args = vec![url.to_owned()];
     if let Some(cookie) = cookie {
         args.extend(["-H".to_owned(), format!("Cookie: {cookie}")]);
@@ -22,7 +22,11 @@ async fn get(url: &str, cookie: Option<&str>) -> CurlResult {
     curl(&BTreeMap::new(), &args).await
 }
 
-async fn post_form(url: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> CurlResult {
+pub(crate) async fn post_form(
+    url: &str,
+    cookie: Option<&str>,
+    fields: &[(&str, &str)],
+) -> CurlResult {
     let mut args = vec!["-X".to_owned(), "POST".to_owned(), url.to_owned()];
     if let Some(cookie) = cookie {
         args.extend(["-H".to_owned(), format!("Cookie: {cookie}")]);
@@ -38,7 +42,7 @@ async fn post_form(url: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> 
 }
 
 /// Signs in with `token`; returns the `name=value` of the session cookie.
-async fn sign_in(admin: &str, token: &str) -> String {
+pub(crate) async fn sign_in(admin: &str, token: &str) -> String {
     let out = get(&format!("{admin}/login?token={token}"), None).await;
     assert_eq!(out.status, 303, "sign-in redirects: {}", out.headers);
     let cookie = out.header("set-cookie").expect("a session cookie");
@@ -47,7 +51,7 @@ async fn sign_in(admin: &str, token: &str) -> String {
     cookie.split(';').next().expect("name=value").to_owned()
 }
 
-fn text(out: &CurlResult) -> String {
+pub(crate) fn text(out: &CurlResult) -> String {
     String::from_utf8_lossy(&out.body).into_owned()
 }
 
@@ -58,6 +62,46 @@ fn csrf(page: &str) -> String {
         .expect("a form with a CSRF token")
         + 19;
     page[at..].split('"').next().expect("value").to_owned()
+}
+
+/// The fields a browser sends when it submits the form of `page` that posts to `action`
+/// and whose HTML contains `marker` (a label, a field name): its inputs' names and values.
+pub(crate) fn form_fields(page: &str, action: &str, marker: &str) -> Vec<(String, String)> {
+    let target = format!("action=\"{action}\"");
+    let form = page
+        .match_indices("<form")
+        .map(|(at, _)| &page[at..])
+        .map(|rest| &rest[..rest.find("</form>").unwrap_or(rest.len())])
+        .find(|form| form.contains(&target) && form.contains(marker))
+        .unwrap_or_else(|| panic!("no form to {action} with {marker:?} in {page}"));
+    let attr = |tag: &str, name: &str| {
+        let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        let value = tag[at..].split('"').next()?;
+        Some(
+            value
+                .replace("&quot;", "\"")
+                .replace("&#39;", "'")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&amp;", "&"),
+        )
+    };
+    form.split("<input")
+        .skip(1)
+        .filter_map(|tag| {
+            let tag = tag.split('>').next()?;
+            Some((attr(tag, "name")?, attr(tag, "value").unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// Posts `fields` (from [`form_fields`]) to `url`.
+pub(crate) async fn submit(url: &str, cookie: &str, fields: &[(String, String)]) -> CurlResult {
+    let fields: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    post_form(url, Some(cookie), &fields).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,13 +213,12 @@ async fn review_flow_over_http_rejects_the_leak_and_releases_the_rest() {
     )
     .await;
     assert_eq!(reject.status, 303, "{}", text(&reject));
+    // Each approve-all form as the run page shows it now (the reject changed the hooks').
+    let run_page = text(&get(&format!("{admin}/runs/{}", s.run), Some(&cookie)).await);
+    let approve_rule = format!("/runs/{}/approve-rule", s.run);
     for rule in ["hooks", "create-item", "item-writes"] {
-        let out = post_form(
-            &format!("{admin}/runs/{}/approve-rule", s.run),
-            Some(&cookie),
-            &[("csrf", &token), ("rule", rule)],
-        )
-        .await;
+        let fields = form_fields(&run_page, &approve_rule, &format!("value=\"{rule}\""));
+        let out = submit(&format!("{admin}{approve_rule}"), &cookie, &fields).await;
         assert_eq!(out.status, 303, "{}", text(&out));
     }
     let confirm = text(&get(&format!("{admin}/runs/{}/commit", s.run), Some(&cookie)).await);
@@ -196,12 +239,9 @@ async fn review_flow_over_http_rejects_the_leak_and_releases_the_rest() {
         !plan.contains(s.export.as_str()),
         "the rejected export is not planned"
     );
-    let commit = post_form(
-        &format!("{admin}/runs/{}/commit", s.run),
-        Some(&cookie),
-        &[("csrf", &token)],
-    )
-    .await;
+    let action = format!("/runs/{}/commit", s.run);
+    let fields = form_fields(&confirm, &action, "Commit: release 3 effect(s)");
+    let commit = submit(&format!("{admin}{action}"), &cookie, &fields).await;
     assert_eq!(commit.status, 303, "{}", text(&commit));
 
     let after = text(&get(&format!("{admin}/runs/{}", s.run), Some(&cookie)).await);

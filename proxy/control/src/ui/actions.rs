@@ -1,6 +1,8 @@
 //! What reviewers do in the UI: verdicts on effects, approving all of a rule's staged
 //! effects, commit, abort, and signing out. Every action is a POST form carrying the
-//! session's CSRF token, and records the reviewer's name.
+//! session's CSRF token, and records the reviewer's name. Commit and approve-by-rule
+//! forms also carry the set of effects their page showed (`through_seq`, `digest`), and
+//! go ahead only while it is the set they act on ([`crate::runs::expect`]).
 
 use std::sync::Arc;
 
@@ -12,6 +14,8 @@ use axum::Form;
 use serde::Deserialize;
 
 use super::{parse_effect, parse_run, redirect, safe_next, session, Session, UiError, UiResult};
+use crate::release::CommitError;
+use crate::runs::expect::Expectation;
 use crate::runs::{self, Actor};
 use crate::Control;
 
@@ -25,6 +29,32 @@ pub(super) struct ActionForm {
     rule: Option<String>,
     #[serde(default)]
     approve_pending: Option<String>,
+    /// The expectation's `through_seq`, on commit and approve-by-rule forms.
+    #[serde(default)]
+    through_seq: Option<String>,
+    /// The expectation's `digest`.
+    #[serde(default)]
+    digest: Option<String>,
+}
+
+/// The set of effects a commit or approve-by-rule form showed. Its pages always send
+/// one; a form without it (an old page, a hand-made request) is refused.
+fn shown(form: &ActionForm) -> UiResult<Expectation> {
+    let through_seq = form
+        .through_seq
+        .as_deref()
+        .and_then(|s| s.trim().parse().ok());
+    match (through_seq, form.digest.as_deref()) {
+        (Some(through_seq), Some(digest)) if digest.starts_with("sha256:") => Ok(Expectation {
+            through_seq,
+            digest: digest.to_owned(),
+        }),
+        _ => Err(UiError::with_code(
+            StatusCode::BAD_REQUEST,
+            "expectation_required",
+            "this form does not say which effects it was shown (through_seq and digest); reload the page and confirm again",
+        )),
+    }
 }
 
 fn check_csrf(session: &Session, form: &ActionForm) -> UiResult<()> {
@@ -99,9 +129,19 @@ pub(super) async fn approve_rule(
 ) -> UiResult<Response> {
     check_csrf(&session, &form)?;
     let run_id = parse_run(&id)?;
+    let expect = shown(&form)?;
     let rule = form.rule.clone().filter(|r| !r.is_empty());
     let actor = Actor::Reviewer(session.reviewer.name.clone());
-    let done = runs::approve_staged_by_rule(&shared, &run_id, rule, &actor).await?;
+    let done =
+        match runs::approve_staged_by_rule(&shared, &run_id, rule.clone(), Some(expect), &actor)
+            .await
+        {
+            Err(CommitError::Changed(changed)) => {
+                let rule = rule.unwrap_or_default();
+                return super::pages::rule_changed(&shared, &session, &id, &rule, &changed).await;
+            }
+            done => done?,
+        };
     // The run page reports what was done, and what flow rules made it skip.
     Ok(redirect(&format!(
         "/runs/{run_id}?approved={}&skipped={}",
@@ -118,11 +158,20 @@ pub(super) async fn commit_run(
 ) -> UiResult<Response> {
     check_csrf(&session, &form)?;
     let run_id = parse_run(&id)?;
+    let expect = shown(&form)?;
     let approve_pending = form.approve_pending.is_some();
     let actor = Actor::Reviewer(session.reviewer.name.clone());
     // As in the API: once decided, the commit finishes even if the browser goes away.
-    runs::commit_detached(&shared, &run_id, approve_pending, &actor).await?;
-    Ok(redirect(&format!("/runs/{run_id}#effects")))
+    match runs::commit_detached(&shared, &run_id, approve_pending, Some(expect), &actor).await {
+        // The confirmation again, as the run stands now, saying what changed.
+        Err(CommitError::Changed(changed)) => {
+            super::pages::confirm_page(&shared, &session, &id, Some(&changed)).await
+        }
+        done => {
+            done?;
+            Ok(redirect(&format!("/runs/{run_id}#effects")))
+        }
+    }
 }
 
 pub(super) async fn abort_run(

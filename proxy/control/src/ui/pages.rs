@@ -14,16 +14,18 @@ use axum::Extension;
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::flows::{flagged, hold, hold_mark, holds, verdict_buttons};
+use super::flows::{hold, hold_mark, holds, verdict_buttons};
 use super::graph::{host_path, svg};
-use super::{blocking, html_response, layout, parse_run, time_utc, Session, UiError, UiResult};
+use super::{blocking, html_response, layout, parse_run, Session, UiError, UiResult};
 use crate::Control;
 
+mod bound;
 mod commit;
 
-pub(super) use commit::commit_confirm;
+pub(super) use bound::rule_changed;
 #[cfg(test)]
 pub(super) use commit::plan;
+pub(super) use commit::{commit_confirm, confirm_page};
 
 /// The one-line summary of an effect: the adapter's `summary` when the ledger record has
 /// one, else `METHOD host path`.
@@ -322,15 +324,12 @@ pub(super) async fn run_page(
         checks,
     } = &data;
     let open = reviewable(run);
-    // Per rule: how many are staged, and how many of them flow rules make it skip.
-    let mut by_rule: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for effect in effects.iter().filter(|e| e.state == EffectState::Staged) {
-        let entry = by_rule
-            .entry(effect.rule.clone().unwrap_or_default())
-            .or_insert((0, 0));
-        entry.0 += 1;
-        entry.1 += flagged(std::iter::once(effect), checks);
-    }
+    // The rules that staged effects still staged, each with its approve-all button.
+    let by_rule: std::collections::BTreeSet<String> = effects
+        .iter()
+        .filter(|e| e.state == EffectState::Staged)
+        .map(|e| e.rule.clone().unwrap_or_default())
+        .collect();
     let (held, blocked) = holds(effects.iter(), checks);
     let mut history: Vec<(u64, String, String, String)> = run
         .decisions
@@ -382,15 +381,8 @@ pub(super) async fn run_page(
                     a.button.primary href=(format!("/runs/{}/commit", run.id)) accesskey="c" { "Commit…" }
                     (action_button(&session, &format!("/runs/{}/abort", run.id), "Abort run", "danger", &[],
                         Some("Abort this run? Every pending effect is discarded and nothing is sent.")))
-                    @for (rule, (count, skip)) in &by_rule {
-                        @let by = if rule.is_empty() { "the default" } else { rule.as_str() };
-                        @let label = if *skip == 0 {
-                            format!("Approve all {count} staged by {by}")
-                        } else {
-                            format!("Approve all {count} staged by {by} (skips {skip} that flow rules hold or block)")
-                        };
-                        (action_button(&session, &format!("/runs/{}/approve-rule", run.id),
-                            &label, "approve", &[("rule", rule.as_str())], None))
+                    @for rule in &by_rule {
+                        (bound::rule_button(&session, run, rule, effects, checks))
                     }
                 }
             }
@@ -514,4 +506,20 @@ pub(super) async fn run_page(
         },
     );
     Ok(html_response(StatusCode::OK, page))
+}
+
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` UTC.
+pub(super) fn time_utc(ms: u64) -> String {
+    let Ok(at) = time::OffsetDateTime::from_unix_timestamp((ms / 1000) as i64) else {
+        return ms.to_string();
+    };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    )
 }

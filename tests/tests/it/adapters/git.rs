@@ -464,7 +464,7 @@ reason = "secrets stay inside"
     let refused = airlock
         .post(
             &format!("/v1/runs/{run}/commit"),
-            Some(serde_json::json!({"approve_pending": true})),
+            Some(airlock.approve_pending_body(&run).await),
         )
         .await
         .expect_err("held");

@@ -10,7 +10,9 @@ use axum::response::Response;
 use axum::Extension;
 use maud::html;
 
+use super::bound::{fields, notice};
 use super::{action_button, badge, load, reviewable, summary};
+use crate::runs::expect::{Expectation, Scope, SetChanged};
 use crate::ui::flows::{flagged, holds};
 use crate::ui::{html_response, layout, Session, UiError, UiResult};
 use crate::Control;
@@ -85,7 +87,19 @@ pub(in crate::ui) async fn commit_confirm(
     Extension(session): Extension<Session>,
     Path(id): Path<String>,
 ) -> UiResult<Response> {
-    let data = load(&shared, &id).await?;
+    confirm_page(&shared, &session, &id, None).await
+}
+
+/// The confirmation of a commit of run `id` as it stands, with its forms bound to the
+/// effects it shows; after a refused form (`changed`), the same page at 409 with what
+/// changed at the top.
+pub(in crate::ui) async fn confirm_page(
+    shared: &Arc<Control>,
+    session: &Session,
+    id: &str,
+    changed: Option<&SetChanged>,
+) -> UiResult<Response> {
+    let data = load(shared, id).await?;
     let run = &data.run;
     if !reviewable(run) {
         return Err(UiError::new(
@@ -114,6 +128,9 @@ pub(in crate::ui) async fn commit_confirm(
             strict.undecided.len() - skip
         )
     };
+    // Both buttons carry the set this page shows: the server refuses them once it changed.
+    let [seq, digest] = fields(&Expectation::of(&data.effects, Scope::Commit));
+    let bound = [(seq.0, seq.1.as_str()), (digest.0, digest.1.as_str())];
     let effect_row = |effect: &Effect| {
         html! {
             td { (effect.seq) }
@@ -123,10 +140,11 @@ pub(in crate::ui) async fn commit_confirm(
     };
     let page = layout(
         "Confirm commit",
-        Some(&session),
+        Some(session),
         html! {
             p.crumbs { a href="/" { "Runs" } " / " a href=(format!("/runs/{}", run.id)) { code { (run.id) } } " / commit" }
             h1 { "Commit run " code { (run.id) } "?" }
+            @if let Some(changed) = changed { (notice(changed)) }
             @if held > 0 {
                 div.notice.warn.flows-held {
                     p { strong { (held) " effect(s) are held by review flows." } " Only a reviewer's own approval of each, on its page, releases it; approving all undecided skips them, and the commit is refused while any is held. Approve or reject each first." }
@@ -155,14 +173,19 @@ pub(in crate::ui) async fn commit_confirm(
                 table.list #not-sent { thead { tr { th { "#" } th { "summary" } th { "request" } th { "state" } } } tbody { @for e in &strict.not_sent { tr { (effect_row(e)) td { (badge(e.state.as_str())) } } } } }
             }
             @if strict.undecided.is_empty() {
-                (action_button(&session, &format!("/runs/{}/commit", run.id), &format!("Commit: release {} effect(s)", strict.release.len()), "primary", &[], None))
+                (action_button(session, &format!("/runs/{}/commit", run.id), &format!("Commit: release {} effect(s)", strict.release.len()), "primary", &bound, None))
             } @else {
                 h2 { "Or approve the undecided too" }
                 p { "Then " (lenient.release.len()) " effect(s) are released and " (lenient.skip.len()) " skipped." }
-                (action_button(&session, &format!("/runs/{}/commit", run.id), &approve_all, "primary", &[("approve_pending", "true")], None))
+                (action_button(session, &format!("/runs/{}/commit", run.id), &approve_all, "primary", &[("approve_pending", "true"), bound[0], bound[1]], None))
             }
             p { a href=(format!("/runs/{}", run.id)) { "Back to the run" } }
         },
     );
-    Ok(html_response(StatusCode::OK, page))
+    let status = if changed.is_some() {
+        StatusCode::CONFLICT
+    } else {
+        StatusCode::OK
+    };
+    Ok(html_response(status, page))
 }
