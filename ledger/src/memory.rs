@@ -18,7 +18,7 @@ use crate::model::{
 use crate::rules::{self, workspace as workspace_rules, CommitStart};
 use crate::store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
-use crate::{LedgerError, ReleaseOutcome, Result, Verdict};
+use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
 /// The in-memory store. Clones are handles on one store (as reopening is for sled): they
 /// share its records and its subscribers.
@@ -133,6 +133,29 @@ impl MemoryStore {
         };
         self.notifier.send(changes);
         Ok(out)
+    }
+
+    /// Reads effect `id`, its run and the run's effects, lets `change` decide, and stores
+    /// the changed effects and the run.
+    fn update_run_effects(
+        &self,
+        id: &EffectId,
+        change: impl FnOnce(&mut Run, &[Effect]) -> std::result::Result<Vec<Effect>, crate::Refused>,
+    ) -> Result<Vec<Effect>> {
+        self.write(|state| {
+            let run_id = state.must_effect(id)?.run_id.clone();
+            let mut run = state.must_run(&run_id)?.clone();
+            let before = run.clone();
+            let effects = state.effects_of(&run_id);
+            let changed = change(&mut run, &effects)?;
+            state.put_effects(&changed);
+            let mut changes: Vec<Change> = changed.iter().map(Change::of_effect).collect();
+            if run != before {
+                state.runs.insert(run_id.clone(), run);
+                changes.push(Change::RunChanged(run_id));
+            }
+            Ok((changed, changes))
+        })
     }
 
     /// Reads effect `id`, lets `change` decide and change it, and stores it.
@@ -379,6 +402,18 @@ impl EffectStore for MemoryStore {
             }
             let changes = changed.iter().map(Change::of_effect).collect();
             Ok((changed, changes))
+        })
+    }
+
+    fn retry(&self, id: &EffectId, by: &str) -> Result<Vec<Effect>> {
+        self.update_run_effects(id, |run, effects| {
+            rules::outcome::retry(run, effects, id, by, now_ms())
+        })
+    }
+
+    fn settle(&self, id: &EffectId, settlement: &Settlement, by: &str) -> Result<Vec<Effect>> {
+        self.update_run_effects(id, |run, effects| {
+            rules::outcome::settle(run, effects, id, settlement, by, now_ms())
         })
     }
 }

@@ -380,6 +380,7 @@ fn an_adapters_notes_are_kept_and_old_records_read_without_them() {
                 summary: Some("open PR o/r#? 'x'".into()),
                 adapter: Some("github".into()),
                 compensates: Some(original.id.clone()),
+                idempotency: None,
             },
         )
         .expect("staged with notes");
