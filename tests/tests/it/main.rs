@@ -12,6 +12,7 @@ mod flows;
 mod limits;
 mod lineage;
 mod matchers;
+mod outcomes;
 mod pass;
 mod protocols;
 mod reload;
