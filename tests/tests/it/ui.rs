@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 mod flows;
 
 /// curl against the admin listener directly (no proxy environment).
-async fn get(url: &str, cookie: Option<&str>) -> CurlResult {
+pub(crate) async fn get(url: &str, cookie: Option<&str>) -> CurlResult {
     let mut args = vec![url.to_owned()];
     if let Some(cookie) = cookie {
         args.extend(["-H".to_owned(), format!("Cookie: {cookie}")]);
@@ -38,7 +38,7 @@ async fn post_form(url: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> 
 }
 
 /// Signs in with `token`; returns the `name=value` of the session cookie.
-async fn sign_in(admin: &str, token: &str) -> String {
+pub(crate) async fn sign_in(admin: &str, token: &str) -> String {
     let out = get(&format!("{admin}/login?token={token}"), None).await;
     assert_eq!(out.status, 303, "sign-in redirects: {}", out.headers);
     let cookie = out.header("set-cookie").expect("a session cookie");
@@ -47,7 +47,7 @@ async fn sign_in(admin: &str, token: &str) -> String {
     cookie.split(';').next().expect("name=value").to_owned()
 }
 
-fn text(out: &CurlResult) -> String {
+pub(crate) fn text(out: &CurlResult) -> String {
     String::from_utf8_lossy(&out.body).into_owned()
 }
 

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::{effect, flaky_origin, stage};
 use crate::cli::cli;
+use crate::ui::{get, sign_in, text};
 
 /// The decisions of `kind` on an effect, as `(by, note)`.
 fn decisions(shown: &Value, kind: &str) -> Vec<(String, Option<String>)> {
@@ -49,6 +50,14 @@ async fn item3_settle_delivered_and_not_delivered_are_recorded_with_who_decided(
     );
     assert_eq!(origin.received().len(), 2);
 
+    // The review UI says how to settle them.
+    let cookie = sign_in(&airlock.admin_url, "alice-secret-token-0123456789").await;
+    let page = text(&get(&format!("{}/runs/{run}", airlock.admin_url), Some(&cookie)).await);
+    assert!(
+        page.contains(&format!("airlock settle {kept} --delivered")),
+        "{page}"
+    );
+
     // Not yet: settle needs one of the two findings.
     let (ok, _, err) = cli(&fx, &["settle", &kept]);
     assert!(!ok);
@@ -77,6 +86,17 @@ async fn item3_settle_delivered_and_not_delivered_are_recorded_with_who_decided(
             "alice".to_owned(),
             Some("order 4242 in the origin's admin".to_owned())
         )]
+    );
+    let page = text(
+        &get(
+            &format!("{}/effects/{kept}", airlock.admin_url),
+            Some(&cookie),
+        )
+        .await,
+    );
+    assert!(
+        page.contains("settle_delivered</strong> by alice: order 4242"),
+        "{page}"
     );
     // Settling it again is refused: it is no longer unknown.
     let (ok, _, _) = cli(&fx, &["settle", &kept, "--not-delivered"]);
