@@ -20,6 +20,8 @@ use crate::store::{EffectStore, JournalStore, LineageStore, RunStore, Store, Wor
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
+mod outcomes;
+
 /// The in-memory store. Clones are handles on one store (as reopening is for sled): they
 /// share its records and its subscribers.
 #[derive(Debug, Clone, Default)]
@@ -133,29 +135,6 @@ impl MemoryStore {
         };
         self.notifier.send(changes);
         Ok(out)
-    }
-
-    /// Reads effect `id`, its run and the run's effects, lets `change` decide, and stores
-    /// the changed effects and the run.
-    fn update_run_effects(
-        &self,
-        id: &EffectId,
-        change: impl FnOnce(&mut Run, &[Effect]) -> std::result::Result<Vec<Effect>, crate::Refused>,
-    ) -> Result<Vec<Effect>> {
-        self.write(|state| {
-            let run_id = state.must_effect(id)?.run_id.clone();
-            let mut run = state.must_run(&run_id)?.clone();
-            let before = run.clone();
-            let effects = state.effects_of(&run_id);
-            let changed = change(&mut run, &effects)?;
-            state.put_effects(&changed);
-            let mut changes: Vec<Change> = changed.iter().map(Change::of_effect).collect();
-            if run != before {
-                state.runs.insert(run_id.clone(), run);
-                changes.push(Change::RunChanged(run_id));
-            }
-            Ok((changed, changes))
-        })
     }
 
     /// Reads effect `id`, lets `change` decide and change it, and stores it.
