@@ -3,7 +3,7 @@
 //! ([`model`]) that runs random operation sequences against a backend and the in-memory
 //! model and asserts the same answers, as sled v0.34.7's own model tests do.
 //!
-//! A backend's test calls [`contracts::all`] with a [`Backend`] and runs
+//! A backend's test calls [`contracts::all`] (which runs [`outcomes::all`] too) with a [`Backend`] and runs
 //! [`model::same_answers`] under proptest with [`model::operations`]. The functions panic
 //! on the first broken contract: they are tests.
 
@@ -11,6 +11,7 @@ use crate::{Ledger, MemoryStore, Store};
 
 pub mod contracts;
 pub mod model;
+pub mod outcomes;
 
 /// How the suite gets stores of one backend.
 pub trait Backend {

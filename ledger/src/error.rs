@@ -115,6 +115,26 @@ pub enum Refused {
         /// `flow "ID": REASON`, `; ` separated.
         detail: String,
     },
+    /// A retry was asked for an effect that may have reached its origin (or whose origin
+    /// refused it): re-sending it could act twice. Nothing was changed.
+    #[error("effect {effect} is {state} and cannot be retried: {reason}")]
+    NotRetriable {
+        /// The effect.
+        effect: EffectId,
+        /// Its state.
+        state: EffectState,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// A settlement names a placeholder the effect does not have, gives a value that
+    /// cannot stand for it, or gives values with `--not-delivered`. Nothing was changed.
+    #[error("effect {effect} cannot be settled so: {reason}")]
+    BadSettlement {
+        /// The effect.
+        effect: EffectId,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl Refused {
@@ -127,6 +147,8 @@ impl Refused {
             Self::Undecided { .. } => "undecided_effects",
             Self::FlowHeld { .. } => "flow_review_required",
             Self::FlowBlocked { .. } => "flow_blocked",
+            Self::NotRetriable { .. } => "not_retriable",
+            Self::BadSettlement { .. } => "bad_settlement",
         }
     }
 }

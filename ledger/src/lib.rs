@@ -20,6 +20,7 @@ pub mod fingerprint;
 mod lineage;
 mod memory;
 mod model;
+pub mod outcome;
 pub mod rules;
 mod sled_store;
 mod store;
@@ -41,6 +42,7 @@ pub use model::{
     Run, RunId, RunState, ValueKind,
 };
 pub use model::{RunFlag, MAX_RUN_FLAGS};
+pub use outcome::{Delivery, Idempotency, IdempotencySpec, Settlement};
 pub use sled_store::Ledger;
 pub use store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
 pub use workspace::{
@@ -66,6 +68,9 @@ pub struct ReleaseOutcome<'a> {
     pub error: Option<String>,
     /// Placeholders of the effect with the real value found for each (or none).
     pub resolved: Vec<(String, Option<String>)>,
+    /// How far a failed release got (`failed`, `failed` and retriable, or `unknown`);
+    /// ignored when `error` is `None`.
+    pub delivery: Delivery,
 }
 
 /// A reviewer's verdict on an effect.

@@ -142,6 +142,18 @@ pub fn readiness(effect: &Effect, states: &HashMap<EffectId, EffectState>) -> Re
         match states.get(&dependency.effect) {
             Some(EffectState::Released) => {}
             Some(EffectState::Approved | EffectState::Releasing) => wait = true,
+            Some(EffectState::Unknown) => {
+                return Readiness::Skip(format!(
+                    "depends on {} (unknown: it may or may not have reached its origin), whose placeholder {} it carries; a reviewer who checked the origin settles it (`airlock settle {} --delivered`), and this effect is then released",
+                    dependency.effect, dependency.value, dependency.effect
+                ))
+            }
+            Some(EffectState::Failed) => {
+                return Readiness::Skip(format!(
+                    "depends on {} (failed), whose placeholder {} it carries; it is released if {} is retried and released",
+                    dependency.effect, dependency.value, dependency.effect
+                ))
+            }
             Some(state) => {
                 return Readiness::Skip(format!(
                     "depends on {} ({state}), whose placeholder {} it carries",

@@ -18,7 +18,9 @@ use crate::model::{
 use crate::rules::{self, workspace as workspace_rules, CommitStart};
 use crate::store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
-use crate::{LedgerError, ReleaseOutcome, Result, Verdict};
+use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
+
+mod outcomes;
 
 /// The in-memory store. Clones are handles on one store (as reopening is for sled): they
 /// share its records and its subscribers.
@@ -379,6 +381,18 @@ impl EffectStore for MemoryStore {
             }
             let changes = changed.iter().map(Change::of_effect).collect();
             Ok((changed, changes))
+        })
+    }
+
+    fn retry(&self, id: &EffectId, by: &str) -> Result<Vec<Effect>> {
+        self.update_run_effects(id, |run, effects| {
+            rules::outcome::retry(run, effects, id, by, now_ms())
+        })
+    }
+
+    fn settle(&self, id: &EffectId, settlement: &Settlement, by: &str) -> Result<Vec<Effect>> {
+        self.update_run_effects(id, |run, effects| {
+            rules::outcome::settle(run, effects, id, settlement, by, now_ms())
         })
     }
 }

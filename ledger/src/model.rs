@@ -138,8 +138,11 @@ impl fmt::Display for RunState {
 }
 
 /// States of an effect (docs/design.md, glossary): `staged -> approved | rejected`; at commit
-/// `approved -> releasing -> released | failed`; `skipped`, `discarded`, and `unknown`
-/// (the process died while releasing; never silently re-sent).
+/// `approved -> releasing -> released | failed | unknown`; `skipped`, `discarded`. The
+/// ways out of a doubtful or failed release (docs/design.md, "Outcomes of a release"):
+/// `unknown -> released | failed` (a reviewer settles it), `failed | unknown -> approved`
+/// (a retry, only when provably nothing was sent or the origin honours an idempotency
+/// key) and `skipped -> approved` (its dependency was retried or settled delivered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EffectState {
@@ -153,13 +156,16 @@ pub enum EffectState {
     Releasing,
     /// Sent, and the origin answered.
     Released,
-    /// Sending failed, or the origin answered with an error status.
+    /// The origin answered with an error status (or its adapter judged the answer a
+    /// refusal), or provably nothing was sent ([`Effect::retriable`] then says so).
     Failed,
-    /// Not sent because an effect it depends on was rejected or failed.
+    /// Not sent because an effect it depends on was rejected, failed, skipped or unknown.
     Skipped,
     /// Not sent because the run was aborted.
     Discarded,
-    /// The process stopped while it was being released: it may or may not have reached the origin.
+    /// It may or may not have reached the origin: airlock stopped while releasing it, or
+    /// the origin closed the connection or did not answer in time after the request
+    /// started. Never re-sent silently; a reviewer settles it.
     Unknown,
 }
 
@@ -184,7 +190,9 @@ impl EffectState {
         matches!(self, Self::Staged | Self::Approved | Self::Rejected)
     }
 
-    /// Whether the state machine allows `self -> to`.
+    /// Whether the state machine allows `self -> to`. The edges out of `failed`,
+    /// `unknown` and `skipped` have conditions of their own ([`crate::rules::outcome`]):
+    /// a reviewer's verdict never takes them.
     pub fn can_become(self, to: EffectState) -> bool {
         use EffectState::*;
         matches!(
@@ -193,6 +201,8 @@ impl EffectState {
                 | (Staged | Approved, Discarded)
                 | (Approved, Releasing | Skipped | Failed)
                 | (Releasing, Released | Failed | Unknown)
+                | (Unknown, Released | Failed)
+                | (Failed | Unknown | Skipped, Approved)
         )
     }
 }
@@ -206,12 +216,29 @@ impl fmt::Display for EffectState {
 /// A durable decision of the commit authority or a reviewer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionRecord {
-    /// `commit`, `abort`, `seal`, `approve` or `reject`.
+    /// `commit`, `abort`, `seal`, `approve`, `reject`, or one of
+    /// [`crate::outcome::kinds`] (`retry`, `settle_delivered`, …).
     pub kind: String,
     /// Who decided (`admin`, a reviewer name, `recovery`).
     pub by: String,
     /// When, in milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// What the decider said or what it concerns (a settlement's note, the effect a
+    /// requeue waited for); absent on older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl DecisionRecord {
+    /// A decision of `kind` by `by` at `at_ms` (ms since the Unix epoch), without a note.
+    pub fn new(kind: &str, by: &str, at_ms: u64) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            by: by.to_owned(),
+            at_ms,
+            note: None,
+        }
+    }
 }
 
 /// A run: one agent execution, one transaction.
@@ -355,6 +382,20 @@ pub struct Effect {
     /// compensation.
     #[serde(default)]
     pub compensates: Option<EffectId>,
+    /// True on a `failed` effect of which provably nothing reached the origin (the dial
+    /// was refused, TLS verification failed, a check before sending refused it), or that
+    /// a reviewer settled not delivered: only such an effect may be retried. Cleared by
+    /// the retry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retriable: bool,
+    /// The release attempts before the current one ([`Effect::release`]), oldest first:
+    /// a retry keeps the earlier attempt's record here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_releases: Vec<ReleaseRecord>,
+    /// The idempotency key every release attempt sends, when the effect's rule says its
+    /// origin honours one (`idempotency_key = "Idempotency-Key"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency: Option<crate::outcome::Idempotency>,
 }
 
 /// What an adapter adds to a staged effect, for [`crate::Ledger::stage_with`].
@@ -366,6 +407,8 @@ pub struct EffectNotes {
     pub adapter: Option<String>,
     /// The effect this one compensates.
     pub compensates: Option<EffectId>,
+    /// The origin's idempotency key header, when the rule or adapter says it honours one.
+    pub idempotency: Option<crate::outcome::IdempotencySpec>,
 }
 
 /// The type a placeholder imitates.

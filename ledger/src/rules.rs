@@ -14,8 +14,10 @@ use crate::model::{
     DecisionRecord, Digest, Effect, EffectId, EffectNotes, EffectState, NewEffect, Placeholder,
     ReleaseRecord, Run, RunFlag, RunId, RunState, ValueKind, MAX_RUN_FLAGS,
 };
+use crate::outcome::Delivery;
 use crate::{ReleaseOutcome, Verdict};
 
+pub mod outcome;
 pub mod workspace;
 
 /// Why an effect is `discarded` when its run is aborted.
@@ -93,6 +95,7 @@ pub fn seal(run: &mut Run, by: &str, at_ms: u64) -> Result<bool, Refused> {
         kind: "seal".into(),
         by: by.into(),
         at_ms,
+        note: None,
     });
     Ok(true)
 }
@@ -161,6 +164,7 @@ pub fn begin_commit(
             kind: "approve".into(),
             by: approver.clone(),
             at_ms,
+            note: None,
         });
         approved.push(effect);
     }
@@ -169,6 +173,7 @@ pub fn begin_commit(
             kind: "seal".into(),
             by: by.into(),
             at_ms,
+            note: None,
         });
     }
     run.state = RunState::Committing;
@@ -176,6 +181,7 @@ pub fn begin_commit(
         kind: "commit".into(),
         by: by.into(),
         at_ms,
+        note: None,
     });
     Ok(CommitStart::Begun(approved))
 }
@@ -240,6 +246,7 @@ pub fn abort(
         kind: "abort".into(),
         by: by.into(),
         at_ms,
+        note: None,
     });
     Ok(Some(discarded))
 }
@@ -269,7 +276,7 @@ pub fn new_effect(
     placeholders: Vec<Placeholder>,
     at_ms: u64,
 ) -> Effect {
-    Effect {
+    let mut effect = Effect {
         id,
         run_id: new.run_id.clone(),
         seq,
@@ -292,7 +299,14 @@ pub fn new_effect(
         summary: notes.summary,
         adapter: notes.adapter,
         compensates: notes.compensates,
-    }
+        retriable: false,
+        earlier_releases: Vec::new(),
+        idempotency: None,
+    };
+    effect.idempotency = notes
+        .idempotency
+        .map(|spec| outcome::idempotency_of(&effect, spec));
+    effect
 }
 
 /// A run's per-run random base of number placeholders, in [10^15, 9 * 10^15) (16 digits,
@@ -344,6 +358,15 @@ pub fn decide_effect(
             },
         });
     }
+    // A verdict is for pending effects only: the edges out of `failed`, `unknown` and
+    // `skipped` are a retry's or a settlement's (`outcome`).
+    if !effect.state.is_pending() {
+        return Err(Refused::EffectTransition {
+            effect: effect.id.clone(),
+            from: effect.state,
+            to,
+        });
+    }
     check_effect_transition(effect, to)?;
     effect.state = to;
     effect.approval = match verdict {
@@ -359,6 +382,7 @@ pub fn decide_effect(
         .into(),
         by: by.into(),
         at_ms,
+        note: None,
     });
     Ok(())
 }
@@ -419,9 +443,12 @@ pub fn mark_releasing(effect: &mut Effect, at_ms: u64) -> Result<(), Refused> {
     Ok(())
 }
 
-/// Records a release's outcome on `effect`: `released` when `outcome.error` is `None`,
-/// else `failed`; `response_digest` is the SHA-256 digest of `outcome.body`, which the
-/// caller stores (only once this returned `Ok`). Finished at `at_ms`.
+/// Records a release's outcome on `effect`: `released` when `outcome.error` is `None`;
+/// else, by [`ReleaseOutcome::delivery`], `failed` (the origin answered), `failed` and
+/// retriable (provably nothing was sent) or `unknown` (the request may have reached the
+/// origin, and no answer came). `response_digest` is the SHA-256 digest of
+/// `outcome.body`, which the caller stores (only once this returned `Ok`). Finished at
+/// `at_ms`.
 ///
 /// Errors: [`Refused::EffectTransition`] when the effect may not take that state.
 pub fn record_release(
@@ -437,11 +464,12 @@ pub fn record_release(
         body_len,
         error,
         resolved,
+        delivery,
     } = outcome;
-    let to = if error.is_none() {
-        EffectState::Released
-    } else {
-        EffectState::Failed
+    let to = match (&error, delivery) {
+        (None, _) => EffectState::Released,
+        (Some(_), Delivery::Unanswered) => EffectState::Unknown,
+        (Some(_), Delivery::Answered | Delivery::NotSent) => EffectState::Failed,
     };
     check_effect_transition(effect, to)?;
     let release = effect.release.get_or_insert(release_started(at_ms));
@@ -452,6 +480,7 @@ pub fn record_release(
     release.body_len = body_len;
     release.error = error.clone();
     effect.state = to;
+    effect.retriable = to == EffectState::Failed && delivery == Delivery::NotSent;
     effect.state_reason = error;
     for (value, real) in resolved {
         if let Some(placeholder) = effect.placeholders.iter_mut().find(|p| p.value == value) {
@@ -461,7 +490,8 @@ pub fn record_release(
     Ok(())
 }
 
-/// Ends an approved effect without sending it: `to` is `skipped` or `failed`, for `reason`;
+/// Ends an approved effect without sending it: `to` is `skipped` or `failed` (retriable:
+/// nothing was sent), for `reason`;
 /// or `rejected` (from `staged` or `approved`), which a `block` flow decides at commit: the
 /// approval is dropped and a `reject` decision by `policy: flow rules` recorded.
 ///
@@ -478,6 +508,7 @@ pub fn settle_unsent(effect: &mut Effect, to: EffectState, reason: &str) -> Resu
             kind: "reject".into(),
             by: FLOW_RULES_ACTOR.into(),
             at_ms: crate::now_ms(),
+            note: None,
         });
         return Ok(());
     }
@@ -491,6 +522,8 @@ pub fn settle_unsent(effect: &mut Effect, to: EffectState, reason: &str) -> Resu
     check_effect_transition(effect, to)?;
     effect.state = to;
     effect.state_reason = Some(reason.to_owned());
+    // Nothing was sent, so a failure here may be retried.
+    effect.retriable = to == EffectState::Failed;
     Ok(())
 }
 

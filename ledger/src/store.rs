@@ -43,7 +43,7 @@ use crate::model::{
     RunFlag, RunId,
 };
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
-use crate::{ReleaseOutcome, Result, Verdict};
+use crate::{ReleaseOutcome, Result, Settlement, Verdict};
 
 /// A ledger backend: every concern, plus flushing, sizes and change notifications.
 pub trait Store:
@@ -203,6 +203,27 @@ pub trait EffectStore: Send + Sync + 'static {
     /// Recovery after a restart: every effect left `releasing` becomes `unknown`. Returns
     /// them (identifier order). Durable.
     fn recover(&self) -> Result<Vec<Effect>>;
+
+    /// A reviewer's retry of an effect ([`crate::rules::outcome::retry`]): a `failed`
+    /// effect of which provably nothing was sent, or an `unknown` one whose origin
+    /// honours its idempotency key, becomes `approved` again; its skipped dependents are
+    /// requeued; a finished commit goes back to `committing`. Effects and run in one
+    /// atomic write. Durable. Returns the changed effects, the retried one first. At most
+    /// once per attempt: a second retry is refused until the release ends.
+    ///
+    /// Errors: [`crate::Refused::NotRetriable`], [`crate::Refused::EffectTransition`],
+    /// [`crate::Refused::RunTransition`]; [`crate::LedgerError::NotFound`].
+    fn retry(&self, id: &EffectId, by: &str) -> Result<Vec<Effect>>;
+
+    /// A reviewer's settlement of an `unknown` effect after checking its origin
+    /// ([`crate::rules::outcome::settle`]): delivered makes it `released` (with the real
+    /// values given), requeues its skipped dependents and puts a finished commit back to
+    /// `committing`; not delivered makes it `failed` and retriable. Effects and run in one
+    /// atomic write. Durable. Returns the changed effects, the settled one first.
+    ///
+    /// Errors: [`crate::Refused::EffectTransition`], [`crate::Refused::BadSettlement`],
+    /// [`crate::Refused::RunTransition`]; [`crate::LedgerError::NotFound`].
+    fn settle(&self, id: &EffectId, settlement: &Settlement, by: &str) -> Result<Vec<Effect>>;
 }
 
 /// The journal: reads and denials, numbered per run, not durable on their own.

@@ -380,6 +380,7 @@ fn an_adapters_notes_are_kept_and_old_records_read_without_them() {
                 summary: Some("open PR o/r#? 'x'".into()),
                 adapter: Some("github".into()),
                 compensates: Some(original.id.clone()),
+                idempotency: None,
             },
         )
         .expect("staged with notes");
@@ -446,4 +447,29 @@ fn a_ledger_larger_than_its_cache_keeps_and_returns_every_effect_after_reopen() 
             effect.seq
         );
     }
+}
+
+#[test]
+fn records_written_before_release_outcomes_still_read() {
+    // A failed effect and a decision as airlock wrote them before retry and settle existed:
+    // no `retriable`, `earlier_releases`, `idempotency` or decision `note`.
+    let (_dir, ledger) = ledger();
+    let run = ledger.create_run(None).expect("run");
+    let staged = stage(&ledger, &run.id, b"x").expect("staged");
+    let mut old = serde_json::to_value(&staged).expect("json");
+    let object = old.as_object_mut().expect("object");
+    object.insert("state".into(), serde_json::json!("failed"));
+    object.insert(
+        "decisions".into(),
+        serde_json::json!([{"kind": "approve", "by": "admin", "at_ms": 1}]),
+    );
+    for key in ["retriable", "earlier_releases", "idempotency"] {
+        object.remove(key);
+    }
+    let old: Effect = serde_json::from_value(old).expect("old records still read");
+    assert_eq!(old.state, EffectState::Failed);
+    assert!(!old.retriable, "an old failure is not provably unsent");
+    assert!(old.earlier_releases.is_empty() && old.idempotency.is_none());
+    assert_eq!(old.decisions[0].note, None);
+    assert!(!crate::rules::outcome::is_retriable(&old));
 }

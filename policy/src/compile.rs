@@ -187,6 +187,7 @@ fn compile_rule(mut wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProbl
         redact: extra.redact,
         review: extra.review,
         profiles: extra.profiles,
+        idempotency: extra.idempotency,
         respond,
         id,
         host,

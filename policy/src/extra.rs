@@ -5,7 +5,7 @@
 use crate::body::BodyMatcher;
 use crate::content::{HeaderMatcher, QueryMatcher};
 use crate::error::FieldProblem;
-use crate::obligation::{parse_strip, Limits, Mode, Redaction, Review};
+use crate::obligation::{parse_strip, Idempotency, Limits, Mode, Redaction, Review};
 use crate::wire::WireRule;
 use crate::Action;
 
@@ -20,11 +20,12 @@ pub(crate) struct Extra {
     pub(crate) redact: Vec<Redaction>,
     pub(crate) review: Review,
     pub(crate) profiles: Option<Vec<String>>,
+    pub(crate) idempotency: Option<Idempotency>,
 }
 
 /// A tunnel rule is host level only (invariant 3): nothing that needs interception.
 pub(crate) fn check_tunnel(wire: &WireRule) -> Result<(), FieldProblem> {
-    let refused: [(&'static str, bool); 13] = [
+    let refused: [(&'static str, bool); 15] = [
         ("method", wire.method.is_some()),
         ("path", wire.path.is_some()),
         ("query", wire.query.is_some()),
@@ -38,6 +39,8 @@ pub(crate) fn check_tunnel(wire: &WireRule) -> Result<(), FieldProblem> {
         ("redact", wire.redact.is_some()),
         ("review", wire.review.is_some()),
         ("mode", wire.mode.is_some()),
+        ("idempotency_key", wire.idempotency_key.is_some()),
+        ("retry_unknown", wire.retry_unknown.is_some()),
     ];
     if let Some((field, _)) = refused.iter().find(|(_, present)| *present) {
         return Err(FieldProblem::new(
@@ -129,7 +132,10 @@ pub(crate) fn compile_extra(wire: &mut WireRule, action: Action) -> Result<Extra
         }
         Some(list) => Some(list),
     };
+    let idempotency = Idempotency::parse(wire.idempotency_key.take(), wire.retry_unknown, action)
+        .map_err(|(field, p)| FieldProblem::new(field, p))?;
     Ok(Extra {
+        idempotency,
         query,
         headers,
         body,

@@ -50,7 +50,7 @@ pub use flow::{
     EdgeClass, Flow, FlowAction, FlowEdge, FlowSource, FlowTarget, FlowTo, FlowVerdict, CREDENTIAL,
     PLACEHOLDER_OF, UNANALYSED,
 };
-pub use obligation::{Limits, Mode, Redaction, Review, REDACTED};
+pub use obligation::{Idempotency, Limits, Mode, Redaction, Review, REDACTED};
 pub use request::{RequestBody, RequestFacts, Scheme};
 pub use respond::{Part, PlaceholderKind, Respond};
 
@@ -86,6 +86,7 @@ pub struct Rule {
     redact: Vec<Redaction>,
     review: Review,
     profiles: Option<Vec<String>>,
+    idempotency: Option<Idempotency>,
     inject: Option<String>,
     adapter: Option<String>,
     labels: Vec<String>,
@@ -109,6 +110,13 @@ impl Rule {
     /// inside its bind.
     pub fn inject(&self) -> Option<&str> {
         self.inject.as_deref()
+    }
+
+    /// The origin's idempotency key header and whether `unknown` effects may be re-sent
+    /// (`idempotency_key`, `retry_unknown`; stage rules only), when the rule says the
+    /// origin honours one.
+    pub fn idempotency(&self) -> Option<&Idempotency> {
+        self.idempotency.as_ref()
     }
 
     /// The labels every read this pass rule lets through carries (`labels = [...]`;

@@ -1,4 +1,5 @@
-//! Per-rule obligations and modes: `mode`, `review`, `limit`, `strip`, `redact`.
+//! Per-rule obligations and modes: `mode`, `review`, `limit`, `strip`, `redact`,
+//! `idempotency_key` with `retry_unknown`.
 //!
 //! The policy crate only compiles and exposes them (accessors on [`crate::Rule`]); the
 //! proxy enforces them. Masking for `redact` is pure, so it lives here too
@@ -7,7 +8,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::wire::{WireLimit, WireMode, WireReview};
+use crate::wire::{WireLimit, WireMode, WireRetryUnknown, WireReview};
 
 /// The value written in place of a redacted header or JSON value.
 pub const REDACTED: &str = "[redacted]";
@@ -52,6 +53,77 @@ impl Review {
             None | Some(WireReview::Required) => Review::Required,
             Some(WireReview::Auto) => Review::Auto,
         }
+    }
+}
+
+/// `idempotency_key` and `retry_unknown` of a stage rule: the origin honours an
+/// idempotency key (the IETF httpapi draft "The Idempotency-Key HTTP Header Field";
+/// Stripe's API), so airlock sends a stable per-effect key with every release attempt,
+/// and may re-send an effect whose outcome is unknown when `retry_unknown` says so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Idempotency {
+    /// The header the origin reads the key from, as written (`Idempotency-Key`).
+    pub header: String,
+    /// `retry_unknown = "idempotent"`: an `unknown` effect may be re-sent with its key.
+    pub retry_unknown: bool,
+}
+
+impl Idempotency {
+    /// Compiles the two keys of a rule whose action is `action`; `None` without them.
+    pub(crate) fn parse(
+        header: Option<String>,
+        retry_unknown: Option<WireRetryUnknown>,
+        action: crate::Action,
+    ) -> Result<Option<Idempotency>, (&'static str, String)> {
+        if action != crate::Action::Stage {
+            if header.is_some() {
+                return Err((
+                    "idempotency_key",
+                    "only a stage rule's effects are released with an idempotency key".into(),
+                ));
+            }
+            if retry_unknown.is_some() {
+                return Err((
+                    "retry_unknown",
+                    "only a stage rule's effects are released and retried".into(),
+                ));
+            }
+        }
+        let Some(header) = header else {
+            if retry_unknown == Some(WireRetryUnknown::Idempotent) {
+                return Err((
+                    "retry_unknown",
+                    "\"idempotent\" needs idempotency_key: without a key the origin cannot tell a re-sent request from a new one".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        let lower = header.to_ascii_lowercase();
+        let token = !lower.is_empty()
+            && lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !token {
+            return Err((
+                "idempotency_key",
+                format!("\"{header}\" is not a header name"),
+            ));
+        }
+        if lower.starts_with("airlock-")
+            || matches!(
+                lower.as_str(),
+                "host" | "content-length" | "transfer-encoding" | "connection" | "authorization"
+            )
+        {
+            return Err((
+                "idempotency_key",
+                format!("header \"{header}\" is not the origin's idempotency key header"),
+            ));
+        }
+        Ok(Some(Idempotency {
+            header,
+            retry_unknown: retry_unknown == Some(WireRetryUnknown::Idempotent),
+        }))
     }
 }
 

@@ -90,6 +90,23 @@ pub(crate) struct WireRule {
     /// `labels = ["secret"]`: every read this pass rule lets through carries these labels,
     /// which `[[flow]]` rules name in `from`.
     pub(crate) labels: Option<Vec<String>>,
+    /// `idempotency_key = "Idempotency-Key"`, stage rules only: the origin honours an
+    /// idempotency key in this header (Stripe-style APIs; most origins do not), and every
+    /// release attempt sends the effect's stable key in it.
+    pub(crate) idempotency_key: Option<String>,
+    /// `retry_unknown = "never"` (default) or `"idempotent"`, with `idempotency_key`: an
+    /// effect whose outcome is unknown may be retried, since the origin deduplicates by
+    /// the key.
+    pub(crate) retry_unknown: Option<WireRetryUnknown>,
+}
+
+/// `retry_unknown` as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(rename = "RetryUnknown")]
+pub(crate) enum WireRetryUnknown {
+    Never,
+    Idempotent,
 }
 
 /// `respond = "github"` (an adapter by name) or a `[rule.respond]` table (a template).

@@ -36,6 +36,7 @@ macro_rules! outln {
 // After the macros, so they can use them.
 mod admin_client;
 mod compensate;
+mod outcomes;
 mod policy;
 mod policy_tools;
 pub mod run;
@@ -120,7 +121,7 @@ fn one_line(error: &anyhow::Error) -> String {
 fn hint(error: &anyhow::Error) -> Option<String> {
     for cause in error.chain() {
         if cause.downcast_ref::<PartialCommit>().is_some() {
-            return Some("`airlock show EFFECT` tells why; a failed or unknown effect is never re-sent by airlock".into());
+            return Some("`airlock show EFFECT` tells why; `airlock retry` re-sends an effect that provably never reached its origin, `airlock settle` records what you found at the origin for an unknown one".into());
         }
         if let Some(client) = cause.downcast_ref::<ClientError>() {
             return Some(match client {
@@ -136,6 +137,9 @@ fn hint(error: &anyhow::Error) -> Option<String> {
                 }
                 ClientError::Api { code, details, .. } if code == "flow_review_required" => {
                     admin_client::held_hint(details.as_ref())
+                }
+                ClientError::Api { code, .. } if code == "not_retriable" => {
+                    "check the origin, then `airlock settle EFFECT --delivered` or `--not-delivered` (an unknown effect), or stage the request anew".into()
                 }
                 ClientError::Api { code, .. } if code == "flow_blocked" => {
                     admin_client::BLOCKED_HINT.into()
@@ -196,6 +200,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             admin,
         } => admin_client::commit(&run, approve_pending, expect.as_deref(), &admin).await,
         Command::Compensate { run, admin } => compensate::compensate(&run, &admin).await,
+        Command::Retry { target, admin } => outcomes::retry(&target, &admin).await,
+        Command::Settle {
+            effect,
+            delivered,
+            not_delivered: _,
+            note,
+            values,
+            admin,
+        } => outcomes::settle(&effect, delivered, note, values, &admin).await,
         Command::Abort { run, admin } => admin_client::abort(&run, &admin).await,
         Command::Env { run, admin } => admin_client::env(&run, &admin).await,
         Command::Ca {

@@ -53,6 +53,9 @@ pub fn effects_table(effects: &[Value]) -> String {
         {
             out.push_str(&format!("     {:<30} why: {reason}\n", ""));
         }
+        if let Some(next) = effect.get("next").and_then(Value::as_str) {
+            out.push_str(&format!("     {:<30} next: {next}\n", ""));
+        }
     }
     out
 }
@@ -225,6 +228,64 @@ pub fn render_effect(effect: &Value) -> String {
                 .map(|e| format!(" ({e})"))
                 .unwrap_or_default()
         ));
+    }
+    out.push_str(&render_outcome(effect));
+    out
+}
+
+/// The ways out of a doubtful or failed release, for one effect: earlier attempts, the
+/// idempotency key, retries and settlements with who decided, and what to do next.
+fn render_outcome(effect: &Value) -> String {
+    let mut out = String::new();
+    for (i, earlier) in effect["earlier_releases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        out.push_str(&format!(
+            "attempt  #{}: status {}{}\n",
+            i + 1,
+            earlier["status"]
+                .as_u64()
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+            earlier["error"]
+                .as_str()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(key) = effect.get("idempotency").filter(|k| k.is_object()) {
+        out.push_str(&format!(
+            "idempotency  {}: {}{}\n",
+            key["header"].as_str().unwrap_or(""),
+            key["key"].as_str().unwrap_or(""),
+            if key["retry_unknown"].as_bool() == Some(true) {
+                " (an unknown outcome may be re-sent)"
+            } else {
+                ""
+            }
+        ));
+    }
+    for decision in effect["decisions"].as_array().into_iter().flatten() {
+        let kind = decision["kind"].as_str().unwrap_or("");
+        if matches!(
+            kind,
+            "retry" | "settle_delivered" | "settle_not_delivered" | "supply_values" | "requeue"
+        ) {
+            out.push_str(&format!(
+                "decision {kind} by {}{}\n",
+                decision["by"].as_str().unwrap_or("?"),
+                decision["note"]
+                    .as_str()
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if let Some(next) = effect["next"].as_str() {
+        out.push_str(&format!("next     {next}\n"));
     }
     out
 }

@@ -18,6 +18,7 @@ pub fn all(backend: &mut dyn Backend) {
     refusals_change_nothing(backend);
     changes_are_announced(backend);
     callable_through_dyn_store(backend);
+    super::outcomes::all(backend);
 }
 
 /// A new effect of `run` with `body` and the given placeholders.

@@ -11,9 +11,9 @@ use serde_json::Value;
 
 use super::contracts::{new_denial, new_effect, new_read, new_workspace};
 use crate::{
-    Changes, DecisionKind, Dependency, EdgeKind, EffectId, EffectLineage, EffectState, LedgerError,
-    PlaceholderSpec, ReadContent, ReleaseOutcome, RunFlag, RunId, StepRecord, Store, ValueKind,
-    Verdict, WorkspaceDecision,
+    Changes, DecisionKind, Delivery, Dependency, EdgeKind, EffectId, EffectLineage, EffectState,
+    LedgerError, PlaceholderSpec, ReadContent, ReleaseOutcome, RunFlag, RunId, Settlement,
+    StepRecord, Store, ValueKind, Verdict, WorkspaceDecision,
 };
 
 /// One operation; `run` and `effect` index the runs and effects created so far (modulo
@@ -52,6 +52,15 @@ pub enum Op {
     RecordRelease {
         effect: usize,
         ok: bool,
+        delivery: u8,
+    },
+    Retry {
+        effect: usize,
+    },
+    Settle {
+        effect: usize,
+        delivered: bool,
+        value: Option<u8>,
     },
     SettleUnsent {
         effect: usize,
@@ -127,7 +136,10 @@ pub fn operations(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
         1 => run.clone().prop_map(|run| Op::FinishCommit { run }),
         1 => run.clone().prop_map(|run| Op::Abort { run }),
         2 => effect.clone().prop_map(|effect| Op::MarkReleasing { effect }),
-        2 => (effect.clone(), any::<bool>()).prop_map(|(effect, ok)| Op::RecordRelease { effect, ok }),
+        2 => (effect.clone(), any::<bool>(), 0u8..3).prop_map(|(effect, ok, delivery)| Op::RecordRelease { effect, ok, delivery }),
+        1 => effect.clone().prop_map(|effect| Op::Retry { effect }),
+        1 => (effect.clone(), any::<bool>(), proptest::option::of(0u8..3))
+            .prop_map(|(effect, delivered, value)| Op::Settle { effect, delivered, value }),
         1 => (effect.clone(), any::<bool>()).prop_map(|(effect, skipped)| Op::SettleUnsent { effect, skipped }),
         1 => Just(Op::Recover),
         1 => run.clone().prop_map(|run| Op::FlagRun { run }),
@@ -262,16 +274,49 @@ impl<'a> Driver<'a> {
             Op::FinishCommit { run } => answer(store.finish_commit(&self.run(*run))),
             Op::Abort { run } => answer(store.abort(&self.run(*run), "t")),
             Op::MarkReleasing { effect } => answer(store.mark_releasing(&self.effect(*effect))),
-            Op::RecordRelease { effect, ok } => answer(store.record_release(
+            Op::RecordRelease {
+                effect,
+                ok,
+                delivery,
+            } => answer(store.record_release(
                 &self.effect(*effect),
                 ReleaseOutcome {
                     status: Some(if *ok { 201 } else { 500 }),
                     body: b"done",
                     body_len: 4,
                     error: (!ok).then(|| "origin said 500".into()),
+                    delivery: match delivery {
+                        0 => Delivery::Answered,
+                        1 => Delivery::NotSent,
+                        _ => Delivery::Unanswered,
+                    },
                     ..ReleaseOutcome::default()
                 },
             )),
+            Op::Retry { effect } => answer(store.retry(&self.effect(*effect), "alice")),
+            Op::Settle {
+                effect,
+                delivered,
+                value,
+            } => {
+                // Values name the first number placeholder (`/n0`), an unknown one, or
+                // are not a number.
+                let values = match value {
+                    None => Vec::new(),
+                    Some(0) => vec![("/n0".to_owned(), "42".to_owned())],
+                    Some(1) => vec![("/nope".to_owned(), "42".to_owned())],
+                    Some(_) => vec![("/n0".to_owned(), "x".to_owned())],
+                };
+                answer(store.settle(
+                    &self.effect(*effect),
+                    &Settlement {
+                        delivered: *delivered,
+                        note: Some("checked".into()),
+                        values,
+                    },
+                    "alice",
+                ))
+            }
             Op::SettleUnsent { effect, skipped } => {
                 let to = if *skipped {
                     EffectState::Skipped

@@ -38,6 +38,9 @@ fn effect(i: usize, deps: &[usize]) -> Effect {
         summary: None,
         adapter: None,
         compensates: None,
+        retriable: false,
+        earlier_releases: Vec::new(),
+        idempotency: None,
     }
 }
 

@@ -87,6 +87,7 @@ pub fn decide_workspace(
         kind: format!("workspace_{}", decision.kind.as_str()),
         by: decision.by.clone(),
         at_ms: decision.at_ms,
+        note: None,
     });
     Ok((decision, true))
 }
@@ -165,6 +166,7 @@ pub fn discard_effects_after(
                 kind: "discard".into(),
                 by: "rollback_to".into(),
                 at_ms,
+                note: None,
             });
             discarded.push(effect);
         }

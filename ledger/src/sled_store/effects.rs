@@ -3,9 +3,10 @@
 use super::{decode, encode, index_key, run_prefix, Ledger, OrStorage as _};
 use crate::change::Change;
 use crate::model::{
-    now_ms, Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder, NewEffect, RunId,
+    now_ms, Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder, NewEffect, Run,
+    RunId,
 };
-use crate::{rules, LedgerError, ReleaseOutcome, Result, Verdict};
+use crate::{rules, LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
 impl Ledger {
     /// [`crate::EffectStore::stage`] on sled: stores the body by digest and the record,
@@ -191,6 +192,52 @@ impl Ledger {
         self.update_effect(id, |_, effect| {
             Ok(rules::settle_unsent(effect, to, reason)?)
         })
+    }
+
+    /// [`crate::EffectStore::retry`] on sled: the effects and the run written under the
+    /// write lock, then flushed. Durable.
+    ///
+    /// Errors: as the trait method.
+    pub fn retry(&self, id: &EffectId, by: &str) -> Result<Vec<Effect>> {
+        self.update_run_effects(id, |run, effects| {
+            rules::outcome::retry(run, effects, id, by, now_ms())
+        })
+    }
+
+    /// [`crate::EffectStore::settle`] on sled, written as [`Ledger::retry`]. Durable.
+    ///
+    /// Errors: as the trait method.
+    pub fn settle(&self, id: &EffectId, settlement: &Settlement, by: &str) -> Result<Vec<Effect>> {
+        self.update_run_effects(id, |run, effects| {
+            rules::outcome::settle(run, effects, id, settlement, by, now_ms())
+        })
+    }
+
+    /// Reads effect `id`, its run and the run's effects under the write lock, lets
+    /// `change` decide, and writes the changed effects and the run, then flushes and
+    /// announces them.
+    fn update_run_effects(
+        &self,
+        id: &EffectId,
+        change: impl FnOnce(&mut Run, &[Effect]) -> std::result::Result<Vec<Effect>, crate::Refused>,
+    ) -> Result<Vec<Effect>> {
+        let _guard = self.lock();
+        let effect = self.must_effect(id)?;
+        let mut run = self.must_run(&effect.run_id)?;
+        let before = run.clone();
+        let effects = self.effects_unlocked(&run.id)?;
+        let changed = change(&mut run, &effects)?;
+        let mut changes = Vec::with_capacity(changed.len() + 1);
+        for effect in &changed {
+            self.put_effect(effect)?;
+            changes.push(Change::of_effect(effect));
+        }
+        if run != before {
+            self.put_run(&run)?;
+            changes.push(Change::RunChanged(run.id.clone()));
+        }
+        self.flush_and_send(changes)?;
+        Ok(changed)
     }
 
     /// [`crate::EffectStore::recover`] on sled: scans every effect. Durable.

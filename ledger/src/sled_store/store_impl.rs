@@ -13,7 +13,7 @@ use crate::model::{
 };
 use crate::store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
-use crate::{ReleaseOutcome, Result, Verdict};
+use crate::{ReleaseOutcome, Result, Settlement, Verdict};
 
 impl Store for Ledger {
     fn flush(&self) -> Result<()> {
@@ -106,6 +106,14 @@ impl EffectStore for Ledger {
 
     fn recover(&self) -> Result<Vec<Effect>> {
         Ledger::recover(self)
+    }
+
+    fn retry(&self, id: &EffectId, by: &str) -> Result<Vec<Effect>> {
+        Ledger::retry(self, id, by)
+    }
+
+    fn settle(&self, id: &EffectId, settlement: &Settlement, by: &str) -> Result<Vec<Effect>> {
+        Ledger::settle(self, id, settlement, by)
     }
 }
 

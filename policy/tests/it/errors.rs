@@ -45,6 +45,18 @@ fn messages() {
             "policy.toml: rule \"r\" (#2): field \"review\": only a stage rule creates effects to review",
         ),
         (
+            rule("id = \"i\"\nhost = \"a.example.com\"\naction = \"pass\"\nidempotency_key = \"Idempotency-Key\""),
+            "policy.toml: rule \"i\" (#2): field \"idempotency_key\": only a stage rule's effects are released with an idempotency key",
+        ),
+        (
+            rule("id = \"i\"\nhost = \"a.example.com\"\naction = \"stage\"\nretry_unknown = \"idempotent\""),
+            "policy.toml: rule \"i\" (#2): field \"retry_unknown\": \"idempotent\" needs idempotency_key: without a key the origin cannot tell a re-sent request from a new one",
+        ),
+        (
+            rule("id = \"i\"\nhost = \"a.example.com\"\naction = \"stage\"\nidempotency_key = \"Idempotency Key\""),
+            "policy.toml: rule \"i\" (#2): field \"idempotency_key\": \"Idempotency Key\" is not a header name",
+        ),
+        (
             rule("id = \"l\"\nhost = \"a.example.com\"\naction = \"pass\"\nlimit = { requests_per_minute = 0 }"),
             "policy.toml: rule \"l\" (#2): field \"limit\": requests_per_minute = 0: must be a positive integer",
         ),
@@ -199,4 +211,27 @@ fn load_names_the_file() {
     }
     assert!(Policy::load(&path).is_ok());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn idempotency_keys_compile_on_stage_rules() {
+    let policy = Policy::from_toml_str(
+        &rule("id = \"charges\"\nhost = \"api.example.com\"\naction = \"stage\"\nidempotency_key = \"Idempotency-Key\"\nretry_unknown = \"idempotent\""),
+        "policy.toml",
+    )
+    .expect("compiles");
+    let key = policy
+        .rule("charges")
+        .and_then(|r| r.idempotency())
+        .expect("idempotency");
+    assert_eq!(
+        (key.header.as_str(), key.retry_unknown),
+        ("Idempotency-Key", true)
+    );
+    let plain = Policy::from_toml_str(
+        &rule("id = \"hooks\"\nhost = \"api.example.com\"\naction = \"stage\""),
+        "policy.toml",
+    )
+    .expect("compiles");
+    assert!(plain.rule("hooks").and_then(|r| r.idempotency()).is_none());
 }

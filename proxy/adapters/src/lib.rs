@@ -255,6 +255,15 @@ pub trait Adapter: Send + Sync {
         None
     }
 
+    /// The request header in which the API honours an idempotency key for `call`
+    /// (Stripe's `Idempotency-Key`), when it honours one: every release attempt then
+    /// carries the effect's stable key there. `None` (the default, and the answer of
+    /// every bundled adapter: GitHub, Slack, GraphQL, git and plain webhooks honour none);
+    /// a rule's `idempotency_key` says it for any origin (docs/policy.md#idempotency-keys).
+    fn idempotency_header(&self, _call: &Call<'_>) -> Option<&'static str> {
+        None
+    }
+
     /// Approximate inverses of a released effect (`call` with placeholders substituted,
     /// `response` the origin's captured answer), in the order they should be sent.
     fn compensations(&self, _call: &Call<'_>, _response: &[u8]) -> Vec<Compensation> {

@@ -106,6 +106,9 @@ mod shapes {
             compensates: None,
             approval: None,
             inject: None,
+            retriable: false,
+            earlier_releases: Vec::new(),
+            idempotency: None,
         }
     }
 

@@ -22,6 +22,7 @@ mod commit;
 mod compensate;
 mod effects;
 mod fence;
+mod outcomes;
 mod policy;
 mod render;
 mod workspace;
@@ -78,6 +79,9 @@ impl ApiError {
             "snapshot_unsupported" => "give the workspace snapshot_cmd and rollback_cmd, or use a git workspace",
             "run_not_committed" => "only a committed run can be compensated; commit it first",
             "already_compensated" => "the run was compensated before; see its compensation run",
+            "not_retriable" => "the effect may have reached its origin (or the origin refused it): check the origin, then settle an unknown effect (POST /v1/effects/{id}/settle, `airlock settle`)",
+            "bad_settlement" => "name a placeholder of the effect by its pointer (GET /v1/effects/{id} lists them) with a value of its type, and give values only with delivered = true",
+            "nothing_to_retry" => "GET /v1/runs/{id}/effects: a failed effect with retriable = true, or an unknown one, is what to look at",
             _ if self.status.is_server_error() => "see airlock's log; retry later",
             _ => "see reason; docs/admin-api.md describes each endpoint",
         }
@@ -184,6 +188,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .merge(workspace::routes())
         .merge(compensate::routes())
         .merge(fence::routes())
+        .merge(outcomes::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             require_token,

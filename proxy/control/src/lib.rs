@@ -11,6 +11,7 @@ pub mod compensate;
 pub mod env;
 pub mod flows;
 pub mod notify;
+pub mod outcomes;
 mod plane;
 pub mod release;
 pub mod runs;

@@ -15,23 +15,18 @@ use airlock_ledger::{
     readiness, Effect, EffectId, EffectState, IssuedPlaceholder, LedgerError, Readiness,
     ReleaseOutcome, RunId, RunState,
 };
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Method, Request};
 use serde::Serialize;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use crate::Control;
-use airlock_net::body::full_body;
-use airlock_net::headers::{strip_hop_by_hop, strip_reserved, to_records};
-use airlock_net::respond::error_chain;
 
 mod placeholders;
+mod send;
 
-use placeholders::{resolve, substituted};
+use placeholders::{resolve, substituted, value_missing};
+use send::{send, Prepared};
 
-/// How much of an origin's response to a release is stored in the ledger.
-const RELEASE_CAPTURE_BYTES: usize = 1024 * 1024;
 /// Most effects in flight at once during a commit.
 pub const MAX_CONCURRENT_RELEASES: usize = 8;
 
@@ -54,6 +49,10 @@ pub struct EffectOutcome {
     pub reason: Option<String>,
     /// One line for reviewers (the adapter's summary, else `METHOD host/path`).
     pub summary: String,
+    /// What a reviewer can do next about a failed or unknown effect (`airlock retry`,
+    /// `airlock settle`), when anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// What a commit did, reported honestly: released, failed, unknown, rejected, skipped.
@@ -90,6 +89,7 @@ impl CommitReport {
                     status: e.release.as_ref().and_then(|r| r.status),
                     reason: e.state_reason.clone(),
                     summary: airlock_adapters::summary_of(e),
+                    next: crate::outcomes::next_step(e),
                 })
                 .collect(),
         }
@@ -169,11 +169,33 @@ pub async fn commit(
         blocking(move || ledger.begin_commit(&run_id, approve_pending, &by_owned)).await?;
     shared.close_run(run);
     if release {
-        release_all(shared, run).await?;
-        let ledger = shared.ledger().clone();
-        let run_id = run.clone();
-        blocking(move || ledger.finish_commit(&run_id)).await?;
+        release_and_finish(shared, run).await?;
     }
+    report(shared, run).await
+}
+
+/// Releases every approved effect of `run` and ends its commit (`committed` or
+/// `partially_committed`). The caller holds the run's commit lock.
+///
+/// Errors: storage faults and failed ledger tasks.
+pub(crate) async fn release_and_finish(
+    shared: &Arc<Control>,
+    run: &RunId,
+) -> Result<(), CommitError> {
+    release_all(shared, run).await?;
+    let ledger = shared.ledger().clone();
+    let run_id = run.clone();
+    blocking(move || ledger.finish_commit(&run_id)).await?;
+    Ok(())
+}
+
+/// The report of `run` as the ledger holds it now.
+///
+/// Errors: storage faults and failed ledger tasks.
+pub(crate) async fn report(
+    shared: &Arc<Control>,
+    run: &RunId,
+) -> Result<CommitReport, CommitError> {
     let ledger = shared.ledger().clone();
     let run_id = run.clone();
     let (state, effects) = blocking(move || {
@@ -233,15 +255,28 @@ async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitErr
                     if !busy_origins.contains(origin)
                         && in_flight.len() < MAX_CONCURRENT_RELEASES =>
                 {
-                    busy_origins.insert(origin);
-                    in_flight.insert(effect.id.clone());
-                    let shared = shared.clone();
-                    let effect = effect.clone();
                     let parents: Vec<Effect> = effects
                         .iter()
                         .filter(|e| effect.depends_on.iter().any(|d| d.effect == e.id))
                         .cloned()
                         .collect();
+                    // A parent settled delivered without its real value: never released
+                    // with the placeholder; an operator supplies the value.
+                    if let Some(reason) = value_missing(effect, &parents) {
+                        let ledger = shared.ledger().clone();
+                        let id = effect.id.clone();
+                        info!(effect.id = %id, reason = %reason, "effect held for a real value");
+                        effects[position] = blocking(move || {
+                            ledger.settle_unsent(&id, EffectState::Skipped, &reason)
+                        })
+                        .await?;
+                        changed = true;
+                        continue;
+                    }
+                    busy_origins.insert(origin);
+                    in_flight.insert(effect.id.clone());
+                    let shared = shared.clone();
+                    let effect = effect.clone();
                     let issued = issued.clone();
                     tasks.spawn(
                         async move { release_one(&shared, effect, &parents, &issued).await },
@@ -299,6 +334,15 @@ async fn release_one(
     }
     let prepared = substituted(shared, &effect, parents, issued, body).and_then(
         |(mut url, mut headers, body)| {
+            // The same key on every attempt: the origin deduplicates by it.
+            if let Some(key) = &effect.idempotency {
+                if !headers
+                    .iter()
+                    .any(|(name, _)| name.eq_ignore_ascii_case(&key.header))
+                {
+                    headers.push((key.header.clone(), key.key.clone().into_bytes()));
+                }
+            }
             // The credential is added only now: the ledger holds its name, never its value.
             let scrubber = airlock_dataplane::credentials::apply_release(
                 shared.data(),
@@ -365,18 +409,23 @@ async fn release_one(
                         body_len: total,
                         error,
                         resolved,
+                        // The origin answered: a refusal is `failed`, not retriable.
+                        delivery: airlock_ledger::Delivery::Answered,
                     },
                 )
             })
             .await?
         }
-        Err(reason) => {
-            warn!(effect.id = %effect.id, url = %effect.url, reason = %reason, "release failed");
+        Err(failure) => {
+            warn!(effect.id = %effect.id, url = %effect.url, reason = %failure.reason,
+                  delivery = ?failure.delivery, "release got no answer");
             blocking(move || {
                 ledger.record_release(
                     &id,
                     ReleaseOutcome {
-                        error: Some(reason),
+                        status: failure.status,
+                        error: Some(failure.reason),
+                        delivery: failure.delivery,
                         ..ReleaseOutcome::default()
                     },
                 )
@@ -385,72 +434,6 @@ async fn release_one(
         }
     };
     Ok(settled)
-}
-
-type Sent = (u16, Vec<airlock_ledger::Header>, Vec<u8>, u64);
-
-/// A release request ready to send: URL, headers, body (placeholders substituted).
-type Prepared = (String, Vec<(String, Vec<u8>)>, Vec<u8>);
-
-async fn send(
-    shared: &Arc<Control>,
-    method: &str,
-    (url, header_list, body): Prepared,
-) -> Result<Sent, String> {
-    let method = Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
-    let mut request = Request::builder().method(method).uri(url.as_str());
-    {
-        let headers = request.headers_mut().ok_or("invalid release request")?;
-        for (name, value) in &header_list {
-            let (Ok(name), Ok(value)) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_bytes(value),
-            ) else {
-                continue;
-            };
-            headers.append(name, value);
-        }
-        strip_hop_by_hop(headers);
-        headers.remove(http::header::CONTENT_LENGTH);
-        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    }
-    let request = request
-        .body(full_body(Bytes::from(body)))
-        .map_err(|e| e.to_string())?;
-    let exchange = async {
-        let response = shared
-            .data
-            .upstream()
-            .request(request)
-            .await
-            .map_err(|e| error_chain(&e).unwrap_or_else(|| e.to_string()))?;
-        let (mut parts, mut body) = response.into_parts();
-        strip_reserved(&mut parts.headers);
-        let mut captured = Vec::new();
-        let mut total = 0u64;
-        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
-            let frame = frame.map_err(|e| format!("reading the origin's response failed: {e}"))?;
-            if let Some(data) = frame.data_ref() {
-                total += data.len() as u64;
-                let room = RELEASE_CAPTURE_BYTES.saturating_sub(captured.len());
-                captured.extend_from_slice(&data[..data.len().min(room)]);
-            }
-        }
-        Ok::<_, String>((
-            parts.status.as_u16(),
-            to_records(&parts.headers),
-            captured,
-            total,
-        ))
-    };
-    tokio::time::timeout(shared.data.limits().release_timeout, exchange)
-        .await
-        .map_err(|_| {
-            format!(
-                "the origin did not answer within {:?}",
-                shared.data.limits().release_timeout
-            )
-        })?
 }
 
 /// The effect's adapter judges the origin's answer: a `200` can still say the update was

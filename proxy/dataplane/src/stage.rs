@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use airlock_ledger::{Dependency, Effect, EffectNotes, Header, NewEffect, PlaceholderSpec, RunId};
+use airlock_ledger::{
+    Dependency, Effect, EffectNotes, Header, IdempotencySpec, NewEffect, PlaceholderSpec, RunId,
+};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{header, HeaderValue, Response};
@@ -55,10 +57,28 @@ pub async fn stage(
         adapter = &adapters::webhook::Webhook;
         plan = adapter.plan(&call);
     }
+    // The origin honours an idempotency key when the rule says so (or the adapter knows
+    // it does): every release attempt then sends the effect's stable key.
+    let idempotency = match rule
+        .and_then(|id| policy.rule(id))
+        .and_then(|rule| rule.idempotency())
+    {
+        Some(key) => Some(IdempotencySpec {
+            header: key.header.clone(),
+            retry_unknown: key.retry_unknown,
+        }),
+        None => adapter
+            .idempotency_header(&call)
+            .map(|header| IdempotencySpec {
+                header: header.to_owned(),
+                retry_unknown: false,
+            }),
+    };
     let notes = EffectNotes {
         summary: Some(plan.summary.clone()),
         adapter: Some(adapter.name().to_owned()),
         compensates: None,
+        idempotency,
     };
     let pending = Pending {
         run_id: run.clone(),

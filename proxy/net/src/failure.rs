@@ -75,6 +75,12 @@ impl Failure {
         found
     }
 
+    /// Whether the failure is the origin's TLS certificate not being trusted
+    /// (`--upstream-ca` is the operator's remedy).
+    pub fn is_untrusted_certificate(self) -> bool {
+        matches!(self, Failure::UntrustedCertificate | Failure::CaAsEndEntity)
+    }
+
     fn of_tls(error: &rustls::Error) -> Self {
         use rustls::{CertificateError, Error};
         match error {
@@ -92,6 +98,21 @@ impl Failure {
             _ => Failure::Tls,
         }
     }
+}
+
+/// Whether `error` (of the upstream client) proves that no byte of the request was
+/// written: it happened while connecting, that is resolving, dialing or the TLS
+/// handshake (certificate verification included), before the client writes anything.
+/// Read from types: `hyper_util`'s client error says `is_connect`, or the dialer's own
+/// [`DialError`](crate::dial::DialError) is a cause. Anything else (a reset, a closed
+/// connection, a protocol error) may come after the request started, so it is not proof.
+pub fn nothing_sent(error: &(dyn std::error::Error + 'static)) -> bool {
+    causes(error).any(|cause| {
+        cause
+            .downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(hyper_util::client::legacy::Error::is_connect)
+            || cause.downcast_ref::<crate::dial::DialError>().is_some()
+    })
 }
 
 /// An error and its causes, outermost first. An `std::io::Error` wrapping another error
@@ -132,6 +153,19 @@ mod tests {
         assert_eq!(Failure::of(&tls(unknown)), Failure::UntrustedCertificate);
         let alert = rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure);
         assert_eq!(Failure::of(&tls(alert)), Failure::Tls);
+    }
+
+    #[test]
+    fn only_connect_failures_prove_nothing_was_sent() {
+        let refused = DialError::Connect {
+            addr: "127.0.0.1:1".parse().expect("literal address"),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert!(super::nothing_sent(&refused));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(!super::nothing_sent(&reset));
+        let text = std::io::Error::other("connect error: dial refused");
+        assert!(!super::nothing_sent(&text));
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub struct Reply {
     /// Keep the response open this long after the body before ending it (a streaming
     /// answer: the client has the body while the response is not over).
     pub hold_open: Option<Duration>,
+    /// Record the request (body included), then close the connection without answering:
+    /// an origin that got the request and died before replying.
+    pub hang_up: bool,
 }
 
 impl Reply {
@@ -77,6 +80,16 @@ impl Reply {
             delay: None,
             trailers: Vec::new(),
             hold_open: None,
+            hang_up: false,
+        }
+    }
+
+    /// No reply: the origin records the request and closes the connection
+    /// ([`Reply::hang_up`]).
+    pub fn hang_up() -> Self {
+        Self {
+            hang_up: true,
+            ..Self::default()
         }
     }
 
@@ -89,6 +102,7 @@ impl Reply {
             delay: None,
             trailers: Vec::new(),
             hold_open: None,
+            hang_up: false,
         }
     }
 }
@@ -281,11 +295,15 @@ impl Origin {
 /// The origin's response body: whole, or streamed with trailers.
 type OriginBody = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
 
+/// Why the origin answered nothing: a service error makes hyper close the connection
+/// without a response.
+type NoAnswer = Box<dyn std::error::Error + Send + Sync>;
+
 async fn answer(
     req: Request<Incoming>,
     handler: Handler,
     log: Arc<Mutex<Vec<Received>>>,
-) -> Result<Response<OriginBody>, hyper::Error> {
+) -> Result<Response<OriginBody>, NoAnswer> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes().to_vec();
     let received = Received {
@@ -310,6 +328,9 @@ async fn answer(
     };
     let reply = handler(&received);
     log.lock().unwrap_or_else(|e| e.into_inner()).push(received);
+    if reply.hang_up {
+        return Err("the origin hangs up without answering".into());
+    }
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }

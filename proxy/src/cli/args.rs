@@ -124,6 +124,41 @@ pub(super) enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Send again a failed effect of which provably nothing reached the origin (dial
+    /// refused, TLS verification failed, the policy refused it), or an unknown one whose
+    /// rule says retry_unknown = "idempotent"; RUN retries every such effect of the run.
+    /// Once per attempt, recorded with who asked
+    Retry {
+        /// The effect (`eff_…`) or run (`run_…`)
+        target: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Record what a reviewer found at the origin for an unknown effect: --delivered
+    /// counts it released (its dependents follow), --not-delivered makes it retriable
+    Settle {
+        /// The unknown effect
+        effect: String,
+        /// The origin has the effect
+        #[arg(
+            long,
+            conflicts_with = "not_delivered",
+            required_unless_present = "not_delivered"
+        )]
+        delivered: bool,
+        /// The origin does not have the effect
+        #[arg(long)]
+        not_delivered: bool,
+        /// What was checked, kept with the decision
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+        /// A real value the origin assigned, for dependents that carry its placeholder:
+        /// NAME is the placeholder's JSON pointer (e.g. /number); repeatable, with --delivered
+        #[arg(long = "value", value_name = "NAME=VALUE", requires = "delivered", value_parser = parse_value)]
+        values: Vec<(String, String)>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Abort a run: discard its pending effects; nothing is sent
     Abort {
         /// The run
@@ -299,6 +334,10 @@ pub(super) struct ServeArgs {
     /// Largest request body that can be staged, in bytes
     #[arg(long, default_value_t = crate::config::DEFAULT_STAGE_BODY_LIMIT)]
     pub(super) stage_body_limit: u64,
+    /// Seconds an origin has to answer a released effect, response body included; past it
+    /// the effect's outcome is unknown (the request may have reached the origin)
+    #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = seconds())]
+    pub(super) release_timeout: u64,
     /// Seconds a client may take to send a request head
     #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = seconds())]
     pub(super) header_read_timeout: u64,
@@ -385,6 +424,16 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = airlock_ledger::DEFAULT_CACHE_BYTES >> 20, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
     pub(super) ledger_cache_mib: u64,
+}
+
+/// Parses `NAME=VALUE` of `airlock settle --value`.
+fn parse_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!(
+            "{text:?} is not NAME=VALUE (NAME: the placeholder's JSON pointer, like /number)"
+        )),
+    }
 }
 
 /// Longest timeout the CLI takes, in seconds: ten years, far past any sensible deadline and

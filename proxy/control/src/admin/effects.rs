@@ -104,6 +104,16 @@ async fn show_effect(
             "error": release.error,
         });
     }
+    out["earlier_releases"] = json!(effect
+        .earlier_releases
+        .iter()
+        .map(|r| json!({
+            "started_at_ms": r.started_at_ms,
+            "finished_at_ms": r.finished_at_ms,
+            "status": r.status,
+            "error": r.error,
+        }))
+        .collect::<Vec<_>>());
     Ok(Json(out))
 }
 

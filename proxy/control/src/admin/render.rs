@@ -48,6 +48,11 @@ pub(super) fn effect_summary(effect: &Effect) -> Value {
         "summary": airlock_adapters::summary_of(effect),
         "adapter": effect.adapter.as_deref().unwrap_or("webhook"),
         "compensates": effect.compensates,
+        // The ways out of a doubtful or failed release (docs/admin-api.md).
+        "retriable": airlock_ledger::rules::outcome::is_retriable(effect),
+        "attempts": effect.earlier_releases.len() + usize::from(effect.release.is_some()),
+        "idempotency": effect.idempotency,
+        "next": crate::outcomes::next_step(effect),
     })
 }
 

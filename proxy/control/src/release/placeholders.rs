@@ -1,7 +1,8 @@
 //! Placeholders at release: substituting parents' real values into an effect before it is
 //! sent, and reading its own placeholders' real values from the origin's response.
 
-use airlock_ledger::{Effect, IssuedPlaceholder, ValueKind};
+use airlock_ledger::outcome::kinds;
+use airlock_ledger::{Effect, EffectState, IssuedPlaceholder, ValueKind};
 use airlock_policy::{Action, RequestFacts, Scheme};
 
 use super::Prepared;
@@ -116,8 +117,10 @@ pub(super) fn substituted(
             ));
         }
     }
-    // The policy decides the request as it will now be sent.
-    if !effect.depends_on.is_empty() {
+    // The policy decides the request as it will now be sent: a substituted request, and a
+    // retried one (the policy may have changed since it was staged).
+    let retried = effect.decisions.iter().any(|d| d.kind == kinds::RETRY);
+    if !effect.depends_on.is_empty() || retried {
         let uri: http::Uri = url
             .parse()
             .map_err(|_| format!("after substitution {url} is not a valid URL"))?;
@@ -168,6 +171,32 @@ pub(super) fn substituted(
         }
     }
     Ok((url, headers, body))
+}
+
+/// Why `effect` must not be released yet: a parent whose placeholder it carries was
+/// settled delivered by a reviewer, and airlock never learnt that placeholder's real
+/// value (the origin's answer was never seen). The reason names the command that supplies
+/// it; `None` when every such value is known (or the parent's answer was seen, whose
+/// missing value [`substituted`] reports).
+pub(super) fn value_missing(effect: &Effect, parents: &[Effect]) -> Option<String> {
+    effect.depends_on.iter().find_map(|dependency| {
+        let parent = parents.iter().find(|p| p.id == dependency.effect)?;
+        let settled = parent.state == EffectState::Released
+            && parent
+                .decisions
+                .iter()
+                .any(|d| d.kind == kinds::SETTLE_DELIVERED);
+        let placeholder = parent
+            .placeholders
+            .iter()
+            .find(|p| p.value == dependency.value)?;
+        (settled && placeholder.real.is_none()).then(|| {
+            format!(
+                "needs the real value of placeholder {} (at {} of the origin's answer to {}), which airlock never saw: {} was settled delivered without it; a reviewer who knows it supplies it with `airlock settle {} --delivered --value {}=VALUE`, and this effect is then released",
+                dependency.value, placeholder.pointer, parent.id, parent.id, parent.id, placeholder.pointer
+            )
+        })
+    })
 }
 
 /// The real values of an effect's placeholders in the origin's JSON response.

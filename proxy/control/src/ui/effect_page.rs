@@ -196,6 +196,11 @@ pub(super) async fn effect_page(
             h1 { "#" (effect.seq) " " (summary(&effect)) " " (badge(effect.state.as_str())) }
             p.requestline { code { (effect.method) " " (effect.url) } }
             @if let Some(reason) = &effect.state_reason { p.reason { (reason) } }
+            @if let Some(next) = crate::outcomes::next_step(&effect) { p.next #next { "Next: " (next) } }
+            @if let Some(key) = &effect.idempotency {
+                p.meta { "idempotency key " code { (key.header) ": " (key.key) }
+                    @if key.retry_unknown { " · an unknown outcome may be re-sent (retry_unknown = \"idempotent\")" } }
+            }
             p.meta {
                 "rule " code { (effect.rule.as_deref().unwrap_or("(default)")) }
                 " · staged " (time_utc(effect.created_at_ms)) " UTC"
@@ -304,6 +309,15 @@ pub(super) async fn effect_page(
                             " · " (release.body_len) " body bytes"
                         }
                         @if let Some(error) = &release.error { p.error { (error) } }
+                        @if !effect.earlier_releases.is_empty() {
+                            details #attempts { summary { "earlier attempts (" (effect.earlier_releases.len()) ")" }
+                                ul { @for earlier in &effect.earlier_releases {
+                                    li { (time_utc(earlier.started_at_ms)) " UTC — "
+                                        @match earlier.status { Some(status) => { "HTTP " (status) } None => { "no answer" } }
+                                        @if let Some(error) = &earlier.error { ": " (error) } }
+                                } }
+                            }
+                        }
                         details { summary { "response headers (" (release.headers.len()) ")" } (headers_table(&release.headers)) }
                         @match &release_body {
                             Some(bytes) => {
@@ -318,7 +332,7 @@ pub(super) async fn effect_page(
             section {
                 h2 { "Decisions" }
                 @if effect.decisions.is_empty() { p.muted { "None yet." } } @else {
-                    ul { @for d in &effect.decisions { li { (time_utc(d.at_ms)) " UTC — " strong { (d.kind) } " by " (d.by) } } }
+                    ul { @for d in &effect.decisions { li { (time_utc(d.at_ms)) " UTC — " strong { (d.kind) } " by " (d.by) @if let Some(note) = &d.note { ": " (note) } } } }
                 }
             }
         },

@@ -405,6 +405,7 @@ pub(super) async fn run_page(
                                 td {
                                     (badge(effect.state.as_str()))
                                     @if let Some(reason) = &effect.state_reason { div.reason { (reason) } }
+                                    @if let Some(next) = crate::outcomes::next_step(effect) { div.next { "Next: " (next) } }
                                     @let check = checks.get(&effect.id);
                                     div { (hold_mark(hold(effect, check), check)) }
                                 }

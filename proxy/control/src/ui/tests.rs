@@ -37,6 +37,9 @@ fn effect(seq: u64, state: EffectState, parents: &[u64]) -> Effect {
         summary: None,
         adapter: None,
         compensates: None,
+        retriable: false,
+        earlier_releases: Vec::new(),
+        idempotency: None,
     }
 }
 

@@ -1,0 +1,98 @@
+//! The ways out of a doubtful or failed release (docs/design.md, "Outcomes of a release"):
+//! `POST /v1/effects/{id}/retry`, `POST /v1/runs/{id}/retry` and
+//! `POST /v1/effects/{id}/settle` (see `crate::outcomes`). Each records who asked.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use airlock_ledger::Settlement;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{parse_body, parse_effect, parse_run, ApiError, ApiResult};
+use crate::runs::Actor;
+use crate::Control;
+
+pub(super) fn routes() -> Router<Arc<Control>> {
+    Router::new()
+        .route("/v1/effects/{id}/retry", post(retry_effect))
+        .route("/v1/runs/{id}/retry", post(retry_run))
+        .route("/v1/effects/{id}/settle", post(settle_effect))
+}
+
+async fn retry_effect(
+    State(shared): State<Arc<Control>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let effect = parse_effect(&id)?;
+    let report =
+        crate::outcomes::retry_effect(&shared, &effect, &Actor::Reviewer(reviewer.name)).await?;
+    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+}
+
+async fn retry_run(
+    State(shared): State<Arc<Control>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let run = parse_run(&id)?;
+    let report = crate::outcomes::retry_run(&shared, &run, &Actor::Reviewer(reviewer.name)).await?;
+    if report.retried.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "nothing_to_retry",
+            format!(
+                "run {run} has no effect that can be retried: only a failed effect of which provably nothing was sent, or an unknown one whose rule says retry_unknown = \"idempotent\", is retried"
+            ),
+        ));
+    }
+    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+}
+
+/// `POST /v1/effects/{id}/settle`: `{"delivered": bool, "note"?: string, "values"?: {NAME: VALUE}}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettleRequest {
+    /// Required: what the reviewer found at the origin.
+    delivered: Option<bool>,
+    #[serde(default)]
+    note: Option<String>,
+    /// Real values of placeholders by JSON pointer (or stand-in value).
+    #[serde(default)]
+    values: BTreeMap<String, String>,
+}
+
+async fn settle_effect(
+    State(shared): State<Arc<Control>>,
+    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    let effect = parse_effect(&id)?;
+    let request: SettleRequest = parse_body(&body)?;
+    let Some(delivered) = request.delivered else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_body",
+            "say what the origin has: {\"delivered\": true} or {\"delivered\": false}",
+        ));
+    };
+    let settlement = Settlement {
+        delivered,
+        note: request.note,
+        values: request.values.into_iter().collect(),
+    };
+    let report = crate::outcomes::settle(
+        &shared,
+        &effect,
+        settlement,
+        &Actor::Reviewer(reviewer.name),
+    )
+    .await?;
+    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+}
