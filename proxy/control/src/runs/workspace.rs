@@ -427,8 +427,13 @@ async fn apply(
     let mut unverified = false;
     match decision.kind {
         DecisionKind::Keep if decision.commit => {
-            let committing =
-                super::commit_detached(shared, run, decision.approve_all, &Actor::Orchestrator);
+            let committing = super::commit_detached(
+                shared,
+                run,
+                decision.approve_all,
+                None,
+                &Actor::Orchestrator,
+            );
             let limit = shared.workspace_step_timeout;
             let Ok(committed) = tokio::time::timeout(limit, committing).await else {
                 return finish(
