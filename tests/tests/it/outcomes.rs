@@ -268,11 +268,8 @@ retry_unknown = "idempotent"
     );
     let admin = airlock.admin.clone();
     let commit_path = format!("/v1/runs/{run}/commit");
-    let committing = tokio::spawn(async move {
-        admin
-            .post(&commit_path, Some(json!({"approve_pending": true})))
-            .await
-    });
+    let body = airlock.approve_pending_body(&run).await;
+    let committing = tokio::spawn(async move { admin.post(&commit_path, Some(body)).await });
     let reached =
         airlock_tests::eventually(Duration::from_secs(10), || !origin.received().is_empty()).await;
     assert!(reached, "the charge reached the origin");
