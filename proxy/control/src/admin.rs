@@ -18,6 +18,7 @@ use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::runs::{self, Actor};
 use crate::Control;
 
+mod body;
 mod compensate;
 mod effects;
 mod fence;
@@ -71,6 +72,7 @@ impl ApiError {
             "run_not_open" | "invalid_run_transition" | "invalid_effect_transition" => {
                 "the run or effect is past that step; GET it to see its state"
             }
+            "body_too_large" => "send a smaller body: the admin API reads at most 2 MiB per request",
             "policy_invalid" => "fix the policy file; the policy in force is unchanged (docs/policy.md lists every key)",
             "snapshot_unsupported" => "give the workspace snapshot_cmd and rollback_cmd, or use a git workspace",
             "run_not_committed" => "only a committed run can be compensated; commit it first",
@@ -198,6 +200,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         )
         .merge(crate::ui::router(shared.clone()))
         .merge(api)
+        .layer(axum::extract::DefaultBodyLimit::max(body::BODY_LIMIT))
         .with_state(shared)
 }
 
@@ -296,7 +299,7 @@ static CREATE_WITH_SOURCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 async fn create_run(
     State(shared): State<Arc<Control>>,
-    body: axum::body::Bytes,
+    body: body::ApiBody,
 ) -> ApiResult<Response> {
     let request: CreateRun = parse_body(&body)?;
     let ledger = shared.ledger().clone();
@@ -472,7 +475,7 @@ async fn commit_run(
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
     Query(query): Query<CommitRequest>,
-    body: axum::body::Bytes,
+    body: body::ApiBody,
 ) -> ApiResult<Json<Value>> {
     let run_id = parse_run(&id)?;
     let request: CommitRequest = parse_body(&body)?;

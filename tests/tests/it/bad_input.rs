@@ -128,6 +128,46 @@ async fn malformed_requests_get_clear_errors_and_staged_effects_survive() {
     assert!(origin.received().is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_post_v1_policy_gets_a_json_413_and_the_policy_in_force_stays() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy = loopback_policy(origin.addr().port());
+    let airlock = fx.start(&policy, &[]);
+    let before = airlock.admin.get("/v1/policy").await.expect("policy");
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    // A valid policy padded with a comment to 3 MiB, past the admin API's 2 MiB.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("big.toml");
+    let padding = format!("# {}\n", "x".repeat(1024));
+    std::fs::write(&file, format!("{policy}{}", padding.repeat(3 * 1024))).expect("write");
+    let out = curl(
+        &std::collections::BTreeMap::new(),
+        &[
+            "-H",
+            &format!("Authorization: Bearer {}", token.trim()),
+            "-H",
+            "Content-Type: application/toml",
+            "--data-binary",
+            &format!("@{}", file.display()),
+            &format!("{}/v1/policy", airlock.admin_url),
+        ],
+    )
+    .await;
+    assert_eq!(out.status, 413, "{}", String::from_utf8_lossy(&out.body));
+    assert_eq!(
+        out.header("content-type").as_deref(),
+        Some("application/json")
+    );
+    let body = out.json();
+    assert_eq!(body["reason_code"], "body_too_large", "{body}");
+    assert_eq!(body["details"]["limit"], 2 * 1024 * 1024, "{body}");
+    assert!(body["hint"].is_string(), "{body}");
+    let after = airlock.admin.get("/v1/policy").await.expect("policy");
+    assert_eq!(after["revision"], before["revision"]);
+    assert_eq!(after["generation"], before["generation"]);
+}
+
 fn base64_basic(run: &str, token: &str) -> String {
     use base64::Engine as _;
     format!(
