@@ -257,6 +257,7 @@ impl Server {
                 idle_timeout: config.idle_timeout,
                 keep_alive_timeout: config.keep_alive_timeout,
                 auth_timeout: config.auth_timeout,
+                body_read_timeout: config.body_read_timeout,
             },
             proxy_addr,
             connections: airlock_net::limits::Connections::new(
