@@ -27,6 +27,7 @@ mod body;
 mod effect_page;
 mod flows;
 mod graph;
+mod hidden;
 mod pages;
 pub mod session;
 
@@ -289,7 +290,7 @@ const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 fn html_response(status: StatusCode, page: Markup) -> Response {
-    let mut response = (status, page.into_string()).into_response();
+    let mut response = (status, hidden::mark(page.into_string())).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

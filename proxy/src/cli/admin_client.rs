@@ -398,7 +398,7 @@ pub(super) async fn decide_all(
 }
 
 pub(super) fn print_json(value: &Value) -> anyhow::Result<()> {
-    outln!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", crate::render::json_pretty(value));
     Ok(())
 }
 

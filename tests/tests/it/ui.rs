@@ -11,6 +11,7 @@ use airlock_tests::{curl, poll_until, CurlResult, Origin, Received, Reply};
 use serde_json::{json, Value};
 
 mod flows;
+mod invisible;
 
 /// curl against the admin listener directly (no proxy environment).
 async fn get(url: &str, cookie: Option<&str>) -> CurlResult {
