@@ -169,7 +169,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::serve(*args).await,
         Command::Demo => crate::demo::run().await,
-        Command::Ui { url_only, admin } => admin_client::ui(url_only, &admin),
+        Command::Ui { url_only, admin } => admin_client::ui(url_only, &admin).await,
         Command::Policy { command } => policy::policy_command(command).await,
         Command::Run(args) => run::run(*args).await,
         Command::FenceInit => Ok(()),

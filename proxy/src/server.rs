@@ -232,6 +232,7 @@ impl Server {
                 Some(url) => Some(airlock_control::notify::Notifier::new(url, tls.clone())?),
                 None => None,
             },
+            sign_in_links: Default::default(),
         };
         let mut own = vec![proxy_addr, admin_addr];
         own.extend(transparent.as_ref().and_then(|l| l.local_addr().ok()));

@@ -177,6 +177,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .route("/v1/runs/{id}/abort", post(abort_run))
         .route("/v1/ca", get(ca_pem))
         .route("/v1/policy", get(policy::show).post(policy::replace))
+        .route("/v1/ui/sign-in-links", post(crate::ui::login::create_link))
         .route("/metrics", get(metrics))
         .merge(effects::routes())
         .merge(workspace::routes())

@@ -60,7 +60,8 @@ pub(super) enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Print the review UI's sign-in link (it carries the token: open it, do not share it)
+    /// Print a one-time sign-in link to the review UI (it signs one browser in, within 5
+    /// minutes; the token never goes in the URL)
     Ui {
         /// Print only the URL
         #[arg(long)]
