@@ -250,8 +250,22 @@ async fn connect(
     run: RunId,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
-    let Some(authority) = req.uri().authority().map(|a| a.as_str().to_owned()) else {
-        return bad_target(&req.uri().to_string());
+    // RFC 9110 §9.3.6 and RFC 9112 §3.2.3: the CONNECT target is authority-form,
+    // `host:port` alone; an absolute URI (`http://host:port`) or a path is refused, never
+    // read as the authority it holds.
+    let uri = req.uri();
+    if uri.scheme().is_some() || uri.path_and_query().is_some() {
+        return ProxyError::BadRequest {
+            code: "bad_connect_target",
+            reason: format!(
+                "CONNECT takes host:port alone (authority-form, RFC 9110 §9.3.6), not {:?}",
+                uri.to_string()
+            ),
+        }
+        .into_response();
+    }
+    let Some(authority) = uri.authority().map(|a| a.as_str().to_owned()) else {
+        return bad_target(&uri.to_string());
     };
     // RFC 9110 §9.3.6: the CONNECT target is host:port, both required.
     let Some(target) = Target::parse(Scheme::Https, &authority, 0).filter(|t| t.port != 0) else {
@@ -284,6 +298,20 @@ async fn connect(
         }
         .into_response();
     }
+    // An IP literal no request could ever be sent to (special-purpose and named by no
+    // allow_private, or airlock's own listener) is refused here, not answered 200 and then
+    // 403 on every request inside (docs/policy.md invariant 1).
+    if let Err(refused) = shared.dialer.check_literal(&target.host, target.port) {
+        if let Some(code) = refused.refusal_code() {
+            info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
+                  reason_code = code, "CONNECT refused: the address can never be dialed");
+            return ProxyError::DestinationRefused {
+                code,
+                reason: literal_refusal(&refused, target.port),
+            }
+            .into_response();
+        }
+    }
     let config = match shared.ca.server_config(&target.host) {
         Ok(config) => config,
         Err(error) => {
@@ -310,6 +338,18 @@ async fn connect(
         .instrument(span),
     );
     Response::new(Empty::new().map_err(|never| match never {}).boxed())
+}
+
+/// Why a CONNECT to an IP literal is refused, in the client's terms.
+fn literal_refusal(refused: &airlock_net::dial::DialError, port: u16) -> String {
+    match refused {
+        airlock_net::dial::DialError::Private { addr, .. } => format!(
+            "{addr} is a special-purpose address (loopback, private, link-local, … RFC 6890) \
+             that no allow_private names for port {port}: airlock never dials it, so the \
+             CONNECT is refused"
+        ),
+        other => other.to_string(),
+    }
 }
 
 async fn intercept(

@@ -129,6 +129,48 @@ async fn malformed_requests_get_clear_errors_and_staged_effects_survive() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_whose_target_is_not_host_port_alone_gets_a_json_400() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let (airlock, run, _) = fx.start_run(&loopback_policy(port), &[]).await;
+    let auth = base64_basic(&run, &airlock.run_token(&run).await);
+    // RFC 9110 §9.3.6: authority-form only. An absolute URI is not a CONNECT target, even
+    // though it holds one. (hyper itself refuses `host:port/path` with a bare 400.)
+    for target in [
+        format!("http://127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}/"),
+        format!("http://127.0.0.1:{port}/path?q=1"),
+    ] {
+        let answer = raw(
+            &airlock.proxy,
+            &format!("CONNECT {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: {auth}\r\n\r\n"),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{target}: {answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{target}: {answer}"
+        );
+        assert!(
+            answer.contains("\"bad_connect_target\""),
+            "{target}: {answer}"
+        );
+        assert!(answer.contains("authority-form"), "{target}: {answer}");
+    }
+    // The authority-form CONNECT to the same origin still opens.
+    let answer = raw(
+        &airlock.proxy,
+        &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: {auth}\r\n\r\n"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(origin.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_post_v1_policy_gets_a_json_413_and_the_policy_in_force_stays() {
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
