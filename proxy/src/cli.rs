@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use airlock_control::visible::escape_line;
 use clap::Parser;
 
 use crate::client::ClientError;
@@ -14,13 +15,17 @@ pub use crate::render::{counts, effects_table, render_effect};
 pub(crate) use args::AdminArgs;
 use args::{CaCommand, Cli, Command};
 
-/// Writes to stdout; a closed pipe (`airlock … | head`) ends the program quietly instead
-/// of panicking.
+/// Writes to stdout, with every bidi, invisible or control character shown as `<U+XXXX>`
+/// (`airlock_control::visible`: what agents sent cannot reorder, hide or drive the
+/// terminal); a closed pipe (`airlock … | head`) ends the program quietly instead of
+/// panicking.
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
+        let text = format!($($arg)*);
+        let shown = airlock_control::visible::escape(&text);
         let mut stdout = std::io::stdout().lock();
-        if let Err(error) = write!(stdout, $($arg)*).and_then(|()| stdout.flush()) {
+        if let Err(error) = stdout.write_all(shown.as_bytes()).and_then(|()| stdout.flush()) {
             if error.kind() == std::io::ErrorKind::BrokenPipe {
                 std::process::exit(0);
             }
@@ -66,10 +71,10 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             if let Some(failed) = error.downcast_ref::<run::RunFailed>() {
-                eprintln!("error: {failed}");
+                eprintln!("error: {}", escape_line(&failed.to_string()));
                 return ExitCode::from(failed.code);
             }
-            eprintln!("error: {}", one_line(&error));
+            eprintln!("error: {}", escape_line(&one_line(&error)));
             if let Some(hint) = hint(&error) {
                 eprintln!("hint: {hint}");
             }
@@ -174,7 +179,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::serve(*args).await,
         Command::Demo => crate::demo::run().await,
-        Command::Ui { url_only, admin } => admin_client::ui(url_only, &admin),
+        Command::Ui { url_only, admin } => admin_client::ui(url_only, &admin).await,
         Command::Policy { command } => policy::policy_command(command).await,
         Command::Run(args) => run::run(*args).await,
         Command::FenceInit => Ok(()),

@@ -62,22 +62,6 @@ impl AdminClient {
         &self.base
     }
 
-    /// The review UI's sign-in link: `BASE/login?token=TOKEN` (it carries the token).
-    pub fn login_url(&self) -> String {
-        let token: String = self
-            .token
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
-        format!("{}/login?token={token}", self.base)
-    }
-
     async fn send(
         &self,
         method: Method,

@@ -80,6 +80,10 @@ pub struct ServeConfig {
     /// Proxy-listener connections that have not authenticated this long after accept are
     /// closed [default: 10 s].
     pub auth_timeout: Duration,
+    /// How long, in all, a client may take to send a body airlock reads whole (staging, a
+    /// body matcher, the placeholder search), besides the 30 s pause limit; past it 408
+    /// `body_timeout` [default: 120 s].
+    pub body_read_timeout: Duration,
     /// Bytes of ledger pages kept in memory (sled's page cache), counted by their size on
     /// disk; sled's per-page bookkeeping comes on top and grows with the ledger
     /// [default: 64 MiB].
@@ -90,7 +94,8 @@ impl ServeConfig {
     /// A configuration with the documented defaults: proxy on 127.0.0.1:8080, admin on
     /// 127.0.0.1:8081, 10 MiB staging limit, 10 s connect timeout, 60 s release timeout,
     /// 30 s header read timeout, 10 min idle timeout on spliced and upgraded connections,
-    /// 5 min keep-alive timeout on HTTP connections, 10 s to authenticate, 256 connections
+    /// 5 min keep-alive timeout on HTTP connections, 10 s to authenticate, 120 s to send a
+    /// body airlock reads whole, 256 connections
     /// a run, 256 unauthenticated and 4096 in all, a 64 MiB ledger cache.
     pub fn new(data_dir: PathBuf, policy_path: PathBuf) -> Self {
         Self {
@@ -121,6 +126,7 @@ impl ServeConfig {
             max_unauthenticated_connections:
                 airlock_net::limits::DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
             auth_timeout: airlock_net::limits::keepalive::DEFAULT_AUTH_TIMEOUT,
+            body_read_timeout: airlock_dataplane::request::DEFAULT_BODY_READ_TIMEOUT,
             ledger_cache_bytes: airlock_ledger::DEFAULT_CACHE_BYTES,
         }
     }

@@ -1,7 +1,92 @@
 //! Human renderings of admin API answers for the CLI and the demo: counts, the effects
-//! table, and one effect with its flow decision and lineage.
+//! table, and one effect with its flow decision and lineage. Every value an agent could
+//! have chosen (URLs, summaries, headers, bodies, excerpts, reasons) is shown with its
+//! bidi, invisible and control characters and line breaks as `<U+XXXX>`
+//! (`airlock_control::visible`), and JSON output writes them as `\uXXXX` escapes.
 
+use std::borrow::Cow;
+
+use airlock_control::visible::{escape_line, pieces, Piece};
+use serde::Serialize as _;
+use serde_json::ser::{Formatter, PrettyFormatter};
 use serde_json::Value;
+
+/// A one-line string field of an admin API answer, shown escaped (`""` when absent).
+fn line(value: &Value) -> Cow<'_, str> {
+    escape_line(value.as_str().unwrap_or(""))
+}
+
+/// `value` as pretty JSON (two-space indent, as `serde_json::to_string_pretty`), with
+/// every bidi, invisible or control character in a string written as a `\uXXXX` escape
+/// (RFC 8259 §7): the same JSON value, but one a terminal shows as it is.
+pub fn json_pretty(value: &Value) -> String {
+    let mut out = Vec::new();
+    let mut serializer =
+        serde_json::Serializer::with_formatter(&mut out, Visible(PrettyFormatter::new()));
+    if value.serialize(&mut serializer).is_err() {
+        return String::new();
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// serde_json's pretty formatter, escaping hidden characters in strings.
+struct Visible<'a>(PrettyFormatter<'a>);
+
+impl Formatter for Visible<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        for piece in pieces(fragment, false) {
+            match piece {
+                Piece::Text(text) => w.write_all(text.as_bytes())?,
+                Piece::Hidden(c) => {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        write!(w, "\\u{unit:04x}")?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
 
 /// `released=1 staged=2`, or `-` when empty.
 pub fn counts(value: &Value) -> String {
@@ -32,16 +117,12 @@ pub fn effects_table(effects: &[Value]) -> String {
             effect["seq"].as_u64().unwrap_or(0),
             effect["id"].as_str().unwrap_or(""),
             effect["state"].as_str().unwrap_or(""),
-            effect["method"].as_str().unwrap_or(""),
-            effect["url"].as_str().unwrap_or(""),
+            line(&effect["method"]),
+            line(&effect["url"]),
             status
         ));
         if let Some(summary) = effect.get("summary").and_then(Value::as_str) {
-            out.push_str(&format!(
-                "     {:<30} {summary}
-",
-                ""
-            ));
+            out.push_str(&format!("     {:<30} {}\n", "", escape_line(summary)));
         }
         if let Some(line) = flows_line(effect) {
             out.push_str(&format!("     {:<30} {line}\n", ""));
@@ -51,7 +132,7 @@ pub fn effects_table(effects: &[Value]) -> String {
             .or_else(|| effect.get("state_reason"))
             .and_then(Value::as_str)
         {
-            out.push_str(&format!("     {:<30} why: {reason}\n", ""));
+            out.push_str(&format!("     {:<30} why: {}\n", "", escape_line(reason)));
         }
         if let Some(next) = effect.get("next").and_then(Value::as_str) {
             out.push_str(&format!("     {:<30} next: {next}\n", ""));
@@ -78,7 +159,8 @@ pub fn render_effect(effect: &Value) -> String {
     ));
     if let Some(summary) = effect["summary"].as_str() {
         out.push_str(&format!(
-            "summary  {summary} ({})\n",
+            "summary  {} ({})\n",
+            escape_line(summary),
             effect["adapter"].as_str().unwrap_or("webhook")
         ));
     }
@@ -88,7 +170,7 @@ pub fn render_effect(effect: &Value) -> String {
         ));
     }
     if let Some(reason) = effect["state_reason"].as_str() {
-        out.push_str(&format!("reason   {reason}\n"));
+        out.push_str(&format!("reason   {}\n", escape_line(reason)));
     }
     out.push_str(&render_flows(effect));
     if let Some(approval) = effect.get("approval").filter(|a| a.is_object()) {
@@ -100,14 +182,14 @@ pub fn render_effect(effect: &Value) -> String {
     ));
     out.push_str(&format!(
         "request  {} {}\n",
-        effect["method"].as_str().unwrap_or(""),
-        effect["url"].as_str().unwrap_or("")
+        line(&effect["method"]),
+        line(&effect["url"])
     ));
     for header in effect["headers"].as_array().into_iter().flatten() {
         out.push_str(&format!(
             "  {}: {}\n",
-            header["name"].as_str().unwrap_or(""),
-            header["value"].as_str().unwrap_or("")
+            line(&header["name"]),
+            line(&header["value"])
         ));
     }
     out.push_str(&format!("body     {} bytes\n", effect["body_len"]));
@@ -128,7 +210,7 @@ pub fn render_effect(effect: &Value) -> String {
                 } else {
                     ""
                 };
-                out.push_str(&format!("  | {shown}{cut}\n"));
+                out.push_str(&format!("  | {}{cut}\n", escape_line(&shown)));
             }
             if lines.len() > 24 {
                 out.push_str(&format!(
@@ -183,8 +265,8 @@ pub fn render_effect(effect: &Value) -> String {
             Some("read") => format!(
                 "read #{} ({} {})",
                 source["seq"],
-                source["method"].as_str().unwrap_or("?"),
-                source["url"].as_str().unwrap_or("?")
+                line(&source["method"]),
+                line(&source["url"])
             ),
             _ => format!("effect {}", source["id"].as_str().unwrap_or("?")),
         };
@@ -205,15 +287,15 @@ pub fn render_effect(effect: &Value) -> String {
         };
         out.push_str(&format!("  <- carries {what} {from}{size}\n"));
         if let Some(excerpt) = edge["excerpt"].as_str() {
-            out.push_str(&format!("       \"{excerpt}\"\n"));
+            out.push_str(&format!("       \"{}\"\n", escape_line(excerpt)));
         }
     }
     for dependent in dependents {
         out.push_str(&format!(
             "  -> needed by {} {} {}\n",
             dependent["id"].as_str().unwrap_or("?"),
-            dependent["method"].as_str().unwrap_or(""),
-            dependent["url"].as_str().unwrap_or("")
+            line(&dependent["method"]),
+            line(&dependent["url"])
         ));
     }
     if let Some(release) = effect.get("release").filter(|r| !r.is_null()) {
@@ -225,7 +307,7 @@ pub fn render_effect(effect: &Value) -> String {
                 .unwrap_or_else(|| "-".into()),
             release["error"]
                 .as_str()
-                .map(|e| format!(" ({e})"))
+                .map(|e| format!(" ({})", escape_line(e)))
                 .unwrap_or_default()
         ));
     }
@@ -356,7 +438,7 @@ pub fn render_flows(effect: &Value) -> String {
             "  ! {:<6} flow \"{}\": {}\n",
             v["action"].as_str().unwrap_or("?"),
             v["flow"].as_str().unwrap_or("?"),
-            v["reason"].as_str().unwrap_or("")
+            line(&v["reason"])
         ));
         let labels: Vec<&str> = v["labels"]
             .as_array()
@@ -376,10 +458,10 @@ pub fn render_flows(effect: &Value) -> String {
             out.push_str(&format!(
                 "           edge: {}{size} from {}\n",
                 edge["kind"].as_str().unwrap_or("?"),
-                v["source"].as_str().unwrap_or("?")
+                line(&v["source"])
             ));
             if let Some(excerpt) = edge["excerpt"].as_str() {
-                out.push_str(&format!("           \"{excerpt}\"\n"));
+                out.push_str(&format!("           \"{}\"\n", escape_line(excerpt)));
             }
         }
     }
@@ -414,4 +496,47 @@ fn approval_line(approval: &Value) -> String {
         "approval by {} ({how}{acknowledged})\n",
         approval["by"].as_str().unwrap_or("?")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_output_escapes_hidden_characters_and_stays_the_same_value() {
+        let value = serde_json::json!({"summary": "pay\u{202E}gpj.exe \u{1F600}\u{E0041}", "n": [1, "a\u{200B}"]});
+        let shown = json_pretty(&value);
+        assert!(
+            shown.contains("pay\\u202egpj.exe \u{1F600}\\udb40\\udc41"),
+            "{shown}"
+        );
+        assert!(shown.contains("a\\u200b"), "{shown}");
+        assert!(
+            !shown.chars().any(airlock_control::visible::is_hidden),
+            "{shown}"
+        );
+        let back: Value = serde_json::from_str(&shown).expect("valid JSON");
+        assert_eq!(back, value);
+        let plain = serde_json::json!({"a": [1, {"b": "c"}]});
+        assert_eq!(
+            json_pretty(&plain),
+            serde_json::to_string_pretty(&plain).expect("json")
+        );
+    }
+
+    #[test]
+    fn one_line_fields_cannot_forge_lines_or_reorder_text() {
+        let effect = serde_json::json!({
+            "seq": 1, "id": "eff_1", "state": "staged", "method": "POST",
+            "url": "https://example.com/\u{202E}txt.exe",
+            "summary": "ok\n  2  eff_2  approved",
+        });
+        let table = effects_table(&[effect]);
+        assert!(
+            table.contains("https://example.com/<U+202E>txt.exe"),
+            "{table}"
+        );
+        assert!(table.contains("ok<U+000A>  2  eff_2  approved"), "{table}");
+        assert_eq!(table.lines().count(), 3, "{table}");
+    }
 }

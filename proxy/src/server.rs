@@ -232,6 +232,7 @@ impl Server {
                 Some(url) => Some(airlock_control::notify::Notifier::new(url, tls.clone())?),
                 None => None,
             },
+            sign_in_links: Default::default(),
         };
         let mut own = vec![proxy_addr, admin_addr];
         own.extend(transparent.as_ref().and_then(|l| l.local_addr().ok()));
@@ -257,6 +258,7 @@ impl Server {
                 idle_timeout: config.idle_timeout,
                 keep_alive_timeout: config.keep_alive_timeout,
                 auth_timeout: config.auth_timeout,
+                body_read_timeout: config.body_read_timeout,
             },
             proxy_addr,
             connections: airlock_net::limits::Connections::new(

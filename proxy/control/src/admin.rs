@@ -18,6 +18,7 @@ use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::runs::{self, Actor};
 use crate::Control;
 
+mod body;
 mod commit;
 mod compensate;
 mod effects;
@@ -75,6 +76,7 @@ impl ApiError {
             "run_not_open" | "invalid_run_transition" | "invalid_effect_transition" => {
                 "the run or effect is past that step; GET it to see its state"
             }
+            "body_too_large" => "send a smaller body: the admin API reads at most 2 MiB per request",
             "policy_invalid" => "fix the policy file; the policy in force is unchanged (docs/policy.md lists every key)",
             "snapshot_unsupported" => "give the workspace snapshot_cmd and rollback_cmd, or use a git workspace",
             "run_not_committed" => "only a committed run can be compensated; commit it first",
@@ -182,6 +184,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .route("/v1/runs/{id}/abort", post(abort_run))
         .route("/v1/ca", get(ca_pem))
         .route("/v1/policy", get(policy::show).post(policy::replace))
+        .route("/v1/ui/sign-in-links", post(crate::ui::login::create_link))
         .route("/metrics", get(metrics))
         .merge(commit::routes())
         .merge(effects::routes())
@@ -207,6 +210,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         )
         .merge(crate::ui::router(shared.clone()))
         .merge(api)
+        .layer(axum::extract::DefaultBodyLimit::max(body::BODY_LIMIT))
         .with_state(shared)
 }
 
@@ -305,7 +309,7 @@ static CREATE_WITH_SOURCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 async fn create_run(
     State(shared): State<Arc<Control>>,
-    body: axum::body::Bytes,
+    body: body::ApiBody,
 ) -> ApiResult<Response> {
     let request: CreateRun = parse_body(&body)?;
     let ledger = shared.ledger().clone();

@@ -17,5 +17,6 @@ pub mod release;
 pub mod runs;
 pub mod snapshot;
 pub mod ui;
+pub mod visible;
 
 pub use plane::{Control, ControlInputs};

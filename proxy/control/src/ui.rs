@@ -1,24 +1,25 @@
 //! The review UI: server-rendered HTML on the admin listener at `/`, for reviewers to read
 //! a run's effects and their lineage, approve or reject them, and commit or abort.
 //!
-//! Access: the same tokens as the admin API. A browser presents a token once (`/login`,
-//! by form or `?token=`) and gets a session cookie bound to it (see [`session`]); every
-//! page needs that session, every form that changes state carries the session's CSRF
-//! token. The proxy listener never serves any of this. Assets are embedded in the binary;
-//! no third-party CDN, no build step. Reference: docs/review-ui.md.
+//! Access: the same tokens as the admin API. A browser presents a token once (the `/login`
+//! form, or a one-time link from `airlock ui`: see [`login`]) and gets a session cookie
+//! bound to it (see [`session`]); every page needs that session, every form that changes
+//! state carries the session's CSRF token. Every page shows bidi, invisible and control
+//! characters escaped (`hidden`, [`crate::visible`]). The proxy listener never serves any
+//! of this. Assets are embedded in the binary; no third-party CDN, no build step.
+//! Reference: docs/review-ui.md.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use airlock_ledger::{EffectId, LedgerError, RunId};
-use axum::extract::{Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Form, Router};
+use axum::Router;
 use maud::{html, Markup, DOCTYPE};
-use serde::Deserialize;
 
 use crate::Control;
 
@@ -27,6 +28,8 @@ mod body;
 mod effect_page;
 mod flows;
 mod graph;
+mod hidden;
+pub mod login;
 mod pages;
 pub mod session;
 
@@ -160,6 +163,8 @@ pub struct Review {
     pub base_url: String,
     /// The webhook told when a run is sealed with pending effects.
     pub notifier: Option<crate::notify::Notifier>,
+    /// One-time sign-in links not used yet ([`login`]).
+    pub sign_in_links: login::SignInLinks,
 }
 
 /// A signed-in browser session.
@@ -294,7 +299,7 @@ const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 fn html_response(status: StatusCode, page: Markup) -> Response {
-    let mut response = (status, page.into_string()).into_response();
+    let mut response = (status, hidden::mark(page.into_string())).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -375,7 +380,7 @@ pub fn router(shared: Arc<Control>) -> Router<Arc<Control>> {
             require_session,
         ));
     Router::new()
-        .route("/login", get(login_get).post(login_post))
+        .route("/login", get(login::login_get).post(login::login_post))
         .route("/ui/ui.css", get(css))
         .route("/ui/ui.js", get(js))
         .merge(pages)
@@ -472,98 +477,6 @@ fn redirect(to: &str) -> Response {
         response.headers_mut().insert(header::LOCATION, value);
     }
     response
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct LoginQuery {
-    token: Option<String>,
-    next: Option<String>,
-}
-
-fn login_page(status: StatusCode, error: Option<&str>, next: &str) -> Response {
-    html_response(
-        status,
-        layout(
-            "Sign in",
-            None,
-            html! {
-                section.login {
-                    h1 { "Sign in to review" }
-                    p { "Paste an admin or reviewer token (" code { "DATA/admin.token" } ", or run " code { "airlock ui" } " for a sign-in link)." }
-                    @if let Some(error) = error { p.error role="alert" { (error) } }
-                    form method="post" action="/login" {
-                        input type="hidden" name="next" value=(next);
-                        label for="token" { "Token" }
-                        input #token type="password" name="token" autocomplete="off" autofocus required;
-                        button type="submit" { "Sign in" }
-                    }
-                }
-            },
-        ),
-    )
-}
-
-fn sign_in(shared: &Control, token: &str, next: Option<&str>) -> Response {
-    let next = safe_next(next);
-    match reviewer_for_token(&shared.review.reviewers, token.trim()) {
-        Some(reviewer) => {
-            let cookie = session::issue(reviewer, airlock_ledger::now_ms());
-            tracing::info!(reviewer = %reviewer.name, "review UI sign-in");
-            let mut response = redirect(&next);
-            if let Ok(value) = HeaderValue::from_str(&session::set_cookie(&cookie)) {
-                response.headers_mut().insert(header::SET_COOKIE, value);
-            }
-            response
-        }
-        None => login_page(
-            StatusCode::UNAUTHORIZED,
-            Some("that token is not an admin or reviewer token of this server"),
-            &next,
-        ),
-    }
-}
-
-async fn login_get(
-    State(shared): State<Arc<Control>>,
-    Query(query): Query<LoginQuery>,
-) -> Response {
-    match &query.token {
-        Some(token) => sign_in(&shared, token, query.next.as_deref()),
-        None => login_page(StatusCode::OK, None, &safe_next(query.next.as_deref())),
-    }
-}
-
-async fn login_post(
-    State(shared): State<Arc<Control>>,
-    headers: axum::http::HeaderMap,
-    Form(form): Form<LoginQuery>,
-) -> Response {
-    // Login CSRF: a form posted from another site must not sign the browser in (with the
-    // attacker's token). Browsers say where a POST comes from: `Sec-Fetch-Site`, and
-    // `Origin` (`null` under this UI's no-referrer policy, so only a named origin is
-    // compared with this listener's own).
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let cross_site = matches!(header("sec-fetch-site"), Some("cross-site" | "same-site"));
-    let foreign_origin = header("origin")
-        .filter(|origin| *origin != "null")
-        .is_some_and(|origin| {
-            let named = origin
-                .strip_prefix("http://")
-                .or_else(|| origin.strip_prefix("https://"));
-            named.is_none() || named != header("host")
-        });
-    if cross_site || foreign_origin {
-        return login_page(
-            StatusCode::FORBIDDEN,
-            Some("sign-in refused: the form was posted from another site"),
-            "/",
-        );
-    }
-    sign_in(
-        &shared,
-        form.token.as_deref().unwrap_or(""),
-        form.next.as_deref(),
-    )
 }
 
 fn parse_run(id: &str) -> UiResult<RunId> {

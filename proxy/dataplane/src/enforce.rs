@@ -20,10 +20,8 @@ use airlock_policy::{Decision, RequestBody, RequestFacts, Rule};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{header, Response};
-use http_body_util::BodyExt;
 use tracing::{info, warn};
 
-use crate::request::BODY_IDLE_TIMEOUT;
 use crate::DataPlane;
 use airlock_net::authority::Target;
 use airlock_net::body::full_body;
@@ -86,25 +84,25 @@ fn declared_length(parts: &Parts) -> Option<u64> {
         .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
-/// Reads `body` whole if it is at most `limit` bytes; a declared `Content-Length` over the
-/// limit is refused before reading.
+/// Reads `body` whole if it is at most `limit` bytes, within `total` in all and without
+/// a pause past the idle deadline ([`crate::request::next_frame`]); a declared
+/// `Content-Length` over the limit is refused before reading.
 async fn read_up_to(
     body: ProxyBody,
     declared: Option<u64>,
     limit: u64,
+    total: Duration,
 ) -> Result<Buffered, ProxyError> {
     if declared.is_some_and(|n| n > limit) {
         return Ok(Buffered::TooLarge);
     }
     let mut body = body;
     let mut collected: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0).min(limit) as usize);
+    let started = Instant::now();
     loop {
-        let Ok(frame) = tokio::time::timeout(BODY_IDLE_TIMEOUT, body.frame()).await else {
-            return Err(ProxyError::BodyTimeout {
-                seconds: BODY_IDLE_TIMEOUT.as_secs(),
-            });
+        let Some(frame) = crate::request::next_frame(&mut body, started, total).await? else {
+            break;
         };
-        let Some(frame) = frame else { break };
         let frame = frame.map_err(|error| ProxyError::BadRequest {
             code: "body_read_failed",
             reason: format!("the request body could not be read: {error}"),
@@ -151,7 +149,14 @@ pub async fn decide(
     let Some(limit) = shared.policy.current().body_limit(&facts) else {
         return Ok((shared.policy.current().decide(&facts), body));
     };
-    match read_up_to(body, declared_length(parts), limit).await? {
+    match read_up_to(
+        body,
+        declared_length(parts),
+        limit,
+        shared.limits.body_read_timeout,
+    )
+    .await?
+    {
         Buffered::Whole(bytes) => {
             facts.body = RequestBody::Read(&bytes);
             let decision = shared.policy.current().decide(&facts);
@@ -250,7 +255,7 @@ pub async fn apply(
     let mut body = body;
     let has_body = crate::request::has_body(parts);
     if let Some(max) = limits.body_bytes.filter(|_| has_body) {
-        body = limit_body(rule, revision, parts, body, max).await?;
+        body = limit_body(shared, rule, revision, parts, body, max).await?;
     }
     if let Some(max) = limits.upload_bytes_per_run.filter(|_| has_body) {
         body = limit_uploads(shared, run, target, rule, revision, parts, body, max).await?;
@@ -319,13 +324,21 @@ fn check_rate(
 
 /// `limit.body_bytes`: the body read whole up to `max` (413 past it).
 async fn limit_body(
+    shared: &DataPlane,
     rule: &Rule,
     revision: &str,
     parts: &Parts,
     body: ProxyBody,
     max: u64,
 ) -> Result<ProxyBody, ProxyError> {
-    match read_up_to(body, declared_length(parts), max).await? {
+    match read_up_to(
+        body,
+        declared_length(parts),
+        max,
+        shared.limits.body_read_timeout,
+    )
+    .await?
+    {
         Buffered::Whole(bytes) => Ok(full_body(bytes)),
         Buffered::TooLarge => Err(ProxyError::OverLimit {
             rule: rule.id().to_owned(),
@@ -381,7 +394,14 @@ async fn limit_uploads(
         policy_revision: revision.to_owned(),
     }
     };
-    match read_up_to(body, declared_length(parts), room).await? {
+    match read_up_to(
+        body,
+        declared_length(parts),
+        room,
+        shared.limits.body_read_timeout,
+    )
+    .await?
+    {
         Buffered::Whole(bytes) => {
             let sent = bytes.len() as u64;
             let mut uploads = shared

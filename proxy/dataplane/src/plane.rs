@@ -36,6 +36,11 @@ pub struct Limits {
     pub keep_alive_timeout: std::time::Duration,
     /// Proxy-listener connections not authenticated this long after accept are closed.
     pub auth_timeout: std::time::Duration,
+    /// How long, in all, a client may take to send a body airlock reads whole (besides
+    /// the 30 s pause limit, [`crate::request::BODY_IDLE_TIMEOUT`]); past it 408
+    /// `body_timeout` with `limit_name: "body_read_timeout"`
+    /// [default: [`crate::request::DEFAULT_BODY_READ_TIMEOUT`]].
+    pub body_read_timeout: std::time::Duration,
 }
 
 /// What the composition root hands the data plane: the shared store and policy, the CA,

@@ -231,21 +231,49 @@ impl Dialer {
         let mut passed = Vec::new();
         for addr in answers {
             let addr = SocketAddr::new(canonical_ip(addr.ip()), addr.port());
-            if self.is_own(addr) {
-                return Err(DialError::OwnListener { addr });
+            match self.check(host, bare, addr) {
+                Ok(()) => passed.push(addr),
+                Err(own @ DialError::OwnListener { .. }) => return Err(own),
+                Err(private) => {
+                    refused.get_or_insert(private);
+                }
             }
-            if is_special_purpose(addr.ip()) && !self.policy.allows_private(bare, port, addr.ip()) {
-                refused.get_or_insert(DialError::Private {
-                    host: host.to_owned(),
-                    addr: addr.ip(),
-                });
-                continue;
-            }
-            passed.push(addr);
         }
         match (passed.is_empty(), refused) {
             (true, Some(error)) => Err(error),
             _ => Ok(passed),
+        }
+    }
+
+    /// The checks one address passes before it is dialed: not airlock's own listener, and
+    /// special-purpose only where the policy's `allow_private` names it for `bare:port`.
+    fn check(&self, host: &str, bare: &str, addr: SocketAddr) -> Result<(), DialError> {
+        if self.is_own(addr) {
+            return Err(DialError::OwnListener { addr });
+        }
+        if is_special_purpose(addr.ip())
+            && !self.policy.allows_private(bare, addr.port(), addr.ip())
+        {
+            return Err(DialError::Private {
+                host: host.to_owned(),
+                addr: addr.ip(),
+            });
+        }
+        Ok(())
+    }
+
+    /// When `host` is an IP literal (`127.0.0.1`, `[::1]`), the checks [`Dialer::resolve`]
+    /// would run on it, without dialing; `Ok` for a name, which is checked when it is
+    /// resolved. A `CONNECT` to a literal that can never be dialed is refused at once with
+    /// this (docs/policy.md invariant 1).
+    ///
+    /// # Errors
+    /// [`DialError::OwnListener`] or [`DialError::Private`].
+    pub fn check_literal(&self, host: &str, port: u16) -> Result<(), DialError> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        match bare.parse::<IpAddr>() {
+            Ok(ip) => self.check(host, bare, SocketAddr::new(canonical_ip(ip), port)),
+            Err(_) => Ok(()),
         }
     }
 

@@ -19,4 +19,5 @@ pub mod limits;
 pub mod linger;
 pub mod prefixed;
 pub mod respond;
+pub mod strict_head;
 pub mod upstream;

@@ -91,6 +91,29 @@ impl RuleLimit {
     }
 }
 
+/// The two deadlines of a request body airlock reads whole (staging, a body matcher, the
+/// placeholder search).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BodyDeadline {
+    /// No frame of the body arrived for this long (30 s).
+    Idle,
+    /// The whole body did not arrive within this long of the first read
+    /// (`--body-read-timeout`, 120 s by default).
+    Total,
+}
+
+impl BodyDeadline {
+    /// The name in the JSON body's `limit_name`: `body_idle_timeout` or
+    /// `body_read_timeout` (the `airlock serve` flag's name).
+    pub fn name(self) -> &'static str {
+        match self {
+            BodyDeadline::Idle => "body_idle_timeout",
+            BodyDeadline::Total => "body_read_timeout",
+        }
+    }
+}
+
 /// Why airlock answers a proxied request itself instead of the origin.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -142,10 +165,13 @@ pub enum ProxyError {
         /// The limit (fields or bytes, as `reason` says).
         limit: u64,
     },
-    /// The client paused too long while sending a body airlock reads whole.
+    /// The client paused too long, or took too long in all, while sending a body airlock
+    /// reads whole; nothing was staged.
     #[error("request body timed out")]
     BodyTimeout {
-        /// The idle limit in seconds.
+        /// Which deadline passed.
+        deadline: BodyDeadline,
+        /// That deadline, in seconds.
         seconds: u64,
     },
     /// The run does not accept effects any more.
@@ -284,7 +310,7 @@ impl ProxyError {
 
     /// The JSON body: `{error, reason_code, reason, hint}` and, as the error has them,
     /// `rule`, `policy_revision`, `limit` (a number; a rule limit's name, its value in
-    /// `limit_value`) and `limit_name`.
+    /// `limit_value`) and `limit_name` (a connection cap's or a body deadline's).
     pub fn body(&self) -> serde_json::Value {
         let mut body = serde_json::json!({
             "error": self.to_string(),
@@ -331,10 +357,20 @@ impl ProxyError {
                     "send fewer or smaller header fields (large cookies are the usual cause)",
                 )
             }
-            Self::BodyTimeout { seconds } => (
-                format!("no part of the request body arrived for {seconds} s; nothing was staged"),
-                "send the body without long pauses",
-            ),
+            Self::BodyTimeout { deadline, seconds } => {
+                body["limit"] = serde_json::json!(seconds);
+                body["limit_name"] = serde_json::json!(deadline.name());
+                match deadline {
+                    BodyDeadline::Total => (
+                        format!("the request body did not arrive whole within {seconds} s (body_read_timeout); nothing was staged"),
+                        "send the body faster, or ask the operator to raise --body-read-timeout",
+                    ),
+                    _ => (
+                        format!("no part of the request body arrived for {seconds} s (body_idle_timeout); nothing was staged"),
+                        "send the body without long pauses",
+                    ),
+                }
+            }
             Self::RunNotOpen { reason } => (
                 reason.clone(),
                 "the run is sealed or finished; start a new run to stage more effects",

@@ -13,15 +13,21 @@ use super::{counts, effects_table, render_effect};
 use crate::client::{AdminClient, ClientError};
 use crate::config::{ADDRESSES_FILE, ADMIN_TOKEN_FILE, ENV_DATA, ENV_TOKEN};
 
-/// `airlock ui`: prints the review UI's sign-in link.
-pub(super) fn ui(url_only: bool, admin: &AdminArgs) -> anyhow::Result<()> {
+/// `airlock ui`: asks the server for a one-time sign-in link to the review UI
+/// (`POST /v1/ui/sign-in-links`) and prints it, on the admin URL this CLI reaches.
+pub(super) async fn ui(url_only: bool, admin: &AdminArgs) -> anyhow::Result<()> {
     let client = connect(admin)?;
-    let url = client.login_url();
+    let link = client.post("/v1/ui/sign-in-links", None).await?;
+    let path = link["path"]
+        .as_str()
+        .ok_or_else(|| anyhow!("the server's answer has no sign-in path: {link}"))?;
+    let url = format!("{}{path}", client.base());
     if url_only {
         outln!("{url}");
     } else {
         outln!(
-            "Open the review UI (this link signs you in; it carries the token, keep it private):"
+            "Open the review UI (this link signs one browser in as {}, once, within 5 minutes):",
+            link["reviewer"].as_str().unwrap_or("admin")
         );
         outln!("  {url}");
     }
@@ -462,7 +468,7 @@ pub(super) async fn decide_all(
 }
 
 pub(super) fn print_json(value: &Value) -> anyhow::Result<()> {
-    outln!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", crate::render::json_pretty(value));
     Ok(())
 }
 

@@ -60,7 +60,8 @@ pub(super) enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Print the review UI's sign-in link (it carries the token: open it, do not share it)
+    /// Print a one-time sign-in link to the review UI (it signs one browser in, within 5
+    /// minutes; the token never goes in the URL)
     Ui {
         /// Print only the URL
         #[arg(long)]
@@ -417,6 +418,11 @@ pub(super) struct ServeArgs {
     /// valid Proxy-Authorization) before it is closed
     #[arg(long, default_value_t = airlock_net::limits::keepalive::DEFAULT_AUTH_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
     pub(super) auth_timeout: u64,
+    /// Seconds a client may take in all to send a request body airlock reads whole (a
+    /// staged body, one a body matcher reads, one searched for placeholders), besides the
+    /// 30 s it may pause between parts; past it 408 body_timeout and nothing is staged
+    #[arg(long, default_value_t = airlock_dataplane::request::DEFAULT_BODY_READ_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = seconds())]
+    pub(super) body_read_timeout: u64,
     /// MiB of the ledger kept in memory (its page cache; older pages are read back from
     /// disk when needed). The ledger grows with every read and effect, and airlock's
     /// resident memory with it: this bounds the cache's share, which is most of that

@@ -3,14 +3,13 @@
 /// `airlock compensate RUN`: asks the admin API for compensations and prints them (data
 /// to stdout; `--json` for the API's answer).
 pub(crate) async fn compensate(run: &str, admin: &super::AdminArgs) -> anyhow::Result<()> {
-    use std::io::Write as _;
     let client = super::connect(admin)?;
     let report = client
         .post(&format!("/v1/runs/{run}/compensate"), None)
         .await?;
     let mut out = String::new();
     if admin.json {
-        out = serde_json::to_string_pretty(&report)?;
+        out = crate::render::json_pretty(&report);
         out.push('\n');
     } else {
         match report["compensation_run"].as_str() {
@@ -39,9 +38,6 @@ pub(crate) async fn compensate(run: &str, admin: &super::AdminArgs) -> anyhow::R
         }
         out.push_str(&format!("note: {}\n", airlock_control::compensate::NOTE));
     }
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(out.as_bytes()) {
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
-    }
+    out!("{out}");
+    Ok(())
 }

@@ -310,12 +310,9 @@ fn describe_exit(code: Option<i32>, note: Option<&str>) -> String {
 /// Prints the summary and turns the outcome into the process's exit status.
 fn conclude(json_output: bool, report: &Value) -> anyhow::Result<()> {
     if json_output {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(report).unwrap_or_default()
-        );
+        outln!("{}", crate::render::json_pretty(report));
     } else {
-        print!("{}", summary(report));
+        out!("{}", summary(report));
     }
     let steps = report["workspace"]["steps"]
         .as_array()

@@ -30,6 +30,7 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.keep_alive_timeout = std::time::Duration::from_secs(args.keep_alive_timeout.max(1));
     config.max_unauthenticated_connections = args.max_unauthenticated_connections;
     config.auth_timeout = std::time::Duration::from_secs(args.auth_timeout.max(1));
+    config.body_read_timeout = std::time::Duration::from_secs(args.body_read_timeout.max(1));
     config.ledger_cache_bytes = args.ledger_cache_mib << 20;
     airlock_net::limits::raise_fd_limit(config.max_connections);
     let server = crate::Server::build(config).await?;

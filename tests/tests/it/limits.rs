@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+mod body;
 mod keep_alive;
 mod unauthenticated;
 
@@ -56,7 +57,7 @@ async fn echo_origin(upgrade: bool) -> (u16, mpsc::UnboundedReceiver<()>) {
 }
 
 /// Reads up to the end of an HTTP head (byte by byte: nothing past it is consumed).
-async fn read_head(stream: &mut TcpStream) -> String {
+async fn read_head(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
         let mut byte = [0u8; 1];
@@ -69,7 +70,7 @@ async fn read_head(stream: &mut TcpStream) -> String {
 }
 
 /// Reads a response head and its `Content-Length` body: `(status, JSON body)`.
-async fn read_response(stream: &mut TcpStream) -> (u16, Value) {
+async fn read_response(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> (u16, Value) {
     let head = read_head(stream).await;
     let status = head
         .split_whitespace()

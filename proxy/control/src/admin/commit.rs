@@ -44,7 +44,7 @@ async fn commit_run(
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
     Query(query): Query<CommitQuery>,
-    body: axum::body::Bytes,
+    body: super::body::ApiBody,
 ) -> ApiResult<Json<Value>> {
     let run_id = parse_run(&id)?;
     let request: CommitRequest = parse_body(&body)?;

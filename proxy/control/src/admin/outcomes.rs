@@ -71,7 +71,7 @@ async fn settle_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: super::body::ApiBody,
 ) -> ApiResult<Json<Value>> {
     let effect = parse_effect(&id)?;
     let request: SettleRequest = parse_body(&body)?;

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
 
+use super::body::ApiBody;
 use super::{ApiError, ApiResult};
 use crate::Control;
 
@@ -29,12 +29,13 @@ pub(super) async fn show(State(shared): State<Arc<Control>>) -> Json<Value> {
 }
 
 /// The body is the policy's TOML text. 200 `{revision, generation, changed}`; 422
-/// `policy_invalid` with the parse or compile error and the revision that stays in force.
+/// `policy_invalid` with the parse or compile error and the revision that stays in force;
+/// 413 `body_too_large` (JSON, like every admin error) past [`super::body::BODY_LIMIT`].
 pub(super) async fn replace(
     State(shared): State<Arc<Control>>,
-    body: Bytes,
+    body: ApiBody,
 ) -> ApiResult<Json<Value>> {
-    let text = String::from_utf8(body.to_vec()).map_err(|_| {
+    let text = String::from_utf8(body.0.to_vec()).map_err(|_| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_body",

@@ -62,7 +62,7 @@ struct AttachRequest {
 async fn attach(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: super::body::ApiBody,
 ) -> ApiResult<Response> {
     let run = parse_run(&id)?;
     let request: AttachRequest = parse_body(&body)?;
@@ -122,7 +122,7 @@ struct StepRequest {
 async fn step(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: super::body::ApiBody,
 ) -> ApiResult<Json<Value>> {
     let run = parse_run(&id)?;
     let request: StepRequest = parse_body(&body)?;
@@ -158,7 +158,7 @@ struct DecideBody {
 async fn decide(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: super::body::ApiBody,
 ) -> ApiResult<Json<Value>> {
     let run = parse_run(&id)?;
     let request: DecideBody = parse_body(&body)?;
@@ -203,7 +203,7 @@ struct ResumeBody {
 async fn resume(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: super::body::ApiBody,
 ) -> ApiResult<Json<Value>> {
     let run = parse_run(&id)?;
     let request: ResumeBody = parse_body(&body)?;
@@ -233,7 +233,7 @@ struct SavepointBody {
 async fn savepoint(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: super::body::ApiBody,
 ) -> ApiResult<Response> {
     let run = parse_run(&id)?;
     let request: SavepointBody = parse_body(&body)?;
@@ -253,7 +253,7 @@ struct RollbackToBody {
 async fn rollback_to(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    body: super::body::ApiBody,
 ) -> ApiResult<Json<Value>> {
     let run = parse_run(&id)?;
     let request: RollbackToBody = parse_body(&body)?;

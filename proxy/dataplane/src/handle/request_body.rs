@@ -7,11 +7,10 @@ use airlock_ledger::RunId;
 use bytes::Bytes;
 use http::header;
 use http::request::Parts;
-use http_body_util::BodyExt;
 use tracing::debug;
 
 use super::Target;
-use crate::request::{has_body, BODY_IDLE_TIMEOUT};
+use crate::request::{has_body, next_frame};
 use crate::DataPlane;
 use airlock_net::body::full_body;
 use airlock_net::body::ProxyBody;
@@ -57,14 +56,15 @@ pub(super) async fn search_pass_body(
 }
 
 /// Reads a request body up to the staging limit: 413 before reading when the declared
-/// length is over it (no 100 Continue is sent), 413 once the limit is passed otherwise.
-///
+/// length is over it (no 100 Continue is sent), 413 once the limit is passed otherwise;
+/// 408 when a pause or the whole read passes its deadline ([`next_frame`]).
 pub(super) fn read_bounded(
     shared: &Arc<DataPlane>,
     parts: &Parts,
     body: ProxyBody,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, ProxyError>> + Send>> {
     let limit = shared.limits.stage_body_bytes;
+    let total = shared.limits.body_read_timeout;
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -76,14 +76,9 @@ pub(super) fn read_bounded(
         }
         let mut body = body;
         let mut collected: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        let started = std::time::Instant::now();
         loop {
-            let next = tokio::time::timeout(BODY_IDLE_TIMEOUT, body.frame()).await;
-            let Ok(frame) = next else {
-                return Err(ProxyError::BodyTimeout {
-                    seconds: BODY_IDLE_TIMEOUT.as_secs(),
-                });
-            };
-            let Some(frame) = frame else {
+            let Some(frame) = next_frame(&mut body, started, total).await? else {
                 break;
             };
             let frame = frame.map_err(|error| ProxyError::BadRequest {

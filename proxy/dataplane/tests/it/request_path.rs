@@ -83,6 +83,7 @@ async fn start(origin_port: u16) -> Plane {
             idle_timeout: Duration::from_secs(60),
             keep_alive_timeout: Duration::from_secs(60),
             auth_timeout: Duration::from_secs(10),
+            body_read_timeout: airlock_dataplane::request::DEFAULT_BODY_READ_TIMEOUT,
         },
         proxy_addr: proxy,
         connections: Connections::new(64, 16, 16),

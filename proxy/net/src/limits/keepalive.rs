@@ -259,6 +259,9 @@ pub struct Deadlines<'a> {
     pub auth: Option<(Arc<ConnectionGuard>, Duration)>,
     /// Where closes are counted for `/metrics`.
     pub connections: &'a Connections,
+    /// For an HTTP/1.1 connection read through a [`crate::strict_head::StrictHead`]: a
+    /// refused head starts the graceful shutdown at once.
+    pub head: Option<crate::strict_head::HeadWatch>,
 }
 
 /// Where a watched connection is.
@@ -350,6 +353,15 @@ impl<C, F> Watch<'_, C, F> {
         };
         match self.state {
             State::Open => {
+                if self
+                    .deadlines
+                    .head
+                    .as_ref()
+                    .is_some_and(crate::strict_head::HeadWatch::refused)
+                {
+                    self.state = State::Closing(now);
+                    return Step::Shutdown;
+                }
                 if self.evicted() {
                     info!(
                         "a newer connection took this unauthenticated connection's slot \
