@@ -69,7 +69,7 @@ pub(crate) async fn post_form(
 
 /// Signs in with `token` through the sign-in form; returns the `name=value` of the session
 /// cookie.
-async fn sign_in(admin: &str, token: &str) -> String {
+pub(crate) async fn sign_in(admin: &str, token: &str) -> String {
     let out = post_form(&format!("{admin}/login"), None, &[("token", token)]).await;
     assert_eq!(out.status, 303, "sign-in redirects: {}", out.headers);
     let cookie = out.header("set-cookie").expect("a session cookie");
