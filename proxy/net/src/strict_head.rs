@@ -6,7 +6,7 @@
 //! refuse one instead. airlock refuses: an intermediary that reads a head differently from
 //! the origin behind it is how requests are smuggled (RFC 9112 §11.2), and airlock decides
 //! on what it parsed. [`StrictHead`] follows the framing of the requests it carries just
-//! far enough to know which bytes are heads ([`scan`]), holds a head back until its end is
+//! far enough to know which bytes are heads (`scan`), holds a head back until its end is
 //! seen and checked, and hands hyper everything else unscanned: bodies of a known length
 //! are skipped, not read byte by byte. On a head with a bare LF it hands on the requests
 //! before it and nothing more; the connection's watchdog sees [`HeadWatch::refused`] and
