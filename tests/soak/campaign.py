@@ -56,6 +56,8 @@ class Committer(threading.Thread):
         super().__init__(daemon=True)
         self.url = f"{airlock.admin}/v1/runs/{run}/commit"
         self.token = airlock.token
+        # Listed before the request leaves, so `sent` still marks the commit itself.
+        self.body = airlock.approve_pending_body(run)
         self.sent = threading.Event()
         self.sent_at = None
         self.result = None
@@ -67,7 +69,7 @@ class Committer(threading.Thread):
         self.sent_at = time.monotonic()
         self.sent.set()
         try:
-            response = session.post(self.url, json={"approve_pending": True}, timeout=300,
+            response = session.post(self.url, json=self.body, timeout=300,
                                     headers={"authorization": f"Bearer {self.token}"})
             self.result = response.status_code
         except requests.RequestException as e:
@@ -137,8 +139,7 @@ class Instance:
         for listed in self.airlock.runs():
             run, state = listed["id"], listed["state"]
             if state in ("open", "sealed"):
-                status, answer = self.airlock.api("POST", f"/v1/runs/{run}/commit", {"approve_pending": True},
-                                                  timeout=timeout)
+                status, answer = self.airlock.commit(run, timeout=timeout)
                 if status != 200:
                     print(f"  commit of {run} at the end answered {status}: {answer}")
         return self.airlock.wait_quiet(timeout)

@@ -253,6 +253,25 @@ class Airlock:
         except ValueError:
             return response.status_code, None
 
+    def approve_pending_body(self, run, timeout=60):
+        """The body of a commit that approves the run's pending effects as listed now:
+        `{"approve_pending": true, "expect": ...}`, the `expect` of `GET /v1/runs/{run}/effects`
+        (a commit with approve_pending must say which set it approves; docs/admin-api.md)."""
+        status, listed = self.api("GET", f"/v1/runs/{run}/effects", timeout=timeout)
+        if status != 200 or not isinstance(listed, dict):
+            raise AirlockError(f"GET /v1/runs/{run}/effects answered {status}: {listed}")
+        return {"approve_pending": True, "expect": listed.get("expect")}
+
+    def commit(self, run, timeout=60):
+        """Commits `run`, approving what is pending; a set that changed between the listing
+        and the commit (409 set_changed) is listed again, up to 5 times. Returns (status, JSON)."""
+        for _ in range(5):
+            status, answer = self.api("POST", f"/v1/runs/{run}/commit",
+                                      self.approve_pending_body(run, timeout), timeout=timeout)
+            if status != 409 or not isinstance(answer, dict) or answer.get("code") != "set_changed":
+                return status, answer
+        return status, answer
+
     def create_run(self):
         status, run = self.api("POST", "/v1/runs")
         if status != 201:
