@@ -35,7 +35,7 @@ impl Policy {
             .rules
             .iter()
             .filter(|r| r.action == Action::Stage)
-            .map(|r| &r.host)
+            .flat_map(|r| r.host.iter())
             .collect();
         for flow in &self.flows {
             let FlowTo::Hosts(globs) = flow.to() else {
@@ -71,7 +71,7 @@ impl Policy {
     fn flow_pass_warnings(&self) -> Vec<Lint> {
         let mut out = Vec::new();
         for flow in &self.flows {
-            let sources: Vec<&HostPattern> = self
+            let sources: Vec<&crate::matcher::HostSet> = self
                 .rules
                 .iter()
                 .filter(|r| r.action == Action::Pass)
@@ -94,9 +94,11 @@ impl Policy {
                 .rules
                 .iter()
                 .filter(|r| r.action == Action::Pass && passes_writes(r))
-                .filter(|r| !sources.iter().any(|s| **s == r.host))
+                .filter(|r| !sources.iter().any(|s| s.includes(&r.host)))
                 .filter(|r| match flow.to() {
-                    FlowTo::Hosts(_) => to.iter().any(|t| hosts_overlap(t, &r.host)),
+                    FlowTo::Hosts(_) => to
+                        .iter()
+                        .any(|t| r.host.iter().any(|h| hosts_overlap(t, h))),
                     FlowTo::External | FlowTo::Any => true,
                 })
                 .map(|r| format!("\"{}\"", r.id))

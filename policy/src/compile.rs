@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::error::FieldProblem;
-use crate::matcher::{HostPattern, MethodMatcher, PathPattern, PortMatcher};
+use crate::matcher::{HostSet, MethodMatcher, PathPattern, PortMatcher};
 use crate::wire::{self, PolicyFile, WireAction, WireRule, WireScheme};
 use crate::{credential, extra, flow, respond};
 use crate::{Action, Flow, Mode, Policy, PolicyError, Respond, Rule, Scheme, ADAPTERS};
@@ -128,7 +128,9 @@ fn compile_rule(mut wire: WireRule, earlier: &[Rule]) -> Result<Rule, FieldProbl
     let host = wire
         .host
         .ok_or_else(|| FieldProblem::new("host", "required"))
-        .and_then(|host| HostPattern::parse(&host).map_err(|p| FieldProblem::new("host", p)))?;
+        .and_then(|host| {
+            HostSet::parse(&host.into_vec()).map_err(|p| FieldProblem::new("host", p))
+        })?;
     let port = PortMatcher::parse(wire.port.map(wire::WirePorts::into_vec))
         .map_err(|p| FieldProblem::new("port", p))?;
     let scheme = wire.scheme.map(|scheme| match scheme {

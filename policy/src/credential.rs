@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::error::FieldProblem;
-use crate::matcher::{CanonicalPath, Host, HostPattern, MethodMatcher, PathPattern};
+use crate::matcher::{CanonicalPath, Host, HostPattern, MethodMatcher, PathPattern, ReadCheck};
 use crate::wire::{WireCredential, WirePlace, WireSource};
 use crate::{Action, PolicyError, RequestFacts, Rule};
 
@@ -137,28 +137,29 @@ impl Credential {
         if !self.binds_host(request.host) {
             return false;
         }
-        if self
-            .bind
-            .methods
-            .as_ref()
-            .is_some_and(|m| !m.matches(request.method, request.has_body))
-        {
+        let Ok(path) = CanonicalPath::parse(request.path) else {
+            return false;
+        };
+        // A method that only the body could tell (a GraphQL query) is outside a
+        // methods bind unless the body was read: fail closed.
+        if self.bind.methods.as_ref().is_some_and(|m| {
+            m.check(request, &path, crate::DEFAULT_BODY_MATCH_BYTES) != ReadCheck::Read
+        }) {
             return false;
         }
-        if self.bind.paths.is_empty() {
-            return true;
-        }
-        CanonicalPath::parse(request.path)
-            .is_ok_and(|path| self.bind.paths.iter().any(|p| p.matches(&path)))
+        self.bind.paths.is_empty() || self.bind.paths.iter().any(|p| p.matches(&path))
     }
 
     /// Why `rule` could match a request outside this credential's bind, or `None` when it
     /// cannot.
     fn reach_problem(&self, rule: &Rule) -> Option<String> {
-        if !self.bind.hosts.iter().any(|bound| bound.covers(&rule.host)) {
+        if let Some(host) = rule
+            .host
+            .iter()
+            .find(|host| !self.bind.hosts.iter().any(|bound| bound.covers(host)))
+        {
             return Some(format!(
-                "the rule's host \"{}\" reaches beyond credential \"{}\"'s bind hosts {:?}; narrow the rule's host or widen bind.hosts",
-                rule.host,
+                "the rule's host \"{host}\" reaches beyond credential \"{}\"'s bind hosts {:?}; narrow the rule's host or widen bind.hosts",
                 self.name,
                 self.bind_hosts()
             ));

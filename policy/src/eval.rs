@@ -8,7 +8,7 @@ use std::cell::OnceCell;
 use crate::body::{BodyCheck, DEFAULT_BODY_MATCH_BYTES};
 use crate::content::{parse_query, Quantifier};
 use crate::decision::{reason_code, AuditMatch};
-use crate::matcher::{CanonicalPath, Host};
+use crate::matcher::{CanonicalPath, Host, ReadCheck};
 use crate::obligation::{Limits, Mode, Redaction, Review};
 use crate::{
     display_host, Action, ConnectDecision, Decision, Policy, PolicyError, RequestBody,
@@ -84,11 +84,10 @@ impl Rule {
                 }),
             };
         }
-        if self
-            .method
-            .as_ref()
-            .is_some_and(|m| !m.matches(request.method, request.has_body))
-        {
+        let method = self.method.as_ref().map_or(ReadCheck::Read, |m| {
+            m.check(request, cx.path, self.body_match_limit())
+        });
+        if method == ReadCheck::NotRead {
             return mismatch("method");
         }
         if self.path.as_ref().is_some_and(|p| !p.matches(cx.path)) {
@@ -121,6 +120,11 @@ impl Rule {
                     detail: Some(detail),
                 };
             }
+        }
+        // `read`/`write` of a POST that may be a GraphQL query: the body decides, and
+        // it was not read (see `matcher/read.rs`).
+        if method == ReadCheck::NeedsBody {
+            return Check::NeedsBody;
         }
         let Some(matcher) = &self.body else {
             return Check::Match;

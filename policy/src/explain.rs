@@ -83,7 +83,7 @@ impl Rule {
     /// same preset, a superset list, or `write` over a list of non-read methods), the same
     /// path pattern or none, and no other condition of its own.
     fn covers(&self, later: &Rule) -> bool {
-        self.host == later.host
+        self.host.includes(&later.host)
             && self.port == later.port
             && (self.scheme.is_none() || self.scheme == later.scheme)
             && method_covers(self.method.as_ref(), later.method.as_ref())
@@ -108,11 +108,11 @@ fn method_covers(
         (Some(_), None) => false,
         (Some(Read), Some(Read)) | (Some(Write), Some(Write)) => true,
         (Some(List(a)), Some(List(b))) => b.iter().all(|m| a.contains(m)),
-        // A listed method that can never be a read (POST, PUT, …) is a write with or
-        // without a body.
+        // A listed method that can never be a read (PUT, DELETE, …) is a write with or
+        // without a body; a POST may be a read by protocol (git fetch, GraphQL query).
         (Some(Write), Some(List(b))) => b
             .iter()
-            .all(|m| !matches!(m.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE")),
+            .all(|m| !matches!(m.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE" | "POST")),
         _ => false,
     }
 }
@@ -316,10 +316,12 @@ action = "stage"
         let table = [
             ("method = [\"POST\"]", "method = [\"POST\"]", true),
             ("method = [\"POST\", \"PUT\"]", "method = [\"PUT\"]", true),
+            ("method = \"write\"", "method = [\"PUT\", \"DELETE\"]", true),
+            // A POST may be a git fetch or a GraphQL query: a read, not a write.
             (
                 "method = \"write\"",
                 "method = [\"POST\", \"DELETE\"]",
-                true,
+                false,
             ),
             ("method = \"write\"", "method = [\"GET\"]", false),
             ("method = \"read\"", "method = [\"GET\"]", false),

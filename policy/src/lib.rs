@@ -55,7 +55,7 @@ pub use request::{RequestBody, RequestFacts, Scheme};
 pub use respond::{Part, PlaceholderKind, Respond};
 
 pub(crate) use compile::valid_id;
-use matcher::{Host, HostPattern, MethodMatcher, PathPattern, PortMatcher};
+use matcher::{Host, HostSet, MethodMatcher, PathPattern, PortMatcher};
 use wire::PolicyFile;
 
 /// The adapters a stage rule may name with `respond = "NAME"` (docs/adapters.md).
@@ -68,7 +68,7 @@ const REVISION_HEX_LEN: usize = 12;
 #[derive(Debug, Clone)]
 pub struct Rule {
     id: String,
-    host: HostPattern,
+    host: HostSet,
     port: PortMatcher,
     scheme: Option<Scheme>,
     method: Option<MethodMatcher>,

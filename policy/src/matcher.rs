@@ -8,7 +8,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::Scheme;
+use crate::{RequestFacts, Scheme};
 
 /// The longest DNS name, in bytes, without the trailing dot.
 const MAX_HOST_LEN: usize = 253;
@@ -254,19 +254,43 @@ impl MethodMatcher {
         Ok(MethodMatcher::List(methods))
     }
 
-    pub(crate) fn matches(&self, method: &str, has_body: bool) -> bool {
+    /// Whether the request's method matches: [`ReadCheck::Read`] for a match,
+    /// [`ReadCheck::NotRead`] for none, [`ReadCheck::NeedsBody`] when `read` or `write`
+    /// can only tell from the body (a POST that may be a GraphQL query; see `read.rs`).
+    /// `body_limit` is the most body bytes the rule reads.
+    pub(crate) fn check(
+        &self,
+        request: &RequestFacts<'_>,
+        path: &CanonicalPath,
+        body_limit: u64,
+    ) -> ReadCheck {
+        let yes = |matched: bool| {
+            if matched {
+                ReadCheck::Read
+            } else {
+                ReadCheck::NotRead
+            }
+        };
         match self {
-            MethodMatcher::Read => is_read(method, has_body),
-            MethodMatcher::Write => !is_read(method, has_body),
-            MethodMatcher::List(methods) => methods.iter().any(|m| m.eq_ignore_ascii_case(method)),
+            MethodMatcher::Read => read::classify(request, path, body_limit),
+            MethodMatcher::Write => match read::classify(request, path, body_limit) {
+                ReadCheck::Read => ReadCheck::NotRead,
+                ReadCheck::NotRead => ReadCheck::Read,
+                ReadCheck::NeedsBody => ReadCheck::NeedsBody,
+            },
+            MethodMatcher::List(methods) => yes(methods
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(request.method))),
         }
     }
-}
 
-/// True for a bodiless GET, HEAD, OPTIONS or TRACE.
-/// Methods are case-sensitive (RFC 9110 §9.1): `get` is not GET, so it is not a read.
-pub(crate) fn is_read(method: &str, has_body: bool) -> bool {
-    !has_body && ["GET", "HEAD", "OPTIONS", "TRACE"].contains(&method)
+    /// [`MethodMatcher::check`] on the request line alone, for tests: no headers, no body.
+    #[cfg(test)]
+    pub(crate) fn matches(&self, method: &str, has_body: bool) -> bool {
+        let request = RequestFacts::new(Scheme::Https, "a.example", 443, method, "/", has_body);
+        let path = CanonicalPath::parse("/").expect("canonical");
+        self.check(&request, &path, 0) == ReadCheck::Read
+    }
 }
 
 /// RFC 9110 `tchar`.
@@ -346,6 +370,11 @@ impl CanonicalPath {
             segments.push(segment);
         }
         Ok(CanonicalPath { segments })
+    }
+
+    /// The last segment, decoded (empty for `/` and after a trailing slash).
+    pub(crate) fn last_segment(&self) -> &[u8] {
+        self.segments.last().map_or(&[], Vec::as_slice)
     }
 }
 
@@ -525,6 +554,11 @@ pub(crate) fn glob_matches(parts: &[Vec<u8>], candidate: &[u8]) -> bool {
 }
 
 mod cover;
+mod hosts;
+mod read;
+
+pub(crate) use hosts::HostSet;
+pub(crate) use read::{ReadCheck, READ_METHODS};
 
 #[cfg(test)]
 mod tests;

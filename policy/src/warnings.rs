@@ -97,16 +97,15 @@ impl Policy {
                     message,
                 })
             };
-            if rule.action != Action::Deny {
-                if let HostPattern::OneLabel(suffix) | HostPattern::AnyDepth(suffix) = &rule.host {
+            for host in rule.host.iter().filter(|_| rule.action != Action::Deny) {
+                if let HostPattern::OneLabel(suffix) | HostPattern::AnyDepth(suffix) = host {
                     if let Some(shared) = SHARED_HOSTING
                         .iter()
                         .find(|s| suffix == *s || suffix.ends_with(&format!(".{s}")))
                     {
                         warn(format!(
                             "over-broad wildcard: anyone can publish a host under {shared}, so \
-                             \"{}\" lets data reach hosts you do not control; name the exact host",
-                            rule.host
+                             \"{host}\" lets data reach hosts you do not control; name the exact host"
                         ));
                     }
                 }

@@ -42,10 +42,11 @@ pub(crate) struct WireRule {
     /// Stable id used in logs, 403 bodies, tests and the ledger; unique; required.
     #[schemars(required)]
     pub(crate) id: Option<String>,
-    /// Destination host: exact (`api.example.com`), an IP literal, `*.example.com` (one
-    /// more label) or `**.example.com` (one or more); required.
+    /// Destination host, or a list of them meaning "any of these": each exact
+    /// (`api.example.com`), an IP literal, `*.example.com` (one more label) or
+    /// `**.example.com` (one or more); required.
     #[schemars(required)]
-    pub(crate) host: Option<String>,
+    pub(crate) host: Option<WireHosts>,
     /// Port or ports (default: 443 for https, 80 for http).
     pub(crate) port: Option<WirePorts>,
     /// `http` or `https` (default: either).
@@ -234,6 +235,24 @@ pub(crate) struct WireRespond {
     pub(crate) headers: std::collections::BTreeMap<String, String>,
     /// Body template; `{{placeholder:KIND:POINTER}}` tokens stand for origin-assigned values.
     pub(crate) body: Option<String>,
+}
+
+/// `host = "api.example.com"` or `host = ["pypi.org", "files.pythonhosted.org"]`.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(untagged, expecting = "a host glob or a list of host globs")]
+#[schemars(rename = "Hosts")]
+pub(crate) enum WireHosts {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl WireHosts {
+    pub(crate) fn into_vec(self) -> Vec<String> {
+        match self {
+            WireHosts::One(host) => vec![host],
+            WireHosts::Many(hosts) => hosts,
+        }
+    }
 }
 
 /// `port = 443` or `port = [443, 8443]`.

@@ -93,11 +93,17 @@ impl Probe {
 }
 
 /// The probes that exercise `rule`: each scheme and port it can match, each method it
-/// names (GET and POST for presets or no method), its path pattern instantiated; and for
+/// names (GET and POST for presets or no method), for each of its hosts, its path pattern instantiated; and for
 /// a rule with content conditions, the same requests again carrying a query, headers and
 /// body that satisfy them (a body only on methods that may carry one).
 pub(super) fn probes_of(rule: &Rule, out: &mut BTreeSet<Probe>) {
-    let host = sample_host(&rule.host);
+    for host in rule.host.iter().map(sample_host) {
+        probes_for_host(rule, &host, out);
+    }
+}
+
+/// [`probes_of`] for one host of the rule's `host` list.
+fn probes_for_host(rule: &Rule, host: &str, out: &mut BTreeSet<Probe>) {
     let schemes: Vec<Scheme> = match rule.scheme {
         Some(scheme) => vec![scheme],
         None => vec![Scheme::Https, Scheme::Http],
@@ -131,7 +137,7 @@ pub(super) fn probes_of(rule: &Rule, out: &mut BTreeSet<Probe>) {
         };
         for port in ports {
             for method in &methods {
-                let line = Probe::line(scheme.as_str(), &host, port, method, &path);
+                let line = Probe::line(scheme.as_str(), host, port, method, &path);
                 if has_content {
                     // A body would make a read a write: a `read` rule's probe carries the
                     // rest only.

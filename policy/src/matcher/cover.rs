@@ -4,10 +4,14 @@
 //! Every `covers` here is conservative: `true` only when every request the narrower
 //! pattern matches is also matched by the broader one; `false` may be a false alarm.
 
-use super::{glob_matches, subdomain_prefix, HostPattern, MethodMatcher, PathPattern, PathSegment};
+use super::{
+    glob_matches, subdomain_prefix, HostPattern, MethodMatcher, PathPattern, PathSegment,
+    READ_METHODS,
+};
 
-/// The methods `method = "read"` matches when they have no body.
-const READ_METHODS: [&str; 4] = ["GET", "HEAD", "OPTIONS", "TRACE"];
+/// The method of the reads by protocol (git fetch, GraphQL query) `method = "read"` also
+/// matches.
+const PROTOCOL_READ_METHOD: &str = "POST";
 
 impl HostPattern {
     /// Whether every host `narrower` matches is matched by `self`.
@@ -36,20 +40,23 @@ impl HostPattern {
 impl MethodMatcher {
     /// Whether every request `narrower` matches (any body) is matched by `self`.
     pub(crate) fn covers(&self, narrower: &MethodMatcher) -> bool {
-        let is_read_method = |m: &String| READ_METHODS.iter().any(|r| r == m);
+        let is_read_method =
+            |m: &String| READ_METHODS.iter().any(|r| r == m) || m == PROTOCOL_READ_METHOD;
         match (self, narrower) {
             (MethodMatcher::Read, MethodMatcher::Read) => true,
             (MethodMatcher::Write, MethodMatcher::Write) => true,
-            // A listed method that is never a read is always a write.
+            // A listed method that is never a read is always a write (a POST may be a git
+            // fetch or a GraphQL query, which are reads).
             (MethodMatcher::Write, MethodMatcher::List(methods)) => {
                 !methods.iter().any(is_read_method)
             }
             (MethodMatcher::List(allowed), MethodMatcher::List(methods)) => {
                 methods.iter().all(|m| allowed.contains(m))
             }
-            (MethodMatcher::List(allowed), MethodMatcher::Read) => {
-                READ_METHODS.iter().all(|r| allowed.iter().any(|a| a == r))
-            }
+            (MethodMatcher::List(allowed), MethodMatcher::Read) => READ_METHODS
+                .iter()
+                .chain([&PROTOCOL_READ_METHOD])
+                .all(|r| allowed.iter().any(|a| a == r)),
             _ => false,
         }
     }
@@ -225,13 +232,24 @@ mod tests {
         let cases = [
             (methods(&["read"]), methods(&["read"]), true),
             (methods(&["read"]), methods(&["GET"]), false),
-            (methods(&["write"]), methods(&["POST", "PUT"]), true),
+            // A POST may be a read by protocol (git fetch, GraphQL query).
+            (methods(&["write"]), methods(&["POST", "PUT"]), false),
+            (
+                methods(&["write"]),
+                methods(&["PUT", "DELETE", "PATCH"]),
+                true,
+            ),
             (methods(&["write"]), methods(&["POST", "GET"]), false),
             (methods(&["write"]), methods(&["read"]), false),
             (methods(&["GET", "POST"]), methods(&["post"]), true),
             (methods(&["GET", "POST"]), methods(&["PUT"]), false),
             (
                 methods(&["GET", "HEAD", "OPTIONS", "TRACE"]),
+                methods(&["read"]),
+                false,
+            ),
+            (
+                methods(&["GET", "HEAD", "OPTIONS", "TRACE", "POST"]),
                 methods(&["read"]),
                 true,
             ),

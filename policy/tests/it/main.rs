@@ -5,6 +5,7 @@ mod connect;
 mod credentials;
 mod decide;
 mod errors;
+mod reads;
 
 use airlock_policy::{Action, Decision, Policy, RequestFacts, Scheme};
 
