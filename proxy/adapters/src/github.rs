@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::{excerpt, placeholder, Adapter, Call, Compensation, Plan, Staged, Synthetic};
 
+mod lists;
 mod objects;
 
 use objects::{
@@ -254,12 +255,10 @@ impl Adapter for GitHub {
                 }
                 let s = created("pulls.create", number)?;
                 let c = s.call();
-                let mut as_issue = issue(&c, &s.effect, &repo_path(c.path())?);
-                let pr = pull(&c, &s.effect, &repo_path(c.path())?);
-                as_issue["pull_request"] = json!({
-                    "url": pr["url"], "html_url": pr["html_url"], "diff_url": pr["diff_url"], "patch_url": pr["patch_url"], "merged_at": null,
-                });
-                Some(Synthetic::json(200, &as_issue))
+                Some(Synthetic::json(
+                    200,
+                    &lists::pull_as_issue(&c, s, &repo_path(c.path())?),
+                ))
             }
             ["issues", number, "comments"] => {
                 created("issues.create", number).or_else(|| created("pulls.create", number))?;
@@ -278,6 +277,20 @@ impl Adapter for GitHub {
             }
             _ => None,
         }
+    }
+
+    fn lists_staged(&self, method: &str, url: &str) -> bool {
+        lists::is_list(method, url)
+    }
+
+    fn merge_list(
+        &self,
+        call: &Call<'_>,
+        link: Option<&str>,
+        page: &[u8],
+        staged: &[Staged],
+    ) -> Option<(Vec<u8>, usize)> {
+        lists::merge(call, link, page, staged)
     }
 
     fn compensations(&self, call: &Call<'_>, response: &[u8]) -> Vec<Compensation> {

@@ -249,6 +249,27 @@ pub trait Adapter: Send + Sync {
         None
     }
 
+    /// Whether `method url` is a list read (`GET /repos/o/r/pulls`) this adapter merges
+    /// the run's staged objects into ([`Adapter::merge_list`]). Cheap: it decides whether
+    /// the data plane loads the run's staged effects at all. `false` by default.
+    fn lists_staged(&self, _method: &str, _url: &str) -> bool {
+        false
+    }
+
+    /// The origin's answer `page` to the list read `call` (its `Link` header `link`) with
+    /// the staged objects of `staged` (the run's effects of this adapter not yet released,
+    /// in staging order) merged in where the API would list them; with how many were
+    /// added. `None` when nothing is merged (the default).
+    fn merge_list(
+        &self,
+        _call: &Call<'_>,
+        _link: Option<&str>,
+        _page: &[u8],
+        _staged: &[Staged],
+    ) -> Option<(Vec<u8>, usize)> {
+        None
+    }
+
     /// Judges the origin's answer to a release: `Some(reason)` makes the effect `failed`
     /// even though the status is below 400 (git's `ng`, Slack's `ok: false`).
     fn release_failure(&self, _call: &Call<'_>, _status: u16, _body: &[u8]) -> Option<String> {
@@ -269,6 +290,15 @@ pub trait Adapter: Send + Sync {
     fn compensations(&self, _call: &Call<'_>, _response: &[u8]) -> Vec<Compensation> {
         Vec::new()
     }
+}
+
+/// The adapter that merges staged objects into the list read `method url`, if any
+/// ([`Adapter::lists_staged`]).
+pub fn list_merger(method: &str, url: &str) -> Option<&'static dyn Adapter> {
+    airlock_policy::ADAPTERS
+        .iter()
+        .filter_map(|name| by_name(name))
+        .find(|adapter| adapter.lists_staged(method, url))
 }
 
 /// The adapter called `name` (one of [`airlock_policy::ADAPTERS`]).

@@ -22,6 +22,7 @@ pub mod policy_store;
 pub mod request;
 pub mod secrets;
 pub mod stage;
+mod staged_lists;
 mod staged_reads;
 pub mod tunnel;
 pub mod upgrade;

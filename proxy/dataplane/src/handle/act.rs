@@ -114,7 +114,7 @@ async fn pass(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     match inspect_pass_body(ctx, &parts, body).await? {
         Inspected::Forward(body) => {
-            crate::forward::forward(ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body).await
+            crate::staged_lists::forward(ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body).await
         }
         Inspected::Stage(body, depends_on) => {
             crate::stage::stage(
