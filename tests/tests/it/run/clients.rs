@@ -44,7 +44,7 @@ action = "stage"
 }
 
 /// Builds `airlock_probe-0.1-py3-none-any.whl` in `dir`; returns its bytes.
-fn build_wheel(dir: &Path) -> Vec<u8> {
+pub(crate) fn build_wheel(dir: &Path) -> Vec<u8> {
     let script = r#"
 import base64, hashlib, sys, zipfile
 files = {
