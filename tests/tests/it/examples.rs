@@ -377,3 +377,59 @@ async fn registries_example_lets_pip_install_from_an_index() {
         "downloads are reads"
     );
 }
+
+/// A GraphQL origin: answers every POST with `{"data": {"viewer": {"login": "octocat"}}}`.
+fn graphql_origin() -> airlock_tests::Handler {
+    Arc::new(|_req: &Received| Reply::json(200, &json!({"data": {"viewer": {"login": "octocat"}}})))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forge_example_passes_graphql_queries_and_stages_mutations() {
+    let fx = Fixture::new();
+    let origin = Origin::start(Some(&fx.origin_ca), graphql_origin())
+        .await
+        .expect("origin");
+    let port = origin.addr().port();
+    let policy = example("forge", &["api.github.com"], port);
+    let (airlock, run, env) = start(&fx, &policy, &[]).await;
+    let url = format!("https://{TEST_HOST}:{port}/graphql");
+    let query = r#"{"query":"{ viewer { login } }"}"#;
+    let answer = airlock_tests::curl(
+        &env,
+        &[
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+            query,
+            &url,
+        ],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.stderr);
+    assert_eq!(
+        answer.json()["data"]["viewer"]["login"],
+        "octocat",
+        "the origin's answer"
+    );
+    let received = origin.received();
+    assert_eq!(received.len(), 1, "the query reached the origin");
+    assert_eq!(received[0].body, query.as_bytes(), "its body unchanged");
+
+    let mutation = r#"{"query":"mutation { addComment(input: {subjectId: \"I_1\", body: \"hi\"}) { clientMutationId } }"}"#;
+    let staged = airlock_tests::curl(
+        &env,
+        &[
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+            mutation,
+            &url,
+        ],
+    )
+    .await;
+    assert_eq!(staged.status, 200, "answered by the graphql adapter");
+    assert_eq!(origin.received().len(), 1, "the mutation is held");
+    let effects = airlock.effects(&run).await;
+    assert_eq!(effects.len(), 1, "{effects:?}");
+    assert_eq!(effects[0]["rule"], "api-graphql");
+}

@@ -240,3 +240,50 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_reads_are_recognised_by_method_and_path() {
+        for (method, url, want) in [
+            (
+                "GET",
+                "https://api.github.com/repos/o/r/pulls?state=all",
+                true,
+            ),
+            ("GET", "https://api.github.com/repos/o/r/issues", true),
+            (
+                "GET",
+                "https://api.github.com/repos/o/r/issues/7/comments",
+                true,
+            ),
+            (
+                "GET",
+                "https://api.github.com/repos/o/r/issues/comments",
+                true,
+            ),
+            ("GET", "https://ghe.example/api/v3/repos/o/r/pulls", true),
+            ("POST", "https://api.github.com/repos/o/r/pulls", false),
+            ("GET", "https://api.github.com/repos/o/r/pulls/7", false),
+            ("GET", "https://api.github.com/user/repos", false),
+        ] {
+            assert_eq!(is_list(method, url), want, "{method} {url}");
+        }
+    }
+
+    #[test]
+    fn query_pairs_are_form_decoded() {
+        assert_eq!(
+            query_pairs("head=o%3Aagent%2Fa&state=all&q=a+b&bad=%zz&&flag"),
+            [
+                ("head".to_owned(), "o:agent/a".to_owned()),
+                ("state".to_owned(), "all".to_owned()),
+                ("q".to_owned(), "a b".to_owned()),
+                ("bad".to_owned(), "%zz".to_owned()),
+                ("flag".to_owned(), String::new()),
+            ]
+        );
+    }
+}
