@@ -82,7 +82,7 @@ fn merged(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let call = Call {
-        method: method,
+        method,
         url,
         headers: Vec::new(),
         body: &[],
