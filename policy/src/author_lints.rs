@@ -6,17 +6,21 @@ use crate::warnings::SHARED_HOSTING;
 use crate::{Action, FlowTo, Lint, Policy, Scheme};
 
 impl Policy {
-    /// Lints (`check` fails): a body matcher on a rule whose methods never carry a body
-    /// (`method = "read"`: a GET with a body is a write, so such a rule never matches a
-    /// request with a body, and a body matcher never matches one without).
+    /// Lints (`check` fails): a `jsonrpc` matcher on a `method = "read"` rule. The only
+    /// reads with a JSON body are GraphQL queries (a GET with a body is a write; a git
+    /// fetch's body is not JSON), and a GraphQL request is never a JSON-RPC call, so such
+    /// a rule never matches. (`json` and `graphql` matchers on a read rule see GraphQL
+    /// query bodies: no lint.)
     pub(crate) fn body_lints(&self) -> Vec<Lint> {
         let mut out = Vec::new();
         for (index, rule) in self.rules.iter().enumerate() {
-            if rule.body.is_some() && matches!(rule.method, Some(MethodMatcher::Read)) {
+            if rule.body.as_ref().is_some_and(|body| body.has_jsonrpc())
+                && matches!(rule.method, Some(MethodMatcher::Read))
+            {
                 out.push(Lint {
                     rule: rule.id.clone(),
                     index: index + 1,
-                    message: "never matches: a body matcher on method = \"read\" — reads have no body (a GET with a body is a write), and a request without a body never matches a body matcher; use method = [\"GET\"] or [\"POST\"], or remove the json/graphql/jsonrpc matcher".into(),
+                    message: "never matches: a jsonrpc matcher on method = \"read\" — the only reads with a JSON body are GraphQL queries (a GET with a body is a write), never JSON-RPC calls; use method = [\"POST\"], or remove the jsonrpc matcher".into(),
                 });
             }
         }
@@ -206,10 +210,16 @@ mod tests {
     #[test]
     fn body_and_credential_lints_table() {
         // (policy, lint substrings, warning substrings): exactly these many of each.
-        let rows: [(String, &[&str], &[&str]); 5] = [
+        let rows: [(String, &[&str], &[&str]); 6] = [
             (
-                "version = 1\n[[rule]]\nid = \"r\"\nhost = \"a.example.com\"\nmethod = \"read\"\njson = { \"/a\" = \"b\" }\nlimit = { body_bytes = 10 }\naction = \"pass\"\n".into(),
-                &["r #1: never matches: a body matcher on method = \"read\""],
+                "version = 1\n[[rule]]\nid = \"r\"\nhost = \"a.example.com\"\nmethod = \"read\"\njsonrpc = { method = \"tools/call\" }\nlimit = { body_bytes = 10 }\naction = \"pass\"\n".into(),
+                &["r #1: never matches: a jsonrpc matcher on method = \"read\""],
+                &[],
+            ),
+            // A json or graphql matcher on a read rule sees GraphQL query bodies.
+            (
+                "version = 1\n[[rule]]\nid = \"r\"\nhost = \"a.example.com\"\nmethod = \"read\"\ngraphql = { name = \"Viewer*\" }\nlimit = { body_bytes = 10 }\naction = \"pass\"\n".into(),
+                &[],
                 &[],
             ),
             (

@@ -146,6 +146,11 @@ impl BodyMatcher {
         }))
     }
 
+    /// True when the rule has a `jsonrpc` matcher.
+    pub(crate) fn has_jsonrpc(&self) -> bool {
+        self.jsonrpc.is_some()
+    }
+
     /// The first body key the rule uses, for explanations of a request without a body.
     pub(crate) fn field(&self) -> &'static str {
         if !self.json.is_empty() {
