@@ -198,3 +198,35 @@ inject = "tok"
         .to_string();
     assert!(error.contains("c.example"), "{error}");
 }
+
+#[test]
+fn a_read_bind_takes_a_git_fetch_but_not_an_unread_graphql_body() {
+    let policy = policy(
+        r#"
+version = 1
+[credential.tok]
+source = { env = "TOK" }
+bind = { hosts = ["forge.example"], methods = "read" }
+place = { header = "authorization", format = "Bearer {}" }
+[[rule]]
+id = "r"
+host = "forge.example"
+scheme = "https"
+method = "read"
+action = "pass"
+inject = "tok"
+"#,
+    );
+    let credential = policy.credential("tok").expect("credential");
+    let fetch = [("content-type", "application/x-git-upload-pack-request")];
+    assert!(credential.binds(&post("forge.example", "/o/r/git-upload-pack", &fetch, None)));
+    let json = [("content-type", "application/json")];
+    assert!(!credential.binds(&post("forge.example", "/graphql", &json, None)));
+    assert!(credential.binds(&post(
+        "forge.example",
+        "/graphql",
+        &json,
+        Some(br#"{"query":"{ a }"}"#)
+    )));
+    assert!(!credential.binds(&post("forge.example", "/o/r/git-receive-pack", &[], None)));
+}

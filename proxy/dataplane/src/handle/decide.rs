@@ -58,7 +58,21 @@ fn plan_credentials(
             .as_deref()
             .and_then(|id| policy.rule(id))
             .and_then(|rule| rule.inject());
-        let facts = request_facts(&ctx.target, parts);
+        // The headers let a bind's `methods = "read"` know a git fetch (its Content-Type);
+        // the body is not offered, so a GraphQL query stays outside such a bind.
+        let values: Vec<(&str, std::borrow::Cow<'_, str>)> = parts
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value.as_bytes())))
+            .collect();
+        let headers: Vec<(&str, &str)> = values
+            .iter()
+            .map(|(name, value)| (*name, value.as_ref()))
+            .collect();
+        let facts = airlock_policy::RequestFacts {
+            headers: &headers,
+            ..request_facts(&ctx.target, parts)
+        };
         crate::credentials::plan(policy, &ctx.run, &facts, inject)?
     } else {
         None
