@@ -12,6 +12,12 @@
 mod cmd;
 mod dir;
 mod git;
+pub mod index;
+#[cfg(test)]
+mod index_tests;
+mod objects;
+#[cfg(test)]
+mod reflink_tests;
 mod step;
 #[cfg(test)]
 mod tests;
@@ -23,8 +29,9 @@ use std::path::{Path, PathBuf};
 use airlock_ledger::Changes;
 use serde::{Deserialize, Serialize};
 
+use index::Index;
 pub use step::{Step, DEFAULT_STEP_TIMEOUT, GRACE};
-use walk::{entry_of, walk, Walked};
+use walk::{entry_of, walk, Hashing, Walked};
 pub use walk::{Notes, READS};
 
 /// Directory under the data directory that holds snapshots.
@@ -322,6 +329,20 @@ impl Store {
             .join(sha256)
     }
 
+    /// The `dir` driver's stamp index of `workspace` (empty when there is none).
+    fn index_of(&self, workspace: &Path) -> Index {
+        Index::load(&self.root, workspace)
+    }
+
+    /// Saves a walk's stamp index. Failing to is harmless (the index is a cache), so it
+    /// is only logged.
+    fn save_index(&self, index: &Index) {
+        if let Err(error) = index.save(&self.root) {
+            tracing::warn!(%error, "cannot save the snapshot stamp index; the next snapshot reads every file");
+        }
+    }
+
+    /// Where objects are written before they are named (`objects.rs`).
     fn tmp_dir(&self) -> PathBuf {
         self.root.join("tmp")
     }
@@ -344,39 +365,6 @@ impl Store {
         let path = self.manifest_path(&manifest.id);
         let bytes = serde_json::to_vec_pretty(manifest).unwrap_or_default();
         write_durable(&path, &bytes)
-    }
-
-    /// A temporary file in the store for an object being copied in.
-    fn new_object(&self) -> Result<tempfile::NamedTempFile, SnapshotError> {
-        let dir = self.tmp_dir();
-        std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
-        tempfile::NamedTempFile::new_in(&dir).map_err(io("cannot create a file in", &dir))
-    }
-
-    /// Keeps `object` (written through [`Store::new_object`]) as the object `sha256`,
-    /// synced, unless the store has it already.
-    fn keep_object(
-        &self,
-        object: tempfile::NamedTempFile,
-        sha256: &str,
-    ) -> Result<(), SnapshotError> {
-        let path = self.object_path(sha256);
-        if path.exists() {
-            return Ok(());
-        }
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io("cannot create", parent))?;
-        }
-        object
-            .as_file()
-            .sync_all()
-            .map_err(io("cannot sync", &path))?;
-        object.persist(&path).map_err(|e| SnapshotError::Io {
-            action: "cannot store",
-            path: path.display().to_string(),
-            source: e.error,
-        })?;
-        Ok(())
     }
 
     /// Takes a snapshot of `workspace` with `driver` for run `run`; `exclude` (the data
@@ -431,16 +419,35 @@ impl Store {
     }
 
     /// What the workspace holds now, as a manifest of the same driver (nothing stored).
+    /// With `verify`, every file is read (the residue check); else a file whose stamp the
+    /// index trusts is not (the diff step).
     fn current(
         &self,
         manifest: &Manifest,
         exclude: &[PathBuf],
         step: &Step,
+        verify: bool,
     ) -> Result<Walked, SnapshotError> {
         let workspace = Path::new(&manifest.workspace);
         match manifest.driver.as_str() {
             "git" => git::current(workspace, exclude, step),
-            _ => walk(workspace, exclude, None, step),
+            "dir" => {
+                let index = (!verify).then(|| self.index_of(workspace));
+                let walked = walk(
+                    workspace,
+                    exclude,
+                    Hashing {
+                        index: index.as_ref(),
+                        ..Hashing::default()
+                    },
+                    step,
+                )?;
+                if verify {
+                    self.save_index(&walked.index);
+                }
+                Ok(walked)
+            }
+            _ => walk(workspace, exclude, Hashing::default(), step),
         }
     }
 
@@ -454,7 +461,7 @@ impl Store {
         exclude: &[PathBuf],
         step: &Step,
     ) -> Result<(Changes, Notes), SnapshotError> {
-        let now = self.current(manifest, exclude, step)?;
+        let now = self.current(manifest, exclude, step, false)?;
         Ok((
             diff(&manifest.entries, &now.entries, manifest.driver == "git"),
             now.notes,
@@ -473,7 +480,8 @@ impl Store {
         not_restored: &Notes,
         step: &Step,
     ) -> Result<Vec<String>, SnapshotError> {
-        let (changes, _) = self.changes(manifest, exclude, step)?;
+        let now = self.current(manifest, exclude, step, true)?;
+        let changes = diff(&manifest.entries, &now.entries, manifest.driver == "git");
         let line = |how: &str, path: &String| match not_restored.get(path) {
             Some(why) => format!("{how}: {path} ({why})"),
             None => format!("{how}: {path}"),

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{step, walk, Commands, Manifest, Notes, SnapshotError, Step};
+use super::{step, walk, Commands, Hashing, Manifest, Notes, SnapshotError, Step};
 
 fn run(
     command: &str,
@@ -53,7 +53,7 @@ pub(super) fn take(
     commands: &Commands,
     step: &Step,
 ) -> Result<Manifest, SnapshotError> {
-    let walked = walk(workspace, exclude, None, step)?;
+    let walked = walk(workspace, exclude, Hashing::default(), step)?;
     run(
         &commands.snapshot,
         workspace,

@@ -3,8 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::objects::Batch;
 use super::{
-    entry_of, io, pause_point, same, walk, Entry, Manifest, Notes, SnapshotError, Step, Store,
+    entry_of, io, pause_point, same, walk, Entry, Hashing, Manifest, Notes, SnapshotError, Step,
+    Store,
 };
 
 /// Takes a `dir` snapshot of `workspace`.
@@ -15,7 +17,19 @@ pub(super) fn take(
     exclude: &[PathBuf],
     step: &Step,
 ) -> Result<Manifest, SnapshotError> {
-    let walked = walk(workspace, exclude, Some(store), step)?;
+    let index = store.index_of(workspace);
+    let batch = Batch::new(store);
+    let hashing = Hashing {
+        keep: Some(&batch),
+        index: Some(&index),
+        exact: false,
+    };
+    let walked = walk(workspace, exclude, hashing, step)?;
+    // Every object is durable under its name before the manifest naming it is written.
+    batch.commit()?;
+    if walked.index != index {
+        store.save_index(&walked.index);
+    }
     Ok(Manifest {
         id: id.to_owned(),
         driver: "dir".into(),
@@ -66,7 +80,25 @@ pub(super) fn restore(
 ) -> Result<Notes, SnapshotError> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::create_dir_all(workspace).map_err(io("cannot create", workspace))?;
-    let current = walk(workspace, exclude, None, step)?.entries;
+    // Files whose stamps the index trusts are not read again: the residue check after
+    // the restore reads every file.
+    let index = store.index_of(workspace);
+    let walked = walk(
+        workspace,
+        exclude,
+        Hashing {
+            index: Some(&index),
+            ..Hashing::default()
+        },
+        step,
+    )?;
+    let current = walked.entries;
+    // The second look at each path below reuses what this walk read.
+    let hashing = Hashing {
+        index: Some(&walked.index),
+        exact: true,
+        ..Hashing::default()
+    };
     let mut not_restored = Notes::new();
     let mut changed = false;
     let mut touched = || {
@@ -105,7 +137,7 @@ pub(super) fn restore(
     // Create and rewrite, parents before children.
     for (path, wanted) in &manifest.entries {
         let full = workspace.join(path);
-        let now = entry_of(&full, path, None, step, &mut Notes::new())?;
+        let now = entry_of(&full, path, hashing, step, &mut Notes::new())?;
         if now.as_ref().is_some_and(|now| same(now, wanted, false)) {
             continue;
         }
@@ -133,7 +165,12 @@ pub(super) fn restore(
                 let object = store.object_path(sha256);
                 let mut source = std::fs::File::open(&object)
                     .map_err(io("cannot read snapshot object", &object))?;
-                std::io::copy(&mut source, &mut tmp).map_err(io("cannot restore", &full))?;
+                // A reflink where the filesystem can (btrfs, XFS), else a copy
+                // (copy_file_range, in the kernel).
+                if rustix::fs::ioctl_ficlone(tmp.as_file(), &source).is_err() {
+                    std::io::copy(&mut source, tmp.as_file_mut())
+                        .map_err(io("cannot restore", &full))?;
+                }
                 tmp.as_file()
                     .set_permissions(std::fs::Permissions::from_mode(*mode))
                     .map_err(io("cannot set the mode of", &full))?;

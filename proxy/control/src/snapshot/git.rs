@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::{
-    entry_of, io, pause_point, relative, step, write_durable, Entry, GitState, Manifest, Notes,
-    SnapshotError, Step, Store, Walked,
+    entry_of, io, pause_point, relative, step, write_durable, Entry, GitState, Hashing, Manifest,
+    Notes, SnapshotError, Step, Store, Walked,
 };
 
 fn git(
@@ -162,7 +162,7 @@ fn entries_of(workspace: &Path, paths: &[String], step: &Step) -> Result<Walked,
     let mut walked = Walked::default();
     for path in paths {
         let full = workspace.join(path);
-        if let Some(entry) = entry_of(&full, path, None, step, &mut walked.notes)? {
+        if let Some(entry) = entry_of(&full, path, Hashing::default(), step, &mut walked.notes)? {
             walked.entries.insert(path.clone(), entry);
         }
     }

@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::Digest as _;
 
-use super::{io, mode_of, relative, Entry, SnapshotError, Step, Store};
+use super::index::{now_ns, Index, Stamp};
+use super::objects::Batch;
+use super::{io, mode_of, relative, Entry, SnapshotError, Step};
 
 /// Reads of a file that keeps changing before it is recorded as changing.
 pub const READS: usize = 3;
@@ -32,17 +34,36 @@ pub(super) struct Walked {
     pub entries: BTreeMap<String, Entry>,
     /// Path -> note.
     pub notes: Notes,
+    /// The stamp index of the regular files found (read now or taken from the index).
+    pub index: Index,
 }
 
-/// Walks `root` (not following symlinks), skipping `exclude`. With `store`, file contents
-/// are kept as objects. Checks `step`'s deadline at every path.
+/// How a walk treats the content of regular files.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Hashing<'a> {
+    /// Keep each file's content as an object of this batch's store (reflinked where the
+    /// filesystem can, else copied); the caller commits the batch.
+    pub keep: Option<&'a Batch<'a>>,
+    /// Take the hash of a file whose stamp this index trusts instead of reading it.
+    pub index: Option<&'a Index>,
+    /// Trust any entry of `index` whose stamp is the file's, racily clean or not: for a
+    /// second look within one step at what that step's own walk read.
+    pub exact: bool,
+}
+
+/// Walks `root` (not following symlinks), skipping `exclude`, treating contents as
+/// `hashing` says. Checks `step`'s deadline at every path.
 pub(super) fn walk(
     root: &Path,
     exclude: &[PathBuf],
-    store: Option<&Store>,
+    hashing: Hashing<'_>,
     step: &Step,
 ) -> Result<Walked, SnapshotError> {
-    let mut walked = Walked::default();
+    let started_ns = now_ns();
+    let mut walked = Walked {
+        index: Index::new(root),
+        ..Walked::default()
+    };
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         step.at(dir.display());
@@ -69,9 +90,22 @@ pub(super) fn walk(
                 continue;
             }
             let rel = relative(root, &path)?;
-            let Some(entry) = entry_of(&path, &rel, store, step, &mut walked.notes)? else {
+            let Some((entry, stamp)) =
+                entry_stamped(&path, &rel, hashing, step, &mut walked.notes)?
+            else {
                 continue;
             };
+            match (&entry, stamp) {
+                (Entry::File { sha256, .. }, Some(Found::Read(stamp))) => {
+                    walked.index.record(&rel, stamp, sha256, started_ns)
+                }
+                (Entry::File { .. }, Some(Found::Indexed)) => {
+                    if let Some(index) = hashing.index {
+                        walked.index.keep(&rel, index);
+                    }
+                }
+                _ => {}
+            }
             if matches!(entry, Entry::Dir { .. }) {
                 stack.push(path);
             }
@@ -81,15 +115,35 @@ pub(super) fn walk(
     Ok(walked)
 }
 
+/// How a regular file's hash was found.
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    /// Read now; the file had this stamp throughout the read.
+    Read(Stamp),
+    /// Taken from the index, which trusted the file's stamp.
+    Indexed,
+}
+
 /// The manifest entry of `path` (`rel` names it in `notes`); `None` when it is gone.
 /// Never blocks on the path and never follows it; checks `step` while reading.
 pub(super) fn entry_of(
     path: &Path,
     rel: &str,
-    store: Option<&Store>,
+    hashing: Hashing<'_>,
     step: &Step,
     notes: &mut Notes,
 ) -> Result<Option<Entry>, SnapshotError> {
+    Ok(entry_stamped(path, rel, hashing, step, notes)?.map(|(entry, _)| entry))
+}
+
+/// [`entry_of`], with how a regular file's hash was found.
+fn entry_stamped(
+    path: &Path,
+    rel: &str,
+    hashing: Hashing<'_>,
+    step: &Step,
+    notes: &mut Notes,
+) -> Result<Option<(Entry, Option<Found>)>, SnapshotError> {
     step.at(path.display());
     step.check()?;
     // A path whose kind changes between the lstat and the open is classified again.
@@ -101,6 +155,34 @@ pub(super) fn entry_of(
         };
         let kind = metadata.file_type();
         let mode = mode_of(&metadata);
+        if kind.is_file() {
+            let now = Stamp::of(&metadata);
+            let indexed = hashing.index.and_then(|index| {
+                if hashing.exact {
+                    index.lookup_exact(rel, &now)
+                } else {
+                    index.lookup(rel, &now)
+                }
+            });
+            if let Some(sha256) = indexed.filter(|sha256| {
+                hashing
+                    .keep
+                    .is_none_or(|batch| batch.store.object_path(sha256).exists())
+            }) {
+                notes.remove(rel);
+                let entry = Entry::File {
+                    mode,
+                    size: now.size,
+                    sha256: sha256.to_owned(),
+                };
+                return Ok(Some((entry, Some(Found::Indexed))));
+            }
+            match read_file(path, rel, mode, hashing.keep, step, notes)? {
+                Read::Entry(entry, stamp) => return Ok(Some((entry, stamp.map(Found::Read)))),
+                Read::Gone => return Ok(None),
+                Read::NotRegular => continue,
+            }
+        }
         let entry = if kind.is_symlink() {
             let target = match std::fs::read_link(path) {
                 Ok(target) => target,
@@ -146,19 +228,17 @@ pub(super) fn entry_of(
                 minor: rustix::fs::minor(rdev),
             }
         } else {
-            match read_file(path, rel, mode, store, step, notes)? {
-                Read::Entry(entry) => entry,
-                Read::Gone => return Ok(None),
-                Read::NotRegular => continue,
-            }
+            // Neither a regular file nor anything else lstat knows: look again.
+            continue;
         };
-        return Ok(Some(entry));
+        return Ok(Some((entry, None)));
     }
     Err(SnapshotError::Unstable(path.display().to_string()))
 }
 
 enum Read {
-    Entry(Entry),
+    /// What was read, with the file's stamp when it held still throughout the read.
+    Entry(Entry, Option<Stamp>),
     Gone,
     /// It is no longer a regular file (swapped after the lstat).
     NotRegular,
@@ -204,7 +284,7 @@ fn read_file(
     path: &Path,
     rel: &str,
     mode: u32,
-    store: Option<&Store>,
+    store: Option<&Batch<'_>>,
     step: &Step,
     notes: &mut Notes,
 ) -> Result<Read, SnapshotError> {
@@ -213,7 +293,7 @@ fn read_file(
         rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
     let mut last = None;
     for _ in 0..READS {
-        let mut file = match std::fs::OpenOptions::new()
+        let file = match std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(flags.bits() as i32)
             .open(path)
@@ -224,7 +304,7 @@ fn read_file(
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
                 return Ok(Read::NotRegular)
             }
-            Err(e) => return Ok(Read::Entry(unreadable(path, rel, mode, &e, notes))),
+            Err(e) => return Ok(Read::Entry(unreadable(path, rel, mode, &e, notes), None)),
         };
         let before = file.metadata().map_err(io("cannot stat", path))?;
         if !before.file_type().is_file() {
@@ -234,23 +314,37 @@ fn read_file(
             Some(store) => Some(store.new_object()?),
             None => None,
         };
+        // A reflink (FICLONE, on btrfs and XFS) shares the blocks instead of copying them,
+        // and the hash is then read from the clone. Elsewhere the content is copied while
+        // it is hashed.
+        let cloned = object
+            .as_ref()
+            .filter(|object| rustix::fs::ioctl_ficlone(object.as_file(), &file).is_ok())
+            .map(|object| object.reopen())
+            .transpose()
+            .map_err(io("cannot read the copy of", path))?;
+        let copying = cloned.is_none();
+        let mut source = match cloned {
+            Some(clone) => clone,
+            None => file.try_clone().map_err(io("cannot read", path))?,
+        };
         let mut hasher = sha2::Sha256::new();
         let mut buffer = vec![0u8; 64 * 1024];
         let mut size = 0u64;
         let mut first = true;
         loop {
             step.check()?;
-            let n = match file.read(&mut buffer) {
+            let n = match source.read(&mut buffer) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Ok(Read::Entry(unreadable(path, rel, mode, &e, notes))),
+                Err(e) => return Ok(Read::Entry(unreadable(path, rel, mode, &e, notes), None)),
             };
             if n == 0 {
                 break;
             }
             size += n as u64;
             hasher.update(&buffer[..n]);
-            if let Some(object) = object.as_mut() {
+            if let Some(object) = object.as_mut().filter(|_| copying) {
                 std::io::Write::write_all(object, &buffer[..n]).map_err(io("cannot copy", path))?;
             }
             if std::mem::take(&mut first) {
@@ -264,12 +358,12 @@ fn read_file(
             .map(|b| format!("{b:02x}"))
             .collect();
         if let (Some(store), Some(object)) = (store, object) {
-            store.keep_object(object, &sha256)?;
+            store.keep(object, &sha256);
         }
         let entry = Entry::File { mode, size, sha256 };
         if stamp(&before) == stamp(&after) && size == after.len() {
             notes.remove(rel);
-            return Ok(Read::Entry(entry));
+            return Ok(Read::Entry(entry, Some(Stamp::of(&before))));
         }
         last = Some(entry);
     }
@@ -282,6 +376,7 @@ fn read_file(
     );
     Ok(Read::Entry(
         last.unwrap_or(Entry::Unreadable { mode, size: 0 }),
+        None,
     ))
 }
 
