@@ -28,6 +28,7 @@ mod policy;
 mod render;
 mod workspace;
 
+pub(crate) use policy::metrics as policy_metrics;
 use render::{edge_json, effect_summary, run_json};
 
 /// An admin API error: status, stable code, what happened. It becomes a response in one
@@ -185,7 +186,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .route("/v1/ca", get(ca_pem))
         .route("/v1/policy", get(policy::show).post(policy::replace))
         .route("/v1/ui/sign-in-links", post(crate::ui::login::create_link))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(crate::metrics::serve))
         .merge(commit::routes())
         .merge(effects::routes())
         .merge(workspace::routes())
@@ -527,42 +528,6 @@ async fn ca_pem(State(shared): State<Arc<Control>>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/x-pem-file")],
         shared.data.ca().cert_pem().to_owned(),
-    )
-        .into_response()
-}
-
-/// Prometheus text for the ledger: its page cache (`--ledger-cache-mib`) and its size on
-/// disk, which grows with every read, effect and denial (nothing prunes it yet). Blocking:
-/// sled stats its files (and lists its blob directory) for the size.
-fn ledger_metrics(ledger: &dyn airlock_ledger::Store) -> String {
-    let mut text = format!(
-        "# HELP airlock_ledger_cache_capacity_bytes Ledger pages kept in memory at most (--ledger-cache-mib).\n\
-         # TYPE airlock_ledger_cache_capacity_bytes gauge\n\
-         airlock_ledger_cache_capacity_bytes {}\n",
-        ledger.cache_capacity()
-    );
-    if let Ok(bytes) = ledger.size_on_disk() {
-        text.push_str(&format!(
-            "# HELP airlock_ledger_disk_bytes Bytes the ledger's files take on disk.\n\
-             # TYPE airlock_ledger_disk_bytes gauge\n\
-             airlock_ledger_disk_bytes {bytes}\n"
-        ));
-    }
-    text
-}
-
-async fn metrics(State(shared): State<Arc<Control>>) -> Response {
-    let ledger = shared.ledger().clone();
-    let ledger_text = tokio::task::spawn_blocking(move || ledger_metrics(&*ledger))
-        .await
-        .unwrap_or_default();
-    let in_flight = shared.data.requests_in_flight();
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        shared.data.metrics().render(in_flight)
-            + &policy::metrics(&shared)
-            + &shared.data.connections().metrics()
-            + &ledger_text,
     )
         .into_response()
 }

@@ -278,9 +278,18 @@ async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitErr
                     let shared = shared.clone();
                     let effect = effect.clone();
                     let issued = issued.clone();
-                    tasks.spawn(
-                        async move { release_one(&shared, effect, &parents, &issued).await },
-                    );
+                    tasks.spawn(async move {
+                        let started = std::time::Instant::now();
+                        let settled = release_one(&shared, effect.clone(), &parents, &issued).await;
+                        crate::metrics::released(
+                            &shared,
+                            &effect.run_id,
+                            &effect,
+                            &settled,
+                            started.elapsed(),
+                        );
+                        settled
+                    });
                 }
                 Readiness::Ready | Readiness::Wait => {
                     // Each origin sees its effects in staging order.

@@ -317,6 +317,10 @@ pub(super) enum CaCommand {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct ServeArgs {
+    /// Log format on stderr: `text` (human lines) or `json` (one JSON object per line,
+    /// for log shippers; docs/architecture.md "Logs and metrics" lists the fields)
+    #[arg(long, value_enum, env = "AIRLOCK_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub(super) log_format: LogFormat,
     /// Data directory: CA, admin token, ledger (created on first start)
     #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
     pub(super) data: PathBuf,
@@ -430,6 +434,16 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = airlock_ledger::DEFAULT_CACHE_BYTES >> 20, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
     pub(super) ledger_cache_mib: u64,
+}
+
+/// How `airlock serve` writes its log lines to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum LogFormat {
+    /// One human-readable line per event (ANSI colours on a terminal).
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON layer): `timestamp`, `level`,
+    /// `message` and the event's fields at the top level.
+    Json,
 }
 
 /// Parses `NAME=VALUE` of `airlock settle --value`.

@@ -13,6 +13,7 @@ mod flows;
 mod limits;
 mod lineage;
 mod matchers;
+mod observe;
 mod outcomes;
 mod pass;
 mod protocols;

@@ -70,7 +70,7 @@ pub(super) async fn replace(
 }
 
 /// Prometheus lines for the policy in force and its reloads.
-pub(super) fn metrics(shared: &Control) -> String {
+pub(crate) fn metrics(shared: &Control) -> String {
     let current = shared.policy().current();
     let (reloads, failures) = shared.policy().reload_counts();
     format!(
