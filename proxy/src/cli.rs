@@ -200,6 +200,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policy { command } => policy::policy_command(command).await,
         Command::Run(args) => run::run(*args).await,
         Command::FenceInit => Ok(()),
+        Command::Openapi => {
+            print!("{}", airlock_control::admin::openapi::document_json());
+            Ok(())
+        }
         Command::Savepoint { run, name, admin } => run::savepoint(&admin, &run, name).await,
         Command::RollbackTo {
             run,

@@ -23,6 +23,7 @@ mod commit;
 mod compensate;
 mod effects;
 mod fence;
+pub mod openapi;
 mod outcomes;
 mod policy;
 mod render;
@@ -141,15 +142,18 @@ impl IntoResponse for ApiError {
         if self.side().is_failure() {
             warn!(reason_code = self.code, reason = %self.reason, "admin request failed");
         }
-        let mut body = json!({
-            "error": self.status.canonical_reason().unwrap_or("error").to_ascii_lowercase(),
-            "reason_code": self.code,
-            "reason": self.reason,
-            "hint": self.hint(),
-        });
-        if let Some(details) = self.details {
-            body["details"] = details;
-        }
+        let hint = self.hint();
+        let body = openapi::ApiErrorBody {
+            error: self
+                .status
+                .canonical_reason()
+                .unwrap_or("error")
+                .to_ascii_lowercase(),
+            reason_code: self.code.to_owned(),
+            reason: self.reason,
+            hint: hint.to_owned(),
+            details: self.details,
+        };
         (self.status, Json(body)).into_response()
     }
 }
@@ -205,10 +209,8 @@ pub fn router(shared: Arc<Control>) -> Router {
             )
         });
     Router::new()
-        .route(
-            "/healthz",
-            get(|| async { Json(json!({ "status": "ok" })) }),
-        )
+        .route("/healthz", get(openapi::healthz))
+        .route("/v1/openapi.json", get(openapi::openapi_json))
         .merge(crate::ui::router(shared.clone()))
         .merge(api)
         .layer(axum::extract::DefaultBodyLimit::max(body::BODY_LIMIT))
@@ -293,7 +295,7 @@ fn not_found(kind: &str, id: &str) -> ApiError {
     )
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateRun {
     #[serde(default)]
@@ -308,6 +310,7 @@ struct CreateRun {
 /// step.
 static CREATE_WITH_SOURCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = Object)))]
 async fn create_run(
     State(shared): State<Arc<Control>>,
     body: body::ApiBody,
@@ -357,6 +360,7 @@ async fn create_run(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", responses((status = 200, description = "`{runs: [run…]}`, newest first, each with its effect counts by state", body = Object)))]
 async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<Value>> {
     let ledger = shared.ledger().clone();
     let runs = blocking(move || {
@@ -390,6 +394,7 @@ pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run,
     found.ok_or_else(|| not_found("run", id))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run with its effect counts, decisions, flags and flows", body = Object)))]
 async fn show_run(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -410,6 +415,7 @@ async fn run_checks(
     blocking(move || crate::flows::check_run_blocking(&control, &run)).await
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/effects", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, effects: [summary…], expect}`", body = Object)))]
 async fn run_effects(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -431,6 +437,7 @@ async fn run_effects(
     ))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/reads", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, reads: [read…]}`", body = Object)))]
 async fn run_reads(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -442,6 +449,7 @@ async fn run_reads(
     Ok(Json(json!({ "run": run.id, "reads": reads })))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/denials", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, denials: [denial…]}`", body = Object)))]
 async fn run_denials(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -453,6 +461,7 @@ async fn run_denials(
     Ok(Json(json!({ "run": run.id, "denials": denials })))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/env", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, env: {NAME: VALUE}, shell}`", body = Object)))]
 async fn run_env(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -468,6 +477,7 @@ async fn run_env(
     ))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/seal", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `sealed` (idempotent)", body = Object)))]
 async fn seal_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
@@ -478,6 +488,7 @@ async fn seal_run(
     Ok(Json(run_json(&shared, &run, &effects)))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/abort", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `aborted`, with `effects_detail`", body = Object)))]
 async fn abort_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
@@ -490,6 +501,7 @@ async fn abort_run(
     Ok(Json(body))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/lineage", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, nodes, edges}`: the run's lineage graph", body = Object)))]
 async fn run_lineage(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -524,6 +536,7 @@ async fn run_lineage(
     })))
 }
 
+#[utoipa::path(get, path = "/v1/ca", tag = "other", responses((status = 200, description = "The CA certificate (PEM)", body = String, content_type = "application/x-pem-file")))]
 async fn ca_pem(State(shared): State<Arc<Control>>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/x-pem-file")],

@@ -73,6 +73,7 @@ fn url_host(url: &str) -> &str {
 }
 
 /// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", tag = "other", responses((status = 200, description = "Prometheus text exposition (docs/architecture.md, Logs and metrics)", body = String, content_type = "text/plain; version=0.0.4")))]
 pub(crate) async fn serve(State(shared): State<Arc<Control>>) -> Response {
     let ledger = shared.ledger().clone();
     let ledger_text = tokio::task::spawn_blocking(move || ledger_metrics(&*ledger))

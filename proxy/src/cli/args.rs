@@ -39,6 +39,9 @@ pub(super) enum Command {
     /// Run a command as one transaction: snapshot, run, verify, then keep or roll back
     /// files and effects together
     Run(Box<crate::cli::run::RunArgs>),
+    /// Print the admin API's OpenAPI 3.1 document (what `GET /v1/openapi.json` serves and
+    /// docs/openapi.json holds)
+    Openapi,
     /// Internal: PID 1 of the fence `airlock run` starts with `unshare` (docs/containment.md)
     #[command(name = "fence-init", hide = true)]
     FenceInit,

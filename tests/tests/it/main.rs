@@ -14,6 +14,7 @@ mod limits;
 mod lineage;
 mod matchers;
 mod observe;
+mod openapi;
 mod outcomes;
 mod pass;
 mod protocols;

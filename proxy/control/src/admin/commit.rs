@@ -29,16 +29,18 @@ struct CommitQuery {
     approve_pending: bool,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CommitRequest {
     #[serde(default)]
     approve_pending: bool,
     /// What the client was shown: the `expect` of `GET /v1/runs/{id}/effects`.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     expect: Option<Expectation>,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/commit", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)"), ("approve_pending" = Option<bool>, Query, description = "Approve every pending effect (the body's `expect` is then required)")), request_body(content = CommitRequest, description = "Optional: `approve_pending` and the `expect` of `GET /v1/runs/{id}/effects`", content_type = "application/json"), responses((status = 200, description = "The commit report: the run's state and each effect's outcome", body = Object), (status = 428, description = "`approve_pending` without `expect` (`expectation_required`)", body = super::openapi::ApiErrorBody)))]
 async fn commit_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,

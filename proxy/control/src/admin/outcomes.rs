@@ -24,6 +24,7 @@ pub(super) fn routes() -> Router<Arc<Control>> {
         .route("/v1/effects/{id}/settle", post(settle_effect))
 }
 
+#[utoipa::path(post, path = "/v1/effects/{id}/retry", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The commit report after the effect was released again", body = Object)))]
 async fn retry_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
@@ -35,6 +36,7 @@ async fn retry_effect(
     Ok(Json(serde_json::to_value(report).unwrap_or_default()))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The commit report after every retriable effect was released again", body = Object)))]
 async fn retry_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
@@ -55,7 +57,7 @@ async fn retry_run(
 }
 
 /// `POST /v1/effects/{id}/settle`: `{"delivered": bool, "note"?: string, "values"?: {NAME: VALUE}}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SettleRequest {
     /// Required: what the reviewer found at the origin.
@@ -67,6 +69,7 @@ struct SettleRequest {
     values: BTreeMap<String, String>,
 }
 
+#[utoipa::path(post, path = "/v1/effects/{id}/settle", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), request_body(content = SettleRequest, description = "What the reviewer found at the origin", content_type = "application/json"), responses((status = 200, description = "The effect (and those it unblocked), settled", body = Object)))]
 async fn settle_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
