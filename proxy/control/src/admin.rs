@@ -67,7 +67,7 @@ impl ApiError {
         match self.code {
             "unauthorized" => "send Authorization: Bearer TOKEN; the admin token is in DATA/admin.token, reviewer tokens in the files --reviewer-token names",
             "not_found" => "check the id (GET /v1/runs lists runs); docs/admin-api.md lists the endpoints",
-            "bad_json" | "bad_body" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
+            "bad_json" | "bad_body" | "bad_query" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
                 "fix the request and send it again; docs/admin-api.md describes each body"
             }
             "undecided_effects" => "approve or reject each effect in details.undecided first, or commit with approve_pending = true and expect",

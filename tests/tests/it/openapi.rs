@@ -95,3 +95,36 @@ async fn reqwest_free_get(url: &str) -> String {
     assert!(output.status.success(), "{output:?}");
     String::from_utf8(output.stdout).expect("utf-8")
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_commit_query_is_answered_in_the_json_error_shape() {
+    // Found by schemathesis (tests/schemathesis/run.sh): axum's plain-text rejection.
+    let fx = Fixture::new();
+    let airlock = fx.start(&loopback_policy(1), &[]);
+    let (run, _) = airlock.create_run().await;
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let output = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--noproxy",
+            "*",
+            "-X",
+            "POST",
+            "-H",
+            &format!("Authorization: Bearer {}", token.trim()),
+            "-w",
+            "\n%{http_code} %{content_type}",
+            &format!("{}/v1/runs/{run}/commit?approve_pending=null", airlock.admin_url),
+        ])
+        .output()
+        .await
+        .expect("run curl");
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    let (body, tail) = text.rsplit_once('\n').expect("status line");
+    assert_eq!(tail, "400 application/json", "{text}");
+    let body: Value = serde_json::from_str(body).expect("a JSON error body");
+    assert_eq!(body["reason_code"], "bad_query", "{body}");
+    assert_eq!(airlock.effects(&run).await.len(), 0);
+    let shown = airlock.admin.get(&format!("/v1/runs/{run}")).await.expect("run");
+    assert_eq!(shown["state"], "open", "a refused commit changes nothing: {shown}");
+}

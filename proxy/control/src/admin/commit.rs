@@ -45,10 +45,18 @@ async fn commit_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-    Query(query): Query<CommitQuery>,
+    query: Result<Query<CommitQuery>, axum::extract::rejection::QueryRejection>,
     body: super::body::ApiBody,
 ) -> ApiResult<Json<Value>> {
     let run_id = parse_run(&id)?;
+    // A malformed query is answered in the API's JSON error shape, not axum's plain text.
+    let Query(query) = query.map_err(|rejection| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("the query string is not valid: {}", rejection.body_text()),
+        )
+    })?;
     let request: CommitRequest = parse_body(&body)?;
     let approve_pending = query.approve_pending || request.approve_pending;
     if approve_pending && request.expect.is_none() {
