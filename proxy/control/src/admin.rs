@@ -26,7 +26,7 @@ mod fence;
 pub mod openapi;
 mod outcomes;
 mod policy;
-mod render;
+pub mod render;
 mod workspace;
 
 pub(crate) use policy::metrics as policy_metrics;
@@ -310,7 +310,7 @@ struct CreateRun {
 /// step.
 static CREATE_WITH_SOURCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = render::RunView)))]
 async fn create_run(
     State(shared): State<Arc<Control>>,
     body: body::ApiBody,
@@ -360,8 +360,8 @@ async fn create_run(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/runs", tag = "runs", responses((status = 200, description = "`{runs: [run…]}`, newest first, each with its effect counts by state", body = Object)))]
-async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<Value>> {
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", responses((status = 200, description = "`{runs: [run…]}`, newest first, each with its effect counts by state", body = render::RunList)))]
+async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<render::RunList>> {
     let ledger = shared.ledger().clone();
     let runs = blocking(move || {
         let mut out = Vec::new();
@@ -372,12 +372,12 @@ async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<Value>>
         Ok(out)
     })
     .await?;
-    let mut list: Vec<Value> = runs
+    let mut list: Vec<render::RunView> = runs
         .iter()
-        .map(|(run, effects)| run_json(&shared, run, effects))
+        .map(|(run, effects)| render::run_view(&shared, run, effects))
         .collect();
     list.reverse();
-    Ok(Json(json!({ "runs": list })))
+    Ok(Json(render::RunList { runs: list }))
 }
 
 pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {
@@ -394,7 +394,7 @@ pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run,
     found.ok_or_else(|| not_found("run", id))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run with its effect counts, decisions, flags and flows", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run with its effect counts, decisions, flags and flows", body = render::RunView)))]
 async fn show_run(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -415,11 +415,11 @@ async fn run_checks(
     blocking(move || crate::flows::check_run_blocking(&control, &run)).await
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/effects", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, effects: [summary…], expect}`", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/effects", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, effects: [summary…], expect}`", body = render::EffectList)))]
 async fn run_effects(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<render::EffectList>> {
     let (run, effects) = load_run(&shared, &id).await?;
     let checks = run_checks(&shared, &run.id).await?;
     let listed: Vec<Value> = effects
@@ -432,9 +432,11 @@ async fn run_effects(
         .collect();
     // What a commit of exactly these effects carries (docs/admin-api.md#expectations).
     let expect = crate::runs::expect::Expectation::of(&effects, crate::runs::expect::Scope::Commit);
-    Ok(Json(
-        json!({ "run": run.id, "effects": listed, "expect": expect }),
-    ))
+    Ok(Json(render::EffectList {
+        run: run.id,
+        effects: listed,
+        expect,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}/reads", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, reads: [read…]}`", body = Object)))]
@@ -477,18 +479,18 @@ async fn run_env(
     ))
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/seal", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `sealed` (idempotent)", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/seal", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `sealed` (idempotent)", body = render::RunView)))]
 async fn seal_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<render::RunView>> {
     let run_id = parse_run(&id)?;
     let (run, effects) = runs::seal(&shared, &run_id, &Actor::Reviewer(reviewer.name)).await?;
-    Ok(Json(run_json(&shared, &run, &effects)))
+    Ok(Json(render::run_view(&shared, &run, &effects)))
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/abort", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `aborted`, with `effects_detail`", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/abort", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `aborted`, with `effects_detail`", body = render::RunView)))]
 async fn abort_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,

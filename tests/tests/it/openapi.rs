@@ -114,7 +114,10 @@ async fn malformed_commit_query_is_answered_in_the_json_error_shape() {
             &format!("Authorization: Bearer {}", token.trim()),
             "-w",
             "\n%{http_code} %{content_type}",
-            &format!("{}/v1/runs/{run}/commit?approve_pending=null", airlock.admin_url),
+            &format!(
+                "{}/v1/runs/{run}/commit?approve_pending=null",
+                airlock.admin_url
+            ),
         ])
         .output()
         .await
@@ -125,6 +128,13 @@ async fn malformed_commit_query_is_answered_in_the_json_error_shape() {
     let body: Value = serde_json::from_str(body).expect("a JSON error body");
     assert_eq!(body["reason_code"], "bad_query", "{body}");
     assert_eq!(airlock.effects(&run).await.len(), 0);
-    let shown = airlock.admin.get(&format!("/v1/runs/{run}")).await.expect("run");
-    assert_eq!(shown["state"], "open", "a refused commit changes nothing: {shown}");
+    let shown = airlock
+        .admin
+        .get(&format!("/v1/runs/{run}"))
+        .await
+        .expect("run");
+    assert_eq!(
+        shown["state"], "open",
+        "a refused commit changes nothing: {shown}"
+    );
 }
