@@ -26,7 +26,7 @@ pub enum RequestAction {
 }
 
 impl RequestAction {
-    /// Every action, in the order of [`Metrics::request_duration`].
+    /// Every action, in the order of the request duration histograms.
     pub const ALL: [RequestAction; 4] = [Self::Pass, Self::Stage, Self::Deny, Self::None];
 
     /// The label value: `pass`, `stage`, `deny` or `none`.

@@ -4,7 +4,7 @@
 //! `GET /v1/openapi.json` (no token: it holds no state) and kept in `docs/openapi.json`
 //! (`airlock openapi` prints it; the drift test `openapi::…` compares the three).
 //!
-//! Every operation gets the error answers it can give, added by [`ErrorResponses`]: 401
+//! Every operation gets the error answers it can give, added by `ErrorResponses`: 401
 //! (bearer token) and 500 on all, 400 and 404 where the path names a run or effect, 400,
 //! 409 and 413 on every `POST`.
 
