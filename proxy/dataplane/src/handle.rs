@@ -53,6 +53,7 @@ mod decide;
 mod inspect;
 mod journal;
 mod line;
+pub(crate) use line::ConnectLine;
 mod obligations;
 mod request_body;
 

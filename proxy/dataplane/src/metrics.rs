@@ -21,20 +21,30 @@ pub enum RequestAction {
     Stage,
     /// Denied (a `tunnel` decision inside an intercepted CONNECT is a denial too).
     Deny,
+    /// A CONNECT tunneled without interception (`action = "tunnel"`); its duration is the
+    /// tunnel's life.
+    Tunnel,
     /// Answered before the policy decided.
     None,
 }
 
 impl RequestAction {
     /// Every action, in the order of the request duration histograms.
-    pub const ALL: [RequestAction; 4] = [Self::Pass, Self::Stage, Self::Deny, Self::None];
+    pub const ALL: [RequestAction; 5] = [
+        Self::Pass,
+        Self::Stage,
+        Self::Deny,
+        Self::Tunnel,
+        Self::None,
+    ];
 
-    /// The label value: `pass`, `stage`, `deny` or `none`.
+    /// The label value: `pass`, `stage`, `deny`, `tunnel` or `none`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pass => "pass",
             Self::Stage => "stage",
             Self::Deny => "deny",
+            Self::Tunnel => "tunnel",
             Self::None => "none",
         }
     }
@@ -69,7 +79,7 @@ pub struct Metrics {
     placeholder_off_host: Mutex<BTreeMap<String, u64>>,
     /// Seconds from a request's head arriving to its response's last byte leaving, by
     /// [`RequestAction`] (indexed as [`RequestAction::ALL`]).
-    request_duration: [Histogram; 4],
+    request_duration: [Histogram; 5],
     /// Seconds from a staged request's head arriving to its acknowledgement (the `2xx`
     /// head) being ready: body read, ledger write and flush included.
     pub stage_ack: Histogram,
@@ -111,7 +121,7 @@ impl Metrics {
         histogram::render_family(
             &mut out,
             "airlock_request_duration_seconds",
-            "Seconds from a proxied request's head arriving to its response's last byte leaving, by policy action (none: answered before a decision).",
+            "Seconds from a proxied request's head arriving to its response's last byte leaving, by policy action (none: answered before a decision; tunnel: the life of a tunnel).",
             &series,
         );
         histogram::render_family(

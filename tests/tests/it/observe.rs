@@ -65,11 +65,15 @@ async fn json_log_has_one_canonical_line_per_request_and_per_release() {
     let port = origin.addr().port();
     let airlock = fx.start(&loopback_policy(port), &["--log-format", "json"]);
     let done = traffic(&airlock, port).await;
+    // A host no rule names is refused at the CONNECT, before any request inside.
+    let (_, env) = airlock.create_run().await;
+    let refused = curl(&env, &[&format!("https://127.0.0.2:{port}/x")]).await;
+    assert!(!refused.success, "{}", refused.stderr);
 
     // A request's line is written once its response has left, which may trail the
     // client's exit by a moment.
     let complete = eventually(Duration::from_secs(10), || {
-        json_lines(&airlock.log(), "airlock::request").len() >= 3
+        json_lines(&airlock.log(), "airlock::request").len() >= 4
             && !json_lines(&airlock.log(), "airlock::release").is_empty()
     })
     .await;
@@ -83,8 +87,22 @@ async fn json_log_has_one_canonical_line_per_request_and_per_release() {
             "{line}"
         );
     }
-    let requests = json_lines(&log, "airlock::request");
-    assert_eq!(requests.len(), 3, "one line per request: {requests:#?}");
+    let mut requests = json_lines(&log, "airlock::request");
+    assert_eq!(requests.len(), 4, "one line per request: {requests:#?}");
+    let connect = requests.remove(
+        requests
+            .iter()
+            .position(|l| l["method"] == "CONNECT")
+            .unwrap_or_else(|| panic!("no CONNECT line in {requests:#?}")),
+    );
+    assert_eq!(connect["host"], "127.0.0.2", "{connect}");
+    assert_eq!(connect["action"], "deny", "{connect}");
+    assert_eq!(connect["status"], 403, "{connect}");
+    assert_eq!(connect["reason_code"], "default_deny", "{connect}");
+    assert!(
+        connect.get("rule").is_none(),
+        "the default deny names no rule: {connect}"
+    );
     let by_action = |action: &str| -> &Value {
         requests
             .iter()
@@ -238,4 +256,54 @@ fn which(program: &str) -> Result<std::path::PathBuf, ()> {
                 .find(|path| path.is_file())
         })
         .ok_or(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_log_has_a_canonical_line_per_tunnel_with_its_bytes() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let policy = format!(
+        r#"version = 1
+default = "deny"
+
+[[rule]]
+id = "pinned"
+host = "127.0.0.1"
+port = {port}
+action = "tunnel"
+allow_private = ["127.0.0.1"]
+"#
+    );
+    let airlock = fx.start(&policy, &["--log-format", "json"]);
+    let (run, env) = airlock.create_run().await;
+    let origin_ca = fx.dir.path().join("origin-ca.pem");
+    let out = curl(
+        &env,
+        &[
+            "--cacert",
+            origin_ca.to_str().expect("utf-8 path"),
+            &format!("https://127.0.0.1:{port}/through"),
+        ],
+    )
+    .await;
+    assert_eq!(out.status, 200, "{}", out.stderr);
+    let written = eventually(Duration::from_secs(10), || {
+        !json_lines(&airlock.log(), "airlock::request").is_empty()
+    })
+    .await;
+    let log = airlock.log();
+    assert!(written, "no request line; log:\n{log}");
+    let lines = json_lines(&log, "airlock::request");
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let line = &lines[0];
+    assert_eq!(line["run"], run.as_str(), "{line}");
+    assert_eq!(line["method"], "CONNECT", "{line}");
+    assert_eq!(line["action"], "tunnel", "{line}");
+    assert_eq!(line["rule"], "pinned", "{line}");
+    assert_eq!(line["status"], 200, "{line}");
+    assert_eq!(line["port"], u64::from(port), "{line}");
+    // The TLS records each way, opaque to airlock.
+    assert!(line["bytes_in"].as_u64().is_some_and(|b| b > 0), "{line}");
+    assert!(line["bytes_out"].as_u64().is_some_and(|b| b > 0), "{line}");
 }

@@ -114,6 +114,51 @@ impl RequestLine {
     }
 }
 
+/// A CONNECT answered at the tunnel's level: denied (`deny`, 403), or tunneled without
+/// interception (`tunnel`, 200) and now closed.
+pub(crate) struct ConnectLine<'a> {
+    /// The run.
+    pub run: &'a RunId,
+    /// The CONNECT target.
+    pub target: &'a Target,
+    /// `Deny` or `Tunnel`.
+    pub action: RequestAction,
+    /// The deciding rule.
+    pub rule: Option<&'a str>,
+    /// The decision's reason code.
+    pub reason_code: &'a str,
+    /// The status answered.
+    pub status: u16,
+    /// Bytes from the client, bytes to the client.
+    pub bytes: (u64, u64),
+    /// From the CONNECT's arrival (a denial) or the tunnel's opening to its close.
+    pub elapsed: std::time::Duration,
+}
+
+impl ConnectLine<'_> {
+    /// Writes the line (the request line's fields, `method` `CONNECT`, `path` empty) and
+    /// counts it in `airlock_request_duration_seconds`.
+    pub(crate) fn write(&self, plane: &DataPlane) {
+        plane.metrics.observe_request(self.action, self.elapsed);
+        tracing::info!(
+            target: "airlock::request",
+            run = %self.run,
+            method = "CONNECT",
+            host = %self.target.host,
+            port = self.target.port,
+            path = "",
+            action = self.action.as_str(),
+            rule = self.rule,
+            reason_code = self.reason_code,
+            status = self.status,
+            bytes_in = self.bytes.0,
+            bytes_out = self.bytes.1,
+            duration_ms = self.elapsed.as_secs_f64() * 1000.0,
+            "request"
+        );
+    }
+}
+
 impl Drop for RequestLine {
     fn drop(&mut self) {
         let elapsed = self.start.elapsed();
