@@ -31,7 +31,7 @@ use send::{send, Prepared};
 pub const MAX_CONCURRENT_RELEASES: usize = 8;
 
 /// One effect's line in a commit report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EffectOutcome {
     /// The effect.
     pub id: String,
@@ -42,6 +42,7 @@ pub struct EffectOutcome {
     /// Request URL as staged (placeholders included).
     pub url: String,
     /// Final state.
+    #[schema(value_type = String)]
     pub state: EffectState,
     /// The origin's status, when released or failed with a response.
     pub status: Option<u16>,
@@ -56,11 +57,13 @@ pub struct EffectOutcome {
 }
 
 /// What a commit did, reported honestly: released, failed, unknown, rejected, skipped.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CommitReport {
     /// The run.
+    #[schema(value_type = String)]
     pub run: RunId,
     /// The run's state after the commit.
+    #[schema(value_type = String)]
     pub state: RunState,
     /// Effects per state.
     pub counts: BTreeMap<&'static str, usize>,
