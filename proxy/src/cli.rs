@@ -53,7 +53,10 @@ use admin_client::{decide_all, PartialCommit};
 /// Runs the CLI; returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(matches!(cli.command, Command::Serve(_)));
+    match &cli.command {
+        Command::Serve(args) => init_logging(true, args.log_format),
+        _ => init_logging(false, args::LogFormat::Text),
+    }
     if let Command::FenceInit = &cli.command {
         return fence_init();
     }
@@ -100,16 +103,30 @@ fn fence_init() -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
-fn init_logging(serving: bool) {
+/// Logs to stderr at `info` when serving (`warn` otherwise) unless `AIRLOCK_LOG` says
+/// otherwise, as text or as one JSON object per line.
+fn init_logging(serving: bool, format: args::LogFormat) {
     let default = if serving { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env(ENV_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        args::LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_target(false)
+            .try_init(),
+        // The event's fields at the top level beside `timestamp`, `level`, `message` and
+        // `target` (`airlock::request` for the request lines), as log shippers expect.
+        args::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_ansi(false)
+            .try_init(),
+    };
 }
 
 fn one_line(error: &anyhow::Error) -> String {
@@ -183,6 +200,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policy { command } => policy::policy_command(command).await,
         Command::Run(args) => run::run(*args).await,
         Command::FenceInit => Ok(()),
+        Command::Openapi => {
+            print!("{}", airlock_control::admin::openapi::document_json());
+            Ok(())
+        }
         Command::Savepoint { run, name, admin } => run::savepoint(&admin, &run, name).await,
         Command::RollbackTo {
             run,

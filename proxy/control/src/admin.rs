@@ -23,11 +23,13 @@ mod commit;
 mod compensate;
 mod effects;
 mod fence;
+pub mod openapi;
 mod outcomes;
 mod policy;
-mod render;
+pub mod render;
 mod workspace;
 
+pub(crate) use policy::metrics as policy_metrics;
 use render::{edge_json, effect_summary, run_json};
 
 /// An admin API error: status, stable code, what happened. It becomes a response in one
@@ -65,7 +67,7 @@ impl ApiError {
         match self.code {
             "unauthorized" => "send Authorization: Bearer TOKEN; the admin token is in DATA/admin.token, reviewer tokens in the files --reviewer-token names",
             "not_found" => "check the id (GET /v1/runs lists runs); docs/admin-api.md lists the endpoints",
-            "bad_json" | "bad_body" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
+            "bad_json" | "bad_body" | "bad_query" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
                 "fix the request and send it again; docs/admin-api.md describes each body"
             }
             "undecided_effects" => "approve or reject each effect in details.undecided first, or commit with approve_pending = true and expect",
@@ -140,15 +142,18 @@ impl IntoResponse for ApiError {
         if self.side().is_failure() {
             warn!(reason_code = self.code, reason = %self.reason, "admin request failed");
         }
-        let mut body = json!({
-            "error": self.status.canonical_reason().unwrap_or("error").to_ascii_lowercase(),
-            "reason_code": self.code,
-            "reason": self.reason,
-            "hint": self.hint(),
-        });
-        if let Some(details) = self.details {
-            body["details"] = details;
-        }
+        let hint = self.hint();
+        let body = openapi::ApiErrorBody {
+            error: self
+                .status
+                .canonical_reason()
+                .unwrap_or("error")
+                .to_ascii_lowercase(),
+            reason_code: self.code.to_owned(),
+            reason: self.reason,
+            hint: hint.to_owned(),
+            details: self.details,
+        };
         (self.status, Json(body)).into_response()
     }
 }
@@ -185,7 +190,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .route("/v1/ca", get(ca_pem))
         .route("/v1/policy", get(policy::show).post(policy::replace))
         .route("/v1/ui/sign-in-links", post(crate::ui::login::create_link))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(crate::metrics::serve))
         .merge(commit::routes())
         .merge(effects::routes())
         .merge(workspace::routes())
@@ -204,10 +209,8 @@ pub fn router(shared: Arc<Control>) -> Router {
             )
         });
     Router::new()
-        .route(
-            "/healthz",
-            get(|| async { Json(json!({ "status": "ok" })) }),
-        )
+        .route("/healthz", get(openapi::healthz))
+        .route("/v1/openapi.json", get(openapi::openapi_json))
         .merge(crate::ui::router(shared.clone()))
         .merge(api)
         .layer(axum::extract::DefaultBodyLimit::max(body::BODY_LIMIT))
@@ -292,7 +295,7 @@ fn not_found(kind: &str, id: &str) -> ApiError {
     )
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateRun {
     #[serde(default)]
@@ -307,6 +310,7 @@ struct CreateRun {
 /// step.
 static CREATE_WITH_SOURCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = render::RunView)))]
 async fn create_run(
     State(shared): State<Arc<Control>>,
     body: body::ApiBody,
@@ -356,7 +360,8 @@ async fn create_run(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<Value>> {
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", responses((status = 200, description = "`{runs: [run…]}`, newest first, each with its effect counts by state", body = render::RunList)))]
+async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<render::RunList>> {
     let ledger = shared.ledger().clone();
     let runs = blocking(move || {
         let mut out = Vec::new();
@@ -367,12 +372,12 @@ async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<Value>>
         Ok(out)
     })
     .await?;
-    let mut list: Vec<Value> = runs
+    let mut list: Vec<render::RunView> = runs
         .iter()
-        .map(|(run, effects)| run_json(&shared, run, effects))
+        .map(|(run, effects)| render::run_view(&shared, run, effects))
         .collect();
     list.reverse();
-    Ok(Json(json!({ "runs": list })))
+    Ok(Json(render::RunList { runs: list }))
 }
 
 pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {
@@ -389,6 +394,7 @@ pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run,
     found.ok_or_else(|| not_found("run", id))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run with its effect counts, decisions, flags and flows", body = render::RunView)))]
 async fn show_run(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -409,10 +415,11 @@ async fn run_checks(
     blocking(move || crate::flows::check_run_blocking(&control, &run)).await
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/effects", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, effects: [summary…], expect}`", body = render::EffectList)))]
 async fn run_effects(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<render::EffectList>> {
     let (run, effects) = load_run(&shared, &id).await?;
     let checks = run_checks(&shared, &run.id).await?;
     let listed: Vec<Value> = effects
@@ -425,11 +432,14 @@ async fn run_effects(
         .collect();
     // What a commit of exactly these effects carries (docs/admin-api.md#expectations).
     let expect = crate::runs::expect::Expectation::of(&effects, crate::runs::expect::Scope::Commit);
-    Ok(Json(
-        json!({ "run": run.id, "effects": listed, "expect": expect }),
-    ))
+    Ok(Json(render::EffectList {
+        run: run.id,
+        effects: listed,
+        expect,
+    }))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/reads", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, reads: [read…]}`", body = Object)))]
 async fn run_reads(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -441,6 +451,7 @@ async fn run_reads(
     Ok(Json(json!({ "run": run.id, "reads": reads })))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/denials", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, denials: [denial…]}`", body = Object)))]
 async fn run_denials(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -452,6 +463,7 @@ async fn run_denials(
     Ok(Json(json!({ "run": run.id, "denials": denials })))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/env", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, env: {NAME: VALUE}, shell}`", body = Object)))]
 async fn run_env(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -467,16 +479,18 @@ async fn run_env(
     ))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/seal", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `sealed` (idempotent)", body = render::RunView)))]
 async fn seal_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<render::RunView>> {
     let run_id = parse_run(&id)?;
     let (run, effects) = runs::seal(&shared, &run_id, &Actor::Reviewer(reviewer.name)).await?;
-    Ok(Json(run_json(&shared, &run, &effects)))
+    Ok(Json(render::run_view(&shared, &run, &effects)))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/abort", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `aborted`, with `effects_detail`", body = render::RunView)))]
 async fn abort_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
@@ -489,6 +503,7 @@ async fn abort_run(
     Ok(Json(body))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/lineage", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, nodes, edges}`: the run's lineage graph", body = Object)))]
 async fn run_lineage(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -523,46 +538,11 @@ async fn run_lineage(
     })))
 }
 
+#[utoipa::path(get, path = "/v1/ca", tag = "other", responses((status = 200, description = "The CA certificate (PEM)", body = String, content_type = "application/x-pem-file")))]
 async fn ca_pem(State(shared): State<Arc<Control>>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/x-pem-file")],
         shared.data.ca().cert_pem().to_owned(),
-    )
-        .into_response()
-}
-
-/// Prometheus text for the ledger: its page cache (`--ledger-cache-mib`) and its size on
-/// disk, which grows with every read, effect and denial (nothing prunes it yet). Blocking:
-/// sled stats its files (and lists its blob directory) for the size.
-fn ledger_metrics(ledger: &dyn airlock_ledger::Store) -> String {
-    let mut text = format!(
-        "# HELP airlock_ledger_cache_capacity_bytes Ledger pages kept in memory at most (--ledger-cache-mib).\n\
-         # TYPE airlock_ledger_cache_capacity_bytes gauge\n\
-         airlock_ledger_cache_capacity_bytes {}\n",
-        ledger.cache_capacity()
-    );
-    if let Ok(bytes) = ledger.size_on_disk() {
-        text.push_str(&format!(
-            "# HELP airlock_ledger_disk_bytes Bytes the ledger's files take on disk.\n\
-             # TYPE airlock_ledger_disk_bytes gauge\n\
-             airlock_ledger_disk_bytes {bytes}\n"
-        ));
-    }
-    text
-}
-
-async fn metrics(State(shared): State<Arc<Control>>) -> Response {
-    let ledger = shared.ledger().clone();
-    let ledger_text = tokio::task::spawn_blocking(move || ledger_metrics(&*ledger))
-        .await
-        .unwrap_or_default();
-    let in_flight = shared.data.requests_in_flight();
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        shared.data.metrics().render(in_flight)
-            + &policy::metrics(&shared)
-            + &shared.data.connections().metrics()
-            + &ledger_text,
     )
         .into_response()
 }

@@ -10,6 +10,7 @@ mod bound_ports;
 pub mod compensate;
 pub mod env;
 pub mod flows;
+pub mod metrics;
 pub mod notify;
 pub mod outcomes;
 mod plane;

@@ -18,9 +18,10 @@ use crate::runs::Actor;
 use crate::Control;
 
 /// What a retry re-sent, and the run as it stands after.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct RetryReport {
     /// The effects retried now (each once), in staging order.
+    #[schema(value_type = Vec<String>)]
     pub retried: Vec<EffectId>,
     /// The run after the retried effects' release.
     #[serde(flatten)]

@@ -56,6 +56,8 @@ pub struct Control {
     pub(crate) fence: Arc<Fence>,
     /// Each run's bound proxy port (`crate::bound_ports`).
     pub(crate) bound_ports: Mutex<HashMap<RunId, u16>>,
+    /// The release histogram (`crate::metrics`).
+    pub(crate) metrics: crate::metrics::ControlMetrics,
 }
 
 impl Control {
@@ -73,6 +75,7 @@ impl Control {
             review: inputs.review,
             fence: inputs.fence,
             bound_ports: Mutex::default(),
+            metrics: crate::metrics::ControlMetrics::default(),
         })
     }
 

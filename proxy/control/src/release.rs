@@ -31,7 +31,7 @@ use send::{send, Prepared};
 pub const MAX_CONCURRENT_RELEASES: usize = 8;
 
 /// One effect's line in a commit report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EffectOutcome {
     /// The effect.
     pub id: String,
@@ -42,6 +42,7 @@ pub struct EffectOutcome {
     /// Request URL as staged (placeholders included).
     pub url: String,
     /// Final state.
+    #[schema(value_type = String)]
     pub state: EffectState,
     /// The origin's status, when released or failed with a response.
     pub status: Option<u16>,
@@ -56,11 +57,13 @@ pub struct EffectOutcome {
 }
 
 /// What a commit did, reported honestly: released, failed, unknown, rejected, skipped.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CommitReport {
     /// The run.
+    #[schema(value_type = String)]
     pub run: RunId,
     /// The run's state after the commit.
+    #[schema(value_type = String)]
     pub state: RunState,
     /// Effects per state.
     pub counts: BTreeMap<&'static str, usize>,
@@ -278,9 +281,18 @@ async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitErr
                     let shared = shared.clone();
                     let effect = effect.clone();
                     let issued = issued.clone();
-                    tasks.spawn(
-                        async move { release_one(&shared, effect, &parents, &issued).await },
-                    );
+                    tasks.spawn(async move {
+                        let started = std::time::Instant::now();
+                        let settled = release_one(&shared, effect.clone(), &parents, &issued).await;
+                        crate::metrics::released(
+                            &shared,
+                            &effect.run_id,
+                            &effect,
+                            &settled,
+                            started.elapsed(),
+                        );
+                        settled
+                    });
                 }
                 Readiness::Ready | Readiness::Wait => {
                     // Each origin sees its effects in staging order.

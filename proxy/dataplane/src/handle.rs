@@ -11,7 +11,8 @@
 //! decide             a placeholder headed off its host; the policy  403, 413
 //!                    decision (the body read first when a body
 //!                    matcher needs it); audit; credential plan;
-//!                    the decision counted and logged
+//!                    the decision counted, logged and noted on the
+//!                    request's line
 //! apply_obligations  the rule's limits and strip                    413, 414, 429
 //! act                upgrade | deny | stage | pass                  (always ends it)
 //!   upgrade          relay when passed, else 403
@@ -20,6 +21,8 @@
 //!   pass             inspect_pass_body, then forward, stage or a staged read's answer
 //! journal            always, for every admitted request: a denial is journaled, an
 //!                    error becomes its response (logged at warn when a 5xx)
+//! line               once the response's last byte has left: the canonical request
+//!                    line and the duration histogram (`line`)
 //! ```
 //!
 //! Each phase after `admit` can end the request early with a [`ProxyError`], the answers
@@ -49,6 +52,8 @@ mod authority;
 mod decide;
 mod inspect;
 mod journal;
+mod line;
+pub(crate) use line::ConnectLine;
 mod obligations;
 mod request_body;
 
@@ -63,6 +68,8 @@ struct RequestCtx<'a> {
     method: String,
     /// Whether the framing carried a body, for the denial journal.
     had_body: bool,
+    /// The request's canonical log line.
+    line: Arc<line::RequestLine>,
 }
 
 /// Counts a request as in flight until dropped, which is when its response body has been
@@ -94,17 +101,23 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let in_flight = InFlight::new(&shared);
-    let (ctx, parts, body) = match admit::admit(&shared, run, target, req) {
-        Ok(admitted) => admitted,
+    let line = line::RequestLine::start(&shared, &run, &target, &req);
+    let response = match admit::admit(&shared, run, target, req, &line) {
+        Ok((ctx, parts, body)) => {
+            let outcome = phases(&ctx, parts, body).await;
+            journal::journal(ctx, outcome)
+        }
         // Not admitted: answered at once, before any phase runs.
-        Err(error) => return error.into_response(),
+        Err(error) => error.into_response(),
     };
-    let outcome = phases(&ctx, parts, body).await;
-    let response = journal::journal(ctx, outcome);
+    line.answered(response.status());
     let (head, body) = response.into_parts();
+    let body = airlock_net::body::Counted::new(body, line.bytes_out.clone());
+    // The line is written when the body is dropped: after its last byte, or when the
+    // client went away; the request stops counting as in flight just after.
     Response::from_parts(
         head,
-        airlock_net::body::Guarded::new(body, Box::new(in_flight)).boxed(),
+        airlock_net::body::Guarded::new(body, Box::new((line, in_flight))).boxed(),
     )
 }
 

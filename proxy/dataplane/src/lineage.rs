@@ -99,19 +99,65 @@ const MIN_ANALYSED_BODY: usize = 24;
 /// is always compared with the reads that finished before it was staged.
 #[derive(Clone)]
 pub struct LineageWorker {
+    /// Queue depth and lag, for `/metrics`.
+    stats: Arc<LineageStats>,
     /// Who waits for an effect's analysis ([`LineageWorker::analysed`]).
     waiters: Arc<std::sync::Mutex<Waiters>>,
     queued_bytes: Arc<std::sync::atomic::AtomicUsize>,
-    reads: mpsc::SyncSender<Job>,
-    effects: mpsc::Sender<Job>,
+    reads: mpsc::SyncSender<Queued>,
+    effects: mpsc::Sender<Queued>,
     ledger: Arc<dyn Store>,
+}
+
+/// A job and when it was queued.
+type Queued = (std::time::Instant, Job);
+
+/// The lineage worker's figures: how many jobs wait, and how long each waited and took.
+#[derive(Debug, Default)]
+pub struct LineageStats {
+    /// Jobs (reads and effects) queued and not yet handled.
+    depth: std::sync::atomic::AtomicUsize,
+    /// Seconds from a job being queued to its analysis being stored.
+    lag: crate::metrics::Histogram,
+}
+
+impl LineageStats {
+    /// Prometheus text: `airlock_lineage_queue_depth` (gauge) and
+    /// `airlock_lineage_lag_seconds` (histogram).
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "# HELP airlock_lineage_queue_depth Reads and effects waiting for lineage analysis.\n\
+             # TYPE airlock_lineage_queue_depth gauge\n\
+             airlock_lineage_queue_depth {}\n",
+            self.depth.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        crate::metrics::histogram::render_family(
+            &mut out,
+            "airlock_lineage_lag_seconds",
+            "Seconds from a read or effect being queued for lineage analysis to its analysis being stored.",
+            &[("", &self.lag)],
+        );
+        out
+    }
+
+    /// A batch of jobs queued at `queued` was handled now.
+    fn handled(&self, queued: &[std::time::Instant]) {
+        let now = std::time::Instant::now();
+        for at in queued {
+            self.lag.observe(now.saturating_duration_since(*at));
+        }
+        self.depth
+            .fetch_sub(queued.len(), std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl LineageWorker {
     /// Starts the worker thread over `ledger`.
     pub fn start(ledger: Arc<dyn Store>) -> Self {
-        let (reads, read_rx) = mpsc::sync_channel::<Job>(READ_QUEUE);
-        let (effects, effect_rx) = mpsc::channel::<Job>();
+        let (reads, read_rx) = mpsc::sync_channel::<Queued>(READ_QUEUE);
+        let (effects, effect_rx) = mpsc::channel::<Queued>();
+        let stats: Arc<LineageStats> = Arc::default();
+        let worker_stats = stats.clone();
         let worker_ledger = ledger.clone();
         let queued_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let worker_queued = queued_bytes.clone();
@@ -120,8 +166,10 @@ impl LineageWorker {
         let spawned = std::thread::Builder::new().name("airlock-lineage".into()).spawn(move || {
             let mut seen = Seen::default();
             // Handles jobs in order; consecutive reads are journaled as one batch.
-            let mut run = |jobs: Vec<Job>| {
+            let mut run = |jobs: Vec<Queued>| {
+                let (queued, jobs): (Vec<std::time::Instant>, Vec<Job>) = jobs.into_iter().unzip();
                 let mut reads = Vec::new();
+                let mut done = 0;
                 for job in jobs {
                     match job {
                         Job::Read { ref body, .. } => {
@@ -131,10 +179,14 @@ impl LineageWorker {
                         }
                         Job::Effect { ref effect } => {
                             let id = effect.clone();
-                            run_reads(&*worker_ledger, &mut seen, std::mem::take(&mut reads));
+                            let batch = std::mem::take(&mut reads);
+                            let handled = batch.len() + 1;
+                            run_reads(&*worker_ledger, &mut seen, batch);
                             if let Err(error) = run_job(&*worker_ledger, &mut seen, job) {
                                 warn!(error = %error, "lineage analysis failed; the request itself was not affected");
                             }
+                            worker_stats.handled(&queued[done..done + handled]);
+                            done += handled;
                             let waiting = worker_waiters
                                 .lock()
                                 .map(|mut w| w.remove(&id))
@@ -146,6 +198,7 @@ impl LineageWorker {
                     }
                 }
                 run_reads(&*worker_ledger, &mut seen, reads);
+                worker_stats.handled(&queued[done..]);
             };
             // After a busy turn the worker naps briefly and then drains what arrived
             // instead of blocking on the channel: a sender then never has to wake a
@@ -156,7 +209,7 @@ impl LineageWorker {
                 match effect_rx.try_recv() {
                     Ok(effect) => {
                         // Every read queued before the effect first.
-                        let mut jobs: Vec<Job> = read_rx.try_iter().take(READ_QUEUE).collect();
+                        let mut jobs: Vec<Queued> = read_rx.try_iter().take(READ_QUEUE).collect();
                         jobs.push(effect);
                         run(jobs);
                         busy = true;
@@ -167,7 +220,7 @@ impl LineageWorker {
                 }
                 if busy {
                     std::thread::sleep(BUSY_NAP);
-                    let jobs: Vec<Job> = read_rx.try_iter().take(READ_QUEUE).collect();
+                    let jobs: Vec<Queued> = read_rx.try_iter().take(READ_QUEUE).collect();
                     busy = !jobs.is_empty();
                     run(jobs);
                     continue;
@@ -191,6 +244,7 @@ impl LineageWorker {
             warn!(error = %error, "cannot start the lineage worker; lineage will be missing");
         }
         Self {
+            stats,
             waiters,
             queued_bytes,
             reads,
@@ -217,12 +271,21 @@ impl LineageWorker {
         rx
     }
 
+    /// The worker's queue depth and lag.
+    pub fn stats(&self) -> &LineageStats {
+        &self.stats
+    }
+
     /// Queues a job; never blocks. A read that finds the queue full is recorded as not
     /// analysed.
     pub fn submit(&self, job: Job) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = std::time::Instant::now();
         match job {
             Job::Effect { .. } => {
-                if self.effects.send(job).is_err() {
+                self.stats.depth.fetch_add(1, Relaxed);
+                if self.effects.send((now, job)).is_err() {
+                    self.stats.depth.fetch_sub(1, Relaxed);
                     debug!("lineage worker is gone; effect analysis dropped");
                 }
             }
@@ -232,19 +295,27 @@ impl LineageWorker {
                     .queued_bytes
                     .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
                 let over = queued + bytes > READ_QUEUE_BYTES;
+                // Counted before it is sent, so the worker never takes it below zero.
+                self.stats.depth.fetch_add(1, Relaxed);
                 let refused = if over {
-                    Err(mpsc::TrySendError::Full(job))
+                    Err(mpsc::TrySendError::Full((now, job)))
                 } else {
-                    self.reads.try_send(job)
+                    self.reads.try_send((now, job))
                 };
+                if refused.is_err() {
+                    self.stats.depth.fetch_sub(1, Relaxed);
+                }
                 match refused {
                     Ok(()) => {}
-                    Err(mpsc::TrySendError::Full(Job::Read {
-                        mut read,
-                        body,
-                        digest_pending,
-                        ..
-                    })) => {
+                    Err(mpsc::TrySendError::Full((
+                        _,
+                        Job::Read {
+                            mut read,
+                            body,
+                            digest_pending,
+                            ..
+                        },
+                    ))) => {
                         self.queued_bytes
                             .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
                         if digest_pending {

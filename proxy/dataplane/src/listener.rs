@@ -271,6 +271,7 @@ async fn connect(
     run: RunId,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
+    let arrived = std::time::Instant::now();
     // RFC 9110 §9.3.6 and RFC 9112 §3.2.3: the CONNECT target is authority-form,
     // `host:port` alone; an absolute URI (`http://host:port`) or a path is refused, never
     // read as the authority it holds.
@@ -308,8 +309,17 @@ async fn connect(
         return crate::tunnel::open(shared, run, target, decision, req).await;
     }
     if let ConnectDecision::Deny(decision) = decision {
-        info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
-              policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "CONNECT denied");
+        crate::handle::ConnectLine {
+            run: &run,
+            target: &target,
+            action: crate::metrics::RequestAction::Deny,
+            rule: decision.rule.as_deref(),
+            reason_code: decision.reason_code,
+            status: 403,
+            bytes: (0, 0),
+            elapsed: arrived.elapsed(),
+        }
+        .write(&shared);
         crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
         return ProxyError::Denied {
             rule: decision.rule,

@@ -202,6 +202,11 @@ impl DataPlane {
         self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Prometheus text of the lineage worker: its queue depth and lag.
+    pub fn lineage_metrics(&self) -> String {
+        self.lineage.stats().render()
+    }
+
     /// The request counters.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics

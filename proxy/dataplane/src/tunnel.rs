@@ -107,6 +107,7 @@ pub(crate) async fn splice<C>(
 {
     let _guard = guard;
     let started = airlock_ledger::now_ms();
+    let opened = std::time::Instant::now();
     let idle = shared.limits.idle_timeout;
     let spliced = airlock_net::limits::splice(client, origin, idle).await;
     let (sent, received) = (spliced.up, spliced.down);
@@ -118,12 +119,23 @@ pub(crate) async fn splice<C>(
     } else {
         spliced.error.map(|e| e.to_string())
     };
-    info!(
+    debug!(
         bytes.sent = sent,
         bytes.received = received,
         idle_timeout = spliced.idle,
         "tunnel closed"
     );
+    crate::handle::ConnectLine {
+        run: &run,
+        target: &target,
+        action: crate::metrics::RequestAction::Tunnel,
+        rule: rule.as_deref(),
+        reason_code: airlock_policy::reason_code::RULE_TUNNEL,
+        status: 200,
+        bytes: (sent, received),
+        elapsed: opened.elapsed(),
+    }
+    .write(&shared);
     let read = Read {
         run_id: run,
         seq: 0,

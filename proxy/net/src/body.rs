@@ -217,6 +217,52 @@ where
     }
 }
 
+/// A body that relays frames unchanged, adding the length of each data frame to a shared
+/// counter (bytes, relaxed atomics: one add per frame): the request line's `bytes_in` and
+/// `bytes_out`.
+pub struct Counted<B> {
+    inner: B,
+    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<B> Counted<B> {
+    /// Wraps `inner`, counting its data bytes into `count`.
+    pub fn new(inner: B, count: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
+        Self { inner, count }
+    }
+}
+
+impl<B> Body for Counted<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                this.count
+                    .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// A buffered body as a [`ProxyBody`].
 pub fn full_body(bytes: Bytes) -> ProxyBody {
     Full::new(bytes)

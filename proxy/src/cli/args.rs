@@ -39,6 +39,9 @@ pub(super) enum Command {
     /// Run a command as one transaction: snapshot, run, verify, then keep or roll back
     /// files and effects together
     Run(Box<crate::cli::run::RunArgs>),
+    /// Print the admin API's OpenAPI 3.1 document (what `GET /v1/openapi.json` serves and
+    /// docs/openapi.json holds)
+    Openapi,
     /// Internal: PID 1 of the fence `airlock run` starts with `unshare` (docs/containment.md)
     #[command(name = "fence-init", hide = true)]
     FenceInit,
@@ -317,6 +320,10 @@ pub(super) enum CaCommand {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct ServeArgs {
+    /// Log format on stderr: `text` (human lines) or `json` (one JSON object per line,
+    /// for log shippers; docs/architecture.md "Logs and metrics" lists the fields)
+    #[arg(long, value_enum, env = "AIRLOCK_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub(super) log_format: LogFormat,
     /// Data directory: CA, admin token, ledger (created on first start)
     #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
     pub(super) data: PathBuf,
@@ -430,6 +437,16 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = airlock_ledger::DEFAULT_CACHE_BYTES >> 20, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
     pub(super) ledger_cache_mib: u64,
+}
+
+/// How `airlock serve` writes its log lines to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum LogFormat {
+    /// One human-readable line per event (ANSI colours on a terminal).
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON layer): `timestamp`, `level`,
+    /// `message` and the event's fields at the top level.
+    Json,
 }
 
 /// Parses `NAME=VALUE` of `airlock settle --value`.

@@ -14,6 +14,8 @@ mod flows;
 mod limits;
 mod lineage;
 mod matchers;
+mod observe;
+mod openapi;
 mod outcomes;
 mod pass;
 mod protocols;

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::render::effect_summary;
 use super::{parse_body, parse_run, ApiError, ApiResult};
@@ -29,24 +29,34 @@ struct CommitQuery {
     approve_pending: bool,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CommitRequest {
     #[serde(default)]
     approve_pending: bool,
     /// What the client was shown: the `expect` of `GET /v1/runs/{id}/effects`.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     expect: Option<Expectation>,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/commit", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)"), ("approve_pending" = Option<bool>, Query, description = "Approve every pending effect (the body's `expect` is then required)")), request_body(content = CommitRequest, description = "Optional: `approve_pending` and the `expect` of `GET /v1/runs/{id}/effects`", content_type = "application/json"), responses((status = 200, description = "The commit report: the run's state and each effect's outcome", body = crate::release::CommitReport), (status = 428, description = "`approve_pending` without `expect` (`expectation_required`)", body = super::openapi::ApiErrorBody)))]
 async fn commit_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-    Query(query): Query<CommitQuery>,
+    query: Result<Query<CommitQuery>, axum::extract::rejection::QueryRejection>,
     body: super::body::ApiBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<crate::release::CommitReport>> {
     let run_id = parse_run(&id)?;
+    // A malformed query is answered in the API's JSON error shape, not axum's plain text.
+    let Query(query) = query.map_err(|rejection| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("the query string is not valid: {}", rejection.body_text()),
+        )
+    })?;
     let request: CommitRequest = parse_body(&body)?;
     let approve_pending = query.approve_pending || request.approve_pending;
     if approve_pending && request.expect.is_none() {
@@ -68,7 +78,7 @@ async fn commit_run(
         &Actor::Reviewer(reviewer.name),
     )
     .await?;
-    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+    Ok(Json(report))
 }
 
 /// The 409 `set_changed` answer: what was expected, what is covered now, and which of the

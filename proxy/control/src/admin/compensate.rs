@@ -17,6 +17,7 @@ pub(super) fn routes() -> Router<Arc<Control>> {
     Router::new().route("/v1/runs/{id}/compensate", post(create))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/compensate", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 201, description = "The compensation run, sealed, with its staged inverses", body = Object), (status = 200, description = "Nothing to compensate: `compensation_run` is null, `not_compensable` says why", body = Object)))]
 async fn create(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,

@@ -21,6 +21,7 @@ pub(super) fn routes() -> Router<Arc<Control>> {
         .route("/v1/effects/{id}/reject", post(reject_effect))
 }
 
+#[utoipa::path(get, path = "/v1/effects/{id}", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary with headers, body, placeholders, dependencies, lineage and flows", body = super::render::EffectSummary)))]
 async fn show_effect(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -136,6 +137,7 @@ async fn decide(
     Ok(Json(out))
 }
 
+#[utoipa::path(post, path = "/v1/effects/{id}/approve", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `approved`", body = super::render::EffectSummary)))]
 async fn approve_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
@@ -144,6 +146,7 @@ async fn approve_effect(
     decide(shared, reviewer, id, Verdict::Approve).await
 }
 
+#[utoipa::path(post, path = "/v1/effects/{id}/reject", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `rejected`", body = super::render::EffectSummary)))]
 async fn reject_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,

@@ -17,6 +17,7 @@ pub(super) fn routes() -> Router<Arc<Control>> {
 
 /// `{"socket": PATH, "counts": {proxy_connections, connections_captured,
 /// connections_refused, dns_answered, dns_refused}}`; 404 for an unknown run.
+#[utoipa::path(get, path = "/v1/runs/{id}/fence", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "Where a fence's relay reaches airlock, and the run's names and counts", body = Object)))]
 async fn show(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,

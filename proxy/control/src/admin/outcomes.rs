@@ -11,7 +11,6 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::{parse_body, parse_effect, parse_run, ApiError, ApiResult};
 use crate::runs::Actor;
@@ -24,22 +23,24 @@ pub(super) fn routes() -> Router<Arc<Control>> {
         .route("/v1/effects/{id}/settle", post(settle_effect))
 }
 
+#[utoipa::path(post, path = "/v1/effects/{id}/retry", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The commit report after the effect was released again", body = crate::outcomes::RetryReport)))]
 async fn retry_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<crate::outcomes::RetryReport>> {
     let effect = parse_effect(&id)?;
     let report =
         crate::outcomes::retry_effect(&shared, &effect, &Actor::Reviewer(reviewer.name)).await?;
-    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+    Ok(Json(report))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The commit report after every retriable effect was released again", body = crate::outcomes::RetryReport)))]
 async fn retry_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<crate::outcomes::RetryReport>> {
     let run = parse_run(&id)?;
     let report = crate::outcomes::retry_run(&shared, &run, &Actor::Reviewer(reviewer.name)).await?;
     if report.retried.is_empty() {
@@ -51,11 +52,11 @@ async fn retry_run(
             ),
         ));
     }
-    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+    Ok(Json(report))
 }
 
 /// `POST /v1/effects/{id}/settle`: `{"delivered": bool, "note"?: string, "values"?: {NAME: VALUE}}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SettleRequest {
     /// Required: what the reviewer found at the origin.
@@ -67,12 +68,13 @@ struct SettleRequest {
     values: BTreeMap<String, String>,
 }
 
+#[utoipa::path(post, path = "/v1/effects/{id}/settle", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), request_body(content = SettleRequest, description = "What the reviewer found at the origin", content_type = "application/json"), responses((status = 200, description = "The run's commit report after the effect (and those it unblocked) was settled", body = crate::release::CommitReport)))]
 async fn settle_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
     body: super::body::ApiBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<crate::release::CommitReport>> {
     let effect = parse_effect(&id)?;
     let request: SettleRequest = parse_body(&body)?;
     let Some(delivered) = request.delivered else {
@@ -94,5 +96,5 @@ async fn settle_effect(
         &Actor::Reviewer(reviewer.name),
     )
     .await?;
-    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+    Ok(Json(report))
 }

@@ -13,6 +13,7 @@ use super::{ApiError, ApiResult};
 use crate::Control;
 
 /// `{revision, generation, source, loaded_at_ms, path, text, reloads, reload_failures}`.
+#[utoipa::path(get, path = "/v1/policy", tag = "policy", responses((status = 200, description = "The policy in force: revision, generation, source, text, reloads", body = Object)))]
 pub(super) async fn show(State(shared): State<Arc<Control>>) -> Json<Value> {
     let current = shared.policy().current();
     let (reloads, failures) = shared.policy().reload_counts();
@@ -31,6 +32,7 @@ pub(super) async fn show(State(shared): State<Arc<Control>>) -> Json<Value> {
 /// The body is the policy's TOML text. 200 `{revision, generation, changed}`; 422
 /// `policy_invalid` with the parse or compile error and the revision that stays in force;
 /// 413 `body_too_large` (JSON, like every admin error) past [`super::body::BODY_LIMIT`].
+#[utoipa::path(post, path = "/v1/policy", tag = "policy", request_body(content = String, description = "The policy file's TOML text", content_type = "text/plain"), responses((status = 200, description = "`{revision, generation, changed}`", body = Object), (status = 422, description = "The policy does not load (`policy_invalid`); the one in force stays", body = super::openapi::ApiErrorBody)))]
 pub(super) async fn replace(
     State(shared): State<Arc<Control>>,
     body: ApiBody,
@@ -70,7 +72,7 @@ pub(super) async fn replace(
 }
 
 /// Prometheus lines for the policy in force and its reloads.
-pub(super) fn metrics(shared: &Control) -> String {
+pub(crate) fn metrics(shared: &Control) -> String {
     let current = shared.policy().current();
     let (reloads, failures) = shared.policy().reload_counts();
     format!(

@@ -11,49 +11,152 @@ use serde_json::{json, Value};
 use crate::Control;
 use airlock_net::headers::is_credential;
 
+/// A run as the admin API shows it (`GET /v1/runs/{id}` and every answer that returns a
+/// run; some add fields of their own).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct RunView {
+    /// The run id (`run_…`).
+    #[schema(value_type = String)]
+    pub id: airlock_ledger::RunId,
+    /// `open`, `sealed`, `committing`, `committed`, `partially_committed` or `aborted`.
+    #[schema(value_type = String)]
+    pub state: airlock_ledger::RunState,
+    /// The profile named at creation.
+    pub profile: Option<String>,
+    /// The source address or CIDR bound to the run (`--transparent`, `--dns`).
+    pub source: Option<String>,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// The run's effects counted by state (`staged`, `approved`, …).
+    pub effects: std::collections::BTreeMap<&'static str, u64>,
+    /// Commit and abort decisions, oldest first.
+    #[schema(value_type = Vec<Object>)]
+    pub decisions: Vec<airlock_ledger::DecisionRecord>,
+    /// Flags raised on the run (a placeholder headed off its host, …).
+    #[schema(value_type = Vec<Object>)]
+    pub flags: Vec<airlock_ledger::RunFlag>,
+    /// `HOST:PORT` sandboxes reach the proxy at.
+    pub proxy: String,
+}
+
 /// A run with its effect counts by state.
-pub(super) fn run_json(shared: &Control, run: &Run, effects: &[Effect]) -> Value {
-    let mut counts = serde_json::Map::new();
+pub(super) fn run_view(shared: &Control, run: &Run, effects: &[Effect]) -> RunView {
+    let mut counts = std::collections::BTreeMap::new();
     for effect in effects {
-        let entry = counts.entry(effect.state.as_str()).or_insert(json!(0));
-        *entry = json!(entry.as_u64().unwrap_or(0) + 1);
+        *counts.entry(effect.state.as_str()).or_insert(0) += 1;
     }
-    json!({
-        "id": run.id,
-        "state": run.state,
-        "profile": run.profile,
-        "source": run.source,
-        "created_at_ms": run.created_at_ms,
-        "effects": counts,
-        "decisions": run.decisions,
-        "flags": run.flags,
-        "proxy": crate::env::reachable(shared.data.proxy_addr()).to_string(),
-    })
+    RunView {
+        id: run.id.clone(),
+        state: run.state,
+        profile: run.profile.clone(),
+        source: run.source.clone(),
+        created_at_ms: run.created_at_ms,
+        effects: counts,
+        decisions: run.decisions.clone(),
+        flags: run.flags.clone(),
+        proxy: crate::env::reachable(shared.data.proxy_addr()).to_string(),
+    }
+}
+
+/// [`run_view`] as JSON, for answers that add fields.
+pub(super) fn run_json(shared: &Control, run: &Run, effects: &[Effect]) -> Value {
+    serde_json::to_value(run_view(shared, run, effects)).unwrap_or_default()
+}
+
+/// An effect as listed (`GET /v1/runs/{id}/effects`) and the base of every answer about
+/// one effect.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct EffectSummary {
+    /// The effect id (`eff_…`).
+    #[schema(value_type = String)]
+    pub id: EffectId,
+    /// Its run.
+    #[schema(value_type = String)]
+    pub run: airlock_ledger::RunId,
+    /// Its place in the run's staging order, from 1.
+    pub seq: u64,
+    /// The request method.
+    pub method: String,
+    /// The request URL.
+    pub url: String,
+    /// The rule that staged it.
+    pub rule: Option<String>,
+    /// `staged`, `approved`, `rejected`, `releasing`, `released`, `failed`, `unknown`,
+    /// `skipped` or `discarded`.
+    #[schema(value_type = String)]
+    pub state: airlock_ledger::EffectState,
+    /// Why it is in that state, when airlock knows.
+    pub state_reason: Option<String>,
+    /// The staged body's length in bytes.
+    pub body_len: u64,
+    /// Staging time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// The origin's status at release.
+    pub release_status: Option<u16>,
+    /// What the adapter says the effect does.
+    pub summary: String,
+    /// The adapter that recognised it (`webhook` when none did).
+    pub adapter: String,
+    /// The effect this one compensates.
+    #[schema(value_type = Option<String>)]
+    pub compensates: Option<EffectId>,
+    /// Whether `POST /v1/effects/{id}/retry` may release it again.
+    pub retriable: bool,
+    /// Release attempts so far.
+    pub attempts: usize,
+    /// The idempotency key sent with every attempt.
+    #[schema(value_type = Option<Object>)]
+    pub idempotency: Option<airlock_ledger::Idempotency>,
+    /// What to do next about a failed or unknown release.
+    pub next: Option<String>,
+}
+
+/// `GET /v1/runs` → every run, newest first.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct RunList {
+    /// The runs.
+    pub runs: Vec<RunView>,
+}
+
+/// `GET /v1/runs/{id}/effects` → the run's effects in staging order, and what a commit of
+/// exactly these carries.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct EffectList {
+    /// The run.
+    #[schema(value_type = String)]
+    pub run: airlock_ledger::RunId,
+    /// Each effect's summary with its flow decision in brief.
+    #[schema(value_type = Vec<EffectSummary>)]
+    pub effects: Vec<Value>,
+    /// `{through_seq, digest}` (docs/admin-api.md#expectations).
+    #[schema(value_type = Object)]
+    pub expect: crate::runs::expect::Expectation,
 }
 
 /// The summary of an effect used in lists.
 pub(super) fn effect_summary(effect: &Effect) -> Value {
-    json!({
-        "id": effect.id,
-        "run": effect.run_id,
-        "seq": effect.seq,
-        "method": effect.method,
-        "url": effect.url,
-        "rule": effect.rule,
-        "state": effect.state,
-        "state_reason": effect.state_reason,
-        "body_len": effect.body_len,
-        "created_at_ms": effect.created_at_ms,
-        "release_status": effect.release.as_ref().and_then(|r| r.status),
-        "summary": airlock_adapters::summary_of(effect),
-        "adapter": effect.adapter.as_deref().unwrap_or("webhook"),
-        "compensates": effect.compensates,
+    let summary = EffectSummary {
+        id: effect.id.clone(),
+        run: effect.run_id.clone(),
+        seq: effect.seq,
+        method: effect.method.clone(),
+        url: effect.url.clone(),
+        rule: effect.rule.clone(),
+        state: effect.state,
+        state_reason: effect.state_reason.clone(),
+        body_len: effect.body_len,
+        created_at_ms: effect.created_at_ms,
+        release_status: effect.release.as_ref().and_then(|r| r.status),
+        summary: airlock_adapters::summary_of(effect),
+        adapter: effect.adapter.as_deref().unwrap_or("webhook").to_owned(),
+        compensates: effect.compensates.clone(),
         // The ways out of a doubtful or failed release (docs/admin-api.md).
-        "retriable": airlock_ledger::rules::outcome::is_retriable(effect),
-        "attempts": effect.earlier_releases.len() + usize::from(effect.release.is_some()),
-        "idempotency": effect.idempotency,
-        "next": crate::outcomes::next_step(effect),
-    })
+        retriable: airlock_ledger::rules::outcome::is_retriable(effect),
+        attempts: effect.earlier_releases.len() + usize::from(effect.release.is_some()),
+        idempotency: effect.idempotency.clone(),
+        next: crate::outcomes::next_step(effect),
+    };
+    serde_json::to_value(summary).unwrap_or_default()
 }
 
 /// Renders a body for reviewers: UTF-8 text as `text`, anything else as `base64`.

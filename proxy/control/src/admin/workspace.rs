@@ -47,7 +47,7 @@ pub(super) fn routes() -> Router<Arc<Control>> {
         .route("/v1/runs/{id}/rollback-to", post(rollback_to))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AttachRequest {
     path: String,
@@ -59,6 +59,7 @@ struct AttachRequest {
     rollback_cmd: Option<String>,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/workspace", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = AttachRequest, description = "The workspace path and snapshot driver", content_type = "application/json"), responses((status = 201, description = "The workspace record, with its first snapshot", body = Object)))]
 async fn attach(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -86,6 +87,7 @@ async fn attach(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/workspace", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The workspace record", body = Object)))]
 async fn show(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -100,7 +102,7 @@ async fn show(
     Ok(Json(body))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct StepRequest {
     kind: String,
@@ -116,9 +118,11 @@ struct StepRequest {
     #[serde(default)]
     output: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     containment: Option<airlock_ledger::Containment>,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/workspace/steps", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = StepRequest, description = "A step of `airlock run`", content_type = "application/json"), responses((status = 200, description = "The workspace record with the step", body = Object)))]
 async fn step(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -142,7 +146,7 @@ async fn step(
     Ok(Json(serde_json::to_value(&record).unwrap_or_default()))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DecideBody {
     /// `keep` or `rollback`.
@@ -155,6 +159,7 @@ struct DecideBody {
     reason: Option<String>,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/workspace/decide", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = DecideBody, description = "keep or discard, and whether to commit", content_type = "application/json"), responses((status = 200, description = "The workspace decision applied to files and effects", body = Object)))]
 async fn decide(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -193,13 +198,14 @@ async fn decide(
     Ok(Json(serde_json::to_value(report).unwrap_or_default()))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ResumeBody {
     #[serde(default)]
     decide_if_missing: bool,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/workspace/resume", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = ResumeBody, description = "Optional", content_type = "application/json"), responses((status = 200, description = "The workspace decision, finished", body = Object)))]
 async fn resume(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -223,13 +229,14 @@ async fn resume(
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SavepointBody {
     #[serde(default)]
     name: Option<String>,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/savepoints", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = SavepointBody, description = "Optional: its name", content_type = "application/json"), responses((status = 201, description = "The savepoint", body = Object)))]
 async fn savepoint(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -244,12 +251,13 @@ async fn savepoint(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RollbackToBody {
     savepoint: String,
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/rollback-to", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = RollbackToBody, description = "The savepoint", content_type = "application/json"), responses((status = 200, description = "The run rolled back: files restored, later effects discarded", body = Object)))]
 async fn rollback_to(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,

@@ -97,6 +97,7 @@ impl SignInLinks {
 /// `POST /v1/ui/sign-in-links` (bearer token): a one-time link that signs a browser in as
 /// the token's reviewer → 201 `{link, path, reviewer, expires_at_ms}`; `link` is
 /// `--ui-base-url` (default `http://ADMIN`) + `path` (`/login?code=…`).
+#[utoipa::path(post, path = "/v1/ui/sign-in-links", tag = "other", responses((status = 201, description = "`{link, path, reviewer, expires_at_ms}`: a one-time sign-in link", body = Object)))]
 pub(crate) async fn create_link(
     State(shared): State<Arc<Control>>,
     Extension(reviewer): Extension<Reviewer>,

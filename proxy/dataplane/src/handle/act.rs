@@ -117,6 +117,7 @@ async fn pass(
             crate::staged_lists::forward(ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body).await
         }
         Inspected::Stage(body, depends_on) => {
+            ctx.line.staged_instead();
             crate::stage::stage(
                 ctx.plane,
                 &ctx.run,

@@ -17,17 +17,20 @@ use airlock_net::body::{BoxError, ProxyBody};
 use airlock_net::respond::ProxyError;
 
 /// Admits one request of `run` for `target`: its context, head and body for the phases.
-pub(super) fn admit(
-    shared: &Arc<DataPlane>,
+pub(super) fn admit<'a>(
+    shared: &'a Arc<DataPlane>,
     run: RunId,
     target: Target,
     req: Request<Incoming>,
-) -> Result<(RequestCtx<'_>, Parts, ProxyBody), ProxyError> {
+    line: &Arc<super::line::RequestLine>,
+) -> Result<(RequestCtx<'a>, Parts, ProxyBody), ProxyError> {
     airlock_net::headers::check_head_limits(req.headers(), req.uri())?;
     let (mut parts, body) = req.into_parts();
     // hyper knows from the framing (h2 END_STREAM, h1 length) whether a body follows.
     let framed = !http_body::Body::is_end_stream(&body);
-    let body = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
+    let body = airlock_net::body::Counted::new(body, line.bytes_in.clone())
+        .map_err(|e| -> BoxError { Box::new(e) })
+        .boxed();
     let body = if framed {
         parts.extensions.insert(FramedBody);
         airlock_net::limits::keepalive::hold_body(&parts, body)
@@ -52,6 +55,7 @@ pub(super) fn admit(
         url,
         method,
         had_body,
+        line: line.clone(),
     };
     Ok((ctx, parts, body))
 }

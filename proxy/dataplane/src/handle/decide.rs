@@ -5,7 +5,7 @@
 
 use airlock_policy::{Action, Decision};
 use http::request::Parts;
-use tracing::{debug, info};
+use tracing::debug;
 
 use super::RequestCtx;
 use crate::policy_store::Snapshot;
@@ -91,8 +91,9 @@ fn count_and_log(ctx: &RequestCtx<'_>, parts: &Parts, decision: &Decision) {
         Action::Deny | Action::Tunnel => &ctx.plane.metrics.denied,
     };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // Passed requests are the bulk of traffic: their line is at debug level, so a busy
-    // agent does not pay a log write per read (stage and deny stay at info).
+    ctx.line.decided(decision);
+    // The request's canonical line (at info, `line`) says what was decided once it is
+    // answered; this one, at debug, comes at the moment of the decision.
     macro_rules! decided {
         ($level:ident) => {
             $level!(
@@ -106,9 +107,5 @@ fn count_and_log(ctx: &RequestCtx<'_>, parts: &Parts, decision: &Decision) {
             )
         };
     }
-    if decision.action == Action::Pass {
-        decided!(debug);
-    } else {
-        decided!(info);
-    }
+    decided!(debug);
 }
