@@ -6,6 +6,7 @@ mod bad_input;
 mod binding;
 mod cases;
 mod cli;
+mod clients;
 mod containment;
 mod crash;
 mod credentials;
