@@ -1,7 +1,7 @@
 //! The env-mode warning about Node below 24: only Node 24+ reads `NODE_USE_ENV_PROXY`
 //! (Node 24 release notes, "Proxy support"), so an older `node`'s `fetch` and `https`
 //! ignore the proxy variables and reach the network unstaged (docs/containment.md,
-//! "env mode and Node").
+//! "env mode: wget, npm and Node").
 
 use std::path::{Path, PathBuf};
 
@@ -42,7 +42,7 @@ fn warning(node: &Path, version: &str) -> String {
          its fetch and https reach the network without airlock, unstaged. What works: undici's \
          EnvHttpProxyAgent (setGlobalDispatcher(new EnvHttpProxyAgent())), global-agent \
          (GLOBAL_AGENT_HTTP_PROXY=$https_proxy node -r global-agent/bootstrap …), or \
-         `airlock run --network isolated` (docs/containment.md, \"env mode and Node\")",
+         `airlock run --network isolated` (docs/containment.md, \"env mode: wget, npm and Node\")",
         node.display()
     )
 }
