@@ -17,6 +17,7 @@ mod matchers;
 mod outcomes;
 mod pass;
 mod protocols;
+mod readme;
 mod reload;
 mod run;
 mod ssrf;
