@@ -73,7 +73,7 @@ async fn printed_env(airlock: &Airlock, dir: &Path) -> (String, PathBuf) {
     let out = airlock_cli(
         airlock,
         &["env", &run],
-        &std::env::var("PATH").unwrap(),
+        &std::env::var("PATH").unwrap_or_default(),
         dir,
     );
     assert!(
@@ -388,7 +388,7 @@ async fn item12_npm_with_its_own_cafile_installs_through_airlock_env() {
             "pack",
             "--json",
             "--pack-destination",
-            dir.to_str().unwrap(),
+            dir.to_str().expect("utf-8 path"),
         ])
         .current_dir(&package)
         .env("HOME", dir)
