@@ -41,6 +41,7 @@ macro_rules! outln {
 // After the macros, so they can use them.
 mod admin_client;
 mod compensate;
+mod node_version;
 mod outcomes;
 mod policy;
 mod policy_tools;

@@ -10,6 +10,7 @@ pub mod client;
 pub mod config;
 pub mod demo;
 pub mod render;
+mod sandbox_files;
 pub mod server;
 
 pub use config::ServeConfig;

@@ -282,9 +282,11 @@ impl Server {
                 }
                 match config.advertise_ca.clone() {
                     Some(ca) => advertised.ca_file = ca,
-                    None => {
-                        advertised.truststore = write_truststore(&data_dir, data.ca().cert_pem())
-                    }
+                    None => crate::sandbox_files::write(
+                        &data_dir,
+                        data.ca().cert_pem(),
+                        &mut advertised,
+                    ),
                 }
                 advertised
             },
@@ -439,32 +441,6 @@ impl Server {
         };
         tokio::join!(proxy, admin_server, fenced, operator);
     }
-}
-
-/// `DATA/java-truststore.p12`: the system roots and airlock's CA as a PKCS12 truststore
-/// for the JDK (which reads none of the CA variables). Written on a background thread
-/// unless it is newer than `ca.pem` (building it costs ~100 ms of CPU unoptimised); a
-/// failure is logged, and Java clients then do not trust airlock's CA.
-fn write_truststore(data_dir: &Path, ca_pem: &str) -> Option<std::path::PathBuf> {
-    let path = data_dir.join(airlock_net::config::JAVA_TRUSTSTORE_FILE);
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let ca = data_dir.join(airlock_net::ca::CA_CERT_FILE);
-    if let (Some(store), Some(ca)) = (modified(&path), modified(&ca)) {
-        if store >= ca {
-            return Some(path);
-        }
-    }
-    let (target, ca_pem) = (path.clone(), ca_pem.to_owned());
-    std::thread::spawn(move || {
-        let (_, system) = airlock_fence::trust::system_roots();
-        let bundle = airlock_fence::trust::bundle(&system, &ca_pem);
-        let written = airlock_fence::trust::java_truststore(&bundle)
-            .and_then(|bytes| airlock_fence::trust::write(&target, &bytes, "Java truststore"));
-        if let Err(error) = written {
-            warn!(error = %error, "no Java truststore; Java clients will not trust airlock's CA");
-        }
-    });
-    Some(path)
 }
 
 /// Binds the fence socket (mode 0600), replacing a stale one: the ledger's lock already

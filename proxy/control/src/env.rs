@@ -32,6 +32,14 @@ pub struct Advertised {
     /// A PKCS12 truststore (password `changeit`) of the system roots and airlock's CA, as
     /// the sandbox sees it, for `JAVA_TOOL_OPTIONS`; `None` when there is none.
     pub truststore: Option<std::path::PathBuf>,
+    /// A PEM bundle of the system roots and airlock's CA, as the sandbox sees it, for
+    /// `npm_config_cafile` (npm's `cafile` replaces its trust instead of adding to it, so
+    /// the bundle keeps tunnelled hosts' real certificates trusted too); `None`: npm is
+    /// given `ca_file` alone.
+    pub ca_bundle: Option<std::path::PathBuf>,
+    /// A generated wgetrc naming the CA (`ca_certificate`), as the sandbox sees it, for
+    /// `WGETRC`: wget reads none of the CA variables; `None` when there is none.
+    pub wgetrc: Option<std::path::PathBuf>,
 }
 
 impl Advertised {
@@ -43,6 +51,8 @@ impl Advertised {
             port: addr.port(),
             ca_file: ca_file.to_owned(),
             truststore: None,
+            ca_bundle: None,
+            wgetrc: None,
         }
     }
 
@@ -102,8 +112,39 @@ pub fn proxy_env(
     for name in CA_VARS {
         env.insert(name.to_owned(), ca.clone());
     }
+    for (name, value) in client_files(proxy) {
+        env.insert(name.to_owned(), value);
+    }
     env.insert("JAVA_TOOL_OPTIONS".into(), java_options(proxy, java_port));
     env
+}
+
+/// The variables of clients that read none of [`CA_VARS`], each naming a file the server
+/// wrote for it:
+/// - `npm_config_cafile`: npm's own `cafile` setting (npm docs, "config": an explicit
+///   `cafile` in an npmrc replaces Node's roots, so `NODE_EXTRA_CA_CERTS` is then
+///   ignored); the environment outranks every npmrc. It names the bundle of system
+///   roots and airlock's CA, or airlock's CA alone when there is no bundle.
+/// - `WGETRC`: wget's startup file (GNU Wget manual, "Startup File"), generated with
+///   `ca_certificate`; it replaces `~/.wgetrc` (the system `/etc/wgetrc` is still read).
+///   wget takes the proxy and its credentials from `https_proxy` itself.
+pub fn client_files(proxy: &Advertised) -> Vec<(&'static str, String)> {
+    let cafile = proxy.ca_bundle.as_ref().unwrap_or(&proxy.ca_file);
+    let mut out = vec![("npm_config_cafile", cafile.display().to_string())];
+    if let Some(wgetrc) = &proxy.wgetrc {
+        out.push(("WGETRC", wgetrc.display().to_string()));
+    }
+    out
+}
+
+/// The text of the generated wgetrc: `ca_certificate = CA` (GNU Wget manual, "Wgetrc
+/// Commands"; a path with no quoting, as wget reads the rest of the line).
+pub fn wgetrc_text(ca_file: &Path) -> String {
+    format!(
+        "# Written by airlock for sandboxes (WGETRC): wget reads none of the CA variables.\n\
+         ca_certificate = {}\n",
+        ca_file.display()
+    )
 }
 
 /// Shell `export` lines for an environment block, values single-quoted.

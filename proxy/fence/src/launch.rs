@@ -284,6 +284,11 @@ impl Prepared {
         let bundle_text = trust::bundle(&system, plan.ca_pem);
         let bundle = public.join("ca-bundle.pem");
         trust::write(&bundle, bundle_text.as_bytes(), "CA bundle")?;
+        // wget reads none of the CA variables, only its startup file (`WGETRC`); the
+        // server's wgetrc names a data-directory path the fence hides.
+        let wgetrc = public.join("wgetrc");
+        let wgetrc_text = format!("ca_certificate = {}\n", bundle.display());
+        trust::write(&wgetrc, wgetrc_text.as_bytes(), "wgetrc")?;
         let truststore = match plan.truststore.filter(|p| p.is_file()) {
             Some(existing) => {
                 let copy = public.join("truststore.p12");
@@ -413,6 +418,7 @@ impl Prepared {
         for name in CA_VARS.iter().chain(&FENCE_CA_VARS) {
             env.insert((*name).to_owned(), bundle_path.clone());
         }
+        env.insert("WGETRC".into(), wgetrc.display().to_string());
         // Inside the fence Java's own connections are captured: no proxy settings, only
         // trust (the JDK reads neither http.proxyUser nor SSL_CERT_FILE).
         match &truststore {

@@ -4,13 +4,17 @@
 /// Variables naming the proxy, in both cases (curl reads lower case `http_proxy` only;
 /// Go and Python read either: docs/cases.md C18). Set for every run; inside a fence they
 /// name the relay's port, and `offline` removes them.
-pub const PROXY_VARS: [&str; 6] = [
+pub const PROXY_VARS: [&str; 8] = [
     "http_proxy",
     "https_proxy",
     "all_proxy",
     "HTTP_PROXY",
     "HTTPS_PROXY",
     "ALL_PROXY",
+    // npm's own settings (npm docs, "config": `proxy`, `https-proxy`): the environment
+    // outranks an npmrc that names another proxy.
+    "npm_config_proxy",
+    "npm_config_https_proxy",
 ];
 
 /// Variables naming the CA bundle for OpenSSL, Python requests, curl, pip, Node, git,
@@ -56,3 +60,9 @@ pub const FENCE_SOCKET_FILE: &str = "fence.sock";
 /// File in the data directory holding the PKCS12 Java truststore (password `changeit`)
 /// of the system roots and airlock's CA, named in runs' `JAVA_TOOL_OPTIONS`.
 pub const JAVA_TRUSTSTORE_FILE: &str = "java-truststore.p12";
+/// File in the data directory holding a PEM bundle of the system roots and airlock's CA,
+/// named in runs' `npm_config_cafile` (npm's `cafile` replaces its trust).
+pub const CA_BUNDLE_FILE: &str = "ca-bundle.pem";
+/// File in the data directory holding the wgetrc named in runs' `WGETRC`
+/// (`ca_certificate`: wget reads none of the CA variables).
+pub const WGETRC_FILE: &str = "wgetrc";

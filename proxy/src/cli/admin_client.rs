@@ -336,6 +336,9 @@ pub(super) async fn abort(run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
 pub(super) async fn env(run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
     let client = connect(admin)?;
     let env = client.get(&format!("/v1/runs/{run}/env")).await?;
+    if let Some(warning) = super::node_version::old_node_warning() {
+        eprintln!("airlock: WARNING: {warning}");
+    }
     if admin.json {
         return print_json(&env["env"]);
     }

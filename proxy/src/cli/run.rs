@@ -173,6 +173,12 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     let workspace = std::path::absolute(&args.workspace)
         .with_context(|| format!("cannot resolve {}", args.workspace.display()))?;
     let chosen = fence::choose(args.network)?;
+    if chosen.network == airlock_fence::Network::Env {
+        // The command inherits this PATH, so this is the node it runs.
+        if let Some(warning) = super::node_version::old_node_warning() {
+            eprintln!("airlock: WARNING: {warning}");
+        }
+    }
     let created = client
         .post("/v1/runs", Some(json!({ "profile": args.profile })))
         .await?;

@@ -178,3 +178,35 @@ async fn case_c22_git_requests_and_pip_work_unchanged_inside_the_fence() {
     assert_eq!(hooks.len(), 3, "each webhook released once");
     assert!(hooks.contains(&b"connect".to_vec()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item5_wget_inside_the_fence_trusts_the_fence_bundle_through_wgetrc() {
+    let test = "item5_wget_inside_the_fence_trusts_the_fence_bundle_through_wgetrc";
+    if !airlock_tests::in_ci()
+        && !std::process::Command::new("wget")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("SKIPPED {test}: no wget (apt-get install wget)");
+        return;
+    }
+    let Some((fenced, origin)) = Fenced::with_ok_origin(test).await else {
+        return;
+    };
+    let port = origin.addr().port();
+    // The server's WGETRC is in its data directory, which the fence hides: the fence
+    // names a wgetrc of its own.
+    let script = format!(
+        "printf '%s\\n' \"$WGETRC\" > wgetrc.txt; wget -q -O got.json https://{HOST}:{port}/read"
+    );
+    let ran = fenced.run("isolated", &[], &script).await;
+    ran.assert_success();
+    assert!(
+        fenced.read("wgetrc.txt").contains("airlock-fence-"),
+        "WGETRC names the fence's wgetrc: {}",
+        fenced.read("wgetrc.txt")
+    );
+    assert_eq!(fenced.read("got.json"), r#"{"ok":true}"#);
+    assert_eq!(requests(&origin), vec!["GET /read".to_owned()]);
+}
