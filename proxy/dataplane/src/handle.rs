@@ -49,6 +49,7 @@ mod authority;
 mod decide;
 mod inspect;
 mod journal;
+mod near_miss;
 mod obligations;
 mod request_body;
 

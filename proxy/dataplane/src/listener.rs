@@ -307,22 +307,38 @@ async fn connect(
     if let ConnectDecision::Tunnel(decision) = decision {
         return crate::tunnel::open(shared, run, target, decision, req).await;
     }
-    if let ConnectDecision::Deny(decision) = decision {
-        info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
-              policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "CONNECT denied");
-        crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
-        return ProxyError::Denied {
-            rule: decision.rule,
-            reason: decision.reason,
-            reason_code: decision.reason_code.to_owned(),
-            policy_revision: policy.revision().to_owned(),
+    // A host the policy denies outright gets its reason where clients show it: the
+    // CONNECT is answered 200 and every request inside gets the 403 JSON body (rule,
+    // reason, manifest), over TLS with airlock's leaf as usual. Nothing is dialed: the
+    // tunnel never reaches the origin. A client that does not trust the CA loses nothing
+    // over a refused CONNECT (docs/policy.md, "Denied hosts").
+    let refusal = match decision {
+        ConnectDecision::Deny(decision) => {
+            info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
+                  policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "CONNECT denied");
+            crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
+            let revision = policy.revision().to_owned();
+            let hint = host_denial_hint(&target, &decision);
+            let refusal: Refusal = Arc::new(move || ProxyError::Denied {
+                rule: decision.rule.clone(),
+                reason: decision.reason.clone(),
+                reason_code: decision.reason_code.to_owned(),
+                policy_revision: revision.clone(),
+                hint: Some(hint.clone()),
+            });
+            Some(refusal)
         }
-        .into_response();
-    }
+        _ => None,
+    };
     // An IP literal no request could ever be sent to (special-purpose and named by no
     // allow_private, or airlock's own listener) is refused here, not answered 200 and then
     // 403 on every request inside (docs/policy.md invariant 1).
-    if let Err(refused) = shared.dialer.check_literal(&target.host, target.port) {
+    // (A denied host is answered with its denial, never dialed, so it is not checked.)
+    let literal = match refusal {
+        Some(_) => Ok(()),
+        None => shared.dialer.check_literal(&target.host, target.port),
+    };
+    if let Err(refused) = literal {
         if let Some(code) = refused.refusal_code() {
             info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
                   reason_code = code, "CONNECT refused: the address can never be dialed");
@@ -354,11 +370,26 @@ async fn connect(
                     return;
                 }
             };
-            intercept::intercept(shared, run, target, config, upgraded, guard).await;
+            intercept::intercept(shared, run, target, config, upgraded, guard, refusal).await;
         }
         .instrument(span),
     );
     Response::new(Empty::new().map_err(|never| match never {}).boxed())
+}
+
+/// The hint of a host-level denial: which rule or default refused the whole host, so no
+/// request to it can pass whatever its method or path.
+fn host_denial_hint(target: &Target, decision: &airlock_policy::Decision) -> String {
+    match &decision.rule {
+        Some(rule) => format!(
+            "rule \"{rule}\" denies every request to {}: no method or path can pass; read the manifest, and if this host is needed ask the operator to change the policy",
+            target.authority()
+        ),
+        None => format!(
+            "no rule names {}: a rule's host must match it, and a rule without `port` matches only 443 (https) or 80 (http); read the manifest, and if this host is needed ask the operator for a rule that passes or stages it",
+            target.authority()
+        ),
+    }
 }
 
 /// Why a CONNECT to an IP literal is refused, in the client's terms.

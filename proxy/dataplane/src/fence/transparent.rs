@@ -77,6 +77,7 @@ pub(super) async fn serve<T>(
             reason: reason.clone(),
             reason_code: UNRESOLVED_ADDRESS.to_owned(),
             policy_revision: revision.clone(),
+            hint: None,
         });
         let target = Target {
             scheme: Scheme::Https,
@@ -134,6 +135,7 @@ pub(super) async fn serve<T>(
                 reason: decision.reason.clone(),
                 reason_code: decision.reason_code.to_owned(),
                 policy_revision: revision.clone(),
+                hint: None,
             });
             serve_refusal(shared, run, target, stream, guard, answer).await;
         }
