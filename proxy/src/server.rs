@@ -113,9 +113,7 @@ pub fn data_problem(path: &Path, error: &std::io::Error) -> String {
                 .ancestors()
                 .find(|p| p.exists() && !p.is_dir())
             {
-                Some(file) if file == path => format!(
-                    "it exists and is not a directory; pass --data a directory (or a path that does not exist yet)"
-                ),
+                Some(file) if file == path => "it exists and is not a directory; pass --data a directory (or a path that does not exist yet)".to_owned(),
                 Some(file) => format!(
                     "{} is a file, not a directory, so nothing can be created under it; pass --data another path",
                     file.display()
