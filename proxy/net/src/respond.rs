@@ -316,7 +316,8 @@ impl ProxyError {
         }
     }
 
-    /// The JSON body: `{error, reason_code, reason, hint}` and, as the error has them,
+    /// The JSON body: `{error, reason_code, reason, hint, manifest}` (`manifest` is
+    /// [`MANIFEST_URL`], in every refusal) and, as the error has them,
     /// `rule`, `policy_revision`, `limit` (a number; a rule limit's name, its value in
     /// `limit_value`) and `limit_name` (a connection cap's or a body deadline's).
     pub fn body(&self) -> serde_json::Value {
