@@ -317,15 +317,8 @@ async fn connect(
             info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
                   policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "CONNECT denied");
             crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
-            let revision = policy.revision().to_owned();
-            let hint = host_denial_hint(&target, &decision);
-            let refusal: Refusal = Arc::new(move || ProxyError::Denied {
-                rule: decision.rule.clone(),
-                reason: decision.reason.clone(),
-                reason_code: decision.reason_code.to_owned(),
-                policy_revision: revision.clone(),
-                hint: Some(hint.clone()),
-            });
+            let refusal: Refusal =
+                crate::denials::host_refusal(&target, decision, policy.revision());
             Some(refusal)
         }
         _ => None,
@@ -375,21 +368,6 @@ async fn connect(
         .instrument(span),
     );
     Response::new(Empty::new().map_err(|never| match never {}).boxed())
-}
-
-/// The hint of a host-level denial: which rule or default refused the whole host, so no
-/// request to it can pass whatever its method or path.
-fn host_denial_hint(target: &Target, decision: &airlock_policy::Decision) -> String {
-    match &decision.rule {
-        Some(rule) => format!(
-            "rule \"{rule}\" denies every request to {}: no method or path can pass; read the manifest, and if this host is needed ask the operator to change the policy",
-            target.authority()
-        ),
-        None => format!(
-            "no rule names {}: a rule's host must match it, and a rule without `port` matches only 443 (https) or 80 (http); read the manifest, and if this host is needed ask the operator for a rule that passes or stages it",
-            target.authority()
-        ),
-    }
 }
 
 /// Why a CONNECT to an IP literal is refused, in the client's terms.
