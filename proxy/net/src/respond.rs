@@ -528,6 +528,7 @@ mod tests {
         assert_eq!(body["reason_code"], "limit_requests_per_minute");
         assert_eq!(body["rule"], "slow");
         assert_eq!(body["policy_revision"], "rev");
+        assert_eq!(body["manifest"], MANIFEST_URL);
         let response = error.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()[header::RETRY_AFTER], "60");
