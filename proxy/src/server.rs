@@ -23,10 +23,12 @@ use airlock_net::upstream::{client, client_tls};
 #[non_exhaustive]
 pub enum StartError {
     /// The data directory cannot be created or written.
-    #[error("cannot use data directory {path}")]
+    #[error("cannot use data directory {path}: {problem}")]
     DataDir {
         /// The directory or file.
         path: String,
+        /// What is wrong with it, in the operator's terms (see [`data_problem`]).
+        problem: String,
         /// The cause.
         #[source]
         source: std::io::Error,
@@ -47,10 +49,14 @@ pub enum StartError {
         source: airlock_ledger::LedgerError,
     },
     /// A listener cannot bind.
-    #[error("cannot listen on {addr}")]
+    #[error("cannot listen on {addr} (given by {flag}): {problem}")]
     Bind {
         /// The address.
         addr: SocketAddr,
+        /// The flag that sets it: `--listen`, `--admin`, `--transparent` or `--dns`.
+        flag: &'static str,
+        /// What is wrong, in the operator's terms (see [`bind_problem`]).
+        problem: String,
         /// The cause.
         #[source]
         source: std::io::Error,
@@ -90,7 +96,74 @@ pub struct Server {
 fn data_err(path: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
     move |source| StartError::DataDir {
         path: path.display().to_string(),
+        problem: data_problem(path, &source),
         source,
+    }
+}
+
+/// What is wrong with the data path `path` that failed with `error`: a regular file where a
+/// directory must be (named, with the path it blocks), a directory the user running
+/// airlock may not write, a read-only file system; otherwise the system's message.
+pub fn data_problem(path: &Path, error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::AlreadyExists | ErrorKind::NotADirectory => {
+            // The nearest existing ancestor (or the path itself) that is not a directory.
+            match path
+                .ancestors()
+                .find(|p| p.exists() && !p.is_dir())
+            {
+                Some(file) if file == path => "it exists and is not a directory; pass --data a directory (or a path that does not exist yet)".to_owned(),
+                Some(file) => format!(
+                    "{} is a file, not a directory, so nothing can be created under it; pass --data another path",
+                    file.display()
+                ),
+                None => error.to_string(),
+            }
+        }
+        ErrorKind::PermissionDenied => format!(
+            "permission denied: the user running airlock cannot create or write it; pass --data a directory it owns ({error})"
+        ),
+        ErrorKind::ReadOnlyFilesystem => {
+            "the file system is read-only; pass --data a writable directory".to_owned()
+        }
+        _ => error.to_string(),
+    }
+}
+
+/// Binds a TCP listener on `addr`, naming `flag` in the error.
+async fn bind(addr: SocketAddr, flag: &'static str) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| bind_err(addr, flag, source))
+}
+
+fn bind_err(addr: SocketAddr, flag: &'static str, source: std::io::Error) -> StartError {
+    StartError::Bind {
+        addr,
+        flag,
+        problem: bind_problem(addr, flag, &source),
+        source,
+    }
+}
+
+/// What is wrong with binding `addr` (set by `flag`), in the operator's terms: a port
+/// another process holds, an address not on this machine, a privileged port.
+pub fn bind_problem(addr: SocketAddr, flag: &str, error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::AddrInUse => format!(
+            "port {} is already in use by another process (another airlock?); stop it or pass {flag} another address",
+            addr.port()
+        ),
+        ErrorKind::AddrNotAvailable => format!(
+            "{} is not an address of this machine; pass {flag} one of its addresses",
+            addr.ip()
+        ),
+        ErrorKind::PermissionDenied => format!(
+            "permission denied (ports below 1024 need privileges); pass {flag} a higher port"
+        ),
+        _ => error.to_string(),
     }
 }
 
@@ -159,26 +232,14 @@ impl Server {
             warn!(effect.id = %effect.id, run.id = %effect.run_id, url = %effect.url,
                   "effect was being released when airlock stopped; marked unknown, not re-sent");
         }
-        let proxy = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: config.listen,
-                source,
-            })?;
-        let admin = TcpListener::bind(config.admin)
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: config.admin,
-                source,
-            })?;
-        let proxy_addr = proxy.local_addr().map_err(|source| StartError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-        let admin_addr = admin.local_addr().map_err(|source| StartError::Bind {
-            addr: config.admin,
-            source,
-        })?;
+        let proxy = bind(config.listen, "--listen").await?;
+        let admin = bind(config.admin, "--admin").await?;
+        let proxy_addr = proxy
+            .local_addr()
+            .map_err(|source| bind_err(config.listen, "--listen", source))?;
+        let admin_addr = admin
+            .local_addr()
+            .map_err(|source| bind_err(config.admin, "--admin", source))?;
         let runs = ledger.runs().map_err(|source| StartError::Ledger {
             path: ledger_path.display().to_string(),
             source,
@@ -198,21 +259,15 @@ impl Server {
             .map(|run| run.id)
             .collect();
         let transparent = match config.transparent {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| StartError::Bind { addr, source })?,
-            ),
+            Some(addr) => Some(bind(addr, "--transparent").await?),
             None => None,
         };
         let dns = match config.dns {
             Some(addr) => {
                 let udp = tokio::net::UdpSocket::bind(addr)
                     .await
-                    .map_err(|source| StartError::Bind { addr, source })?;
-                let tcp = TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| StartError::Bind { addr, source })?;
+                    .map_err(|source| bind_err(addr, "--dns", source))?;
+                let tcp = bind(addr, "--dns").await?;
                 Some((udp, tcp))
             }
             None => None,

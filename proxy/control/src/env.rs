@@ -116,6 +116,11 @@ pub fn proxy_env(
         env.insert(name.to_owned(), value);
     }
     env.insert("JAVA_TOOL_OPTIONS".into(), java_options(proxy, java_port));
+    // Where the agent reads what its run may do (docs/policy.md, "The agent's manifest").
+    env.insert(
+        "AIRLOCK_MANIFEST_URL".into(),
+        airlock_net::respond::MANIFEST_URL.into(),
+    );
     env
 }
 

@@ -101,6 +101,7 @@ fn plan_with(
                     ),
                     reason_code: OUTSIDE_BIND_CODE.to_owned(),
                     policy_revision: policy.revision().to_owned(),
+                    hint: None,
                 });
             }
             Some((credential.place().clone(), secret.clone()))
@@ -396,6 +397,7 @@ pub fn refuse_off_host(
         ),
         reason_code: OFF_HOST_CODE.to_owned(),
         policy_revision: policy.revision().to_owned(),
+        hint: None,
     }
 }
 

@@ -1,6 +1,10 @@
-//! Journaling denied requests in the ledger (for `airlock policy replay` and reviewers).
+//! Journaling denied requests in the ledger (for `airlock policy replay` and reviewers),
+//! and the answer to a host the policy denies outright.
+
+use std::sync::Arc;
 
 use airlock_ledger::{Denial, RunId};
+use airlock_net::respond::ProxyError;
 use tracing::warn;
 
 use crate::DataPlane;
@@ -62,4 +66,32 @@ pub fn journal(shared: &DataPlane, run: &RunId, refusal: Refusal) {
     if let Err(error) = shared.ledger.journal_denial(denial) {
         warn!(run.id = %run, error = %error, "could not journal a denial");
     }
+}
+
+/// The answer to every request inside a tunnel (or fenced connection) to a host denied
+/// outright by `decision` under policy revision `revision`: the 403 with the rule,
+/// reason and a hint naming the rule or default that refused the whole host. Nothing is
+/// dialed for such a host (docs/policy.md, "Denied hosts").
+pub(crate) fn host_refusal(
+    target: &airlock_net::authority::Target,
+    decision: airlock_policy::Decision,
+    revision: &str,
+) -> Arc<dyn Fn() -> ProxyError + Send + Sync> {
+    let authority = target.authority();
+    let hint = match &decision.rule {
+        Some(rule) => format!(
+            "rule \"{rule}\" denies every request to {authority}: no method or path can pass; read the manifest, and if this host is needed ask the operator to change the policy"
+        ),
+        None => format!(
+            "no rule names {authority}: a rule's host must match it, and a rule without `port` matches only 443 (https) or 80 (http); read the manifest, and if this host is needed ask the operator for a rule that passes or stages it"
+        ),
+    };
+    let revision = revision.to_owned();
+    Arc::new(move || ProxyError::Denied {
+        rule: decision.rule.clone(),
+        reason: decision.reason.clone(),
+        reason_code: decision.reason_code.to_owned(),
+        policy_revision: revision.clone(),
+        hint: Some(hint.clone()),
+    })
 }

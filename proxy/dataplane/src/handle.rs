@@ -54,6 +54,7 @@ mod inspect;
 mod journal;
 mod line;
 pub(crate) use line::ConnectLine;
+mod near_miss;
 mod obligations;
 mod request_body;
 

@@ -308,31 +308,40 @@ async fn connect(
     if let ConnectDecision::Tunnel(decision) = decision {
         return crate::tunnel::open(shared, run, target, decision, req).await;
     }
-    if let ConnectDecision::Deny(decision) = decision {
-        crate::handle::ConnectLine {
-            run: &run,
-            target: &target,
-            action: crate::metrics::RequestAction::Deny,
-            rule: decision.rule.as_deref(),
-            reason_code: decision.reason_code,
-            status: 403,
-            bytes: (0, 0),
-            elapsed: arrived.elapsed(),
+    // A host the policy denies outright gets its reason where clients show it: the
+    // CONNECT is answered 200 and every request inside gets the 403 JSON body (rule,
+    // reason, manifest), over TLS with airlock's leaf as usual. Nothing is dialed: the
+    // tunnel never reaches the origin. A client that does not trust the CA loses nothing
+    // over a refused CONNECT (docs/policy.md, "Denied hosts").
+    let refusal = match decision {
+        ConnectDecision::Deny(decision) => {
+            crate::handle::ConnectLine {
+                run: &run,
+                target: &target,
+                action: crate::metrics::RequestAction::Deny,
+                rule: decision.rule.as_deref(),
+                reason_code: decision.reason_code,
+                status: 403,
+                bytes: (0, 0),
+                elapsed: arrived.elapsed(),
+            }
+            .write(&shared);
+            crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
+            let refusal: Refusal =
+                crate::denials::host_refusal(&target, decision, policy.revision());
+            Some(refusal)
         }
-        .write(&shared);
-        crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
-        return ProxyError::Denied {
-            rule: decision.rule,
-            reason: decision.reason,
-            reason_code: decision.reason_code.to_owned(),
-            policy_revision: policy.revision().to_owned(),
-        }
-        .into_response();
-    }
+        _ => None,
+    };
     // An IP literal no request could ever be sent to (special-purpose and named by no
     // allow_private, or airlock's own listener) is refused here, not answered 200 and then
     // 403 on every request inside (docs/policy.md invariant 1).
-    if let Err(refused) = shared.dialer.check_literal(&target.host, target.port) {
+    // (A denied host is answered with its denial, never dialed, so it is not checked.)
+    let literal = match refusal {
+        Some(_) => Ok(()),
+        None => shared.dialer.check_literal(&target.host, target.port),
+    };
+    if let Err(refused) = literal {
         if let Some(code) = refused.refusal_code() {
             info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
                   reason_code = code, "CONNECT refused: the address can never be dialed");
@@ -364,7 +373,7 @@ async fn connect(
                     return;
                 }
             };
-            intercept::intercept(shared, run, target, config, upgraded, guard).await;
+            intercept::intercept(shared, run, target, config, upgraded, guard, refusal).await;
         }
         .instrument(span),
     );

@@ -70,7 +70,21 @@ pub fn answer(shared: &DataPlane, run: &str, path: &str) -> http::Response<Proxy
                 "error": "not found",
                 "reason_code": "not_found",
                 "reason": format!("{MANIFEST_HOST} serves only {MANIFEST_PATH}"),
+                "manifest": airlock_net::respond::MANIFEST_URL,
             }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_refusals_link_is_the_one_answered_here() {
+        assert_eq!(
+            airlock_net::respond::MANIFEST_URL,
+            format!("http://{MANIFEST_HOST}{MANIFEST_PATH}")
+        );
     }
 }

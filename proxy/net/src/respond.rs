@@ -13,6 +13,11 @@ use crate::failure::Failure;
 pub const ERROR_HEADER: &str = "airlock-error";
 /// Header naming the effect a synthetic response stands for.
 pub const EFFECT_HEADER: &str = "airlock-effect";
+/// Where an agent reads its run's policy manifest through the proxy: airlock answers the
+/// reserved host `airlock.invalid` itself (RFC 6761 §6.4) and never dials it. Every
+/// refusal body links it as `manifest`, and `airlock env` puts it in
+/// `AIRLOCK_MANIFEST_URL`.
+pub const MANIFEST_URL: &str = "http://airlock.invalid/.well-known/airlock/policy";
 
 /// Whose move it is when airlock answers with an error: logs and metrics decide by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,6 +140,9 @@ pub enum ProxyError {
         reason_code: String,
         /// The policy revision that decided.
         policy_revision: String,
+        /// What to change, naming the actual mismatch (e.g. the nearest rule's method)
+        /// when the request path knows it; `None` gives the generic hint.
+        hint: Option<String>,
     },
     /// The request cannot be understood.
     #[error("bad request")]
@@ -308,7 +316,8 @@ impl ProxyError {
         }
     }
 
-    /// The JSON body: `{error, reason_code, reason, hint}` and, as the error has them,
+    /// The JSON body: `{error, reason_code, reason, hint, manifest}` (`manifest` is
+    /// [`MANIFEST_URL`], in every refusal) and, as the error has them,
     /// `rule`, `policy_revision`, `limit` (a number; a rule limit's name, its value in
     /// `limit_value`) and `limit_name` (a connection cap's or a body deadline's).
     pub fn body(&self) -> serde_json::Value {
@@ -326,13 +335,17 @@ impl ProxyError {
                 reason,
                 policy_revision,
                 reason_code,
+                hint,
             } => {
                 body["rule"] = serde_json::json!(rule);
                 body["policy_revision"] = serde_json::json!(policy_revision);
+                if let Some(hint) = hint {
+                    body["hint"] = serde_json::json!(hint);
+                }
                 (
                     reason.clone(),
                     if reason_code == "default_deny" {
-                        "no rule matched: a rule without `port` matches only 443 (https) or 80 (http), and private or loopback origins also need `allow_private`; if this request is needed, ask the operator for a rule that passes or stages it"
+                        "no rule matched: read the manifest for the rules this run has; if this request is needed, ask the operator for a rule that passes or stages it"
                     } else {
                         "if this request is needed, ask the operator to add a policy rule that passes or stages it"
                     },
@@ -426,7 +439,10 @@ impl ProxyError {
             }
         };
         body["reason"] = serde_json::json!(reason);
-        body["hint"] = serde_json::json!(hint);
+        if body.get("hint").is_none() {
+            body["hint"] = serde_json::json!(hint);
+        }
+        body["manifest"] = serde_json::json!(MANIFEST_URL);
         body
     }
 
@@ -512,6 +528,7 @@ mod tests {
         assert_eq!(body["reason_code"], "limit_requests_per_minute");
         assert_eq!(body["rule"], "slow");
         assert_eq!(body["policy_revision"], "rev");
+        assert_eq!(body["manifest"], MANIFEST_URL);
         let response = error.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()[header::RETRY_AFTER], "60");

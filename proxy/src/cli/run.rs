@@ -302,7 +302,41 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         let after = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
         report["outside"] = json!(outside::diff(&outside_before, &after));
     }
+    if let Some(policy) = &args.policy {
+        // The embedded server stops with this command: say exactly how to bring up the
+        // review UI and admin API again on the same data directory.
+        report["review"] = review_commands(&args.admin.data, policy);
+    }
     conclude(args.admin.json, &report)
+}
+
+/// For a run of the embedded server (`--policy`): `{serve, data, policy}`, the exact
+/// `airlock serve` command that serves the run's held effects for review again (its
+/// admin API and review UI) on `data`, with absolute, shell-quoted paths.
+fn review_commands(data: &std::path::Path, policy: &std::path::Path) -> Value {
+    let absolute = |p: &std::path::Path| {
+        std::path::absolute(p)
+            .unwrap_or_else(|_| p.to_owned())
+            .display()
+            .to_string()
+    };
+    let (data, policy) = (absolute(data), absolute(policy));
+    json!({
+        "serve": format!("airlock serve --data {} --policy {}", sh_quote(&data), sh_quote(&policy)),
+        "data": data,
+        "policy": policy,
+    })
+}
+
+/// `text` as one shell word: unchanged when it holds only safe characters, otherwise
+/// single-quoted (POSIX sh, `'` written as `'\''`).
+fn sh_quote(text: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+=:@,%".contains(c);
+    if !text.is_empty() && text.chars().all(safe) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
 }
 
 fn describe_exit(code: Option<i32>, note: Option<&str>) -> String {

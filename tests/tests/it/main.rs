@@ -11,6 +11,7 @@ mod containment;
 mod crash;
 mod credentials;
 mod examples;
+mod denials_readable;
 mod flows;
 mod limits;
 mod lineage;

@@ -333,10 +333,15 @@ action = "pass"
     let url = format!("https://127.0.0.1:{port}/admin/x");
     let out = curl(&ci_env, &[&url]).await;
     assert_eq!(out.status, 200, "the audit rule logs but does not decide");
-    // ci-reads applies to ci runs only: a dev run's CONNECT is refused outright.
+    // ci-reads applies to ci runs only: a dev run's host is denied outright (the
+    // CONNECT is answered, and the request inside gets the 403 with its reason).
     let out = curl(&dev_env, &[&url]).await;
-    assert!(!out.success, "a dev run must not get through");
-    assert!(out.stderr.contains("403"), "{}", out.stderr);
+    assert_eq!(
+        out.status, 403,
+        "a dev run must not get through: {}",
+        out.stderr
+    );
+    assert_eq!(out.json()["reason_code"], "default_deny");
     assert_eq!(origin.received().len(), 1);
     assert!(
         airlock.log().contains("would-block-admin"),

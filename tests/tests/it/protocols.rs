@@ -317,7 +317,8 @@ async fn case_c11_other_ports_server_speaks_first_and_plain_http_in_connect() {
     let token = airlock.run_token(&run).await;
     let auth = base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"));
 
-    // Port 443 is the default; a port no rule names is refused at CONNECT.
+    // Port 443 is the default; a port no rule names is denied: the CONNECT is answered
+    // and the request inside gets the 403 (docs/policy.md, "Denied hosts").
     let mut stream = tokio::net::TcpStream::connect(&airlock.proxy)
         .await
         .expect("connect");
@@ -327,7 +328,21 @@ async fn case_c11_other_ports_server_speaks_first_and_plain_http_in_connect() {
         .expect("write");
     let mut answer = vec![0u8; 12];
     stream.read_exact(&mut answer).await.expect("answer");
-    assert_eq!(&answer, b"HTTP/1.1 403");
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    // The rest of the CONNECT answer's head, then a plain request inside.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.expect("head");
+        head.push(byte[0]);
+    }
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:2525\r\n\r\n")
+        .await
+        .expect("write");
+    let mut inside = vec![0u8; 12];
+    stream.read_exact(&mut inside).await.expect("inner answer");
+    assert_eq!(&inside, b"HTTP/1.1 403");
 
     // Plain HTTP inside a CONNECT to a named port is detected and decided like any request.
     let out = curl(

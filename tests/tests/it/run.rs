@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 pub(crate) mod clients;
 mod crash;
 mod drivers;
+mod review_after;
 mod savepoints;
 mod special;
 

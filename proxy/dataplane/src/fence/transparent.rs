@@ -77,6 +77,7 @@ pub(super) async fn serve<T>(
             reason: reason.clone(),
             reason_code: UNRESOLVED_ADDRESS.to_owned(),
             policy_revision: revision.clone(),
+            hint: None,
         });
         let target = Target {
             scheme: Scheme::Https,
@@ -128,13 +129,7 @@ pub(super) async fn serve<T>(
             info!(run.id = %run, origin.host = %target.host, origin.port = target.port,
                   policy.rule = decision.rule.as_deref().unwrap_or("<default>"), "fenced connection denied");
             crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
-            let revision = policy.revision().to_owned();
-            let answer: Answer = Arc::new(move || ProxyError::Denied {
-                rule: decision.rule.clone(),
-                reason: decision.reason.clone(),
-                reason_code: decision.reason_code.to_owned(),
-                policy_revision: revision.clone(),
-            });
+            let answer: Answer = crate::denials::host_refusal(&target, decision, policy.revision());
             serve_refusal(shared, run, target, stream, guard, answer).await;
         }
         ConnectDecision::Intercept => {

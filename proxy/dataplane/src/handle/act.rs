@@ -9,7 +9,6 @@ use tracing::debug;
 use super::inspect::{inspect_pass_body, inspect_stage_body, Inspected};
 use super::{RequestCtx, Target};
 use crate::policy_store::Snapshot;
-use crate::request::request_facts;
 use crate::DataPlane;
 use airlock_net::body::ProxyBody;
 use airlock_net::respond::ProxyError;
@@ -55,27 +54,26 @@ async fn upgrade(
             ),
             reason_code: "upgrade_not_stageable".to_owned(),
             policy_revision: policy.revision().to_owned(),
+            hint: Some("a rule that passes this upgrade is needed; read the manifest, and ask the operator".into()),
         }),
-        Action::Deny | Action::Tunnel => Err(ProxyError::Denied {
-            rule: decision.rule,
-            reason: decision.reason,
-            reason_code: decision.reason_code.to_owned(),
-            policy_revision: policy.revision().to_owned(),
-        }),
+        Action::Deny | Action::Tunnel => Err(deny(policy, &ctx.target, &parts, decision)),
     }
 }
 
 /// A denial (a tunnel decision on a request inside an intercepted CONNECT is one too),
-/// naming the nearest miss when no rule allowed the request.
+/// naming the nearest miss (reason and hint) when no rule allowed the request.
 fn deny(policy: &Snapshot, target: &Target, parts: &Parts, decision: Decision) -> ProxyError {
+    let near = (decision.reason_code == airlock_policy::reason_code::DEFAULT_DENY)
+        .then(|| super::near_miss::near_miss(policy, target, parts));
     ProxyError::Denied {
-        reason: match nearest_miss(policy, target, parts, &decision) {
-            Some(near) => format!("{} ({near})", decision.reason),
+        reason: match &near {
+            Some(near) => format!("{} ({})", decision.reason, near.reason),
             None => decision.reason,
         },
         rule: decision.rule,
         reason_code: decision.reason_code.to_owned(),
         policy_revision: policy.revision().to_owned(),
+        hint: near.map(|near| near.hint),
     }
 }
 
@@ -131,37 +129,6 @@ async fn pass(
         }
         Inspected::Answered(answer) => Ok(answer),
     }
-}
-
-/// For a request no rule allowed (`default_deny`): the first rule that matched its scheme,
-/// host and port but not a later condition, e.g. ``rule "api" matches this host and port
-/// but not its method`` — what the agent (or the operator reading the 403) most likely
-/// needs to know. Evaluated with [`airlock_policy::Policy::explain`] on the request's
-/// method and path only, and only on this (rare) path.
-pub(super) fn nearest_miss(
-    policy: &airlock_policy::Policy,
-    target: &Target,
-    parts: &Parts,
-    decision: &airlock_policy::Decision,
-) -> Option<String> {
-    if decision.reason_code != airlock_policy::reason_code::DEFAULT_DENY {
-        return None;
-    }
-    policy
-        .explain(&request_facts(target, parts))
-        .rules
-        .into_iter()
-        .find_map(|trace| match trace.outcome {
-            airlock_policy::RuleOutcome::Mismatch { field }
-                if !trace.baseline && !matches!(field, "scheme" | "host" | "port") =>
-            {
-                Some(format!(
-                    "rule \"{}\" matches this host and port but not its {field}",
-                    trace.id
-                ))
-            }
-            _ => None,
-        })
 }
 
 /// Refuses a destination the release could never dial: its name resolves only to private

@@ -22,6 +22,8 @@ use airlock_net::limits::ConnectionGuard;
 use airlock_net::respond::ProxyError;
 use airlock_net::strict_head::{HeadWatch, StrictHead};
 
+/// The tunnel after its `200`: every request is decided, or answered `refusal` when the
+/// CONNECT's host is denied outright (nothing is dialed then).
 pub(super) async fn intercept(
     shared: Arc<DataPlane>,
     run: RunId,
@@ -29,18 +31,19 @@ pub(super) async fn intercept(
     config: Arc<rustls::ServerConfig>,
     upgraded: hyper::upgrade::Upgraded,
     guard: Option<Arc<ConnectionGuard>>,
+    refusal: Option<Refusal>,
 ) {
     let Some(io) = first_bytes(TokioIo::new(upgraded), &target).await else {
         return;
     };
     if io_first_byte_is_not_tls(&io) {
-        plain_http_in_tunnel(shared, run, target, io, guard, None).await;
+        plain_http_in_tunnel(shared, run, target, io, guard, refusal).await;
         return;
     }
     let Some(tls) = accept_tls(&shared, &target, config, io).await else {
         return;
     };
-    serve_intercepted(shared, run, target, tls, guard, None).await;
+    serve_intercepted(shared, run, target, tls, guard, refusal).await;
 }
 
 /// An answer given to every request of a connection instead of deciding it: a refusal

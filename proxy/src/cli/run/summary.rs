@@ -172,11 +172,29 @@ pub fn summary(report: &Value) -> String {
         )
     });
     let next = match decision["kind"].as_str() {
-        Some("keep") if pending && report["state"] != "committed" => format!(
-            "review with `airlock effects {run}` and `airlock show EFFECT`, approve or reject, then `airlock commit {run}` (or `airlock abort {run}`; the files stay as they are); if `airlock run --policy` started its own server, first start `airlock serve --data DIR --policy FILE` on the same data directory"
-        ),
+        Some("keep") if pending && report["state"] != "committed" => {
+            match (report["review"]["serve"].as_str(), report["review"]["data"].as_str()) {
+                // The embedded server has stopped: name the command that serves the run again.
+                (Some(serve), Some(data)) => {
+                    let data = if data.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:@,%".contains(c)) {
+                        data.to_owned()
+                    } else {
+                        format!("'{}'", data.replace('\'', "'\\''"))
+                    };
+                    format!(
+                        "the effects are held; airlock's embedded server has stopped, so start it again to review them:\n            {serve}\n          and in another shell\n            airlock ui --data {data}        (a sign-in link to the review UI)\n            airlock effects {run} --data {data}\n          approve or reject (in the UI, or `airlock approve EFFECT --data {data}`), then\n            airlock commit {run} --data {data}\n          (or `airlock abort {run} --data {data}`; the files stay as they are)"
+                    )
+                }
+                _ => format!(
+                    "review with `airlock effects {run}` and `airlock show EFFECT`, approve or reject, then `airlock commit {run}` (or `airlock abort {run}`; the files stay as they are)"
+                ),
+            }
+        }
         Some("keep") => "nothing: files kept and effects settled".to_owned(),
-        Some("rollback_to") => format!("the run is still open; carry on from savepoint {}", decision["savepoint"].as_str().unwrap_or("")),
+        Some("rollback_to") => format!(
+            "the run is still open; carry on from savepoint {}",
+            decision["savepoint"].as_str().unwrap_or("")
+        ),
         _ => "nothing left the machine through airlock; fix the cause and run again".to_owned(),
     };
     out.push_str(&format!("next      {next}\n"));
