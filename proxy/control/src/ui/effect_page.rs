@@ -188,6 +188,8 @@ pub(super) async fn effect_page(
         .is_some_and(|r| matches!(r.state, RunState::Open | RunState::Sealed));
     let (syn_status, syn_type, syn_body, same_policy) = synthetic(&shared, &effect, &body);
     let back = format!("/effects/{}", effect.id);
+    let details = airlock_adapters::of_effect(&effect)
+        .details(&airlock_adapters::Call::of_effect(&effect, &body));
     let page = layout(
         &format!("Effect #{}", effect.seq),
         Some(&session),
@@ -227,6 +229,7 @@ pub(super) async fn effect_page(
                 }
             }
             (flow_section(&effect, &check))
+            (super::push::details_section(details.as_ref()))
             section {
                 h2 { "Request headers" }
                 (headers_table(&effect.headers))
