@@ -235,20 +235,23 @@ pub fn check_report(push: &PushRequest, response: &[u8]) -> Result<(), String> {
     }
 }
 
-/// `push N ref update(s) to REMOTE: REF OLD..NEW, … — C commit(s): 'subject' (author),
-/// …; P path(s) changed: PATH +A -R, …`: the ref updates and, from the pack, what they
-/// carry ([`review::PushReview::line`]).
+/// `push N ref update(s) [(C commit(s), O object(s))] to REMOTE: REF OLD..NEW, … —
+/// C commit(s): 'subject' (author), …; P path(s) changed: PATH +A -R, …`: the ref updates
+/// and, from the pack, what they carry ([`review::PushReview::line`]).
 pub fn summary(push: &PushRequest, remote: &str, review: Option<&review::PushReview>) -> String {
     let updates: Vec<String> = push
         .commands
         .iter()
         .map(|c| format!("{} {}..{}", c.name, short(&c.old), short(&c.new)))
         .collect();
+    let counts = review.filter(|r| r.objects > 0).map_or(String::new(), |r| {
+        format!(" ({} commit(s), {} object(s))", r.commits.len(), r.objects)
+    });
     let contents = review
         .filter(|r| !r.commits.is_empty() || !r.notes.is_empty())
         .map_or(String::new(), |r| format!(" — {}", r.line(400)));
     format!(
-        "push {} ref update(s) to {remote}: {}{contents}",
+        "push {} ref update(s){counts} to {remote}: {}{contents}",
         push.commands.len(),
         updates.join(", ")
     )

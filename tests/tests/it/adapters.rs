@@ -4,6 +4,7 @@
 
 mod compensate;
 mod git;
+mod git_review;
 mod github;
 mod slack_graphql;
 

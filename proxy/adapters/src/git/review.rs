@@ -323,7 +323,8 @@ fn counts(
             let (a, r) = line_counts(&o, &n);
             (Some(a), Some(r))
         }
-        (Change::Changed, _, Some(Some(n))) => (Some(n.len() as u64), None),
+        // The older side is on the server only: the lines it has now, removed unknown.
+        (Change::Changed | Change::Modified, _, Some(Some(n))) => (Some(n.len() as u64), None),
         _ => (None, None),
     }
 }
