@@ -236,7 +236,7 @@ pub fn check_report(push: &PushRequest, response: &[u8]) -> Result<(), String> {
 }
 
 /// `push N ref update(s) [(C commit(s), O object(s))] to REMOTE: REF OLD..NEW, … —
-/// C commit(s): 'subject' (author), …; P path(s) changed: PATH +A -R, …`: the ref updates
+/// 'subject' (author), …; P path(s) changed: PATH +A -R, …`: the ref updates
 /// and, from the pack, what they carry ([`review::PushReview::line`]).
 pub fn summary(push: &PushRequest, remote: &str, review: Option<&review::PushReview>) -> String {
     let updates: Vec<String> = push

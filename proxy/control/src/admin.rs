@@ -25,7 +25,6 @@ mod effects;
 mod fence;
 mod outcomes;
 mod policy;
-mod released;
 mod render;
 mod workspace;
 
@@ -436,7 +435,7 @@ async fn run_effects(
         .map(|(effect, answer)| {
             let mut out = effect_summary(effect);
             render::flows_brief(&mut out, effect, checks.get(&effect.id));
-            out["released"] = released::released_json(effect, &effects, answer.as_deref());
+            out["released"] = crate::released::released_json(effect, &effects, answer.as_deref());
             out
         })
         .collect();

@@ -493,8 +493,8 @@ fn short(id: &str) -> &str {
 }
 
 impl PushReview {
-    /// One line for the effect summary: `2 commit(s): 'subject' (Author <a@b>), …; 3
-    /// path(s): a.txt +3 -0, …`, cut to about `max` characters.
+    /// One line for the effect summary: `'subject' (Author <a@b>), …; 3 path(s)
+    /// changed: a.txt +3 -0, …`, cut to about `max` characters.
     pub fn line(&self, max: usize) -> String {
         let commits: Vec<String> = self
             .commits
@@ -506,8 +506,11 @@ impl PushReview {
             .iter()
             .map(|p| format!("{} {}", p.path, p.stat()))
             .collect();
-        let mut out = format!("{} commit(s): {}", self.commits.len(), commits.join(", "));
-        out.push_str(&format!("; {} path(s) changed", self.paths.len()));
+        let mut out = commits.join(", ");
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        out.push_str(&format!("{} path(s) changed", self.paths.len()));
         if !paths.is_empty() {
             out.push_str(&format!(": {}", paths.join(", ")));
         }

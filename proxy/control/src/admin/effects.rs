@@ -107,7 +107,7 @@ async fn show_effect(
     // The adapter's account beyond the summary line (git: commits, paths, diffstat).
     out["details"] = json!(airlock_adapters::of_effect(&effect)
         .details(&airlock_adapters::Call::of_effect(&effect, &body)));
-    out["released"] = super::released::released_json(&effect, &siblings, release_body.as_deref());
+    out["released"] = crate::released::released_json(&effect, &siblings, release_body.as_deref());
     out["earlier_releases"] = json!(effect
         .earlier_releases
         .iter()
