@@ -118,4 +118,22 @@ async fn git_push_review_names_commit_messages_authors_and_paths() {
     assert!(text.contains("Add the guide"), "{text}");
     assert!(text.contains("docs/guide.md"), "{text}");
     assert!(text.contains("paths    2 changed"), "{text}");
+
+    // The review UI's effect page shows the same.
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let cookie = crate::ui::sign_in(&airlock.admin_url, token.trim()).await;
+    let page = crate::ui::text(
+        &crate::ui::get(
+            &format!("{}/effects/{id}", airlock.admin_url),
+            Some(&cookie),
+        )
+        .await,
+    );
+    assert!(page.contains("What the push carries"), "{page}");
+    assert!(page.contains("Extend the guide and README"), "{page}");
+    assert!(
+        page.contains("Tester &lt;tester@example.invalid&gt;"),
+        "{page}"
+    );
+    assert!(page.contains("docs/guide.md"), "{page}");
 }
