@@ -203,7 +203,11 @@ pub fn read(pack: &[u8], limits: Limits) -> Pack {
             delta => pending.push((offset, delta)),
         }
     }
-    loop {
+    // Bases usually come first (an OFS_DELTA's always does), so one pass in pack order
+    // resolves most chains; a few more catch REF_DELTAs to later objects. Bounded, so
+    // that a pack ordered against us costs at most MAX_PASSES walks.
+    const MAX_PASSES: usize = 16;
+    for _ in 0..MAX_PASSES {
         let before = pending.len();
         let mut left = Vec::new();
         for (offset, raw) in pending {
