@@ -7,6 +7,12 @@
 use std::borrow::Cow;
 
 use airlock_control::visible::{escape_line, pieces, Piece};
+
+mod push;
+mod released;
+
+use push::render_push;
+use released::{released_values, render_released};
 use serde::Serialize as _;
 use serde_json::ser::{Formatter, PrettyFormatter};
 use serde_json::Value;
@@ -322,135 +328,6 @@ pub fn render_effect(effect: &Value) -> String {
     }
     out.push_str(&render_released(effect));
     out.push_str(&render_outcome(effect));
-    out
-}
-
-/// `M +2 -1` for a path of a push's `details` (`?` for a count not known).
-fn stat(path: &Value) -> String {
-    let count = |v: &Value| v.as_u64().map_or("?".to_owned(), |n| n.to_string());
-    format!(
-        "{} +{} -{}",
-        line(&path["change"]),
-        count(&path["added"]),
-        count(&path["removed"])
-    )
-}
-
-/// A git push's commits (id, author, message) and diffstat from the adapter's `details`
-/// (`{commits, paths, notes}`); empty for other effects.
-fn render_push(details: &Value) -> String {
-    let Some(commits) = details["commits"].as_array() else {
-        return String::new();
-    };
-    let mut out = String::new();
-    for commit in commits {
-        out.push_str(&format!(
-            "commit   {} {} — {}\n",
-            commit["id"]
-                .as_str()
-                .unwrap_or("")
-                .chars()
-                .take(12)
-                .collect::<String>(),
-            line(&commit["author"]),
-            line(&commit["subject"])
-        ));
-        let changed: Vec<String> = commit["paths"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| format!("{} {}", line(&p["path"]), stat(p)))
-            .collect();
-        if !changed.is_empty() {
-            out.push_str(&format!("           {}\n", changed.join(", ")));
-        }
-    }
-    let paths = details["paths"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    if !paths.is_empty() {
-        out.push_str(&format!("paths    {} changed\n", paths.len()));
-    }
-    for path in paths.iter().take(50) {
-        out.push_str(&format!(
-            "  {:<4} {} | {}\n",
-            line(&path["change"]),
-            line(&path["path"]),
-            stat(path).split_once(' ').map_or("", |(_, counts)| counts)
-        ));
-    }
-    if paths.len() > 50 {
-        out.push_str(&format!(
-            "  … {} more (--json shows all)\n",
-            paths.len() - 50
-        ));
-    }
-    for note in details["notes"].as_array().into_iter().flatten() {
-        out.push_str(&format!("  note: {}\n", line(note)));
-    }
-    out
-}
-
-/// `/number=42 /id=9001 https://…/pull/42`: the real values of an effect's placeholders
-/// and the link the origin gave, from its `released` view; `None` when neither is known.
-fn released_values(released: &Value) -> Option<String> {
-    let mut parts: Vec<String> = released["values"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(pointer, value)| format!("{}={}", escape_line(pointer), line(value)))
-        .collect();
-    if let Some(link) = released["link"].as_str() {
-        parts.push(escape_line(link).into_owned());
-    }
-    (!parts.is_empty()).then(|| parts.join(" "))
-}
-
-/// What the release made of an effect (its `released` view): the URL and summary with
-/// real values, the real values it handed out, the origin's link and a bounded excerpt of
-/// its answer.
-fn render_released(effect: &Value) -> String {
-    let released = &effect["released"];
-    if released.is_null() {
-        return String::new();
-    }
-    let mut out = String::new();
-    if let Some(url) = released["url"]
-        .as_str()
-        .filter(|u| Some(*u) != effect["url"].as_str())
-    {
-        out.push_str(&format!(
-            "sent as  {} {}\n",
-            line(&effect["method"]),
-            escape_line(url)
-        ));
-    }
-    if let Some(summary) = released["summary"]
-        .as_str()
-        .filter(|s| Some(*s) != effect["summary"].as_str())
-    {
-        out.push_str(&format!("now      {}\n", escape_line(summary)));
-    }
-    for (pointer, value) in released["values"].as_object().into_iter().flatten() {
-        out.push_str(&format!(
-            "  real {} = {}\n",
-            escape_line(pointer),
-            line(value)
-        ));
-    }
-    if let Some(link) = released["link"].as_str() {
-        out.push_str(&format!("link     {}\n", escape_line(link)));
-    }
-    let answer = &released["answer"];
-    if let Some(excerpt) = answer["excerpt"].as_str().filter(|e| !e.is_empty()) {
-        let cut = if answer["truncated"].as_bool() == Some(true) {
-            format!(" … ({} bytes)", answer["body_len"])
-        } else {
-            String::new()
-        };
-        out.push_str(&format!("answer   {}{cut}\n", escape_line(excerpt)));
-    }
     out
 }
 
