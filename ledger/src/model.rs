@@ -429,6 +429,9 @@ pub enum ValueKind {
     /// A git object id (SHA-1, 40 lowercase hex digits, a JSON string): the reserved
     /// prefix `ffffffff` and 32 random hex digits.
     Sha1,
+    /// A URL the origin assigns (GraphQL `url`, `permalink`): `https://airlock.invalid/p/`
+    /// and 24 random characters; `.invalid` is reserved and never resolves (RFC 2606 §2).
+    Url,
 }
 
 impl ValueKind {
@@ -439,12 +442,14 @@ impl ValueKind {
 
     /// Whether `c` continues a value of this kind, so that a placeholder is found only
     /// where it is not part of a longer such value: digits for numbers and Slack
-    /// timestamps, hex digits for SHA-1s; nothing for opaque strings (`ph_` is unique).
+    /// timestamps, hex digits for SHA-1s, letters and digits for URLs (a path appended to a
+    /// URL placeholder still finds it); nothing for opaque strings (`ph_` is unique).
     pub fn continues(self, c: char) -> bool {
         match self {
             ValueKind::String => false,
             ValueKind::Number | ValueKind::SlackTs => c.is_ascii_digit(),
             ValueKind::Sha1 => c.is_ascii_hexdigit(),
+            ValueKind::Url => c.is_ascii_alphanumeric(),
         }
     }
 }

@@ -318,7 +318,8 @@ pub fn random_placeholder_base() -> u64 {
 /// A placeholder value of `kind`: for a number, `base + seq` (the run's base and the
 /// placeholder's sequence number in the run); for a string, `ph_` and 24 random
 /// characters; for a Slack timestamp, `9DDDDDDDDD.DDDDDD` (seconds after 2255); for a
-/// SHA-1, `ffffffff` and 32 random hex digits (`base` and `seq` unused but for numbers).
+/// SHA-1, `ffffffff` and 32 random hex digits; for a URL, `https://airlock.invalid/p/` and
+/// 24 random characters (`base` and `seq` unused but for numbers).
 /// The random kinds carry 80 to 128 random bits, so two placeholders of a run do not
 /// collide.
 pub fn placeholder_value(kind: ValueKind, base: u64, seq: u64) -> String {
@@ -334,6 +335,10 @@ pub fn placeholder_value(kind: ValueKind, base: u64, seq: u64) -> String {
         ValueKind::String => format!("ph_{}", random(b"abcdefghijkmnopqrstuvwxyz23456789", 24)),
         ValueKind::SlackTs => format!("9{}.{}", random(DIGITS, 9), random(DIGITS, 6)),
         ValueKind::Sha1 => format!("ffffffff{}", random(b"0123456789abcdef", 32)),
+        ValueKind::Url => format!(
+            "https://airlock.invalid/p/{}",
+            random(b"abcdefghijkmnopqrstuvwxyz23456789", 24)
+        ),
     }
 }
 

@@ -29,6 +29,8 @@ pub enum PlaceholderKind {
     SlackTs,
     /// A git object id (40 lowercase hex digits, prefix `ffffffff`).
     Sha1,
+    /// A URL (`https://airlock.invalid/p/…`).
+    Url,
 }
 
 /// One piece of a response template.
@@ -117,9 +119,10 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<Part>, String> {
             "string" => PlaceholderKind::String,
             "slack_ts" => PlaceholderKind::SlackTs,
             "sha1" => PlaceholderKind::Sha1,
+            "url" => PlaceholderKind::Url,
             other => {
                 return Err(format!(
-                    "placeholder kind \"{other}\" is not number, string, slack_ts or sha1"
+                    "placeholder kind \"{other}\" is not number, string, slack_ts, sha1 or url"
                 ))
             }
         };

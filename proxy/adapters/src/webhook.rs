@@ -31,6 +31,7 @@ impl Adapter for Webhook {
                             PlaceholderKind::String => ValueKind::String,
                             PlaceholderKind::SlackTs => ValueKind::SlackTs,
                             PlaceholderKind::Sha1 => ValueKind::Sha1,
+                            PlaceholderKind::Url => ValueKind::Url,
                         },
                     })
                     .collect()

@@ -84,5 +84,21 @@ mod tests {
             ),
             format!("/commits/abc/x {sha}0")
         );
+        let url = "https://airlock.invalid/p/abcdefghijkmnopqrstuvwxy";
+        let with_url = [issued(url, ValueKind::Url)];
+        assert_eq!(
+            find_placeholders(&with_url, &format!("{url}/files")).len(),
+            1
+        );
+        assert!(find_placeholders(&with_url, &format!("{url}z")).is_empty());
+        assert_eq!(
+            substitute(
+                &format!("see {url}/files"),
+                url,
+                ValueKind::Url,
+                "https://gh/pull/5"
+            ),
+            "see https://gh/pull/5/files"
+        );
     }
 }
