@@ -285,7 +285,9 @@ impl EffectStore for MemoryStore {
                         counters.placeholders += 1;
                         (base, counters.placeholders)
                     }
-                    ValueKind::String => (0, 0),
+                    ValueKind::String | ValueKind::SlackTs | ValueKind::Sha1 | ValueKind::Url => {
+                        (0, 0)
+                    }
                 };
                 placeholders.push(Placeholder {
                     value: rules::placeholder_value(spec.kind, base, count),

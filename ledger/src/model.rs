@@ -411,14 +411,47 @@ pub struct EffectNotes {
     pub idempotency: Option<crate::outcome::IdempotencySpec>,
 }
 
-/// The type a placeholder imitates.
+/// The type a placeholder imitates: each is shaped like the value it stands for, so that
+/// an agent's follow-up logic (a regex on a Slack `ts`, a length check on a SHA) accepts
+/// it, and lies in a reserved part of that shape that real values do not reach
+/// (docs/adapters.md#placeholders; [`crate::rules::placeholder_value`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ValueKind {
-    /// A JSON number.
+    /// A JSON number: the run's random 16-digit base plus a sequence number.
     Number,
-    /// An opaque string.
+    /// An opaque string: `ph_` and 24 random characters.
     String,
+    /// A Slack message timestamp (`ts`, `SECONDS.MICROS`, a JSON string): `9` and 9
+    /// random digits, `.`, 6 random digits, i.e. seconds after the year 2255, which no
+    /// message posted today carries (<https://api.slack.com/messaging/retrieving#individual_messages>).
+    SlackTs,
+    /// A git object id (SHA-1, 40 lowercase hex digits, a JSON string): the reserved
+    /// prefix `ffffffff` and 32 random hex digits.
+    Sha1,
+    /// A URL the origin assigns (GraphQL `url`, `permalink`): `https://airlock.invalid/p/`
+    /// and 24 random characters; `.invalid` is reserved and never resolves (RFC 2606 §2).
+    Url,
+}
+
+impl ValueKind {
+    /// Whether the value stands in JSON as a string (every kind but [`ValueKind::Number`]).
+    pub fn is_string(self) -> bool {
+        self != ValueKind::Number
+    }
+
+    /// Whether `c` continues a value of this kind, so that a placeholder is found only
+    /// where it is not part of a longer such value: digits for numbers and Slack
+    /// timestamps, hex digits for SHA-1s, letters and digits for URLs (a path appended to a
+    /// URL placeholder still finds it); nothing for opaque strings (`ph_` is unique).
+    pub fn continues(self, c: char) -> bool {
+        match self {
+            ValueKind::String => false,
+            ValueKind::Number | ValueKind::SlackTs => c.is_ascii_digit(),
+            ValueKind::Sha1 => c.is_ascii_hexdigit(),
+            ValueKind::Url => c.is_ascii_alphanumeric(),
+        }
+    }
 }
 
 /// A placeholder a staged effect's synthetic response carries.

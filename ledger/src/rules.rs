@@ -317,18 +317,28 @@ pub fn random_placeholder_base() -> u64 {
 
 /// A placeholder value of `kind`: for a number, `base + seq` (the run's base and the
 /// placeholder's sequence number in the run); for a string, `ph_` and 24 random
-/// characters (`base` and `seq` unused).
+/// characters; for a Slack timestamp, `9DDDDDDDDD.DDDDDD` (seconds after 2255); for a
+/// SHA-1, `ffffffff` and 32 random hex digits; for a URL, `https://airlock.invalid/p/` and
+/// 24 random characters (`base` and `seq` unused but for numbers).
+/// The random kinds carry 80 to 128 random bits, so two placeholders of a run do not
+/// collide.
 pub fn placeholder_value(kind: ValueKind, base: u64, seq: u64) -> String {
+    let mut rng = rand::thread_rng();
+    let mut random = |alphabet: &[u8], n: usize| -> String {
+        (0..n)
+            .map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char)
+            .collect()
+    };
+    const DIGITS: &[u8] = b"0123456789";
     match kind {
         ValueKind::Number => (base + seq).to_string(),
-        ValueKind::String => {
-            const ALPHABET: &[u8] = b"abcdefghijkmnopqrstuvwxyz23456789";
-            let mut rng = rand::thread_rng();
-            let tail: String = (0..24)
-                .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
-                .collect();
-            format!("ph_{tail}")
-        }
+        ValueKind::String => format!("ph_{}", random(b"abcdefghijkmnopqrstuvwxyz23456789", 24)),
+        ValueKind::SlackTs => format!("9{}.{}", random(DIGITS, 9), random(DIGITS, 6)),
+        ValueKind::Sha1 => format!("ffffffff{}", random(b"0123456789abcdef", 32)),
+        ValueKind::Url => format!(
+            "https://airlock.invalid/p/{}",
+            random(b"abcdefghijkmnopqrstuvwxyz23456789", 24)
+        ),
     }
 }
 

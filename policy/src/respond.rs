@@ -23,8 +23,14 @@ use serde::Serialize;
 pub enum PlaceholderKind {
     /// A JSON number (an id, a PR number).
     Number,
-    /// An opaque string (a node id, a message timestamp).
+    /// An opaque string (a node id): `ph_` and 24 random characters.
     String,
+    /// A Slack message timestamp (`SECONDS.MICROS`, seconds after 2255).
+    SlackTs,
+    /// A git object id (40 lowercase hex digits, prefix `ffffffff`).
+    Sha1,
+    /// A URL (`https://airlock.invalid/p/…`).
+    Url,
 }
 
 /// One piece of a response template.
@@ -111,9 +117,12 @@ pub(crate) fn parse_template(text: &str) -> Result<Vec<Part>, String> {
         let kind = match kind {
             "number" => PlaceholderKind::Number,
             "string" => PlaceholderKind::String,
+            "slack_ts" => PlaceholderKind::SlackTs,
+            "sha1" => PlaceholderKind::Sha1,
+            "url" => PlaceholderKind::Url,
             other => {
                 return Err(format!(
-                    "placeholder kind \"{other}\" is not number or string"
+                    "placeholder kind \"{other}\" is not number, string, slack_ts, sha1 or url"
                 ))
             }
         };
@@ -181,6 +190,22 @@ mod tests {
         );
         let parsed: serde_json::Value = serde_json::from_str(&body).expect("valid JSON");
         assert!(parsed["id"].is_u64());
+    }
+
+    #[test]
+    fn typed_string_kinds_are_parsed() {
+        let parts = parse_template(
+            r#"{"ts": "{{placeholder:slack_ts:/ts}}", "sha": "{{placeholder:sha1:/sha}}"}"#,
+        )
+        .expect("parse");
+        let kinds: Vec<PlaceholderKind> = parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Placeholder { kind, .. } => Some(*kind),
+                Part::Text(_) => None,
+            })
+            .collect();
+        assert_eq!(kinds, [PlaceholderKind::SlackTs, PlaceholderKind::Sha1]);
     }
 
     #[test]

@@ -7,6 +7,12 @@
 use std::borrow::Cow;
 
 use airlock_control::visible::{escape_line, pieces, Piece};
+
+mod push;
+mod released;
+
+use push::render_push;
+use released::{released_values, render_released};
 use serde::Serialize as _;
 use serde_json::ser::{Formatter, PrettyFormatter};
 use serde_json::Value;
@@ -106,6 +112,7 @@ pub fn effects_table(effects: &[Value]) -> String {
         "SEQ", "EFFECT", "STATE", "METHOD", "URL"
     );
     for effect in effects {
+        let released = &effect["released"];
         let status = effect
             .get("release_status")
             .or_else(|| effect.get("status"))
@@ -118,11 +125,18 @@ pub fn effects_table(effects: &[Value]) -> String {
             effect["id"].as_str().unwrap_or(""),
             effect["state"].as_str().unwrap_or(""),
             line(&effect["method"]),
-            line(&effect["url"]),
+            line(released.get("url").unwrap_or(&effect["url"])),
             status
         ));
-        if let Some(summary) = effect.get("summary").and_then(Value::as_str) {
+        if let Some(summary) = released
+            .get("summary")
+            .or_else(|| effect.get("summary"))
+            .and_then(Value::as_str)
+        {
             out.push_str(&format!("     {:<30} {}\n", "", escape_line(summary)));
+        }
+        if let Some(values) = released_values(released) {
+            out.push_str(&format!("     {:<30} released: {values}\n", ""));
         }
         if let Some(line) = flows_line(effect) {
             out.push_str(&format!("     {:<30} {line}\n", ""));
@@ -164,6 +178,7 @@ pub fn render_effect(effect: &Value) -> String {
             effect["adapter"].as_str().unwrap_or("webhook")
         ));
     }
+    out.push_str(&render_push(&effect["details"]));
     if let Some(compensates) = effect["compensates"].as_str() {
         out.push_str(&format!(
             "compensates {compensates} (approximate: the original effect already happened)\n"
@@ -311,6 +326,7 @@ pub fn render_effect(effect: &Value) -> String {
                 .unwrap_or_default()
         ));
     }
+    out.push_str(&render_released(effect));
     out.push_str(&render_outcome(effect));
     out
 }

@@ -37,7 +37,7 @@ impl Ledger {
                     };
                     (base, self.next_seq("placeholders", run)?)
                 }
-                ValueKind::String => (0, 0),
+                ValueKind::String | ValueKind::SlackTs | ValueKind::Sha1 | ValueKind::Url => (0, 0),
             };
             out.push(Placeholder {
                 value: rules::placeholder_value(spec.kind, base, seq),

@@ -14,6 +14,9 @@ use airlock_ledger::Effect;
 
 use super::{Adapter, Call, Compensation, Plan, Synthetic};
 
+pub mod pack;
+pub mod review;
+
 /// The git smart-HTTP push adapter.
 #[derive(Debug, Clone, Copy)]
 pub struct Git;
@@ -123,60 +126,26 @@ pub fn parse_push(body: &[u8]) -> Option<PushRequest> {
     (!push.commands.is_empty()).then_some(push)
 }
 
-/// Objects and commits in the pack that follows the commands, when it can be walked
-/// (git's `Documentation/gitformat-pack.txt`: `PACK`, version, object count, then per
-/// object a type-and-size header, a delta base for delta types, and a zlib stream).
-/// Commits stored as deltas are not counted.
-pub fn pack_stats(body: &[u8]) -> Option<(u32, u32)> {
+/// What follows the commands of a receive-pack request (the pack, `PACK` onwards), when
+/// anything does.
+pub fn pack_of(body: &[u8]) -> Option<&[u8]> {
     let (_, start) = pkt_lines(body);
-    let pack = body.get(start..)?;
-    if pack.len() < 12 || &pack[..4] != b"PACK" {
-        return None;
-    }
-    let objects = u32::from_be_bytes([pack[8], pack[9], pack[10], pack[11]]);
-    let mut at = 12;
-    let mut commits = 0;
-    let mut scratch = vec![0u8; 64 * 1024];
-    for _ in 0..objects {
-        let mut byte = *pack.get(at)?;
-        at += 1;
-        let kind = (byte >> 4) & 7;
-        while byte & 0x80 != 0 {
-            byte = *pack.get(at)?;
-            at += 1;
-        }
-        match kind {
-            6 => {
-                // OFS_DELTA: a variable-length offset.
-                while pack.get(at)? & 0x80 != 0 {
-                    at += 1;
-                }
-                at += 1;
-            }
-            7 => at += 20,
-            _ => {}
-        }
-        if kind == 1 {
-            commits += 1;
-        }
-        let mut inflate = flate2::Decompress::new(true);
-        loop {
-            let (before_in, before_out) = (inflate.total_in(), inflate.total_out());
-            let status = inflate
-                .decompress(pack.get(at..)?, &mut scratch, flate2::FlushDecompress::None)
-                .ok()?;
-            at += usize::try_from(inflate.total_in() - before_in).ok()?;
-            match status {
-                flate2::Status::StreamEnd => break,
-                // No progress: a truncated or corrupt stream.
-                _ if inflate.total_in() == before_in && inflate.total_out() == before_out => {
-                    return None
-                }
-                _ => {}
-            }
-        }
-    }
-    Some((objects, commits))
+    body.get(start..).filter(|p| !p.is_empty())
+}
+
+/// What the push in `body` changes (commits, authors, paths, diffstat), read from its
+/// pack within the default [`pack::Limits`]; `None` when `body` holds no commands. What
+/// could not be read is in the review's notes.
+pub fn review_of(body: &[u8]) -> Option<review::PushReview> {
+    let push = parse_push(body)?;
+    Some(match pack_of(body) {
+        Some(data) => review::review(&push, &pack::read(data, pack::Limits::default())),
+        None if push.commands.iter().all(|c| c.new == ZERO_ID) => review::PushReview::default(),
+        None => review::PushReview {
+            notes: vec!["the push carries no pack".to_owned()],
+            ..review::PushReview::default()
+        },
+    })
 }
 
 fn is_object_id(text: &str) -> bool {
@@ -266,18 +235,23 @@ pub fn check_report(push: &PushRequest, response: &[u8]) -> Result<(), String> {
     }
 }
 
-/// `push N ref update(s) [(C commit(s), O object(s))] to REMOTE: REF OLD..NEW, …`
-pub fn summary(push: &PushRequest, remote: &str, pack: Option<(u32, u32)>) -> String {
+/// `push N ref update(s) [(C commit(s), O object(s))] to REMOTE: REF OLD..NEW, … —
+/// 'subject' (author), …; P path(s) changed: PATH +A -R, …`: the ref updates
+/// and, from the pack, what they carry ([`review::PushReview::line`]).
+pub fn summary(push: &PushRequest, remote: &str, review: Option<&review::PushReview>) -> String {
     let updates: Vec<String> = push
         .commands
         .iter()
         .map(|c| format!("{} {}..{}", c.name, short(&c.old), short(&c.new)))
         .collect();
-    let contents = pack.map_or(String::new(), |(objects, commits)| {
-        format!(" ({commits} commit(s), {objects} object(s))")
+    let counts = review.filter(|r| r.objects > 0).map_or(String::new(), |r| {
+        format!(" ({} commit(s), {} object(s))", r.commits.len(), r.objects)
     });
+    let contents = review
+        .filter(|r| !r.commits.is_empty() || !r.notes.is_empty())
+        .map_or(String::new(), |r| format!(" — {}", r.line(400)));
     format!(
-        "push {} ref update(s){contents} to {remote}: {}",
+        "push {} ref update(s){counts} to {remote}: {}{contents}",
         push.commands.len(),
         updates.join(", ")
     )
@@ -302,9 +276,16 @@ impl Adapter for Git {
         );
         Plan::new(
             "receive-pack",
-            summary(&push, &remote, pack_stats(call.body)),
+            summary(&push, &remote, review_of(call.body).as_ref()),
             &[],
         )
+    }
+
+    fn details(&self, call: &Call<'_>) -> Option<serde_json::Value> {
+        if call.method != "POST" || !call.path().ends_with("/git-receive-pack") {
+            return None;
+        }
+        review_of(call.body).map(|r| r.to_json())
     }
 
     fn answer_without_effect(&self, call: &Call<'_>) -> Option<Synthetic> {

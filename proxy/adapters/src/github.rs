@@ -91,8 +91,8 @@ impl Adapter for GitHub {
                     ("/number", Number),
                     ("/id", Number),
                     ("/node_id", String),
-                    ("/head/sha", String),
-                    ("/base/sha", String),
+                    ("/head/sha", ValueKind::Sha1),
+                    ("/base/sha", ValueKind::Sha1),
                 ],
             ),
             "issues.create" => {
@@ -162,8 +162,8 @@ impl Adapter for GitHub {
                     excerpt(string_field(&input, "message"), 60)
                 ),
                 &[
-                    ("/content/sha", String),
-                    ("/commit/sha", String),
+                    ("/content/sha", ValueKind::Sha1),
+                    ("/commit/sha", ValueKind::Sha1),
                     ("/commit/node_id", String),
                 ],
             ),

@@ -391,7 +391,8 @@ fn shape(
                 }
                 Value::Object(subject)
             }
-            (_, "id" | "url" | "permalink" | "resourcePath") => ph(&pointer, ValueKind::String),
+            (_, "url" | "permalink") => ph(&pointer, ValueKind::Url),
+            (_, "id" | "resourcePath") => ph(&pointer, ValueKind::String),
             (_, "number" | "databaseId") => ph(&pointer, ValueKind::Number),
             ("PullRequest", "title") => text("title"),
             (_, "body") => text("body"),

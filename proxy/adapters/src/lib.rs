@@ -231,6 +231,13 @@ pub trait Adapter: Send + Sync {
     /// Recognises the endpoint and plans the effect: summary and placeholders.
     fn plan(&self, call: &Call<'_>) -> Plan;
 
+    /// A structured account of a staged request for reviewers, beyond the summary line
+    /// (git: the pushed commits, authors, paths and diffstat read from the pack; docs/adapters.md).
+    /// `None` (the default) when the adapter has nothing more to say.
+    fn details(&self, _call: &Call<'_>) -> Option<serde_json::Value> {
+        None
+    }
+
     /// The answer to a request that provably changes nothing at the origin and that the
     /// client sends only to probe it (git's receive-pack probe: a body that is a lone
     /// flush packet), given without staging an effect. `None` (the default) stages it.

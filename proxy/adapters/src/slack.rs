@@ -80,7 +80,7 @@ impl Adapter for Slack {
                     "post to {channel}: '{}'",
                     excerpt(text_arg(&args, "text"), 60)
                 ),
-                &[("/ts", ValueKind::String)],
+                &[("/ts", ValueKind::SlackTs)],
             ),
             Some("chat.update") => Plan::new(
                 "chat.update",

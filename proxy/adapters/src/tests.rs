@@ -22,10 +22,12 @@ fn commands_and_capabilities_are_parsed() {
     assert_eq!(push.commands[1].name, "refs/heads/other");
     assert!(push.capabilities.contains(&"side-band-64k".to_owned()));
     assert!(parse_push(b"hello").is_none());
-    assert_eq!(
-        super::git::pack_stats(&push_body("report-status")),
-        None,
-        "no valid pack"
+    let review = super::git::review_of(&push_body("report-status")).expect("a push");
+    assert!(review.commits.is_empty());
+    assert!(
+        review.notes.iter().any(|n| n.contains("no readable pack")),
+        "{:?}",
+        review.notes
     );
 }
 
@@ -94,6 +96,7 @@ mod shapes {
                     value: match spec.kind {
                         airlock_ledger::ValueKind::Number => (900 + i).to_string(),
                         airlock_ledger::ValueKind::String => format!("ph_{i}"),
+                        other => airlock_ledger::rules::placeholder_value(other, 0, 0),
                     },
                     kind: spec.kind,
                     pointer: spec.pointer.clone(),
@@ -144,9 +147,13 @@ mod shapes {
             "https://github.com/acme/widgets/blob/agent/docs/docs/a.md"
         );
         assert_eq!(file["commit"]["message"], "Add docs");
-        assert!(file["commit"]["sha"]
-            .as_str()
-            .is_some_and(|s| s.starts_with("ph_")));
+        assert!(
+            file["commit"]["sha"]
+                .as_str()
+                .is_some_and(|s| s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())),
+            "a commit sha placeholder is 40 hex digits, as GitHub's: {}",
+            file["commit"]["sha"]
+        );
         assert_eq!(
             effect.summary.as_deref(),
             Some("create acme/widgets:docs/a.md on agent/docs: 'Add docs'")

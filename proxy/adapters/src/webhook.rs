@@ -29,6 +29,9 @@ impl Adapter for Webhook {
                         kind: match kind {
                             PlaceholderKind::Number => ValueKind::Number,
                             PlaceholderKind::String => ValueKind::String,
+                            PlaceholderKind::SlackTs => ValueKind::SlackTs,
+                            PlaceholderKind::Sha1 => ValueKind::Sha1,
+                            PlaceholderKind::Url => ValueKind::Url,
                         },
                     })
                     .collect()

@@ -422,11 +422,27 @@ async fn run_effects(
 ) -> ApiResult<Json<render::EffectList>> {
     let (run, effects) = load_run(&shared, &id).await?;
     let checks = run_checks(&shared, &run.id).await?;
+    // The origin's kept answers, for each released effect's `released` view.
+    let (ledger, released) = (shared.ledger().clone(), effects.clone());
+    let answers = blocking(move || {
+        released
+            .iter()
+            .map(
+                |e| match e.release.as_ref().and_then(|r| r.body_digest.as_ref()) {
+                    Some(digest) => ledger.body(digest),
+                    None => Ok(None),
+                },
+            )
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await?;
     let listed: Vec<Value> = effects
         .iter()
-        .map(|effect| {
+        .zip(&answers)
+        .map(|(effect, answer)| {
             let mut out = effect_summary(effect);
             render::flows_brief(&mut out, effect, checks.get(&effect.id));
+            out["released"] = crate::released::released_json(effect, &effects, answer.as_deref());
             out
         })
         .collect();

@@ -121,7 +121,10 @@ fn answer_from_placeholders(effect: &Effect) -> Vec<u8> {
                 .parse::<i64>()
                 .map(serde_json::Value::from)
                 .unwrap_or_else(|_| serde_json::Value::String(real.clone())),
-            airlock_ledger::ValueKind::String => serde_json::Value::String(real.clone()),
+            airlock_ledger::ValueKind::String
+            | airlock_ledger::ValueKind::SlackTs
+            | airlock_ledger::ValueKind::Sha1
+            | airlock_ledger::ValueKind::Url => serde_json::Value::String(real.clone()),
         };
         // RFC 6901: `/a/b` names key `b` of object `a`; `~1` is `/`, `~0` is `~`.
         let keys: Vec<String> = placeholder

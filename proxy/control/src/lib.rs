@@ -15,6 +15,7 @@ pub mod notify;
 pub mod outcomes;
 mod plane;
 pub mod release;
+mod released;
 pub mod runs;
 pub mod snapshot;
 pub mod ui;

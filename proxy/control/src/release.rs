@@ -54,6 +54,9 @@ pub struct EffectOutcome {
     /// `airlock settle`), when anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+    /// How it reads with the real values known so far (`crate::released::released_json`,
+    /// without the origin's answer: the report does not load bodies); null before any.
+    pub released: serde_json::Value,
 }
 
 /// What a commit did, reported honestly: released, failed, unknown, rejected, skipped.
@@ -93,6 +96,7 @@ impl CommitReport {
                     reason: e.state_reason.clone(),
                     summary: airlock_adapters::summary_of(e),
                     next: crate::outcomes::next_step(e),
+                    released: crate::released::released_json(e, effects, None),
                 })
                 .collect(),
         }

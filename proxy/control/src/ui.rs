@@ -31,6 +31,7 @@ mod graph;
 mod hidden;
 pub mod login;
 mod pages;
+mod push;
 pub mod session;
 
 use pages::time_utc;

@@ -119,7 +119,11 @@ pub(super) async fn runs(command: RunsCommand) -> anyhow::Result<()> {
                     "  #{:<3} {:<10} {}",
                     effect["seq"].as_u64().unwrap_or(0),
                     effect["state"].as_str().unwrap_or(""),
-                    effect["summary"].as_str().unwrap_or("")
+                    // After release, the summary with the real values (item 9 of #21).
+                    effect["released"]["summary"]
+                        .as_str()
+                        .or_else(|| effect["summary"].as_str())
+                        .unwrap_or("")
                 );
                 if let Some(line) = crate::render::flows_line(effect) {
                     outln!("        {line}");

@@ -4,7 +4,9 @@
 
 mod compensate;
 mod git;
+mod git_review;
 mod github;
+mod released;
 mod slack_graphql;
 
 /// Passes reads and stages writes under `/repos/**` on 127.0.0.1:`port`, answered like

@@ -35,12 +35,15 @@ async fn show_effect(
                 Some(digest) => ledger.body(&digest)?,
                 None => None,
             };
-            Ok(Some((effect, body, release_body)))
+            // The adapter's account (git: the pack read), off the async workers.
+            let details = airlock_adapters::of_effect(&effect)
+                .details(&airlock_adapters::Call::of_effect(&effect, &body));
+            Ok(Some((effect, body, release_body, details)))
         }
         None => Ok(None),
     })
     .await?;
-    let (effect, body, release_body) = found.ok_or_else(|| not_found("effect", &id))?;
+    let (effect, body, release_body, details) = found.ok_or_else(|| not_found("effect", &id))?;
     let (control, checked) = (shared.clone(), effect.clone());
     let flows = blocking(move || crate::flows::check_blocking(&control, &checked)).await?;
     let ledger = shared.ledger().clone();
@@ -105,6 +108,9 @@ async fn show_effect(
             "error": release.error,
         });
     }
+    // The adapter's account beyond the summary line (git: commits, paths, diffstat).
+    out["details"] = json!(details);
+    out["released"] = crate::released::released_json(&effect, &siblings, release_body.as_deref());
     out["earlier_releases"] = json!(effect
         .earlier_releases
         .iter()

@@ -85,7 +85,7 @@ pub(super) fn substituted(
                 *value = substitute(text, &dependency.value, placeholder.kind, real).into_bytes();
             }
         }
-        let in_body = if content_type.contains("json") && placeholder.kind == ValueKind::String {
+        let in_body = if content_type.contains("json") && placeholder.kind.is_string() {
             let quoted = serde_json::to_string(real).unwrap_or_default();
             quoted[1..quoted.len().saturating_sub(1).max(1)].to_owned()
         } else if content_type.contains("x-www-form-urlencoded") {

@@ -154,8 +154,11 @@ pub(super) async fn effect_page(
         let siblings = ledger.effects(&effect.run_id)?;
         let run = ledger.run(&effect.run_id)?;
         let check = crate::flows::check_blocking(&control, &effect)?;
+        // The adapter's account (git: the pack read), off the async workers.
+        let details = airlock_adapters::of_effect(&effect)
+            .details(&airlock_adapters::Call::of_effect(&effect, &body));
         Ok(Some((
-            effect,
+            (effect, details),
             check,
             body,
             release_body,
@@ -166,7 +169,7 @@ pub(super) async fn effect_page(
         )))
     })
     .await?;
-    let (effect, check, body, release_body, analysis, reads, siblings, run) = found
+    let ((effect, details), check, body, release_body, analysis, reads, siblings, run) = found
         .ok_or_else(|| UiError::new(StatusCode::NOT_FOUND, format!("no effect with id {id}")))?;
     let mut sources: Vec<Edge> = airlock_ledger::placeholder_edges(&effect);
     if let Some(analysis) = &analysis {
@@ -227,6 +230,7 @@ pub(super) async fn effect_page(
                 }
             }
             (flow_section(&effect, &check))
+            (super::push::details_section(details.as_ref()))
             section {
                 h2 { "Request headers" }
                 (headers_table(&effect.headers))

@@ -1,52 +1,104 @@
-//! Finding and substituting a run's issued placeholders in text (numbers only at digit
-//! boundaries), for staging, release and compensation.
+//! Finding and substituting a run's issued placeholders in text, for staging, release and
+//! compensation. A typed placeholder (a number, a Slack `ts`, a SHA-1) counts only where
+//! it is not part of a longer value of its shape ([`ValueKind::continues`]): `12345` is not
+//! found in `912345`, a SHA-1 placeholder not inside a longer hex string.
 
 use airlock_ledger::{IssuedPlaceholder, ValueKind};
 
-/// Placeholders of `issued` that occur in `text`: numbers only at digit boundaries.
+/// Placeholders of `issued` that occur in `text`, at the boundaries of their kind.
 pub fn find_placeholders<'a>(
     issued: &'a [IssuedPlaceholder],
     text: &str,
 ) -> Vec<&'a IssuedPlaceholder> {
     issued
         .iter()
-        .filter(|placeholder| occurs(&placeholder.value, placeholder.kind, text))
+        .filter(|placeholder| {
+            occurrences(text, &placeholder.value, placeholder.kind)
+                .next()
+                .is_some()
+        })
         .collect()
 }
 
-fn occurs(value: &str, kind: ValueKind, text: &str) -> bool {
-    match kind {
-        ValueKind::String => text.contains(value),
-        ValueKind::Number => text.match_indices(value).any(|(start, _)| {
-            let before = text[..start].chars().next_back();
-            let after = text[start + value.len()..].chars().next();
-            !before.is_some_and(|c| c.is_ascii_digit())
-                && !after.is_some_and(|c| c.is_ascii_digit())
-        }),
-    }
+/// Start offsets of `value` in `text` that stand alone for `kind`.
+fn occurrences<'t>(
+    text: &'t str,
+    value: &'t str,
+    kind: ValueKind,
+) -> impl Iterator<Item = usize> + 't {
+    text.match_indices(value).filter_map(move |(start, _)| {
+        let before = text[..start].chars().next_back();
+        let after = text[start + value.len()..].chars().next();
+        let joined =
+            before.is_some_and(|c| kind.continues(c)) || after.is_some_and(|c| kind.continues(c));
+        (!joined).then_some(start)
+    })
 }
 
-/// Replaces every occurrence of `value` (at digit boundaries for numbers) with `real`.
+/// Replaces every occurrence of `value` (at the boundaries of `kind`) with `real`.
 pub fn substitute(text: &str, value: &str, kind: ValueKind, real: &str) -> String {
-    match kind {
-        ValueKind::String => text.replace(value, real),
-        ValueKind::Number => {
-            let mut out = String::with_capacity(text.len());
-            let mut last = 0;
-            for (start, _) in text.match_indices(value) {
-                let before = text[..start].chars().next_back();
-                let after = text[start + value.len()..].chars().next();
-                if before.is_some_and(|c| c.is_ascii_digit())
-                    || after.is_some_and(|c| c.is_ascii_digit())
-                {
-                    continue;
-                }
-                out.push_str(&text[last..start]);
-                out.push_str(real);
-                last = start + value.len();
-            }
-            out.push_str(&text[last..]);
-            out
+    if kind == ValueKind::String {
+        return text.replace(value, real);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for start in occurrences(text, value, kind) {
+        out.push_str(&text[last..start]);
+        out.push_str(real);
+        last = start + value.len();
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issued(value: &str, kind: ValueKind) -> IssuedPlaceholder {
+        IssuedPlaceholder {
+            value: value.into(),
+            kind,
+            effect: airlock_ledger::EffectId::generate(),
         }
+    }
+
+    #[test]
+    fn typed_placeholders_are_found_and_substituted_only_standing_alone() {
+        let ts = "9123456789.123456";
+        let sha = "ffffffff0123456789abcdef0123456789abcdef";
+        let all = [issued(ts, ValueKind::SlackTs), issued(sha, ValueKind::Sha1)];
+        let text = format!(r#"{{"ts":"{ts}","sha":"{sha}"}}"#);
+        assert_eq!(find_placeholders(&all, &text).len(), 2);
+        assert!(find_placeholders(&all, &format!("{ts}7 a{sha}")).is_empty());
+        assert_eq!(
+            substitute(&text, ts, ValueKind::SlackTs, "1712345678.000100"),
+            format!(r#"{{"ts":"1712345678.000100","sha":"{sha}"}}"#)
+        );
+        assert_eq!(
+            substitute(
+                &format!("/commits/{sha}/x {sha}0"),
+                sha,
+                ValueKind::Sha1,
+                "abc"
+            ),
+            format!("/commits/abc/x {sha}0")
+        );
+        let url = "https://airlock.invalid/p/abcdefghijkmnopqrstuvwxy";
+        let with_url = [issued(url, ValueKind::Url)];
+        assert_eq!(
+            find_placeholders(&with_url, &format!("{url}/files")).len(),
+            1
+        );
+        assert!(find_placeholders(&with_url, &format!("{url}z")).is_empty());
+        assert_eq!(
+            substitute(
+                &format!("see {url}/files"),
+                url,
+                ValueKind::Url,
+                "https://gh/pull/5"
+            ),
+            "see https://gh/pull/5/files"
+        );
     }
 }

@@ -99,8 +99,8 @@ async fn compensate_stages_inverses_of_released_effects_in_reverse_order() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            shown.contains("open PR acme/widgets#? 'Fix' from fix → main"),
-            "{args:?} shows summaries: {shown}"
+            shown.contains("open PR acme/widgets#101 'Fix' from fix → main"),
+            "{args:?} shows summaries, with the real number once released: {shown}"
         );
     }
 

@@ -36,22 +36,22 @@ respond = "git"
 
 /// A loopback HTTPS origin serving a bare `remote.git` with git's smart-HTTP backend, a
 /// clone of it, and airlock with [`policy`] and a run.
-struct Remote {
+pub(super) struct Remote {
     /// The origin (`git http-backend` over `root`).
-    origin: Origin,
+    pub(super) origin: Origin,
     /// Where `remote.git` lives.
-    root: PathBuf,
+    pub(super) root: PathBuf,
     /// The clone the agent works in.
-    work: PathBuf,
+    pub(super) work: PathBuf,
     /// The commit `main` points at.
-    main: String,
-    airlock: Airlock,
-    run: String,
-    env: BTreeMap<String, String>,
+    pub(super) main: String,
+    pub(super) airlock: Airlock,
+    pub(super) run: String,
+    pub(super) env: BTreeMap<String, String>,
 }
 
 /// Sets up a [`Remote`] in `fx`'s directory.
-async fn remote(fx: &Fixture) -> Remote {
+pub(super) async fn remote(fx: &Fixture) -> Remote {
     remote_with(fx, &policy).await
 }
 
@@ -115,7 +115,11 @@ fn ref_of(root: &Path, name: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-async fn push(work: &Path, env: &BTreeMap<String, String>, refspec: &str) -> std::process::Output {
+pub(super) async fn push(
+    work: &Path,
+    env: &BTreeMap<String, String>,
+    refspec: &str,
+) -> std::process::Output {
     let mut env = env.clone();
     env.insert("GIT_CONFIG_NOSYSTEM".into(), "1".into());
     env.insert("GIT_TERMINAL_PROMPT".into(), "0".into());

@@ -147,6 +147,17 @@ async fn slack_post_then_update_by_ts_is_released_with_the_real_ts() {
     assert!(typed.ok);
     assert_eq!(typed.channel, "C024BE91L");
     assert_eq!(typed.message.ts, typed.ts);
+    // Shaped like Slack's own ts (`1712345678.123456`), so that follow-up logic accepts it.
+    let (seconds, micros) = typed.ts.split_once('.').expect("SECONDS.MICROS");
+    assert!(
+        seconds.len() == 10
+            && micros.len() == 6
+            && (seconds.to_owned() + micros)
+                .bytes()
+                .all(|b| b.is_ascii_digit()),
+        "the ts placeholder looks like a Slack ts: {}",
+        typed.ts
+    );
     assert_eq!(
         (typed.message.r#type.as_str(), typed.message.text.as_str()),
         ("message", "Deploy finished")
@@ -224,7 +235,12 @@ async fn graphql_mutations_are_answered_from_their_selection_and_released_with_r
     let pr = &created["data"]["createPullRequest"]["pullRequest"];
     assert_eq!(pr["title"], "Fix");
     assert!(pr["number"].is_u64(), "{created}");
-    assert!(pr["id"].is_string() && pr["url"].is_string(), "{created}");
+    assert!(pr["id"].is_string(), "{created}");
+    let pr_url = pr["url"].as_str().expect("a url");
+    assert!(
+        pr_url.starts_with("https://airlock.invalid/p/"),
+        "a URL placeholder is a URL, under the reserved .invalid domain: {created}"
+    );
     assert!(created.get("errors").is_none());
 
     let comment = post_json(
