@@ -44,7 +44,8 @@ const HOST: &str = TEST_HOST;
 
 /// Shell words that drop every proxy variable for the client that follows (`env -u …`).
 const NO_PROXY_VARIABLES: &str = "env -u HTTPS_PROXY -u https_proxy -u HTTP_PROXY -u http_proxy \
-     -u ALL_PROXY -u all_proxy -u NO_PROXY -u no_proxy -u NODE_USE_ENV_PROXY";
+     -u ALL_PROXY -u all_proxy -u NO_PROXY -u no_proxy -u NODE_USE_ENV_PROXY \
+     -u npm_config_proxy -u npm_config_https_proxy";
 
 /// A shell line that ends the script with 99 unless it runs in an isolated fence (only
 /// `lo`, airlock's network mode): put before anything addressed to a non-loopback literal

@@ -65,9 +65,10 @@ async fn json_log_has_one_canonical_line_per_request_and_per_release() {
     let port = origin.addr().port();
     let airlock = fx.start(&loopback_policy(port), &["--log-format", "json"]);
     let done = traffic(&airlock, port).await;
-    // A host no rule names is refused at the CONNECT, before any request inside.
+    // A host no rule names is denied at the CONNECT (answered inside the tunnel with its
+    // 403, never dialed): one CONNECT line.
     let (_, env) = airlock.create_run().await;
-    let refused = curl(&env, &[&format!("https://127.0.0.2:{port}/x")]).await;
+    let refused = curl(&env, &["--fail", &format!("https://127.0.0.2:{port}/x")]).await;
     assert!(!refused.success, "{}", refused.stderr);
 
     // A request's line is written once its response has left, which may trail the
