@@ -23,6 +23,7 @@ mod commit;
 mod compensate;
 mod effects;
 mod fence;
+mod health;
 mod outcomes;
 mod policy;
 mod render;
@@ -110,6 +111,16 @@ impl From<LedgerError> for ApiError {
                     details,
                 }
             }
+            LedgerError::Degraded { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger_degraded",
+                error.to_string(),
+            ),
+            LedgerError::LowSpace { .. } => Self::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "ledger_low_space",
+                error.to_string(),
+            ),
             other => Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "ledger_error",
@@ -206,7 +217,7 @@ pub fn router(shared: Arc<Control>) -> Router {
     Router::new()
         .route(
             "/healthz",
-            get(|| async { Json(json!({ "status": "ok" })) }),
+            get(health::healthz),
         )
         .merge(crate::ui::router(shared.clone()))
         .merge(api)
@@ -562,7 +573,8 @@ async fn metrics(State(shared): State<Arc<Control>>) -> Response {
         shared.data.metrics().render(in_flight)
             + &policy::metrics(&shared)
             + &shared.data.connections().metrics()
-            + &ledger_text,
+            + &ledger_text
+            + &health::metrics(&shared.ledger().health()),
     )
         .into_response()
 }

@@ -168,6 +168,18 @@ async fn record(
         Err(airlock_ledger::LedgerError::Refused(refused)) => Err(ProxyError::RunNotOpen {
             reason: refused.to_string(),
         }),
+        Err(error @ airlock_ledger::LedgerError::Degraded { .. }) => {
+            Err(ProxyError::LedgerUnavailable {
+                code: "ledger_degraded",
+                reason: error.to_string(),
+            })
+        }
+        Err(error @ airlock_ledger::LedgerError::LowSpace { .. }) => {
+            Err(ProxyError::LedgerUnavailable {
+                code: "ledger_low_space",
+                reason: error.to_string(),
+            })
+        }
         Err(error) => Err(ProxyError::Internal {
             reason: format!("the ledger could not stage the effect: {error}"),
         }),
