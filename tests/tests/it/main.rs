@@ -9,6 +9,7 @@ mod cli;
 mod containment;
 mod crash;
 mod credentials;
+mod durability;
 mod flows;
 mod limits;
 mod lineage;
