@@ -195,7 +195,10 @@ fn split_ret(tail: &str) -> (&str, &str) {
     match tail.rfind(" = ") {
         Some(at) => {
             let args = tail[..at].trim_end();
-            (args.strip_suffix(')').unwrap_or(args), tail[at + 3..].trim())
+            (
+                args.strip_suffix(')').unwrap_or(args),
+                tail[at + 3..].trim(),
+            )
         }
         None => (tail, ""),
     }
@@ -213,7 +216,10 @@ mod tests {
                     12 fsync(9</d>)         = 0\n";
         let calls = parse(text);
         assert_eq!(calls.len(), 3);
-        assert_eq!((calls[2].args.as_str(), calls[2].ret.as_str()), ("9</d>", "0"));
+        assert_eq!(
+            (calls[2].args.as_str(), calls[2].ret.as_str()),
+            ("9</d>", "0")
+        );
         assert_eq!(calls[0].name, "fdatasync");
         assert_eq!((calls[0].entry, calls[0].exit), (0, 2));
         assert_eq!(calls[0].ret, "0");

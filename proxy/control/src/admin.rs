@@ -215,10 +215,7 @@ pub fn router(shared: Arc<Control>) -> Router {
             )
         });
     Router::new()
-        .route(
-            "/healthz",
-            get(health::healthz),
-        )
+        .route("/healthz", get(health::healthz))
         .merge(crate::ui::router(shared.clone()))
         .merge(api)
         .layer(axum::extract::DefaultBodyLimit::max(body::BODY_LIMIT))

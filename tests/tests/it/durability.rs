@@ -58,7 +58,10 @@ async fn every_202_follows_an_fdatasync_of_the_ledger() {
                     && c.args.contains(effect.as_str())
             })
             .unwrap_or_else(|| panic!("no 202 for {effect} in the trace"));
-        assert!(written.exit < answered.entry, "{effect}: 202 before its write returned");
+        assert!(
+            written.exit < answered.entry,
+            "{effect}: 202 before its write returned"
+        );
         let synced = calls.iter().any(|c| {
             matches!(c.name.as_str(), "fdatasync" | "fsync")
                 && c.args.contains(ledger_db)
@@ -93,7 +96,13 @@ impl Tmpfs {
     fn mount(at: &std::path::Path, size: &str) -> Self {
         std::fs::create_dir_all(at).expect("mount point");
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(at)
             .status()
             .expect("run mount");
@@ -175,7 +184,12 @@ async fn a_full_disk_degrades_airlock_until_space_returns_then_it_heals_without_
     assert!(health.contains("ledger_degraded"), "{health}");
     // While degraded, staging answers 503 with the reason, and nothing is written.
     let degraded = curl(&env, &["-X", "POST", "--data", "while-full", &url]).await;
-    assert_eq!(degraded.status, 503, "{}", String::from_utf8_lossy(&degraded.body));
+    assert_eq!(
+        degraded.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&degraded.body)
+    );
     assert_eq!(degraded.json()["reason_code"], "ledger_degraded");
 
     std::fs::remove_file(&filler).expect("free the space");
@@ -186,7 +200,12 @@ async fn a_full_disk_degrades_airlock_until_space_returns_then_it_heals_without_
     .await;
     assert!(healed.is_some(), "airlock never healed: {}", airlock.log());
     let after = curl(&env, &["-X", "POST", "--data", "after-the-fill", &url]).await;
-    assert_eq!(after.status, 202, "{}", String::from_utf8_lossy(&after.body));
+    assert_eq!(
+        after.status,
+        202,
+        "{}",
+        String::from_utf8_lossy(&after.body)
+    );
     acked.push(after.header("airlock-effect").expect("effect id"));
 
     // Exactly the acknowledged effects are listed: none whose client got an error.
@@ -201,12 +220,11 @@ async fn a_full_disk_degrades_airlock_until_space_returns_then_it_heals_without_
     let mut got = listed.clone();
     got.sort();
     assert_eq!(got, expected, "listed {listed:?}, acknowledged {acked:?}");
-    let metrics = airlock
-        .admin
-        .get_text("/metrics")
-        .await
-        .expect("metrics");
-    assert!(metrics.contains("\nairlock_ledger_writable 1\n"), "{metrics}");
+    let metrics = airlock.admin.get_text("/metrics").await.expect("metrics");
+    assert!(
+        metrics.contains("\nairlock_ledger_writable 1\n"),
+        "{metrics}"
+    );
     let recoveries = metrics
         .lines()
         .find_map(|l| l.strip_prefix("airlock_ledger_recoveries_total "))

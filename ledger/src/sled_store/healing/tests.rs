@@ -30,7 +30,11 @@ fn new_effect<'a>(run: &'a RunId, body: &'a [u8]) -> NewEffect<'a> {
 fn wait_writable(ledger: &Arc<HealingLedger>) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !ledger.health().writable {
-        assert!(Instant::now() < deadline, "never healed: {:?}", ledger.health());
+        assert!(
+            Instant::now() < deadline,
+            "never healed: {:?}",
+            ledger.health()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
