@@ -145,24 +145,24 @@ mod tests {
 
     #[test]
     fn syncs_new_blobs_once_and_survives_their_removal() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("db"), b"log").unwrap();
-        std::fs::write(dir.path().join("conf"), b"conf").unwrap();
-        let files = DataFiles::open(dir.path()).unwrap();
+        let dir = tempfile::tempdir().expect("in a temporary directory");
+        std::fs::write(dir.path().join("db"), b"log").expect("in a temporary directory");
+        std::fs::write(dir.path().join("conf"), b"conf").expect("in a temporary directory");
+        let files = DataFiles::open(dir.path()).expect("in a temporary directory");
         assert_eq!(files.synced_blobs(), 0);
-        std::fs::create_dir(dir.path().join("blobs")).unwrap();
-        std::fs::write(dir.path().join("blobs/17"), b"blob").unwrap();
-        files.sync().unwrap();
+        std::fs::create_dir(dir.path().join("blobs")).expect("in a temporary directory");
+        std::fs::write(dir.path().join("blobs/17"), b"blob").expect("in a temporary directory");
+        files.sync().expect("in a temporary directory");
         assert_eq!(files.synced_blobs(), 1);
-        std::fs::write(dir.path().join("blobs/18"), b"blob").unwrap();
-        std::fs::remove_file(dir.path().join("blobs/17")).unwrap();
-        files.sync().unwrap();
+        std::fs::write(dir.path().join("blobs/18"), b"blob").expect("in a temporary directory");
+        std::fs::remove_file(dir.path().join("blobs/17")).expect("in a temporary directory");
+        files.sync().expect("in a temporary directory");
         assert_eq!(files.synced_blobs(), 1);
     }
 
     #[test]
     fn a_missing_db_file_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("in a temporary directory");
         assert!(DataFiles::open(dir.path()).is_err());
     }
 }

@@ -41,15 +41,21 @@ fn wait_writable(ledger: &Arc<HealingLedger>) {
 
 #[test]
 fn below_the_free_space_floor_staging_is_refused_before_writing() {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = HealingLedger::open(dir.path(), 1 << 20, u64::MAX / 2).unwrap();
-    let run = ledger.create_run(None).unwrap();
-    let refused = ledger.stage(new_effect(&run.id, b"{}")).unwrap_err();
+    let dir = tempfile::tempdir().expect("in a temporary directory");
+    let ledger =
+        HealingLedger::open(dir.path(), 1 << 20, u64::MAX / 2).expect("in a temporary directory");
+    let run = ledger.create_run(None).expect("in a temporary directory");
+    let refused = ledger
+        .stage(new_effect(&run.id, b"{}"))
+        .expect_err("refused");
     assert!(
         matches!(refused, LedgerError::LowSpace { floor_bytes, .. } if floor_bytes == u64::MAX / 2),
         "{refused:?}"
     );
-    assert!(ledger.effects(&run.id).unwrap().is_empty());
+    assert!(ledger
+        .effects(&run.id)
+        .expect("in a temporary directory")
+        .is_empty());
     let health = ledger.health();
     assert!(!health.writable);
     assert_eq!(health.reason, Some("ledger_low_space"));
@@ -57,11 +63,13 @@ fn below_the_free_space_floor_staging_is_refused_before_writing() {
 
 #[test]
 fn a_storage_fault_degrades_the_ledger_until_a_reopen_proves_it_writable() {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = HealingLedger::open(dir.path(), 1 << 20, 0).unwrap();
+    let dir = tempfile::tempdir().expect("in a temporary directory");
+    let ledger = HealingLedger::open(dir.path(), 1 << 20, 0).expect("in a temporary directory");
     let changes = ledger.subscribe();
-    let run = ledger.create_run(None).unwrap();
-    let kept = ledger.stage(new_effect(&run.id, b"kept")).unwrap();
+    let run = ledger.create_run(None).expect("in a temporary directory");
+    let kept = ledger
+        .stage(new_effect(&run.id, b"kept"))
+        .expect("in a temporary directory");
     ledger.degrade("test fault".into());
     let health = ledger.health();
     assert_eq!(health.reason, Some("ledger_degraded"));
@@ -72,10 +80,12 @@ fn a_storage_fault_degrades_the_ledger_until_a_reopen_proves_it_writable() {
     ));
     wait_writable(&ledger);
     assert_eq!(ledger.health().recoveries, 1);
-    let after = ledger.stage(new_effect(&run.id, b"after")).unwrap();
+    let after = ledger
+        .stage(new_effect(&run.id, b"after"))
+        .expect("in a temporary directory");
     let listed: Vec<_> = ledger
         .effects(&run.id)
-        .unwrap()
+        .expect("in a temporary directory")
         .into_iter()
         .map(|e| e.id)
         .collect();
@@ -93,14 +103,18 @@ fn a_storage_fault_degrades_the_ledger_until_a_reopen_proves_it_writable() {
 
 #[test]
 fn effects_whose_staging_failed_are_removed_by_the_reopened_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = crate::Ledger::open(dir.path()).unwrap();
-    let run = ledger.create_run(None).unwrap();
-    let gone = ledger.stage(new_effect(&run.id, b"gone")).unwrap();
-    let kept = ledger.stage(new_effect(&run.id, b"kept")).unwrap();
+    let dir = tempfile::tempdir().expect("in a temporary directory");
+    let ledger = crate::Ledger::open(dir.path()).expect("in a temporary directory");
+    let run = ledger.create_run(None).expect("in a temporary directory");
+    let gone = ledger
+        .stage(new_effect(&run.id, b"gone"))
+        .expect("in a temporary directory");
+    let kept = ledger
+        .stage(new_effect(&run.id, b"kept"))
+        .expect("in a temporary directory");
     let found = ledger
         .remove_unacknowledged(&[(gone.id.clone(), run.id.clone(), gone.seq)])
-        .unwrap();
+        .expect("in a temporary directory");
     assert_eq!(found, 1);
     drop(ledger);
     let reopened = HealingLedger::open(dir.path(), 1 << 20, 0);
@@ -108,15 +122,18 @@ fn effects_whose_staging_failed_are_removed_by_the_reopened_store() {
         Ok(ledger) => ledger,
         Err(_) => {
             std::thread::sleep(Duration::from_millis(500));
-            HealingLedger::open(dir.path(), 1 << 20, 0).unwrap()
+            HealingLedger::open(dir.path(), 1 << 20, 0).expect("in a temporary directory")
         }
     };
     let listed: Vec<_> = reopened
         .effects(&run.id)
-        .unwrap()
+        .expect("in a temporary directory")
         .into_iter()
         .map(|e| e.id)
         .collect();
     assert_eq!(listed, vec![kept.id]);
-    assert!(reopened.effect(&gone.id).unwrap().is_none());
+    assert!(reopened
+        .effect(&gone.id)
+        .expect("in a temporary directory")
+        .is_none());
 }
