@@ -7,7 +7,7 @@
 //! [`model::same_answers`] under proptest with [`model::operations`]. The functions panic
 //! on the first broken contract: they are tests.
 
-use crate::{Ledger, MemoryStore, Store};
+use crate::{HealingLedger, Ledger, MemoryStore, Store};
 
 pub mod contracts;
 pub mod model;
@@ -51,6 +51,42 @@ impl Backend for SledBackend {
             reopened = Ledger::open(dir.path());
         }
         Box::new(reopened.expect("reopen the sled ledger"))
+    }
+}
+
+/// The sled backend behind [`HealingLedger`] (what `airlock serve` runs), over temporary
+/// directories, with no free-space floor: checks that it forwards every method.
+#[derive(Debug, Default)]
+pub struct HealingBackend {
+    sled: SledBackend,
+}
+
+impl HealingBackend {
+    fn wrap(path: &std::path::Path) -> Box<dyn Store> {
+        let mut opened = HealingLedger::open(path, crate::DEFAULT_CACHE_BYTES, 0);
+        for _ in 0..100 {
+            if opened.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            opened = HealingLedger::open(path, crate::DEFAULT_CACHE_BYTES, 0);
+        }
+        let healing = opened.expect("open the healing sled ledger");
+        Box::new(std::sync::Arc::into_inner(healing).expect("the only handle"))
+    }
+}
+
+impl Backend for HealingBackend {
+    fn fresh(&mut self) -> Box<dyn Store> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = Self::wrap(dir.path());
+        self.sled.dir = Some(dir);
+        store
+    }
+
+    fn reopen(&mut self) -> Box<dyn Store> {
+        let dir = self.sled.dir.as_ref().expect("reopen after fresh");
+        Self::wrap(dir.path())
     }
 }
 

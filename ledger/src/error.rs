@@ -40,6 +40,23 @@ pub enum LedgerError {
         /// The identifier asked for.
         id: String,
     },
+    /// The ledger cannot write now: a storage fault left it read-only and it is being
+    /// reopened in the background ([`crate::HealingLedger`]); nothing was written. Retry
+    /// once `/healthz` answers 200.
+    #[error("ledger degraded: {reason}")]
+    Degraded {
+        /// The storage fault that degraded it.
+        reason: String,
+    },
+    /// The ledger's file system has less free space than the floor
+    /// (`airlock serve --ledger-min-free-mib`); nothing was written.
+    #[error("ledger disk nearly full: {free_bytes} bytes free, below the floor of {floor_bytes}")]
+    LowSpace {
+        /// Bytes available to airlock on the ledger's file system (statvfs `f_bavail`).
+        free_bytes: u64,
+        /// The floor, in bytes.
+        floor_bytes: u64,
+    },
     /// The state machine refuses the request; nothing was changed.
     #[error(transparent)]
     Refused(#[from] Refused),

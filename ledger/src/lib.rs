@@ -43,8 +43,8 @@ pub use model::{
 };
 pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use outcome::{Delivery, Idempotency, IdempotencySpec, Settlement};
-pub use sled_store::Ledger;
-pub use store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
+pub use sled_store::{HealingLedger, Ledger, DEFAULT_MIN_FREE_BYTES};
+pub use store::{EffectStore, Health, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
 pub use workspace::{
     Changes, Containment, DecisionKind, LeftRunning, Savepoint, StepRecord, WorkspaceDecision,
     WorkspaceRecord,

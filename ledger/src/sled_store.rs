@@ -3,22 +3,29 @@
 //! On-disk format (kept so old data directories open): one tree per record kind, keys
 //! below, values serde JSON unless said otherwise. Each method holds the write lock over
 //! its read-modify-write, so its changes are atomic with respect to every other method;
-//! durable methods flush (group commit) before they return.
+//! durable methods flush (group commit) before they return: sled's own flush, then
+//! `fdatasync` of its files ([`files`]), so an acknowledged write survives power loss.
+//! [`HealingLedger`] reopens the store after a storage fault.
+
+pub use healing::{HealingLedger, DEFAULT_MIN_FREE_BYTES};
 
 mod effects;
+mod files;
+mod healing;
 mod journal;
 mod lineage;
 mod runs;
 mod store_impl;
 mod workspace;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::change::{Change, Notifier};
-use crate::model::RunId;
+use crate::model::{EffectId, RunId};
 use crate::{LedgerError, Result, DEFAULT_CACHE_BYTES};
 
 /// The sled store ([`crate::Store`] on sled; the name predates the trait). Cheap to share
@@ -55,7 +62,13 @@ pub struct Ledger {
     flushes: Mutex<FlushState>,
     flushed: std::sync::Condvar,
     /// Subscribers to this store's changes.
-    notifier: Notifier,
+    notifier: std::sync::Arc<Notifier>,
+    /// The data directory's files, synced after sled's flush.
+    files: files::DataFiles,
+    /// Effects whose staging failed at the flush (their clients got an error), with
+    /// their run and sequence number: never listed, and removed by the next store that
+    /// opens this directory in this process ([`HealingLedger`]).
+    unacknowledged: Mutex<HashMap<EffectId, (RunId, u64)>>,
 }
 
 /// Flush generations: `started` counts flushes begun, `completed` the last one finished.
@@ -109,6 +122,12 @@ impl<T> OrStorage<T> for std::result::Result<T, sled::Error> {
     }
 }
 
+impl<T> OrStorage<T> for std::io::Result<T> {
+    fn or_storage(self) -> Result<T> {
+        self.map_err(LedgerError::storage)
+    }
+}
+
 impl Ledger {
     /// Opens (or creates) the ledger in directory `path`, with a page cache of
     /// [`DEFAULT_CACHE_BYTES`].
@@ -129,12 +148,23 @@ impl Ledger {
     ///
     /// Errors: as [`Ledger::open`].
     pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self> {
+        Self::open_with_notifier(path, cache_bytes, std::sync::Arc::default())
+    }
+
+    /// [`Ledger::open_with_cache`] announcing its changes through `notifier`, which
+    /// outlives this store ([`HealingLedger`] keeps its subscribers across reopens).
+    pub(crate) fn open_with_notifier(
+        path: &Path,
+        cache_bytes: u64,
+        notifier: std::sync::Arc<Notifier>,
+    ) -> Result<Self> {
         let db = sled::Config::new()
             .path(path)
             .cache_capacity(cache_bytes)
             .flush_every_ms(Some(200))
             .open()
             .or_storage()?;
+        let files = files::DataFiles::open(path).or_storage()?;
         Ok(Self {
             runs: db.open_tree("runs").or_storage()?,
             effects: db.open_tree("effects").or_storage()?,
@@ -153,7 +183,9 @@ impl Ledger {
             write: Mutex::new(()),
             flushes: Mutex::default(),
             flushed: std::sync::Condvar::new(),
-            notifier: Notifier::new(),
+            notifier,
+            files,
+            unacknowledged: Mutex::default(),
         })
     }
 
@@ -186,7 +218,9 @@ impl Ledger {
         self.write.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Flushes every write so far to disk.
+    /// Flushes every write so far to disk: sled's flush (`pwrite` + `sync_file_range` of
+    /// its log), then `fdatasync` of `db` and any new blob and `fsync` of the directories
+    /// whose entries changed ([`files`]), so that what returns `Ok` survives power loss.
     ///
     /// Group commit: a caller needs a flush that *started* after it arrived (one already
     /// running may miss its writes). Callers that arrive while a flush runs wait for it,
@@ -204,14 +238,18 @@ impl Ledger {
                 state.started += 1;
                 let generation = state.started;
                 drop(state);
-                let result = self.db.flush();
+                let result = self
+                    .db
+                    .flush()
+                    .or_storage()
+                    .and_then(|_| self.files.sync().or_storage());
                 state = self.flushes.lock().unwrap_or_else(|e| e.into_inner());
                 state.running = false;
                 if result.is_ok() {
                     state.completed = generation;
                 }
                 self.flushed.notify_all();
-                result.or_storage()?;
+                result?;
                 if generation >= needed {
                     return Ok(());
                 }

@@ -66,6 +66,41 @@ pub trait Store:
     /// A new subscriber to this store's changes ([`crate::change`]): every durable write
     /// from now on sends its [`Change`]s, in order. Drop the receiver to unsubscribe.
     fn subscribe(&self) -> Receiver<Change>;
+
+    /// Whether the backend can write now, and its fault counts; `/healthz` and `/metrics`
+    /// report it. A backend that never faults (the in-memory model) is always writable.
+    fn health(&self) -> Health {
+        Health::default()
+    }
+}
+
+/// A backend's health ([`Store::health`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// Whether durable writes can succeed now.
+    pub writable: bool,
+    /// Why not, as a stable code: `ledger_degraded` (a storage fault; reopening) or
+    /// `ledger_low_space` (below `--ledger-min-free-mib`); `None` when writable.
+    pub reason: Option<&'static str>,
+    /// The fault or the space figures, for people.
+    pub detail: Option<String>,
+    /// Storage faults seen since the process started.
+    pub storage_faults: u64,
+    /// Times the backend was reopened and proved writable after a fault.
+    pub recoveries: u64,
+}
+
+impl Default for Health {
+    /// Writable, no faults.
+    fn default() -> Self {
+        Self {
+            writable: true,
+            reason: None,
+            detail: None,
+            storage_faults: 0,
+            recoveries: 0,
+        }
+    }
 }
 
 /// Runs: one agent execution, one transaction.

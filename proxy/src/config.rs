@@ -88,6 +88,9 @@ pub struct ServeConfig {
     /// disk; sled's per-page bookkeeping comes on top and grows with the ledger
     /// [default: 64 MiB].
     pub ledger_cache_bytes: u64,
+    /// Free bytes the ledger's file system must keep; below it staging is refused
+    /// (`--ledger-min-free-mib`, 0 for none) [default: 64 MiB].
+    pub ledger_min_free_bytes: u64,
 }
 
 impl ServeConfig {
@@ -128,6 +131,7 @@ impl ServeConfig {
             auth_timeout: airlock_net::limits::keepalive::DEFAULT_AUTH_TIMEOUT,
             body_read_timeout: airlock_dataplane::request::DEFAULT_BODY_READ_TIMEOUT,
             ledger_cache_bytes: airlock_ledger::DEFAULT_CACHE_BYTES,
+            ledger_min_free_bytes: airlock_ledger::DEFAULT_MIN_FREE_BYTES,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use airlock_dataplane::policy_store::PolicyStore;
-use airlock_ledger::{Ledger, RunState, Store};
+use airlock_ledger::{HealingLedger, RunState, Store};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
@@ -216,14 +216,15 @@ impl Server {
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
         let ledger_path = data_dir.join(LEDGER_DIR);
-        let ledger: Arc<dyn Store> = Arc::new(
-            Ledger::open_with_cache(&ledger_path, config.ledger_cache_bytes).map_err(|source| {
-                StartError::Ledger {
-                    path: ledger_path.display().to_string(),
-                    source,
-                }
-            })?,
-        );
+        let ledger: Arc<dyn Store> = HealingLedger::open(
+            &ledger_path,
+            config.ledger_cache_bytes,
+            config.ledger_min_free_bytes,
+        )
+        .map_err(|source| StartError::Ledger {
+            path: ledger_path.display().to_string(),
+            source,
+        })?;
         let recovered = ledger.recover().map_err(|source| StartError::Ledger {
             path: ledger_path.display().to_string(),
             source,

@@ -251,7 +251,9 @@ class Campaign:
             return None, [f"full-disk phase: skipped (mount -t tmpfs failed: {done.stderr.strip()})"]
         mounts.append(mount)
         lines = []
-        airlock = make_airlock(os.path.join(mount, "data"), os.path.join(work, "airlock-disk.log"))
+        # No free-space floor (--ledger-min-free-mib 0): the phase fills the disk for real.
+        airlock = make_airlock(os.path.join(mount, "data"), os.path.join(work, "airlock-disk.log"),
+                               ["--ledger-min-free-mib", "0"])
         try:
             airlock.start()
             target = Target(*airlock.create_run())
@@ -397,8 +399,9 @@ def main():
             f.write(campaign_policy(origins[0].scheme, [o.port for o in origins]))
         serve_args = args.serve_args.split()
 
-        def make_airlock(data, log_path):
-            return Airlock(args.airlock, data, policy, certs[0] if certs else None, log_path, serve_args)
+        def make_airlock(data, log_path, extra=()):
+            return Airlock(args.airlock, data, policy, certs[0] if certs else None, log_path,
+                           list(serve_args) + list(extra))
 
         def ca_file_of(airlock):
             return os.path.join(airlock.data, "ca.pem")

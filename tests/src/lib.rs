@@ -16,6 +16,7 @@ use serde_json::Value;
 
 pub mod git_http;
 pub mod lineage_corpus;
+pub mod strace;
 
 /// The `airlock` binary under test: `$AIRLOCK_BIN`, or `target/<profile>/airlock` beside
 /// this test executable (built by `cargo test --workspace`, which builds the `airlock`
@@ -258,6 +259,12 @@ impl Airlock {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// airlock's log so far.
+    /// The running airlock's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// airlock's log so far.

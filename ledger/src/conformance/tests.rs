@@ -2,11 +2,16 @@
 
 use proptest::prelude::*;
 
-use super::{contracts, model, Backend, MemoryBackend, SledBackend};
+use super::{contracts, model, Backend, HealingBackend, MemoryBackend, SledBackend};
 
 #[test]
 fn sled_passes_the_contracts() {
     contracts::all(&mut SledBackend::default());
+}
+
+#[test]
+fn the_healing_sled_store_passes_the_contracts() {
+    contracts::all(&mut HealingBackend::default());
 }
 
 #[test]

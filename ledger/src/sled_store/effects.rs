@@ -59,8 +59,59 @@ impl Ledger {
             effect
         };
         // Outside the lock so that concurrent stagers share one flush.
-        self.flush_and_send(Change::of_staged(&effect))?;
+        if let Err(error) = self.flush() {
+            // The client is told it failed, so the effect must never be listed, here or
+            // (when the records reached the disk anyway) in a store reopened from it.
+            self.unacknowledged_lock()
+                .insert(effect.id.clone(), (effect.run_id.clone(), effect.seq));
+            let _ = self
+                .run_effects
+                .remove(index_key(&effect.run_id, effect.seq));
+            let _ = self.effects.remove(effect.id.0.as_bytes());
+            return Err(error);
+        }
+        self.notifier.send(Change::of_staged(&effect));
         Ok(effect)
+    }
+
+    fn unacknowledged_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<EffectId, (RunId, u64)>> {
+        self.unacknowledged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The effects whose staging failed at the flush (their clients were told so), with
+    /// their run and sequence number; they are never listed.
+    pub fn unacknowledged(&self) -> Vec<(EffectId, RunId, u64)> {
+        self.unacknowledged_lock()
+            .iter()
+            .map(|(id, (run, seq))| (id.clone(), run.clone(), *seq))
+            .collect()
+    }
+
+    /// Removes the records of effects whose staging failed in an earlier store of this
+    /// directory (`gone`, from [`Ledger::unacknowledged`]), durably, so that what reached
+    /// the disk of them is never listed. Returns how many records were found.
+    ///
+    /// Errors: storage faults.
+    pub fn remove_unacknowledged(&self, gone: &[(EffectId, RunId, u64)]) -> Result<usize> {
+        let mut found = 0;
+        {
+            let _guard = self.lock();
+            for (id, run, seq) in gone {
+                let key = index_key(run, *seq);
+                if self.run_effects.get(&key).or_storage()?.as_deref() == Some(id.0.as_bytes()) {
+                    self.run_effects.remove(key).or_storage()?;
+                }
+                if self.effects.remove(id.0.as_bytes()).or_storage()?.is_some() {
+                    found += 1;
+                }
+            }
+        }
+        self.flush()?;
+        Ok(found)
     }
 
     fn put_body(&self, digest: &Digest, body: &[u8]) -> Result<()> {
@@ -79,6 +130,9 @@ impl Ledger {
 
     /// [`crate::EffectStore::effect`] on sled.
     pub fn effect(&self, id: &EffectId) -> Result<Option<Effect>> {
+        if self.unacknowledged_lock().contains_key(id) {
+            return Ok(None);
+        }
         match self.effects.get(id.0.as_bytes()).or_storage()? {
             Some(bytes) => Ok(Some(decode(id.0.as_bytes(), &bytes)?)),
             None => Ok(None),

@@ -23,6 +23,7 @@ mod commit;
 mod compensate;
 mod effects;
 mod fence;
+pub(crate) mod health;
 pub mod openapi;
 mod outcomes;
 mod policy;
@@ -112,6 +113,16 @@ impl From<LedgerError> for ApiError {
                     details,
                 }
             }
+            LedgerError::Degraded { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger_degraded",
+                error.to_string(),
+            ),
+            LedgerError::LowSpace { .. } => Self::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "ledger_low_space",
+                error.to_string(),
+            ),
             other => Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "ledger_error",
@@ -209,7 +220,7 @@ pub fn router(shared: Arc<Control>) -> Router {
             )
         });
     Router::new()
-        .route("/healthz", get(openapi::healthz))
+        .route("/healthz", get(health::healthz))
         .route("/v1/openapi.json", get(openapi::openapi_json))
         .merge(crate::ui::router(shared.clone()))
         .merge(api)

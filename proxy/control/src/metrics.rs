@@ -91,6 +91,7 @@ pub(crate) async fn serve(State(shared): State<Arc<Control>>) -> Response {
         &[("", &shared.metrics.release_duration)],
     );
     text += &ledger_text;
+    text += &crate::admin::health::metrics(&shared.ledger().health());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -57,9 +57,7 @@ pub fn profile_of(shared: &Arc<DataPlane>, run: &RunId) -> Result<Option<String>
     let profile = shared
         .ledger
         .run(run)
-        .map_err(|e| ProxyError::Internal {
-            reason: format!("the ledger could not be read: {e}"),
-        })?
+        .map_err(|e| crate::stage::ledger_fault("could not be read", e))?
         .and_then(|r| r.profile);
     if cache.len() >= MAX_ENTRIES {
         cache.clear();

@@ -194,9 +194,7 @@ async fn authenticate(
             .map_err(|e| ProxyError::Internal {
                 reason: format!("authentication task failed: {e}"),
             })?
-            .map_err(|e| ProxyError::Internal {
-                reason: format!("the ledger could not be read: {e}"),
-            })?
+            .map_err(|e| crate::stage::ledger_fault("could not be read", e))?
             .ok_or_else(|| ProxyError::ProxyAuth {
                 reason: "the credentials name no run, or the token is wrong".into(),
             })?;

@@ -168,9 +168,26 @@ async fn record(
         Err(airlock_ledger::LedgerError::Refused(refused)) => Err(ProxyError::RunNotOpen {
             reason: refused.to_string(),
         }),
-        Err(error) => Err(ProxyError::Internal {
-            reason: format!("the ledger could not stage the effect: {error}"),
-        }),
+        Err(error) => Err(ledger_fault("could not stage the effect", error)),
+    }
+}
+
+/// The answer to a ledger error that is not a refusal: 503 `ledger_degraded` while the
+/// ledger heals from a storage fault, 507 `ledger_low_space` below the free-space floor,
+/// else 500 with `the ledger {what}: {error}`.
+pub(crate) fn ledger_fault(what: &str, error: airlock_ledger::LedgerError) -> ProxyError {
+    let code = match error {
+        airlock_ledger::LedgerError::Degraded { .. } => "ledger_degraded",
+        airlock_ledger::LedgerError::LowSpace { .. } => "ledger_low_space",
+        _ => {
+            return ProxyError::Internal {
+                reason: format!("the ledger {what}: {error}"),
+            }
+        }
+    };
+    ProxyError::LedgerUnavailable {
+        code,
+        reason: error.to_string(),
     }
 }
 

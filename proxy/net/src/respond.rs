@@ -224,6 +224,15 @@ pub enum ProxyError {
         /// What failed (no secret values).
         reason: String,
     },
+    /// The ledger cannot write now: degraded by a storage fault and healing (503), or its
+    /// disk below `--ledger-min-free-mib` (507, RFC 4918 §11.5); nothing was staged.
+    #[error("ledger unavailable")]
+    LedgerUnavailable {
+        /// `ledger_degraded` or `ledger_low_space`.
+        code: &'static str,
+        /// What the ledger said.
+        reason: String,
+    },
     /// A connection cap was reached (`--max-connections-per-run`, `--max-connections`).
     #[error("too many connections")]
     TooManyConnections {
@@ -249,6 +258,11 @@ impl ProxyError {
             Self::OverLimit { limit, .. } => limit.status(),
             Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::LedgerUnavailable {
+                code: "ledger_low_space",
+                ..
+            } => StatusCode::INSUFFICIENT_STORAGE,
+            Self::LedgerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::TooManyConnections { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
@@ -268,7 +282,7 @@ impl ProxyError {
                 Side::Policy
             }
             Self::Upstream { .. } => Side::Origin,
-            Self::Internal { .. } => Side::Internal,
+            Self::Internal { .. } | Self::LedgerUnavailable { .. } => Side::Internal,
         }
     }
 
@@ -312,6 +326,7 @@ impl ProxyError {
             } => "upstream_head_too_large",
             Self::Upstream { .. } => "upstream_unreachable",
             Self::Internal { .. } => "internal_error",
+            Self::LedgerUnavailable { code, .. } => code,
             Self::TooManyConnections { .. } => "too_many_connections",
         }
     }
@@ -429,6 +444,14 @@ impl ProxyError {
                 },
             ),
             Self::Internal { reason } => (reason.clone(), "see airlock's log; retry later"),
+            Self::LedgerUnavailable { code, reason } => (
+                reason.clone(),
+                if *code == "ledger_low_space" {
+                    "the ledger's disk is nearly full; nothing was staged: retry once the operator frees space (GET /healthz on the admin listener answers 200 again)"
+                } else {
+                    "the ledger is recovering from a storage fault; nothing was staged: retry once GET /healthz on the admin listener answers 200"
+                },
+            ),
             Self::TooManyConnections { limit_name, limit } => {
                 body["limit"] = serde_json::json!(limit);
                 body["limit_name"] = serde_json::json!(limit_name);

@@ -437,6 +437,12 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = airlock_ledger::DEFAULT_CACHE_BYTES >> 20, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
     pub(super) ledger_cache_mib: u64,
+    /// MiB of free space the ledger's file system must keep: below it staging is refused
+    /// (507 `ledger_low_space`) before anything is written, and /healthz answers 503.
+    /// 0 turns the floor off
+    #[arg(long, default_value_t = airlock_ledger::DEFAULT_MIN_FREE_BYTES >> 20, value_name = "MIB",
+          value_parser = clap::value_parser!(u64).range(0..=1024 * 1024))]
+    pub(super) ledger_min_free_mib: u64,
 }
 
 /// How `airlock serve` writes its log lines to stderr.

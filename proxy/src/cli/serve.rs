@@ -32,6 +32,7 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.auth_timeout = std::time::Duration::from_secs(args.auth_timeout.max(1));
     config.body_read_timeout = std::time::Duration::from_secs(args.body_read_timeout.max(1));
     config.ledger_cache_bytes = args.ledger_cache_mib << 20;
+    config.ledger_min_free_bytes = args.ledger_min_free_mib << 20;
     airlock_net::limits::raise_fd_limit(config.max_connections);
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;

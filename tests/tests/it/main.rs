@@ -12,6 +12,7 @@ mod crash;
 mod credentials;
 mod examples;
 mod denials_readable;
+mod durability;
 mod flows;
 mod limits;
 mod lineage;

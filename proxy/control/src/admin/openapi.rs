@@ -71,7 +71,7 @@ pub struct ApiErrorBody {
         super::policy::replace,
         crate::ui::login::create_link,
         crate::metrics::serve,
-        healthz,
+        super::health::healthz,
         openapi_json,
     ),
     components(schemas(ApiErrorBody)),
@@ -88,13 +88,6 @@ pub fn document_json() -> String {
         .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
     text.push('\n');
     text
-}
-
-/// `GET /healthz` (no token) → `{"status": "ok"}`.
-#[utoipa::path(get, path = "/healthz", tag = "other", security(()),
-    responses((status = 200, description = "airlock is up: `{\"status\": \"ok\"}`", body = Object)))]
-pub(super) async fn healthz() -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({ "status": "ok" }))
 }
 
 /// `GET /v1/openapi.json` (no token) → this document.

@@ -128,9 +128,7 @@ async fn issued_placeholders(
         shared
             .ledger
             .placeholders(run)
-            .map_err(|e| ProxyError::Internal {
-                reason: format!("the ledger could not be read: {e}"),
-            })?,
+            .map_err(|e| crate::stage::ledger_fault("could not be read", e))?,
     );
     if cache.len() >= 10_000 {
         cache.clear();
