@@ -220,7 +220,7 @@ impl Ledger {
 
     /// Flushes every write so far to disk: sled's flush (`pwrite` + `sync_file_range` of
     /// its log), then `fdatasync` of `db` and any new blob and `fsync` of the directories
-    /// whose entries changed ([`files`]), so that what returns `Ok` survives power loss.
+    /// whose entries changed (`sled_store/files.rs`), so that what returns `Ok` survives power loss.
     ///
     /// Group commit: a caller needs a flush that *started* after it arrived (one already
     /// running may miss its writes). Callers that arrive while a flush runs wait for it,
