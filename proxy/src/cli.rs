@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use airlock_control::visible::escape_line;
+use airlock_control::visible::{escape, escape_line};
 use clap::Parser;
 
 use crate::client::ClientError;
@@ -78,7 +78,9 @@ pub fn main() -> ExitCode {
                 eprintln!("error: {}", escape_line(&failed.to_string()));
                 return ExitCode::from(failed.code);
             }
-            eprintln!("error: {}", escape_line(&one_line(&error)));
+            // Line breaks stay (a TOML parse error points at its column on the next
+            // lines); bidi, invisible and other control characters are shown escaped.
+            eprintln!("error: {}", escape(&one_line(&error)));
             if let Some(hint) = hint(&error) {
                 eprintln!("hint: {hint}");
             }

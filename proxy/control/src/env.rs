@@ -142,12 +142,15 @@ pub fn client_files(proxy: &Advertised) -> Vec<(&'static str, String)> {
     out
 }
 
-/// The text of the generated wgetrc: `ca_certificate = CA` (GNU Wget manual, "Wgetrc
-/// Commands"; a path with no quoting, as wget reads the rest of the line).
+/// The text of the generated wgetrc: `ca_certificate = CA` (a path with no quoting, as
+/// wget reads the rest of the line) and `content_on_error = on`, so that the JSON body of
+/// a refusal (its rule, reason and manifest) is saved instead of dropped (GNU Wget manual,
+/// "Wgetrc Commands").
 pub fn wgetrc_text(ca_file: &Path) -> String {
     format!(
         "# Written by airlock for sandboxes (WGETRC): wget reads none of the CA variables.\n\
-         ca_certificate = {}\n",
+         ca_certificate = {}\n\
+         content_on_error = on\n",
         ca_file.display()
     )
 }

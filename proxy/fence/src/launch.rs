@@ -287,7 +287,10 @@ impl Prepared {
         // wget reads none of the CA variables, only its startup file (`WGETRC`); the
         // server's wgetrc names a data-directory path the fence hides.
         let wgetrc = public.join("wgetrc");
-        let wgetrc_text = format!("ca_certificate = {}\n", bundle.display());
+        let wgetrc_text = format!(
+            "ca_certificate = {}\ncontent_on_error = on\n",
+            bundle.display()
+        );
         trust::write(&wgetrc, wgetrc_text.as_bytes(), "wgetrc")?;
         let truststore = match plan.truststore.filter(|p| p.is_file()) {
             Some(existing) => {

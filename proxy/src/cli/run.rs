@@ -305,15 +305,27 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     if let Some(policy) = &args.policy {
         // The embedded server stops with this command: say exactly how to bring up the
         // review UI and admin API again on the same data directory.
-        report["review"] = review_commands(&args.admin.data, policy);
+        report["review"] = review_commands(
+            &args.admin.data,
+            policy,
+            args.upstream_ca.as_deref(),
+            &args.resolve,
+        );
     }
     conclude(args.admin.json, &report)
 }
 
 /// For a run of the embedded server (`--policy`): `{serve, data, policy}`, the exact
 /// `airlock serve` command that serves the run's held effects for review again (its
-/// admin API and review UI) on `data`, with absolute, shell-quoted paths.
-fn review_commands(data: &std::path::Path, policy: &std::path::Path) -> Value {
+/// admin API and review UI) on `data`, with absolute, shell-quoted paths and the same
+/// `--upstream-ca` and `--resolve` the embedded server had (without them a commit would
+/// verify and dial origins otherwise than the run did).
+fn review_commands(
+    data: &std::path::Path,
+    policy: &std::path::Path,
+    upstream_ca: Option<&std::path::Path>,
+    resolve: &[(String, Vec<std::net::IpAddr>)],
+) -> Value {
     let absolute = |p: &std::path::Path| {
         std::path::absolute(p)
             .unwrap_or_else(|_| p.to_owned())
@@ -321,8 +333,23 @@ fn review_commands(data: &std::path::Path, policy: &std::path::Path) -> Value {
             .to_string()
     };
     let (data, policy) = (absolute(data), absolute(policy));
+    let mut serve = format!(
+        "airlock serve --data {} --policy {}",
+        sh_quote(&data),
+        sh_quote(&policy)
+    );
+    if let Some(ca) = upstream_ca {
+        serve.push_str(&format!(" --upstream-ca {}", sh_quote(&absolute(ca))));
+    }
+    for (host, ips) in resolve {
+        let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
+        serve.push_str(&format!(
+            " --resolve {}",
+            sh_quote(&format!("{host}={}", ips.join(",")))
+        ));
+    }
     json!({
-        "serve": format!("airlock serve --data {} --policy {}", sh_quote(&data), sh_quote(&policy)),
+        "serve": serve,
         "data": data,
         "policy": policy,
     })

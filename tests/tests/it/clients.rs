@@ -245,6 +245,30 @@ async fn item5_wget_with_only_airlock_env_gets_through_the_proxy() {
     // Through airlock, as the run: the read is journaled.
     let reads = airlock.reads(&run).await.unwrap_or_default();
     assert_eq!(reads.len(), 1, "{reads:#?}");
+    // A denied host's reason reaches wget too: the wgetrc sets `content_on_error`, so the
+    // 403's JSON body is saved rather than dropped.
+    let denied = sourced(
+        &run_env,
+        dir,
+        &format!("wget -q -O denied.json https://denied.test:{port}/x"),
+    )
+    .await;
+    assert!(
+        !denied.status.success(),
+        "wget got no error: {}",
+        text(&denied)
+    );
+    let body = std::fs::read_to_string(dir.join("denied.json")).unwrap_or_default();
+    assert!(
+        body.contains("default_deny") && body.contains("manifest"),
+        "wget kept the denial's reason: {body:?} ({})",
+        text(&denied)
+    );
+    assert_eq!(
+        paths(&origin),
+        vec!["GET /read"],
+        "nothing reached the origin"
+    );
 }
 
 /// Writes a `node` on a new directory that prints `version` for `--version`, as node does.

@@ -64,6 +64,11 @@ async fn item8_embedded_run_prints_the_review_command_and_it_serves_the_held_eff
         "{serve} names {}",
         data.display()
     );
+    let ca = fx.dir.path().join("origin-ca.pem");
+    assert!(
+        serve.contains(&format!("--upstream-ca {}", ca.display())),
+        "{serve} carries the run's --upstream-ca, or a commit could not verify the origin"
+    );
     let run = stdout
         .lines()
         .find_map(|line| {
@@ -80,8 +85,6 @@ async fn item8_embedded_run_prints_the_review_command_and_it_serves_the_held_eff
     let mut server = Command::new(airlock_bin())
         .args(&words[1..])
         .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-        .arg("--upstream-ca")
-        .arg(fx.dir.path().join("origin-ca.pem"))
         .env_remove("AIRLOCK_ADMIN")
         .env_remove("AIRLOCK_TOKEN")
         .stdout(Stdio::null())
