@@ -227,6 +227,14 @@ impl UiError {
             StatusCode::CONFLICT => {
                 "the run or effect is past that step; reload it to see its state"
             }
+            StatusCode::SERVICE_UNAVAILABLE => {
+                "the ledger is recovering from a storage fault and nothing was changed; \
+                 reload once /healthz answers 200"
+            }
+            StatusCode::INSUFFICIENT_STORAGE => {
+                "the ledger's disk is below --ledger-min-free-mib and nothing was changed; \
+                 free space, then reload"
+            }
             status if status.is_server_error() => "see airlock's log; retry later",
             _ => "go back and try again",
         }
@@ -252,6 +260,18 @@ impl From<LedgerError> for UiError {
             LedgerError::Refused(refused) => {
                 Self::with_code(StatusCode::CONFLICT, refused.code(), refused.to_string())
             }
+            // As the admin API answers them (docs/architecture.md "Durability and
+            // recovery"): the ledger heals by itself, so these say when to retry.
+            LedgerError::Degraded { .. } => Self::with_code(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger_degraded",
+                error.to_string(),
+            ),
+            LedgerError::LowSpace { .. } => Self::with_code(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "ledger_low_space",
+                error.to_string(),
+            ),
             other => Self::with_code(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "ledger_error",

@@ -270,3 +270,26 @@ fn a_blocked_effect_has_no_approve_button_and_a_held_one_says_whose_approval() {
     assert_eq!(flows::hold(&approved, Some(&held)), Some("held"));
     assert_eq!(flows::hold(&staged, Some(&blocked)), Some("blocked"));
 }
+
+#[test]
+fn a_degraded_or_full_ledger_is_a_503_or_507_page_that_says_when_to_retry() {
+    let degraded = UiError::from(LedgerError::Degraded {
+        reason: "No space left on device".into(),
+    });
+    assert_eq!(degraded.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(degraded.code, "ledger_degraded");
+    assert!(degraded.hint().contains("/healthz"), "{}", degraded.hint());
+    let low = UiError::from(LedgerError::LowSpace {
+        free_bytes: 1,
+        floor_bytes: 64 << 20,
+    });
+    assert_eq!(low.status, StatusCode::INSUFFICIENT_STORAGE);
+    assert_eq!(low.code, "ledger_low_space");
+    assert!(
+        low.hint().contains("--ledger-min-free-mib"),
+        "{}",
+        low.hint()
+    );
+    let other = UiError::from(LedgerError::storage(std::io::Error::other("boom")));
+    assert_eq!(other.status, StatusCode::INTERNAL_SERVER_ERROR);
+}
