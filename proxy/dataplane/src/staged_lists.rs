@@ -43,8 +43,8 @@ pub(crate) async fn forward(
     mut parts: Parts,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let method = parts.method.as_str().to_owned();
-    let Some(name) = airlock_adapters::list_merger(&method, url).map(|a| a.name()) else {
+    let Some(name) = airlock_adapters::list_merger(parts.method.as_str(), url).map(|a| a.name())
+    else {
         return crate::forward::forward(plane, run, url, rule, parts, body).await;
     };
     let staged = unreleased(plane.ledger.clone(), run.clone(), name).await;

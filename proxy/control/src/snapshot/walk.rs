@@ -324,10 +324,8 @@ fn read_file(
             .transpose()
             .map_err(io("cannot read the copy of", path))?;
         let copying = cloned.is_none();
-        let mut source = match cloned {
-            Some(clone) => clone,
-            None => file.try_clone().map_err(io("cannot read", path))?,
-        };
+        // `Read` for `&File`: the clone when there is one, else the file itself.
+        let mut source: &std::fs::File = cloned.as_ref().unwrap_or(&file);
         let mut hasher = sha2::Sha256::new();
         let mut buffer = vec![0u8; 64 * 1024];
         let mut size = 0u64;
