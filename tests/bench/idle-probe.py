@@ -8,6 +8,7 @@ usage: idle-probe.py ENV_JSON N PID PORT
   PID       the airlock serve process
   PORT      a port on 127.0.0.1 the policy passes reads to (nothing is sent to it)
 """
+import socket, ssl, sys, os, time, base64, json, urllib.parse
 env = json.load(open(sys.argv[1]))
 n = int(sys.argv[2]); pid = int(sys.argv[3]); port = int(sys.argv[4])
 proxy = urllib.parse.urlparse(env["HTTPS_PROXY"])
