@@ -163,8 +163,13 @@ fn origin_of(url: &str) -> String {
 /// ([`crate::runs::expect`]), checked before the final pass and again, for effects staged
 /// meanwhile, once the run is sealed.
 ///
-/// Errors: the ledger's refusals ([`airlock_ledger::Refused`]), [`CommitError::Changed`]
-/// and storage faults.
+/// All of it happens under the run's release lease ([`lease`]), taken first (waiting
+/// while another instance holds it), so that no instance's takeover sweeper ever sees
+/// this run `committing` without a live lease; a commit of a run another instance is
+/// releasing thus waits for it and reports the outcome it wrote.
+///
+/// Errors: the ledger's refusals ([`airlock_ledger::Refused`]; `lease_held` after
+/// [`lease::WAIT_FOR_HOLDER`]), [`CommitError::Changed`] and storage faults.
 pub async fn commit(
     shared: &Arc<Control>,
     run: &RunId,
@@ -174,6 +179,31 @@ pub async fn commit(
 ) -> Result<CommitReport, CommitError> {
     let lock = shared.commit_lock(run);
     let _serial = lock.lock().await;
+    let held = lease::claim_or_wait(shared, run, false)
+        .await?
+        .ok_or_else(|| CommitError::LeaseLost(run.clone()))?;
+    match decide(shared, run, approve_pending, expect, by).await {
+        Ok(true) => release_leased(shared, run, Some(held)).await?,
+        Ok(false) => held.give_up(shared).await,
+        Err(error) => {
+            held.give_up(shared).await;
+            return Err(error);
+        }
+    }
+    report(shared, run).await
+}
+
+/// The checks and the commit decision of [`commit`]; whether release must (still)
+/// proceed.
+///
+/// Errors: as [`commit`].
+async fn decide(
+    shared: &Arc<Control>,
+    run: &RunId,
+    approve_pending: bool,
+    expect: Option<&crate::runs::expect::Expectation>,
+    by: &str,
+) -> Result<bool, CommitError> {
     let seen = match expect {
         Some(expect) => crate::runs::expect::commit_check(shared, run, expect).await?,
         None => None,
@@ -187,10 +217,7 @@ pub async fn commit(
     let (_, release) =
         blocking(move || ledger.begin_commit(&run_id, approve_pending, &by_owned)).await?;
     shared.close_run(run);
-    if release {
-        release_leased(shared, run, None).await?;
-    }
-    report(shared, run).await
+    Ok(release)
 }
 
 /// Releases every approved effect of `run` and ends its commit (`committed` or
