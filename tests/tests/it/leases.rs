@@ -117,6 +117,7 @@ async fn a_control_instance_killed_mid_release_is_taken_over_after_its_lease_ttl
 
     let (shown, effects) = finished(&airlock, &run, Duration::from_secs(30)).await;
     let took = killed.elapsed();
+    eprintln!("taken over {took:?} after the SIGKILL (TTL {TTL_SECS} s)");
     assert!(
         took >= Duration::from_secs(TTL_SECS - 3),
         "the run was taken over only once the dead holder's lease expired ({took:?})"
