@@ -277,6 +277,15 @@ pub trait EffectStore: Send + Sync + 'static {
 /// expires_at)`; the store's clock (ms since the Unix epoch) decides expiry. Every method
 /// is one atomic write, durable, and refusals change nothing.
 ///
+/// In SQL: one table `release_leases (run_id PRIMARY KEY, holder, token BIGINT,
+/// expires_at_ms BIGINT)`, `now` the database's clock; `acquire_lease` is one
+/// transaction of the conditional upsert in [`crate::lease::acquire`] plus `UPDATE
+/// effects SET state = 'unknown', state_reason = [`crate::rules::RECOVERY_REASON`] WHERE run_id =
+/// $run AND state = 'releasing' RETURNING …`; each fenced write adds the condition of
+/// [`crate::lease::check_fence`] to its own statement (or checks the row `FOR SHARE` in
+/// its transaction), and `recover` skips `run_id IN (SELECT run_id FROM release_leases
+/// WHERE expires_at_ms > now)`.
+///
 /// The control plane's commit authority acquires a run's lease before it releases or
 /// settles anything of it, renews it at a third of its TTL, and gives it up when done.
 /// A holder id names one process: a process must not acquire a lease concurrently with
