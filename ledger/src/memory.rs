@@ -20,6 +20,7 @@ use crate::store::{EffectStore, JournalStore, LineageStore, RunStore, Store, Wor
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
+mod leases;
 mod outcomes;
 
 /// The in-memory store. Clones are handles on one store (as reopening is for sled): they
@@ -53,6 +54,8 @@ struct State {
     effect_lineage: HashMap<EffectId, EffectLineage>,
     workspaces: HashMap<RunId, WorkspaceRecord>,
     denials: BTreeMap<(RunId, u64), Denial>,
+    /// Each run's release lease (the newest one; kept after it expires, for its token).
+    leases: HashMap<RunId, crate::Lease>,
 }
 
 impl State {
@@ -376,8 +379,15 @@ impl EffectStore for MemoryStore {
     fn recover(&self) -> Result<Vec<Effect>> {
         self.write(|state| {
             let mut changed = Vec::new();
+            let now = now_ms();
+            let leased: std::collections::HashSet<RunId> = state
+                .leases
+                .values()
+                .filter(|lease| lease.live_at(now))
+                .map(|lease| lease.run.clone())
+                .collect();
             for effect in state.effects.values_mut() {
-                if rules::recover(effect) {
+                if !leased.contains(&effect.run_id) && rules::recover(effect) {
                     changed.push(effect.clone());
                 }
             }

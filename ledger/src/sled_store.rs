@@ -13,6 +13,7 @@ mod effects;
 mod files;
 mod healing;
 mod journal;
+mod leases;
 mod lineage;
 mod runs;
 mod store_impl;
@@ -56,6 +57,8 @@ pub struct Ledger {
     workspaces: sled::Tree,
     /// `run_id \0 seq(be u64)` -> Denial
     denials: sled::Tree,
+    /// run id -> [`crate::Lease`] (the run's newest release lease, kept after it expires)
+    release_leases: sled::Tree,
     /// Serialises read-modify-write of run and effect records.
     write: Mutex<()>,
     /// Group commit: callers that arrive while a flush runs share the next one.
@@ -178,6 +181,7 @@ impl Ledger {
             effect_lineage: db.open_tree("effect_lineage").or_storage()?,
             workspaces: db.open_tree("workspaces").or_storage()?,
             denials: db.open_tree("denials").or_storage()?,
+            release_leases: db.open_tree("release_leases").or_storage()?,
             db,
             cache_bytes,
             write: Mutex::new(()),

@@ -10,7 +10,7 @@ use airlock_ledger::{HealingLedger, RunState, Store};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, LEDGER_DIR};
+use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, INSTANCE_ID_FILE, LEDGER_DIR};
 use airlock_control::{Control, ControlInputs};
 use airlock_dataplane::fence::{parse_source, Fence};
 use airlock_dataplane::{DataPlane, DataPlaneInputs, Limits};
@@ -183,6 +183,30 @@ pub fn load_or_create_admin_token(dir: &Path) -> Result<String, StartError> {
     }
 }
 
+/// The id of this instance as the holder of release leases: read from the data
+/// directory's `instance-id`, or created there (`ctl_` and 24 random hex digits). Kept
+/// across restarts, so that an instance restarting after a crash takes its own leases
+/// over at once instead of waiting for them to expire; each control instance on a shared
+/// store needs its own data directory, hence its own id.
+///
+/// Errors: [`StartError::DataDir`] when the file cannot be written.
+pub fn load_or_create_instance_id(dir: &Path) -> Result<String, StartError> {
+    let path = dir.join(INSTANCE_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
+        _ => {
+            use rand::RngCore;
+            let mut bytes = [0u8; 12];
+            rand::thread_rng().fill_bytes(&mut bytes);
+            let id: String = std::iter::once("ctl_".to_owned())
+                .chain(bytes.iter().map(|b| format!("{b:02x}")))
+                .collect();
+            write_private_file(&path, format!("{id}\n").as_bytes()).map_err(data_err(&path))?;
+            Ok(id)
+        }
+    }
+}
+
 impl From<airlock_dataplane::policy_store::LoadError> for StartError {
     fn from(error: airlock_dataplane::policy_store::LoadError) -> Self {
         match error {
@@ -197,7 +221,9 @@ impl From<airlock_dataplane::policy_store::LoadError> for StartError {
 
 impl Server {
     /// Prepares the data directory, loads the policy and CA, opens the ledger, recovers
-    /// interrupted releases (`releasing` -> `unknown`) and binds both listeners.
+    /// interrupted releases (`releasing` -> `unknown`, except those of runs whose release
+    /// lease is live: the takeover sweeper finishes those, at once for this instance's own
+    /// leases) and binds both listeners.
     pub async fn build(config: ServeConfig) -> Result<Self, StartError> {
         std::fs::create_dir_all(&config.data_dir).map_err(data_err(&config.data_dir))?;
         #[cfg(unix)]
@@ -215,6 +241,7 @@ impl Server {
         )?);
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
+        let instance_id = load_or_create_instance_id(&data_dir)?;
         let ledger_path = data_dir.join(LEDGER_DIR);
         let ledger: Arc<dyn Store> = HealingLedger::open(
             &ledger_path,
@@ -352,6 +379,10 @@ impl Server {
             workspace_step_timeout: config.workspace_step_timeout,
             review,
             fence: fence.clone(),
+            release_lease: airlock_control::release::lease::LeaseSettings {
+                holder: instance_id,
+                ttl: config.release_lease_ttl,
+            },
         });
         data.set_auto_review(Arc::new(airlock_control::runs::AutoReview::new(&control)));
         let fence_socket = bind_fence_socket(&control.fence_socket());
@@ -447,7 +478,7 @@ impl Server {
         info!(proxy = %data.proxy_addr(), admin = %control.admin_addr(),
               policy.revision = data.policy().current().revision(), data = %control.data_dir().display(),
               "airlock listening");
-        airlock_control::runs::resume_commits(&control);
+        let _sweeper = AbortOnDrop(airlock_control::runs::resume_commits(&control));
         let _watch = AbortOnDrop(data.policy().watch());
         airlock_control::runs::workspace::resume_all(&control);
         info!(url = %format!("{}/login", control.ui_base_url()), "review UI (sign in with a reviewer token; `airlock ui` prints a sign-in link)");

@@ -114,7 +114,7 @@ impl Ledger {
         Ok(found)
     }
 
-    fn put_body(&self, digest: &Digest, body: &[u8]) -> Result<()> {
+    pub(super) fn put_body(&self, digest: &Digest, body: &[u8]) -> Result<()> {
         if !self.bodies.contains_key(digest.0.as_bytes()).or_storage()? {
             self.bodies.insert(digest.0.as_bytes(), body).or_storage()?;
         }
@@ -177,7 +177,7 @@ impl Ledger {
 
     /// Reads effect `id` under the write lock, lets `change` decide and change it, and
     /// writes it back durably, announcing it.
-    fn update_effect(
+    pub(super) fn update_effect(
         &self,
         id: &EffectId,
         change: impl FnOnce(&Self, &mut Effect) -> Result<()>,
@@ -294,14 +294,16 @@ impl Ledger {
         Ok(changed)
     }
 
-    /// [`crate::EffectStore::recover`] on sled: scans every effect. Durable.
+    /// [`crate::EffectStore::recover`] on sled: scans every effect, leaving those of runs
+    /// with a live release lease alone. Durable.
     pub fn recover(&self) -> Result<Vec<Effect>> {
         let _guard = self.lock();
+        let leased = self.live_leases()?;
         let mut changed = Vec::new();
         for item in self.effects.iter() {
             let (key, value) = item.or_storage()?;
             let mut effect: Effect = decode(&key, &value)?;
-            if rules::recover(&mut effect) {
+            if !leased.contains(&effect.run_id) && rules::recover(&mut effect) {
                 self.put_effect(&effect)?;
                 changed.push(effect);
             }

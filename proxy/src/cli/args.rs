@@ -346,6 +346,12 @@ pub(super) struct ServeArgs {
     /// the effect's outcome is unknown (the request may have reached the origin)
     #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = seconds())]
     pub(super) release_timeout: u64,
+    /// Seconds a run's release lease lasts unless renewed (every third of it): when this
+    /// instance dies mid-release, another control instance on the same store (or this one
+    /// restarted on another data directory) takes the run over after at most this long
+    /// plus a third, and marks the effect that was in flight `unknown`
+    #[arg(long, default_value_t = 10, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(super) release_lease_ttl: u64,
     /// Seconds a client may take to send a request head
     #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = seconds())]
     pub(super) header_read_timeout: u64,

@@ -12,6 +12,7 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.stage_body_limit = args.stage_body_limit;
     config.header_read_timeout = std::time::Duration::from_secs(args.header_read_timeout.max(1));
     config.release_timeout = std::time::Duration::from_secs(args.release_timeout.max(1));
+    config.release_lease_ttl = std::time::Duration::from_secs(args.release_lease_ttl);
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     config.workspace_step_timeout =
         std::time::Duration::from_secs(args.workspace_step_timeout.max(1));
