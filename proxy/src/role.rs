@@ -223,8 +223,10 @@ mod tests {
         let error = check_flags(
             Role::Control,
             &flags(&["--advertise-proxy", "--transparent"]),
-        )
-        .unwrap_err();
+        );
+        let Err(error) = error else {
+            panic!("--transparent was taken with --role control");
+        };
         assert!(error
             .to_string()
             .starts_with("--transparent does not apply to --role control"));

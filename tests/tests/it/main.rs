@@ -14,6 +14,7 @@ mod denials_readable;
 mod durability;
 mod examples;
 mod flows;
+mod kubernetes;
 mod limits;
 mod lineage;
 mod matchers;

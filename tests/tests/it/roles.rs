@@ -279,10 +279,13 @@ fn refused(fx: &Fixture, args: &[&str], env: &[(&str, &str)]) -> String {
     stderr
 }
 
+/// One refused start: `serve` args, environment, what stderr says.
+type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
 #[test]
 fn role_misfit_flags_exit_non_zero_naming_the_flag_and_role() {
     let fx = Fixture::new();
-    let cases: &[(&[&str], &[(&str, &str)], &str)] = &[
+    let cases: &[Case] = &[
         (
             &["--role", "control", "--advertise-proxy", "p:8080", "--transparent", "127.0.0.1:0"],
             &[],
