@@ -4,7 +4,9 @@
 //! (`airlock::role::check_flags`), the paths it hands airlock are on its volume mounts,
 //! every probe path answers 200 without a token and every Prometheus scrape path 200 with
 //! the admin token on a running airlock of the container's role, and the policy ConfigMap
-//! passes `airlock policy check`. The YAML is read with PyYAML (`python3 -c 'import yaml'`),
+//! passes `airlock policy check`. The sidecar's nftables ruleset names the sidecar's uid,
+//! `--transparent` and `--dns`, and loads and redirects in a namespace of the test's own.
+//! The YAML is read with PyYAML (`python3 -c 'import yaml'`),
 //! the tests' one YAML parser.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -343,5 +345,166 @@ fn kubernetes_manifests_use_only_flags_env_vars_and_paths_the_binary_has() {
         problems.is_empty(),
         "examples/kubernetes uses what the binary does not have:\n  {}",
         problems.join("\n  ")
+    );
+}
+
+/// Loads a ruleset in a fresh user and network namespace (`lo` up, a default route over
+/// it, as a pod's route would be), then from inside: a TCP connection to an outside
+/// address must land on 127.0.0.1:`tcp`, a DNS query on 127.0.0.1:`dns`, and other UDP is
+/// refused.
+const REDIRECT_PROBE: &str = r#"
+import socket, sys
+tcp, dns = int(sys.argv[1]), int(sys.argv[2])
+t = socket.socket(); t.bind(("127.0.0.1", tcp)); t.listen(1); t.settimeout(5)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("127.0.0.1", dns)); u.settimeout(5)
+c = socket.create_connection(("203.0.113.9", 443), timeout=5)
+t.accept()
+print("tcp redirected")
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"q", ("203.0.113.9", 53))
+u.recvfrom(10)
+print("dns redirected")
+other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+other.settimeout(1)
+try:
+    other.sendto(b"x", ("203.0.113.9", 443)); other.recv(1); print("udp passed")
+except OSError:
+    print("udp refused")
+"#;
+
+#[test]
+fn kubernetes_sidecar_fence_ruleset_matches_the_sidecar_and_redirects_in_nftables() {
+    let docs = documents();
+    let ruleset = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "airlock-fence")
+        .and_then(|(_, d)| d["data"]["airlock_pod.nft"].as_str())
+        .expect("the airlock-fence ConfigMap")
+        .to_owned();
+    let (_, pod) = docs
+        .iter()
+        .find(|(file, d)| file == "sidecar.yaml" && d["kind"] == "Pod")
+        .expect("the sidecar pod");
+    let spec = &pod["spec"];
+    let airlock = spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            c["image"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("airlock:"))
+        })
+        .expect("the airlock sidecar");
+    let args = strings(&airlock["args"]);
+    let port_of_flag = |flag: &str| -> u16 {
+        let value = args
+            .windows(2)
+            .find(|pair| pair[0] == flag)
+            .map(|pair| pair[1].clone())
+            .unwrap_or_else(|| panic!("the sidecar has {flag}"));
+        value
+            .parse::<std::net::SocketAddr>()
+            .unwrap_or_else(|e| panic!("{flag} {value}: {e}"))
+            .port()
+    };
+    let (tcp, dns) = (port_of_flag("--transparent"), port_of_flag("--dns"));
+    let uid = airlock["securityContext"]["runAsUser"]
+        .as_u64()
+        .or_else(|| spec["securityContext"]["runAsUser"].as_u64())
+        .expect("the sidecar's uid");
+    for needed in [
+        format!("meta skuid {uid} return"),
+        format!("meta skuid {uid} accept"),
+        format!("redirect to :{tcp}"),
+        format!("redirect to :{dns}"),
+    ] {
+        assert!(
+            ruleset.contains(&needed),
+            "fence.yaml's ruleset must hold `{needed}` (the sidecar's uid, --transparent and --dns): {ruleset}"
+        );
+    }
+    // The agent runs as another uid than the one the ruleset lets out.
+    for container in spec["containers"].as_array().into_iter().flatten() {
+        if container["name"] != airlock["name"] {
+            assert_ne!(
+                container["securityContext"]["runAsUser"].as_u64(),
+                Some(uid),
+                "{} runs as airlock's uid",
+                container["name"]
+            );
+        }
+    }
+    // The init container installs exactly that ConfigMap's file.
+    let fence = spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| strings(&c["command"]).first().is_some_and(|p| p == "nft"))
+        .expect("an init container running nft");
+    let volume = spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["configMap"]["name"] == "airlock-fence")
+        .and_then(|v| v["name"].as_str())
+        .expect("a volume of the airlock-fence ConfigMap");
+    let mount = fence["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == volume)
+        .and_then(|m| m["mountPath"].as_str())
+        .expect("the init container mounts it");
+    assert_eq!(
+        strings(&fence["command"]),
+        ["nft", "-f", &format!("{mount}/airlock_pod.nft")],
+        "the init container loads the ConfigMap's ruleset"
+    );
+    assert_eq!(
+        strings(&fence["securityContext"]["capabilities"]["add"]),
+        ["NET_ADMIN"]
+    );
+
+    // The ruleset loads and redirects, in a namespace of our own.
+    let usable = Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "--net",
+            "nft",
+            "list",
+            "ruleset",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !usable {
+        assert!(
+            !airlock_tests::in_ci(),
+            "unshare --user --net with nft is unavailable"
+        );
+        eprintln!("SKIPPED the nftables half: no user and network namespace with nft here");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("airlock_pod.nft");
+    std::fs::write(&file, &ruleset).expect("write ruleset");
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "sh", "-c"])
+        .arg(r#"ip link set lo up && ip route add default dev lo && nft -f "$0" && python3 -c "$1" "$2" "$3""#)
+        .arg(&file)
+        .arg(REDIRECT_PROBE)
+        .arg(tcp.to_string())
+        .arg(dns.to_string())
+        .output()
+        .expect("unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the ruleset does not load or redirect: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["tcp redirected", "dns redirected", "udp refused"]
     );
 }
