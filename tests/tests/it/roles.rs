@@ -236,6 +236,10 @@ async fn role_control_serves_the_admin_api_and_ui_and_has_no_proxy_listener() {
         .await
         .expect("show run");
     assert_eq!(shown["state"], "open");
+    assert_eq!(
+        shown["proxy"], "proxy.airlock.svc:8080",
+        "where sandboxes reach the proxy"
+    );
     let (status, health) = get_plain(&format!("{}/healthz", control.admin_url), None).await;
     assert_eq!(status, 200, "{health}");
     let (status, page) = get_plain(&format!("{}/login", control.admin_url), None).await;
