@@ -60,6 +60,19 @@ fn port_of(url: &str) -> u16 {
         .unwrap_or_else(|| panic!("{url} has no port"))
 }
 
+/// The airlock CLI on the fixture's data directory (it finds the admin address and token
+/// there, as an operator's would).
+fn airlock_cli(fx: &Fixture, args: &[&str]) -> std::process::Output {
+    Command::new(airlock_bin())
+        .args(args)
+        .arg("--data")
+        .arg(fx.data_dir())
+        .env_remove("AIRLOCK_ADMIN")
+        .env_remove("AIRLOCK_TOKEN")
+        .output()
+        .expect("run the airlock CLI")
+}
+
 /// `GET url` with no proxy and no token: (status, body).
 async fn get_plain(url: &str, token: Option<&str>) -> (u16, String) {
     let url = url.to_owned();
@@ -95,6 +108,12 @@ async fn role_proxy_stages_a_real_request_serves_healthz_and_metrics_but_no_admi
     assert!(
         env["HTTPS_PROXY"].ends_with(&format!("@{proxy_addr}")),
         "the run's proxy is the advertised proxy instance: {env:?}"
+    );
+    let exports = airlock_cli(&fx, &["env", &run]);
+    assert!(exports.status.success(), "{exports:?}");
+    assert!(
+        String::from_utf8_lossy(&exports.stdout).contains(&format!("@{proxy_addr}'")),
+        "airlock env on the control instance: {exports:?}"
     );
     control
         .terminate(Duration::from_secs(15))
@@ -175,6 +194,12 @@ async fn role_proxy_stages_a_real_request_serves_healthz_and_metrics_but_no_admi
     }
     let (status, body) = get_plain(&format!("{}/login", proxy.admin_url), None).await;
     assert_eq!(status, 404, "no review UI on a proxy instance: {body}");
+    let refused = airlock_cli(&fx, &["env", &run]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("not_served_by_role"),
+        "airlock env against a proxy instance: {stderr}"
+    );
     drop(proxy);
 
     // The next control instance lists what the proxy staged; nothing was released.
