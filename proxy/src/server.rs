@@ -394,7 +394,8 @@ impl Server {
         })
     }
 
-    /// The proxy listener's address.
+    /// The proxy listener's address (with `--role control`, which binds none, the unbound
+    /// `--listen` address).
     pub fn proxy_addr(&self) -> SocketAddr {
         self.data.proxy_addr()
     }
