@@ -176,7 +176,8 @@ async fn role_proxy_stages_a_real_request_serves_healthz_and_metrics_but_no_admi
         get_plain(&format!("{}/metrics", proxy.admin_url), Some(token.trim())).await;
     assert_eq!(status, 200, "{metrics}");
     assert!(
-        metrics.contains("airlock_requests_total{")
+        metrics.contains("airlock_requests_total{action=\"stage\"} 1\n")
+            && metrics.contains("airlock_requests_total{action=\"pass\"} 1\n")
             && metrics.contains("airlock_ledger_writable 1"),
         "the proxy's own request counters: {metrics}"
     );
