@@ -13,6 +13,9 @@ pub const DEFAULT_STAGE_BODY_LIMIT: u64 = 10 * 1024 * 1024;
 /// Everything `airlock serve` needs.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// What this process runs: the data plane, the control plane or both
+    /// ([`crate::role::Role`], `--role`) [default: both].
+    pub role: crate::role::Role,
     /// Data directory: CA, admin token, ledger.
     pub data_dir: PathBuf,
     /// The policy file.
@@ -106,6 +109,7 @@ impl ServeConfig {
     /// a run, 256 unauthenticated and 4096 in all, a 64 MiB ledger cache.
     pub fn new(data_dir: PathBuf, policy_path: PathBuf) -> Self {
         Self {
+            role: crate::role::Role::All,
             data_dir,
             policy_path,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),

@@ -1,5 +1,5 @@
 //! Building and running `airlock serve`: data directory, CA, ledger, policy, recovery, and
-//! the two listeners.
+//! the listeners; which of them one process runs is its role ([`crate::role`]).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, INSTANCE_ID_FILE, LEDGER_DIR};
+use crate::role::Role;
 use airlock_control::{Control, ControlInputs};
 use airlock_dataplane::fence::{parse_source, Fence};
 use airlock_dataplane::{DataPlane, DataPlaneInputs, Limits};
@@ -83,9 +84,11 @@ pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1
 
 /// A built server, listening, not yet serving.
 pub struct Server {
+    role: Role,
     data: Arc<DataPlane>,
     control: Arc<Control>,
-    proxy: TcpListener,
+    /// The proxy listener; `None` with `--role control`.
+    proxy: Option<TcpListener>,
     admin: TcpListener,
     fence: Arc<Fence>,
     fence_socket: Option<tokio::net::UnixListener>,
@@ -221,10 +224,13 @@ impl From<airlock_dataplane::policy_store::LoadError> for StartError {
 
 impl Server {
     /// Prepares the data directory, loads the policy and CA, opens the ledger, recovers
-    /// interrupted releases (`releasing` -> `unknown`, except those of runs whose release
-    /// lease is live: the takeover sweeper finishes those, at once for this instance's own
-    /// leases) and binds both listeners.
+    /// interrupted releases (control and all roles: `releasing` -> `unknown`, except those
+    /// of runs whose release lease is live: the takeover sweeper finishes those, at once for
+    /// this instance's own leases) and binds the role's listeners: the admin (or,
+    /// `--role proxy`, ops) listener always, the proxy, transparent and DNS listeners and
+    /// the fence socket unless `--role control`.
     pub async fn build(config: ServeConfig) -> Result<Self, StartError> {
+        let role = config.role;
         std::fs::create_dir_all(&config.data_dir).map_err(data_err(&config.data_dir))?;
         #[cfg(unix)]
         {
@@ -252,19 +258,29 @@ impl Server {
             path: ledger_path.display().to_string(),
             source,
         })?;
-        let recovered = ledger.recover().map_err(|source| StartError::Ledger {
-            path: ledger_path.display().to_string(),
-            source,
-        })?;
-        for effect in &recovered {
-            warn!(effect.id = %effect.id, run.id = %effect.run_id, url = %effect.url,
-                  "effect was being released when airlock stopped; marked unknown, not re-sent");
+        if role.serves_control() {
+            let recovered = ledger.recover().map_err(|source| StartError::Ledger {
+                path: ledger_path.display().to_string(),
+                source,
+            })?;
+            for effect in &recovered {
+                warn!(effect.id = %effect.id, run.id = %effect.run_id, url = %effect.url,
+                      "effect was being released when airlock stopped; marked unknown, not re-sent");
+            }
         }
-        let proxy = bind(config.listen, "--listen").await?;
+        let proxy = match role.serves_proxy() {
+            true => Some(bind(config.listen, "--listen").await?),
+            false => None,
+        };
         let admin = bind(config.admin, "--admin").await?;
-        let proxy_addr = proxy
-            .local_addr()
-            .map_err(|source| bind_err(config.listen, "--listen", source))?;
+        // A control instance has no proxy listener: the data plane's own address is the
+        // one --listen names (unbound), and sandboxes are sent to --advertise-proxy.
+        let proxy_addr = match &proxy {
+            Some(proxy) => proxy
+                .local_addr()
+                .map_err(|source| bind_err(config.listen, "--listen", source))?,
+            None => config.listen,
+        };
         let admin_addr = admin
             .local_addr()
             .map_err(|source| bind_err(config.admin, "--admin", source))?;
@@ -286,11 +302,11 @@ impl Server {
             .filter(|run| !matches!(run.state, RunState::Open | RunState::Sealed))
             .map(|run| run.id)
             .collect();
-        let transparent = match config.transparent {
+        let transparent = match config.transparent.filter(|_| role.serves_proxy()) {
             Some(addr) => Some(bind(addr, "--transparent").await?),
             None => None,
         };
-        let dns = match config.dns {
+        let dns = match config.dns.filter(|_| role.serves_proxy()) {
             Some(addr) => {
                 let udp = tokio::net::UdpSocket::bind(addr)
                     .await
@@ -311,13 +327,18 @@ impl Server {
                 })
                 .trim_end_matches('/')
                 .to_owned(),
-            notifier: match &config.notify_webhook {
+            notifier: match config
+                .notify_webhook
+                .as_ref()
+                .filter(|_| role.serves_control())
+            {
                 Some(url) => Some(airlock_control::notify::Notifier::new(url, tls.clone())?),
                 None => None,
             },
             sign_in_links: Default::default(),
         };
-        let mut own = vec![proxy_addr, admin_addr];
+        let mut own = vec![admin_addr];
+        own.extend(proxy.as_ref().map(|_| proxy_addr));
         own.extend(transparent.as_ref().and_then(|l| l.local_addr().ok()));
         own.extend(dns.as_ref().and_then(|(_, tcp)| tcp.local_addr().ok()));
         let dialer = Dialer::new(policy.clone(), own, config.connect_timeout)
@@ -365,6 +386,8 @@ impl Server {
                 }
                 match config.advertise_ca.clone() {
                     Some(ca) => advertised.ca_file = ca,
+                    // The sandbox files are for run environments, which control renders.
+                    None if !role.serves_control() => {}
                     None => crate::sandbox_files::write(
                         &data_dir,
                         data.ca().cert_pem(),
@@ -385,8 +408,12 @@ impl Server {
             },
         });
         data.set_auto_review(Arc::new(airlock_control::runs::AutoReview::new(&control)));
-        let fence_socket = bind_fence_socket(&control.fence_socket());
+        let fence_socket = match role.serves_proxy() {
+            true => bind_fence_socket(&control.fence_socket()),
+            false => None,
+        };
         Ok(Self {
+            role,
             data,
             control,
             proxy,
@@ -398,7 +425,8 @@ impl Server {
         })
     }
 
-    /// The proxy listener's address.
+    /// The proxy listener's address (with `--role control`, which binds none, the unbound
+    /// `--listen` address).
     pub fn proxy_addr(&self) -> SocketAddr {
         self.data.proxy_addr()
     }
@@ -454,6 +482,7 @@ impl Server {
 
     async fn serve(self) {
         let Self {
+            role,
             data,
             control,
             proxy,
@@ -464,9 +493,10 @@ impl Server {
             dns,
         } = self;
         let addresses = serde_json::json!({
-            "proxy": data.proxy_addr().to_string(),
+            "role": role.as_str(),
+            "proxy": proxy.as_ref().map(|_| data.proxy_addr().to_string()),
             "admin": format!("http://{}", control.admin_addr()),
-            "fence_socket": control.fence_socket().display().to_string(),
+            "fence_socket": fence_socket.as_ref().map(|_| control.fence_socket().display().to_string()),
             "transparent": transparent.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()),
             "dns": dns.as_ref().and_then(|(udp, _)| udp.local_addr().ok()).map(|a| a.to_string()),
             "pid": std::process::id(),
@@ -475,14 +505,12 @@ impl Server {
         if let Err(error) = std::fs::write(&path, format!("{addresses}\n")) {
             warn!(error = %error, path = %path.display(), "cannot write the addresses file");
         }
-        info!(proxy = %data.proxy_addr(), admin = %control.admin_addr(),
+        info!(role = role.as_str(), proxy = %proxy.as_ref().map_or("none (--role control)".to_owned(), |_| data.proxy_addr().to_string()), admin = %control.admin_addr(),
               policy.revision = data.policy().current().revision(), data = %control.data_dir().display(),
               "airlock listening");
-        let _sweeper = AbortOnDrop(airlock_control::runs::resume_commits(&control));
         let _watch = AbortOnDrop(data.policy().watch());
-        airlock_control::runs::workspace::resume_all(&control);
-        info!(url = %format!("{}/login", control.ui_base_url()), "review UI (sign in with a reviewer token; `airlock ui` prints a sign-in link)");
-        let router = airlock_control::admin::router(control);
+        let (router, sweeper) = crate::role::start_control(role, control);
+        let _sweeper = sweeper.map(AbortOnDrop);
         let fenced = {
             let (data, fence) = (data.clone(), fence.clone());
             async move {
@@ -520,7 +548,11 @@ impl Server {
                 tokio::join!(transparent, dns);
             }
         };
-        let proxy = airlock_dataplane::listener::serve(data, proxy);
+        let proxy = async move {
+            if let Some(proxy) = proxy {
+                airlock_dataplane::listener::serve(data, proxy).await;
+            }
+        };
         let admin_server = async move {
             if let Err(error) = axum::serve(admin, router).await {
                 warn!(error = %error, "admin listener stopped");

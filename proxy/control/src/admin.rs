@@ -25,11 +25,13 @@ mod effects;
 mod fence;
 pub(crate) mod health;
 pub mod openapi;
+mod ops;
 mod outcomes;
 mod policy;
 pub mod render;
 mod workspace;
 
+pub use ops::{ops_router, NOT_SERVED_BY_ROLE};
 pub(crate) use policy::metrics as policy_metrics;
 use render::{edge_json, effect_summary, run_json};
 
@@ -68,6 +70,7 @@ impl ApiError {
         match self.code {
             "unauthorized" => "send Authorization: Bearer TOKEN; the admin token is in DATA/admin.token, reviewer tokens in the files --reviewer-token names",
             "not_found" => "check the id (GET /v1/runs lists runs); docs/admin-api.md lists the endpoints",
+            "not_served_by_role" => "send admin API and review UI requests to a control instance (airlock serve --role control or all); docs/fleet.md",
             "bad_json" | "bad_body" | "bad_query" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
                 "fix the request and send it again; docs/admin-api.md describes each body"
             }

@@ -324,6 +324,12 @@ pub(super) struct ServeArgs {
     /// for log shippers; docs/architecture.md "Logs and metrics" lists the fields)
     #[arg(long, value_enum, env = "AIRLOCK_LOG_FORMAT", default_value_t = LogFormat::Text)]
     pub(super) log_format: LogFormat,
+    /// What this process runs (docs/fleet.md): `proxy` (proxy, transparent and DNS
+    /// listeners, staging, journal, lineage; --admin serves only /healthz and /metrics),
+    /// `control` (admin API, review UI, commit authority, notifications, recovery; no proxy
+    /// listener, needs --advertise-proxy) or `all` (both, one process)
+    #[arg(long, value_enum, env = "AIRLOCK_ROLE", default_value_t = crate::role::Role::All)]
+    pub(super) role: crate::role::Role,
     /// Data directory: CA, admin token, ledger (created on first start)
     #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
     pub(super) data: PathBuf,
@@ -333,7 +339,7 @@ pub(super) struct ServeArgs {
     /// Proxy listener address
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub(super) listen: SocketAddr,
-    /// Admin listener address
+    /// Admin listener address (with --role proxy: the ops listener, /healthz and /metrics only)
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub(super) admin: SocketAddr,
     /// Extra CA certificates (PEM) trusted for origins, beside the webpki roots
@@ -449,6 +455,10 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = airlock_ledger::DEFAULT_MIN_FREE_BYTES >> 20, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(0..=1024 * 1024))]
     pub(super) ledger_min_free_mib: u64,
+    /// The `--…` flags set on the command line or through their environment variable (not
+    /// defaults), filled in from clap's matches for [`crate::role::check_flags`].
+    #[arg(skip)]
+    pub(super) given: Vec<String>,
 }
 
 /// How `airlock serve` writes its log lines to stderr.

@@ -1,11 +1,15 @@
-//! `airlock serve`: builds the server from the flags and runs it until Ctrl-C or SIGTERM.
+//! `airlock serve`: checks the flags fit `--role`, builds the server from them and runs it
+//! until Ctrl-C or SIGTERM.
 
 use super::args::ServeArgs;
 use crate::config::ServeConfig;
 
 /// `airlock serve`: the flags become a [`ServeConfig`]; runs until [`shutdown_signal`].
 pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    crate::role::check_flags(args.role, &args.given)?;
+    crate::role::check_store(args.role, None)?;
     let mut config = ServeConfig::new(args.data, args.policy);
+    config.role = args.role;
     config.listen = args.listen;
     config.admin = args.admin;
     config.upstream_ca = args.upstream_ca;
