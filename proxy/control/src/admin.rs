@@ -28,10 +28,11 @@ pub mod openapi;
 mod outcomes;
 mod policy;
 pub mod render;
+pub mod views;
 mod workspace;
 
 pub(crate) use policy::metrics as policy_metrics;
-use render::{edge_json, effect_summary, run_json};
+use render::{edge_view, effect_summary, run_json};
 
 /// An admin API error: status, stable code, what happened. It becomes a response in one
 /// place, [`ApiError::into_response`], with the data plane's field names:
@@ -466,44 +467,50 @@ async fn run_effects(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/reads", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, reads: [read…]}`", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/reads", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, reads: [read…]}`", body = views::RunReads)))]
 async fn run_reads(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::RunReads>> {
     let (run, _) = load_run(&shared, &id).await?;
     let ledger = shared.ledger().clone();
     let run_id = run.id.clone();
     let reads = blocking(move || ledger.reads(&run_id)).await?;
-    Ok(Json(json!({ "run": run.id, "reads": reads })))
+    Ok(Json(views::RunReads { run: run.id, reads }))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/denials", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, denials: [denial…]}`", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/denials", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, denials: [denial…]}`", body = views::RunDenials)))]
 async fn run_denials(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::RunDenials>> {
     let (run, _) = load_run(&shared, &id).await?;
     let ledger = shared.ledger().clone();
     let run_id = run.id.clone();
     let denials = blocking(move || ledger.denials(&run_id)).await?;
-    Ok(Json(json!({ "run": run.id, "denials": denials })))
+    Ok(Json(views::RunDenials {
+        run: run.id,
+        denials,
+    }))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/env", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, env: {NAME: VALUE}, shell}`", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/env", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, env: {NAME: VALUE}, shell}`", body = views::RunEnv)))]
 async fn run_env(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::RunEnv>> {
     let (run, _) = load_run(&shared, &id).await?;
     let java_port = crate::bound_ports::java_port(&shared, &run.id).await;
     let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token, java_port);
     // Credential placeholders: opaque stand-ins, never the values.
     let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));
-    Ok(Json(
-        json!({ "run": run.id, "env": env, "shell": shell_exports(&env) }),
-    ))
+    let shell = shell_exports(&env);
+    Ok(Json(views::RunEnv {
+        run: run.id,
+        env,
+        shell,
+    }))
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/seal", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `sealed` (idempotent)", body = render::RunView)))]
@@ -530,11 +537,11 @@ async fn abort_run(
     Ok(Json(body))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/lineage", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, nodes, edges}`: the run's lineage graph", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/lineage", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, nodes, edges}`: the run's lineage graph", body = views::Lineage)))]
 async fn run_lineage(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::Lineage>> {
     let (run, effects) = load_run(&shared, &id).await?;
     let ledger = shared.ledger().clone();
     let run_id = run.id.clone();
@@ -547,22 +554,37 @@ async fn run_lineage(
         Ok((ledger.reads(&run_id)?, ledger.edges(&run_id)?, analyzed))
     })
     .await?;
-    let mut nodes: Vec<Value> = reads
+    let mut nodes: Vec<views::LineageNode> = reads
         .iter()
         .map(|r| {
-            json!({ "id": format!("read:{}", r.seq), "kind": "read", "seq": r.seq, "method": r.method,
-                    "url": r.url, "status": r.status, "response_bytes": r.response_bytes })
+            views::LineageNode::Read(views::ReadNode {
+                id: format!("read:{}", r.seq),
+                kind: "read",
+                seq: r.seq,
+                method: r.method.clone(),
+                url: r.url.clone(),
+                status: r.status,
+                response_bytes: r.response_bytes,
+            })
         })
         .collect();
     nodes.extend(effects.iter().zip(&analyzed).map(|(e, analyzed)| {
-        json!({ "id": e.id, "kind": "effect", "seq": e.seq, "method": e.method, "url": e.url,
-                "state": e.state, "analyzed": analyzed })
+        views::LineageNode::Effect(views::EffectNode {
+            id: e.id.clone(),
+            kind: "effect",
+            seq: e.seq,
+            method: e.method.clone(),
+            url: e.url.clone(),
+            state: e.state,
+            analyzed: *analyzed,
+        })
     }));
-    Ok(Json(json!({
-        "run": run.id,
-        "nodes": nodes,
-        "edges": edges.iter().map(|e| edge_json(e, &reads)).collect::<Vec<_>>(),
-    })))
+    let edges = edges.iter().map(|e| edge_view(e, &reads)).collect();
+    Ok(Json(views::Lineage {
+        run: run.id,
+        nodes,
+        edges,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/ca", tag = "other", responses((status = 200, description = "The CA certificate (PEM)", body = String, content_type = "application/x-pem-file")))]
