@@ -414,7 +414,6 @@ async fn release_one(
             } else {
                 Vec::new()
             };
-            info!(effect.id = %effect.id, url = %effect.url, origin.status = status, "effect released");
             blocking(move || {
                 ledger.record_release(
                     &id,
@@ -433,8 +432,6 @@ async fn release_one(
             .await?
         }
         Err(failure) => {
-            warn!(effect.id = %effect.id, url = %effect.url, reason = %failure.reason,
-                  delivery = ?failure.delivery, "release got no answer");
             blocking(move || {
                 ledger.record_release(
                     &id,
