@@ -43,6 +43,8 @@ pub struct ApiError {
     code: &'static str,
     reason: String,
     details: Option<Value>,
+    /// A hint for this answer, when the code's own ([`ApiError::hint`]) is too general.
+    hint: Option<&'static str>,
 }
 
 impl ApiError {
@@ -52,6 +54,16 @@ impl ApiError {
             code,
             reason: reason.into(),
             details: None,
+            hint: None,
+        }
+    }
+
+    /// 404 `not_found` for a `kind` (`run`, `effect`, `workspace of run`, …) the request
+    /// named, with `reason` and the hint of what lists that kind ([`not_found_hint`]).
+    fn not_found(kind: &str, reason: impl Into<String>) -> Self {
+        Self {
+            hint: Some(not_found_hint(kind)),
+            ..Self::new(StatusCode::NOT_FOUND, "not_found", reason)
         }
     }
 
@@ -64,11 +76,14 @@ impl ApiError {
         }
     }
 
-    /// What to do about it, by code.
+    /// What to do about it: this answer's own hint, else the code's.
     fn hint(&self) -> &'static str {
+        if let Some(hint) = self.hint {
+            return hint;
+        }
         match self.code {
             "unauthorized" => "send Authorization: Bearer TOKEN; the admin token is in DATA/admin.token, reviewer tokens in the files --reviewer-token names",
-            "not_found" => "check the id (GET /v1/runs lists runs); docs/admin-api.md lists the endpoints",
+            "not_found" => "docs/admin-api.md and GET /v1/openapi.json list the endpoints; GET /v1/runs lists the runs",
             "bad_json" | "bad_body" | "bad_query" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
                 "fix the request and send it again; docs/admin-api.md describes each body"
             }
@@ -97,9 +112,7 @@ impl ApiError {
 impl From<LedgerError> for ApiError {
     fn from(error: LedgerError) -> Self {
         match error {
-            LedgerError::NotFound { .. } => {
-                Self::new(StatusCode::NOT_FOUND, "not_found", error.to_string())
-            }
+            LedgerError::NotFound { kind, .. } => Self::not_found(kind, error.to_string()),
             LedgerError::Refused(refused) => {
                 let details = match &refused {
                     Refused::Undecided { effects, .. } => Some(json!({ "undecided": effects })),
@@ -112,6 +125,7 @@ impl From<LedgerError> for ApiError {
                     code: refused.code(),
                     reason: refused.to_string(),
                     details,
+                    hint: None,
                 }
             }
             LedgerError::Degraded { .. } => Self::new(
@@ -213,13 +227,14 @@ pub fn router(shared: Arc<Control>) -> Router {
             shared.clone(),
             require_token,
         ))
-        .fallback(|| async {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "no such admin endpoint; see docs/admin-api.md",
-            )
-        });
+        .fallback(
+            |method: axum::http::Method, uri: axum::http::Uri| async move {
+                ApiError::not_found(
+                    "endpoint",
+                    format!("no admin endpoint answers {method} {}", uri.path()),
+                )
+            },
+        );
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/v1/openapi.json", get(openapi::openapi_json))
@@ -300,11 +315,19 @@ fn parse_effect(id: &str) -> ApiResult<EffectId> {
 }
 
 fn not_found(kind: &str, id: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        format!("no {kind} with id {id}"),
-    )
+    ApiError::not_found(kind, format!("no {kind} with id {id}"))
+}
+
+/// What was not found and how to list what there is, for a 404 about `kind`.
+fn not_found_hint(kind: &str) -> &'static str {
+    match kind {
+        "run" => "no run has that id: GET /v1/runs (`airlock runs`) lists the runs",
+        "effect" => "no effect has that id: GET /v1/runs/{id}/effects (`airlock effects RUN`) lists a run's effects",
+        "workspace of run" => "that run has no workspace (or there is no such run): GET /v1/runs lists the runs; POST /v1/runs/{id}/workspace attaches one, as `airlock run` does",
+        "decision for run" => "that run's workspace has no decision to resume: POST /v1/runs/{id}/workspace/decide makes one",
+        "endpoint" => "no endpoint has that method and path: docs/admin-api.md and GET /v1/openapi.json list them",
+        _ => "GET /v1/runs lists the runs, GET /v1/runs/{id}/effects a run's effects",
+    }
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]

@@ -192,7 +192,10 @@ pub(crate) async fn release_and_finish(
     release_all(shared, run).await?;
     let ledger = shared.ledger().clone();
     let run_id = run.clone();
-    blocking(move || ledger.finish_commit(&run_id)).await?;
+    let finished = blocking(move || ledger.finish_commit(&run_id)).await?;
+    // Logged where a commit ends, not where a report is read (a retry of nothing, a
+    // repeated commit of a committed run).
+    info!(run.id = %run, run.state = %finished.state, "commit finished");
     Ok(())
 }
 
@@ -213,7 +216,6 @@ pub(crate) async fn report(
         Ok((state, ledger.effects(&run_id)?))
     })
     .await?;
-    info!(run.id = %run, run.state = %state, "commit finished");
     Ok(CommitReport::new(run.clone(), state, &effects))
 }
 

@@ -17,6 +17,7 @@ mod flows;
 mod limits;
 mod lineage;
 mod matchers;
+mod newuser;
 mod observe;
 mod openapi;
 mod outcomes;

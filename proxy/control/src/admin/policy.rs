@@ -73,6 +73,7 @@ pub(super) async fn replace(
                 "revision": failure.revision,
                 "generation": failure.generation,
             })),
+            hint: None,
         }),
     }
 }

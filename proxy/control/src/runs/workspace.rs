@@ -497,8 +497,33 @@ async fn apply(
                 )
                 .await;
             };
-            sealed?;
-            outcome = "files kept; effects held for review".to_owned();
+            let (_, effects) = sealed?;
+            if effects.is_empty() {
+                // Nothing to review: an empty run is committed (it releases nothing) rather
+                // than left sealed, waiting for a review that has nothing to look at.
+                let committing =
+                    super::commit_detached(shared, run, false, None, &Actor::Orchestrator);
+                let Ok(committed) = tokio::time::timeout(limit, committing).await else {
+                    return finish(
+                        shared,
+                        run,
+                        decision,
+                        already_decided,
+                        Vec::new(),
+                        false,
+                        keep_timed_out(limit, run, "committing"),
+                    )
+                    .await;
+                };
+                let done = committed?;
+                outcome = format!(
+                    "files kept; the run staged no effects, so it is {} with nothing to release",
+                    done.state
+                );
+                commit = Some(done);
+            } else {
+                outcome = format!("files kept; {} effect(s) held for review", effects.len());
+            }
         }
         DecisionKind::Rollback | DecisionKind::RollbackTo => {
             let discarded = match decision.kind {
