@@ -27,8 +27,8 @@ pub struct ControlMetrics {
 /// `run.id`, `effect.id`, `method`, `origin.host` and `origin.port` (never the path),
 /// `outcome` (the effect's state after it: `released`, `failed`, `unknown`, …, or `error`
 /// when the ledger could not record it), `origin.status` when the origin answered,
-/// `error` when the attempt failed, and `duration_ms` (to the microsecond,
-/// [`airlock_dataplane::handle::millis`]).
+/// `error` when the attempt failed or the effect was not sent (why), and `duration_ms`
+/// (to the microsecond, [`airlock_dataplane::handle::millis`]).
 pub(crate) fn released(
     shared: &Control,
     run: &RunId,
@@ -41,7 +41,17 @@ pub(crate) fn released(
         Ok(settled) => (
             settled.state.as_str(),
             settled.release.as_ref().and_then(|r| r.status),
-            settled.release.as_ref().and_then(|r| r.error.clone()),
+            // The attempt's error; for one never sent (an approval that no longer
+            // matches, a placeholder with no real value), why.
+            settled
+                .release
+                .as_ref()
+                .and_then(|r| r.error.clone())
+                .or_else(|| {
+                    (settled.state != EffectState::Released)
+                        .then(|| settled.state_reason.clone())
+                        .flatten()
+                }),
         ),
         Err(error) => ("error", None, Some(error.to_string())),
     };

@@ -17,7 +17,7 @@ use airlock_ledger::{
 };
 use serde::Serialize;
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::Control;
 
@@ -345,7 +345,6 @@ async fn release_one(
     // The approval is bound to the exact request the reviewer saw.
     if let Err(mismatch) = effect.check_approval(&body) {
         let reason = mismatch.to_string();
-        warn!(effect.id = %effect.id, reason = %reason, "effect not sent: its approval does not match");
         let ledger = shared.ledger().clone();
         let id = effect.id.clone();
         return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
@@ -375,7 +374,6 @@ async fn release_one(
     let (prepared, scrubber) = match prepared {
         Ok(prepared) => prepared,
         Err(reason) => {
-            warn!(effect.id = %effect.id, reason = %reason, "effect not sent");
             let ledger = shared.ledger().clone();
             let id = effect.id.clone();
             return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
