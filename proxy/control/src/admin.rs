@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::runs::{self, Actor};
@@ -31,7 +30,7 @@ pub mod views;
 mod workspace;
 
 pub(crate) use policy::metrics as policy_metrics;
-use render::{edge_view, effect_summary, run_json};
+use render::edge_view;
 
 use error::not_found;
 pub use error::ApiError;
@@ -181,7 +180,7 @@ struct CreateRun {
 /// step.
 static CREATE_WITH_SOURCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = render::RunView)))]
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = views::CreatedRun)))]
 async fn create_run(
     State(shared): State<Arc<Control>>,
     body: body::ApiBody,
@@ -221,13 +220,15 @@ async fn create_run(
     let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token, java_port);
     let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));
-    let mut body = run_json(&shared, &run, &[]);
-    body["token"] = json!(run.token);
-    body["proxy_url"] = json!(proxy_url(&shared.advertised, run.id.as_str(), &run.token));
-    body["ca_file"] = json!(shared.advertised.ca_file.display().to_string());
-    body["env"] = json!(env);
-    body["fence_socket"] = json!(shared.fence_socket().display().to_string());
-    body["truststore"] = json!(shared.advertised.truststore);
+    let body = views::CreatedRun {
+        run: render::run_view(&shared, &run, &[]),
+        proxy_url: proxy_url(&shared.advertised, run.id.as_str(), &run.token),
+        token: run.token,
+        ca_file: shared.advertised.ca_file.display().to_string(),
+        env,
+        fence_socket: shared.fence_socket().display().to_string(),
+        truststore: shared.advertised.truststore.clone(),
+    };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -265,16 +266,17 @@ pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run,
     found.ok_or_else(|| not_found("run", id))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run with its effect counts, decisions, flags and flows", body = render::RunView)))]
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run with its effect counts, decisions, flags and flows", body = views::RunDetail)))]
 async fn show_run(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::RunDetail>> {
     let (run, effects) = load_run(&shared, &id).await?;
     let checks = run_checks(&shared, &run.id).await?;
-    let mut body = run_json(&shared, &run, &effects);
-    body["flows"] = render::run_flows(&effects, &checks);
-    Ok(Json(body))
+    Ok(Json(views::RunDetail {
+        run: render::run_view(&shared, &run, &effects),
+        flows: render::run_flows(&effects, &checks),
+    }))
 }
 
 /// The flow decisions on every effect of `run` (empty when the policy has no flows).
@@ -307,14 +309,17 @@ async fn run_effects(
             .collect::<Result<Vec<_>, _>>()
     })
     .await?;
-    let listed: Vec<Value> = effects
+    let listed: Vec<views::ListedEffect> = effects
         .iter()
         .zip(&answers)
         .map(|(effect, answer)| {
-            let mut out = effect_summary(effect);
-            render::flows_brief(&mut out, effect, checks.get(&effect.id));
-            out["released"] = crate::released::released_json(effect, &effects, answer.as_deref());
-            out
+            let (flows, flow_hold) = render::flows_brief(effect, checks.get(&effect.id));
+            views::ListedEffect {
+                summary: render::summary_of(effect),
+                flows,
+                flow_hold,
+                released: crate::released::released_json(effect, &effects, answer.as_deref()),
+            }
         })
         .collect();
     // What a commit of exactly these effects carries (docs/admin-api.md#expectations).
@@ -383,17 +388,18 @@ async fn seal_run(
     Ok(Json(render::run_view(&shared, &run, &effects)))
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/abort", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `aborted`, with `effects_detail`", body = render::RunView)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/abort", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `aborted`, with `effects_detail`", body = views::AbortedRun)))]
 async fn abort_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::AbortedRun>> {
     let run_id = parse_run(&id)?;
     let (run, effects) = runs::abort(&shared, &run_id, &Actor::Reviewer(reviewer.name)).await?;
-    let mut body = run_json(&shared, &run, &effects);
-    body["effects_detail"] = json!(effects.iter().map(effect_summary).collect::<Vec<_>>());
-    Ok(Json(body))
+    Ok(Json(views::AbortedRun {
+        run: render::run_view(&shared, &run, &effects),
+        effects_detail: effects.iter().map(render::summary_of).collect(),
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}/lineage", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, nodes, edges}`: the run's lineage graph", body = views::Lineage)))]

@@ -9,11 +9,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::Value;
 
-use super::render::{
-    approval_json, approval_view, body_view, edge_view, effect_summary, headers_view, summary_of,
-};
+use super::render::{approval_view, body_view, edge_view, headers_view, summary_of};
 use super::views::{
-    Dependent, EarlierRelease, EdgeView, EffectDetail, EffectLineageView, ReleaseView,
+    DecidedEffect, Dependent, EarlierRelease, EdgeView, EffectDetail, EffectLineageView,
+    ReleaseView,
 };
 use super::{blocking, not_found, parse_effect, ApiResult};
 use crate::runs::{self, Actor};
@@ -146,7 +145,7 @@ async fn decide(
     reviewer: crate::ui::Reviewer,
     id: String,
     verdict: Verdict,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DecidedEffect>> {
     let effect_id = parse_effect(&id)?;
     let effect = runs::decide_effect(
         &shared,
@@ -155,25 +154,26 @@ async fn decide(
         &Actor::Reviewer(reviewer.name),
     )
     .await?;
-    let mut out = effect_summary(&effect);
-    out["approval"] = approval_json(&effect);
-    Ok(Json(out))
+    Ok(Json(DecidedEffect {
+        summary: summary_of(&effect),
+        approval: approval_view(&effect),
+    }))
 }
 
-#[utoipa::path(post, path = "/v1/effects/{id}/approve", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `approved`", body = super::render::EffectSummary)))]
+#[utoipa::path(post, path = "/v1/effects/{id}/approve", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `approved`", body = DecidedEffect)))]
 async fn approve_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DecidedEffect>> {
     decide(shared, reviewer, id, Verdict::Approve).await
 }
 
-#[utoipa::path(post, path = "/v1/effects/{id}/reject", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `rejected`", body = super::render::EffectSummary)))]
+#[utoipa::path(post, path = "/v1/effects/{id}/reject", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `rejected`", body = DecidedEffect)))]
 async fn reject_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DecidedEffect>> {
     decide(shared, reviewer, id, Verdict::Reject).await
 }

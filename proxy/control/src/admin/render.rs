@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use airlock_dataplane::flows::FlowCheck;
 use airlock_ledger::{Effect, EffectId, Run};
 use base64::Engine as _;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::views::{ApprovalView, BodyView, EdgeSourceView, EdgeView, HeaderView};
 use crate::Control;
@@ -57,11 +57,6 @@ pub(super) fn run_view(shared: &Control, run: &Run, effects: &[Effect]) -> RunVi
         flags: run.flags.clone(),
         proxy: crate::env::reachable(shared.data.proxy_addr()).to_string(),
     }
-}
-
-/// [`run_view`] as JSON, for answers that add fields.
-pub(super) fn run_json(shared: &Control, run: &Run, effects: &[Effect]) -> Value {
-    serde_json::to_value(run_view(shared, run, effects)).unwrap_or_default()
 }
 
 /// An effect as listed (`GET /v1/runs/{id}/effects`) and the base of every answer about
@@ -127,8 +122,7 @@ pub struct EffectList {
     #[schema(value_type = String)]
     pub run: airlock_ledger::RunId,
     /// Each effect's summary with its flow decision in brief.
-    #[schema(value_type = Vec<EffectSummary>)]
-    pub effects: Vec<Value>,
+    pub effects: Vec<super::views::ListedEffect>,
     /// `{through_seq, digest}` (docs/admin-api.md#expectations).
     #[schema(value_type = Object)]
     pub expect: crate::runs::expect::Expectation,
@@ -242,38 +236,41 @@ pub(super) fn approval_view(effect: &Effect) -> Option<ApprovalView> {
     })
 }
 
-/// [`approval_view`] as JSON (`null` when not approved), for answers that add fields.
-pub(super) fn approval_json(effect: &Effect) -> Value {
-    serde_json::to_value(approval_view(effect)).unwrap_or_default()
-}
-
 /// The violations of an effect in a list, kept short (`[{flow, action}]`), and whether
-/// flow rules hold it now (`flow_hold`: `"held"`, `"blocked"` or `null`).
-pub(super) fn flows_brief(out: &mut Value, effect: &Effect, check: Option<&FlowCheck>) {
-    let brief: Vec<Value> = check
+/// flow rules hold it now (`flow_hold`: `"held"`, `"blocked"` or `None`).
+pub(super) fn flows_brief(
+    effect: &Effect,
+    check: Option<&FlowCheck>,
+) -> (Vec<super::views::FlowBrief>, Option<&'static str>) {
+    let brief = check
         .map(|c| {
             c.violations
                 .iter()
-                .map(|v| json!({ "flow": v.flow, "action": v.action }))
+                .map(|v| super::views::FlowBrief {
+                    flow: v.flow.clone(),
+                    action: v.action,
+                })
                 .collect()
         })
         .unwrap_or_default();
-    out["flows"] = json!(brief);
-    out["flow_hold"] = json!(check.and_then(|c| crate::flows::hold(effect, c)));
+    (brief, check.and_then(|c| crate::flows::hold(effect, c)))
 }
 
 /// A run's effects that flow rules hold now: `{held: [ID…], blocked: [ID…]}`.
-pub(super) fn run_flows(effects: &[Effect], checks: &HashMap<EffectId, FlowCheck>) -> Value {
+pub(super) fn run_flows(
+    effects: &[Effect],
+    checks: &HashMap<EffectId, FlowCheck>,
+) -> super::views::RunFlows {
     let (mut held, mut blocked) = (Vec::new(), Vec::new());
     for effect in effects {
         match checks
             .get(&effect.id)
             .and_then(|c| crate::flows::hold(effect, c))
         {
-            Some("blocked") => blocked.push(&effect.id),
-            Some(_) => held.push(&effect.id),
+            Some("blocked") => blocked.push(effect.id.clone()),
+            Some(_) => held.push(effect.id.clone()),
             None => {}
         }
     }
-    json!({ "held": held, "blocked": blocked })
+    super::views::RunFlows { held, blocked }
 }

@@ -475,3 +475,91 @@ pub struct EffectDetail {
     #[schema(value_type = Option<Vec<Object>>)]
     pub redacted: Option<Value>,
 }
+
+/// `POST /v1/runs` → the run, with what a sandbox needs to be one of its clients.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedRun {
+    /// The run as every answer shows it.
+    #[serde(flatten)]
+    pub run: super::render::RunView,
+    /// The run's proxy credential (the password of `proxy_url`); a secret.
+    pub token: String,
+    /// `http://RUN:TOKEN@HOST:PORT`, the proxy URL a sandbox's clients use.
+    pub proxy_url: String,
+    /// The CA certificate (PEM) a sandbox must trust, as the sandbox sees its path.
+    pub ca_file: String,
+    /// The environment of a sandbox of the run (`GET /v1/runs/{id}/env`'s `env`).
+    pub env: BTreeMap<String, String>,
+    /// The Unix socket a fence's relay connects to.
+    pub fence_socket: String,
+    /// A PKCS12 truststore (password `changeit`) for Java, `null` when there is none.
+    #[schema(value_type = Option<String>)]
+    pub truststore: Option<std::path::PathBuf>,
+}
+
+/// The effects of a run that flow rules hold now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunFlows {
+    /// Held until a reviewer approves each by itself (`eff_…` ids).
+    #[schema(value_type = Vec<String>)]
+    pub held: Vec<EffectId>,
+    /// Blocked: a commit rejects them (`eff_…` ids).
+    #[schema(value_type = Vec<String>)]
+    pub blocked: Vec<EffectId>,
+}
+
+/// `GET /v1/runs/{id}` → the run with what flow rules hold of it now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunDetail {
+    /// The run as every answer shows it.
+    #[serde(flatten)]
+    pub run: super::render::RunView,
+    /// The run's effects that flow rules hold now.
+    pub flows: RunFlows,
+}
+
+/// `POST /v1/runs/{id}/abort` → the run, `aborted`, with each effect as it ended.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AbortedRun {
+    /// The run as every answer shows it.
+    #[serde(flatten)]
+    pub run: super::render::RunView,
+    /// Each effect's summary (all `discarded`, or as they were when already final).
+    pub effects_detail: Vec<super::render::EffectSummary>,
+}
+
+/// A flow a listed effect violates, in brief.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FlowBrief {
+    /// The flow's id.
+    pub flow: String,
+    /// What the flow asks: `review`, `block`, …
+    #[schema(value_type = String)]
+    pub action: airlock_policy::FlowAction,
+}
+
+/// An effect as `GET /v1/runs/{id}/effects` lists it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ListedEffect {
+    /// The summary.
+    #[serde(flatten)]
+    pub summary: super::render::EffectSummary,
+    /// The flows it violates, in brief (`GET /v1/effects/{id}` has them in full).
+    pub flows: Vec<FlowBrief>,
+    /// Whether flow rules hold it now: `held`, `blocked` or `null`.
+    pub flow_hold: Option<&'static str>,
+    /// The real values its release gave and the origin's answer, as the UI shows them
+    /// (`null` before a release).
+    #[schema(value_type = Option<Object>)]
+    pub released: Value,
+}
+
+/// `POST /v1/effects/{id}/approve|reject` → the summary with the approval.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DecidedEffect {
+    /// The summary.
+    #[serde(flatten)]
+    pub summary: super::render::EffectSummary,
+    /// The approval, `null` when rejected.
+    pub approval: Option<ApprovalView>,
+}
