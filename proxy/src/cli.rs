@@ -80,6 +80,11 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The command whose flags a start-up error is about (`airlock run` embeds a server).
+    let starts = match &cli.command {
+        Command::Run(_) => "airlock run",
+        _ => "airlock serve",
+    };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -90,7 +95,7 @@ pub fn main() -> ExitCode {
             // Line breaks stay (a TOML parse error points at its column on the next
             // lines); bidi, invisible and other control characters are shown escaped.
             eprintln!("error: {}", escape(&one_line(&error)));
-            if let Some(hint) = hint(&error) {
+            if let Some(hint) = hint(&error, starts) {
                 eprintln!("hint: {hint}");
             }
             ExitCode::FAILURE
@@ -172,7 +177,9 @@ fn one_line(error: &anyhow::Error) -> String {
     parts.join(": ")
 }
 
-fn hint(error: &anyhow::Error) -> Option<String> {
+/// The `hint:` line for `error`; `starts` is the command whose flags a start-up error is
+/// about (`airlock serve` or `airlock run`).
+fn hint(error: &anyhow::Error, starts: &str) -> Option<String> {
     for cause in error.chain() {
         if cause.downcast_ref::<PartialCommit>().is_some() {
             return Some("`airlock show EFFECT` tells why; `airlock retry` re-sends an effect that provably never reached its origin, `airlock settle` records what you found at the origin for an unknown one".into());
@@ -218,7 +225,7 @@ fn hint(error: &anyhow::Error) -> Option<String> {
             return Some("fix the policy file; `docs/policy.md` lists every key".into());
         }
         if cause.downcast_ref::<crate::StartError>().is_some() {
-            return Some("check the paths and addresses given to `airlock serve`".into());
+            return Some(format!("check the paths and addresses given to `{starts}`"));
         }
     }
     None

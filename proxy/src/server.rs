@@ -50,7 +50,7 @@ pub enum StartError {
         source: airlock_ledger::LedgerError,
     },
     /// A listener cannot bind.
-    #[error("cannot listen on {addr} (given by {flag}): {problem}")]
+    #[error("cannot listen on {}: {problem}", bind_named(.addr, .flag))]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -131,6 +131,22 @@ pub fn data_problem(path: &Path, error: &std::io::Error) -> String {
             "the file system is read-only; pass --data a writable directory".to_owned()
         }
         _ => error.to_string(),
+    }
+}
+
+/// How a bind error names `addr`: `the default proxy address 127.0.0.1:8080 (--listen)`
+/// when it is the flag's default (the user may never have typed the flag), else
+/// `ADDR (given by FLAG)`.
+fn bind_named(addr: &SocketAddr, flag: &str) -> String {
+    let defaults = ServeConfig::new(Default::default(), Default::default());
+    match flag {
+        "--listen" if *addr == defaults.listen => {
+            format!("the default proxy address {addr} (--listen)")
+        }
+        "--admin" if *addr == defaults.admin => {
+            format!("the default admin address {addr} (--admin)")
+        }
+        _ => format!("{addr} (given by {flag})"),
     }
 }
 

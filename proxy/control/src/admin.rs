@@ -3,16 +3,13 @@
 
 use std::sync::Arc;
 
-use airlock_ledger::{Effect, EffectId, LedgerError, Refused, Run, RunId};
-use airlock_net::respond::Side;
+use airlock_ledger::{Effect, EffectId, LedgerError, Run, RunId};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
-use tracing::warn;
 
 use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::runs::{self, Actor};
@@ -22,6 +19,7 @@ mod body;
 mod commit;
 mod compensate;
 mod effects;
+mod error;
 mod fence;
 pub(crate) mod health;
 pub mod openapi;
@@ -29,149 +27,15 @@ mod ops;
 mod outcomes;
 mod policy;
 pub mod render;
+pub mod views;
 mod workspace;
 
 pub use ops::{ops_router, NOT_SERVED_BY_ROLE};
 pub(crate) use policy::metrics as policy_metrics;
-use render::{edge_json, effect_summary, run_json};
+use render::edge_view;
 
-/// An admin API error: status, stable code, what happened. It becomes a response in one
-/// place, [`ApiError::into_response`], with the data plane's field names:
-/// `{error, reason_code, reason, hint, details?}`.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    reason: String,
-    details: Option<Value>,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, code: &'static str, reason: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            reason: reason.into(),
-            details: None,
-        }
-    }
-
-    /// Whose move it is: the caller's for 4xx answers, airlock's own for the rest.
-    pub fn side(&self) -> Side {
-        if self.status.is_server_error() {
-            Side::Internal
-        } else {
-            Side::Client
-        }
-    }
-
-    /// What to do about it, by code.
-    fn hint(&self) -> &'static str {
-        match self.code {
-            "unauthorized" => "send Authorization: Bearer TOKEN; the admin token is in DATA/admin.token, reviewer tokens in the files --reviewer-token names",
-            "not_found" => "check the id (GET /v1/runs lists runs); docs/admin-api.md lists the endpoints",
-            "not_served_by_role" => "send admin API and review UI requests to a control instance (airlock serve --role control or all); docs/fleet.md",
-            "bad_json" | "bad_body" | "bad_query" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
-                "fix the request and send it again; docs/admin-api.md describes each body"
-            }
-            "undecided_effects" => "approve or reject each effect in details.undecided first, or commit with approve_pending = true and expect",
-            "expectation_required" => "GET /v1/runs/{id}/effects, look at the effects it lists, then send its expect with approve_pending (docs/admin-api.md#expectations)",
-            "set_changed" => "nothing was approved or released: look at details.added (staged since) and details.covered, then commit again with details.now as expect if you want exactly those",
-            "flow_review_required" => "each effect in details.held violates a review flow: look at its flows (GET /v1/effects/{id}), then approve it by itself (POST /v1/effects/{id}/approve) or reject it, and commit again",
-            "flow_blocked" => "a block flow forbids releasing this effect (GET /v1/effects/{id} shows its flows); reject it, or change the policy",
-            "run_not_open" | "invalid_run_transition" | "invalid_effect_transition" => {
-                "the run or effect is past that step; GET it to see its state"
-            }
-            "body_too_large" => "send a smaller body: the admin API reads at most 2 MiB per request",
-            "policy_invalid" => "fix the policy file; the policy in force is unchanged (docs/policy.md lists every key)",
-            "snapshot_unsupported" => "give the workspace snapshot_cmd and rollback_cmd, or use a git workspace",
-            "run_not_committed" => "only a committed run can be compensated; commit it first",
-            "already_compensated" => "the run was compensated before; see its compensation run",
-            "not_retriable" => "the effect may have reached its origin (or the origin refused it): check the origin, then settle an unknown effect (POST /v1/effects/{id}/settle, `airlock settle`)",
-            "bad_settlement" => "name a placeholder of the effect by its pointer (GET /v1/effects/{id} lists them) with a value of its type, and give values only with delivered = true",
-            "lease_held" => "another control instance is releasing this run (waited 60 s for it): ask again; it is taken over if that instance died (docs/architecture.md, \"Commit authority\")",
-            "nothing_to_retry" => "GET /v1/runs/{id}/effects: a failed effect with retriable = true, or an unknown one, is what to look at",
-            _ if self.status.is_server_error() => "see airlock's log; retry later",
-            _ => "see reason; docs/admin-api.md describes each endpoint",
-        }
-    }
-}
-
-impl From<LedgerError> for ApiError {
-    fn from(error: LedgerError) -> Self {
-        match error {
-            LedgerError::NotFound { .. } => {
-                Self::new(StatusCode::NOT_FOUND, "not_found", error.to_string())
-            }
-            LedgerError::Refused(refused) => {
-                let details = match &refused {
-                    Refused::Undecided { effects, .. } => Some(json!({ "undecided": effects })),
-                    Refused::FlowHeld { effects, .. } => Some(json!({ "held": effects })),
-                    Refused::FlowBlocked { flows, .. } => Some(json!({ "flows": flows })),
-                    _ => None,
-                };
-                Self {
-                    status: StatusCode::CONFLICT,
-                    code: refused.code(),
-                    reason: refused.to_string(),
-                    details,
-                }
-            }
-            LedgerError::Degraded { .. } => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ledger_degraded",
-                error.to_string(),
-            ),
-            LedgerError::LowSpace { .. } => Self::new(
-                StatusCode::INSUFFICIENT_STORAGE,
-                "ledger_low_space",
-                error.to_string(),
-            ),
-            other => Self::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "ledger_error",
-                airlock_net::respond::error_chain(&other).unwrap_or_default(),
-            ),
-        }
-    }
-}
-
-impl From<crate::release::CommitError> for ApiError {
-    fn from(error: crate::release::CommitError) -> Self {
-        match error {
-            crate::release::CommitError::Ledger(error) => error.into(),
-            crate::release::CommitError::Changed(changed) => commit::set_changed(&changed),
-            other => Self::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "task_failed",
-                other.to_string(),
-            ),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    /// The admin listener's one error-to-response mapping: the status, and the JSON body
-    /// `{error, reason_code, reason, hint, details?}` (`error` the status's short name).
-    fn into_response(self) -> Response {
-        if self.side().is_failure() {
-            warn!(reason_code = self.code, reason = %self.reason, "admin request failed");
-        }
-        let hint = self.hint();
-        let body = openapi::ApiErrorBody {
-            error: self
-                .status
-                .canonical_reason()
-                .unwrap_or("error")
-                .to_ascii_lowercase(),
-            reason_code: self.code.to_owned(),
-            reason: self.reason,
-            hint: hint.to_owned(),
-            details: self.details,
-        };
-        (self.status, Json(body)).into_response()
-    }
-}
+use error::not_found;
+pub use error::ApiError;
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -216,13 +80,14 @@ pub fn router(shared: Arc<Control>) -> Router {
             shared.clone(),
             require_token,
         ))
-        .fallback(|| async {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "no such admin endpoint; see docs/admin-api.md",
-            )
-        });
+        .fallback(
+            |method: axum::http::Method, uri: axum::http::Uri| async move {
+                ApiError::not_found(
+                    "endpoint",
+                    format!("no admin endpoint answers {method} {}", uri.path()),
+                )
+            },
+        );
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/v1/openapi.json", get(openapi::openapi_json))
@@ -302,14 +167,6 @@ fn parse_effect(id: &str) -> ApiResult<EffectId> {
     })
 }
 
-fn not_found(kind: &str, id: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        format!("no {kind} with id {id}"),
-    )
-}
-
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateRun {
@@ -325,7 +182,7 @@ struct CreateRun {
 /// step.
 static CREATE_WITH_SOURCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = render::RunView)))]
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = views::CreatedRun)))]
 async fn create_run(
     State(shared): State<Arc<Control>>,
     body: body::ApiBody,
@@ -365,13 +222,15 @@ async fn create_run(
     let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token, java_port);
     let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));
-    let mut body = run_json(&shared, &run, &[]);
-    body["token"] = json!(run.token);
-    body["proxy_url"] = json!(proxy_url(&shared.advertised, run.id.as_str(), &run.token));
-    body["ca_file"] = json!(shared.advertised.ca_file.display().to_string());
-    body["env"] = json!(env);
-    body["fence_socket"] = json!(shared.fence_socket().display().to_string());
-    body["truststore"] = json!(shared.advertised.truststore);
+    let body = views::CreatedRun {
+        run: render::run_view(&shared, &run, &[]),
+        proxy_url: proxy_url(&shared.advertised, run.id.as_str(), &run.token),
+        token: run.token,
+        ca_file: shared.advertised.ca_file.display().to_string(),
+        env,
+        fence_socket: shared.fence_socket().display().to_string(),
+        truststore: shared.advertised.truststore.clone(),
+    };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -409,16 +268,17 @@ pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run,
     found.ok_or_else(|| not_found("run", id))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run with its effect counts, decisions, flags and flows", body = render::RunView)))]
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run with its effect counts, decisions, flags and flows", body = views::RunDetail)))]
 async fn show_run(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::RunDetail>> {
     let (run, effects) = load_run(&shared, &id).await?;
     let checks = run_checks(&shared, &run.id).await?;
-    let mut body = run_json(&shared, &run, &effects);
-    body["flows"] = render::run_flows(&effects, &checks);
-    Ok(Json(body))
+    Ok(Json(views::RunDetail {
+        run: render::run_view(&shared, &run, &effects),
+        flows: render::run_flows(&effects, &checks),
+    }))
 }
 
 /// The flow decisions on every effect of `run` (empty when the policy has no flows).
@@ -451,14 +311,17 @@ async fn run_effects(
             .collect::<Result<Vec<_>, _>>()
     })
     .await?;
-    let listed: Vec<Value> = effects
+    let listed: Vec<views::ListedEffect> = effects
         .iter()
         .zip(&answers)
         .map(|(effect, answer)| {
-            let mut out = effect_summary(effect);
-            render::flows_brief(&mut out, effect, checks.get(&effect.id));
-            out["released"] = crate::released::released_json(effect, &effects, answer.as_deref());
-            out
+            let (flows, flow_hold) = render::flows_brief(effect, checks.get(&effect.id));
+            views::ListedEffect {
+                summary: render::summary_of(effect),
+                flows,
+                flow_hold,
+                released: crate::released::released_json(effect, &effects, answer.as_deref()),
+            }
         })
         .collect();
     // What a commit of exactly these effects carries (docs/admin-api.md#expectations).
@@ -470,44 +333,50 @@ async fn run_effects(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/reads", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, reads: [read…]}`", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/reads", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, reads: [read…]}`", body = views::RunReads)))]
 async fn run_reads(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::RunReads>> {
     let (run, _) = load_run(&shared, &id).await?;
     let ledger = shared.ledger().clone();
     let run_id = run.id.clone();
     let reads = blocking(move || ledger.reads(&run_id)).await?;
-    Ok(Json(json!({ "run": run.id, "reads": reads })))
+    Ok(Json(views::RunReads { run: run.id, reads }))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/denials", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, denials: [denial…]}`", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/denials", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, denials: [denial…]}`", body = views::RunDenials)))]
 async fn run_denials(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::RunDenials>> {
     let (run, _) = load_run(&shared, &id).await?;
     let ledger = shared.ledger().clone();
     let run_id = run.id.clone();
     let denials = blocking(move || ledger.denials(&run_id)).await?;
-    Ok(Json(json!({ "run": run.id, "denials": denials })))
+    Ok(Json(views::RunDenials {
+        run: run.id,
+        denials,
+    }))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/env", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, env: {NAME: VALUE}, shell}`", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/env", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, env: {NAME: VALUE}, shell}`", body = views::RunEnv)))]
 async fn run_env(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::RunEnv>> {
     let (run, _) = load_run(&shared, &id).await?;
     let java_port = crate::bound_ports::java_port(&shared, &run.id).await;
     let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token, java_port);
     // Credential placeholders: opaque stand-ins, never the values.
     let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));
-    Ok(Json(
-        json!({ "run": run.id, "env": env, "shell": shell_exports(&env) }),
-    ))
+    let shell = shell_exports(&env);
+    Ok(Json(views::RunEnv {
+        run: run.id,
+        env,
+        shell,
+    }))
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/seal", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `sealed` (idempotent)", body = render::RunView)))]
@@ -521,24 +390,25 @@ async fn seal_run(
     Ok(Json(render::run_view(&shared, &run, &effects)))
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/abort", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `aborted`, with `effects_detail`", body = render::RunView)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/abort", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `aborted`, with `effects_detail`", body = views::AbortedRun)))]
 async fn abort_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::AbortedRun>> {
     let run_id = parse_run(&id)?;
     let (run, effects) = runs::abort(&shared, &run_id, &Actor::Reviewer(reviewer.name)).await?;
-    let mut body = run_json(&shared, &run, &effects);
-    body["effects_detail"] = json!(effects.iter().map(effect_summary).collect::<Vec<_>>());
-    Ok(Json(body))
+    Ok(Json(views::AbortedRun {
+        run: render::run_view(&shared, &run, &effects),
+        effects_detail: effects.iter().map(render::summary_of).collect(),
+    }))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/lineage", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, nodes, edges}`: the run's lineage graph", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/lineage", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, nodes, edges}`: the run's lineage graph", body = views::Lineage)))]
 async fn run_lineage(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<views::Lineage>> {
     let (run, effects) = load_run(&shared, &id).await?;
     let ledger = shared.ledger().clone();
     let run_id = run.id.clone();
@@ -551,22 +421,37 @@ async fn run_lineage(
         Ok((ledger.reads(&run_id)?, ledger.edges(&run_id)?, analyzed))
     })
     .await?;
-    let mut nodes: Vec<Value> = reads
+    let mut nodes: Vec<views::LineageNode> = reads
         .iter()
         .map(|r| {
-            json!({ "id": format!("read:{}", r.seq), "kind": "read", "seq": r.seq, "method": r.method,
-                    "url": r.url, "status": r.status, "response_bytes": r.response_bytes })
+            views::LineageNode::Read(views::ReadNode {
+                id: format!("read:{}", r.seq),
+                kind: "read",
+                seq: r.seq,
+                method: r.method.clone(),
+                url: r.url.clone(),
+                status: r.status,
+                response_bytes: r.response_bytes,
+            })
         })
         .collect();
     nodes.extend(effects.iter().zip(&analyzed).map(|(e, analyzed)| {
-        json!({ "id": e.id, "kind": "effect", "seq": e.seq, "method": e.method, "url": e.url,
-                "state": e.state, "analyzed": analyzed })
+        views::LineageNode::Effect(views::EffectNode {
+            id: e.id.clone(),
+            kind: "effect",
+            seq: e.seq,
+            method: e.method.clone(),
+            url: e.url.clone(),
+            state: e.state,
+            analyzed: *analyzed,
+        })
     }));
-    Ok(Json(json!({
-        "run": run.id,
-        "nodes": nodes,
-        "edges": edges.iter().map(|e| edge_json(e, &reads)).collect::<Vec<_>>(),
-    })))
+    let edges = edges.iter().map(|e| edge_view(e, &reads)).collect();
+    Ok(Json(views::Lineage {
+        run: run.id,
+        nodes,
+        edges,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/ca", tag = "other", responses((status = 200, description = "The CA certificate (PEM)", body = String, content_type = "application/x-pem-file")))]

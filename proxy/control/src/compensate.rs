@@ -47,8 +47,30 @@ pub enum CompensateError {
     },
 }
 
+/// A compensating effect, staged in the compensation run.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Compensating {
+    /// Its id (`eff_…`).
+    #[schema(value_type = String)]
+    pub id: airlock_ledger::EffectId,
+    /// Its place in the compensation run's staging order, from 1.
+    pub seq: u64,
+    /// The request method.
+    pub method: String,
+    /// The request URL.
+    pub url: String,
+    /// Its state (`staged`).
+    #[schema(value_type = String)]
+    pub state: airlock_ledger::EffectState,
+    /// What the adapter says it does.
+    pub summary: String,
+    /// The released effect it undoes (`eff_…`).
+    #[schema(value_type = Option<String>)]
+    pub compensates: Option<airlock_ledger::EffectId>,
+}
+
 /// A released effect with no known inverse.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct NotCompensable {
     /// The effect.
     pub effect: String,
@@ -59,14 +81,16 @@ pub struct NotCompensable {
 }
 
 /// What `compensate` made.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct CompensationReport {
-    /// The committed run.
+    /// The committed run (`run_…`).
+    #[schema(value_type = String)]
     pub run: RunId,
-    /// The sealed run holding the compensating effects (absent when there are none).
+    /// The sealed run holding the compensating effects (`null` when there are none).
+    #[schema(value_type = Option<String>)]
     pub compensation_run: Option<RunId>,
     /// The compensating effects, in the order they would be released.
-    pub effects: Vec<serde_json::Value>,
+    pub effects: Vec<Compensating>,
     /// Released effects no adapter can undo.
     pub not_compensable: Vec<NotCompensable>,
     /// The honest caveat.
@@ -296,16 +320,14 @@ pub fn compensate(
         compensation_run: Some(target.id),
         effects: staged
             .iter()
-            .map(|e| {
-                serde_json::json!({
-                    "id": e.id,
-                    "seq": e.seq,
-                    "method": e.method,
-                    "url": e.url,
-                    "state": e.state,
-                    "summary": adapters::summary_of(e),
-                    "compensates": e.compensates,
-                })
+            .map(|e| Compensating {
+                id: e.id.clone(),
+                seq: e.seq,
+                method: e.method.clone(),
+                url: e.url.clone(),
+                state: e.state,
+                summary: adapters::summary_of(e),
+                compensates: e.compensates.clone(),
             })
             .collect(),
         not_compensable,

@@ -22,11 +22,13 @@ pub struct ControlMetrics {
     release_duration: Histogram,
 }
 
-/// Records a finished release attempt of `effect` (of `run`) and writes its log line:
-/// target `airlock::release`, message `release`, with `run`, `effect`, `method`, `host`,
+/// Records a finished release attempt of `effect` (of `run`) and writes its log line, the
+/// only event of a release attempt: target `airlock::release`, message `release`, with
+/// `run.id`, `effect.id`, `method`, `origin.host` and `origin.port` (never the path),
 /// `outcome` (the effect's state after it: `released`, `failed`, `unknown`, …, or `error`
-/// when the ledger could not record it), `origin_status` when the origin answered, and
-/// `duration_ms`.
+/// when the ledger could not record it), `origin.status` when the origin answered,
+/// `error` when the attempt failed or the effect was not sent (why), and `duration_ms`
+/// (to the microsecond, [`airlock_dataplane::handle::millis`]).
 pub(crate) fn released(
     shared: &Control,
     run: &RunId,
@@ -35,25 +37,38 @@ pub(crate) fn released(
     elapsed: Duration,
 ) {
     shared.metrics.release_duration.observe(elapsed);
-    let (outcome, status) = match settled {
+    let (outcome, status, error) = match settled {
         Ok(settled) => (
             settled.state.as_str(),
             settled.release.as_ref().and_then(|r| r.status),
+            // The attempt's error; for one never sent (an approval that no longer
+            // matches, a placeholder with no real value), why.
+            settled
+                .release
+                .as_ref()
+                .and_then(|r| r.error.clone())
+                .or_else(|| {
+                    (settled.state != EffectState::Released)
+                        .then(|| settled.state_reason.clone())
+                        .flatten()
+                }),
         ),
-        Err(_) => ("error", None),
+        Err(error) => ("error", None, Some(error.to_string())),
     };
-    let host = url_host(&effect.url);
+    let (host, port) = url_origin(&effect.url);
     macro_rules! line {
         ($level:ident) => {
             tracing::$level!(
                 target: "airlock::release",
-                run = %run,
-                effect = %effect.id,
                 method = %effect.method,
-                host = host,
+                "run.id" = %run,
+                "effect.id" = %effect.id,
+                "origin.host" = host,
+                "origin.port" = port,
                 outcome = outcome,
-                origin_status = status,
-                duration_ms = elapsed.as_secs_f64() * 1000.0,
+                "origin.status" = status,
+                error = error.as_deref(),
+                duration_ms = airlock_dataplane::handle::millis(elapsed),
                 "release"
             )
         };
@@ -66,10 +81,33 @@ pub(crate) fn released(
     }
 }
 
-/// The host of `url`, for the release line (never its path or query).
-fn url_host(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    rest.split(['/', '?', '#']).next().unwrap_or(rest)
+/// The host and port of `url`, for the release line (never its path or query): the port
+/// written in the URL, or the scheme's (443 for `https`, 80 for `http`); the host of an
+/// IPv6 literal without its brackets, as the request line has it.
+fn url_origin(url: &str) -> (&str, Option<u16>) {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let default = match scheme {
+        "https" => Some(443),
+        "http" => Some(80),
+        _ => None,
+    };
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, tail)) => (host, tail.strip_prefix(':')),
+            None => (authority, None),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        Some(port) => port.parse().ok(),
+        None => default,
+    };
+    (host, port)
 }
 
 /// `GET /metrics`.

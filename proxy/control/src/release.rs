@@ -272,7 +272,13 @@ async fn release_and_finish(
     let finished = blocking(move || ledger.finish_commit_fenced(&run_id, lease.lease())).await;
     match finished {
         Err(error) if fence.note(&error) => Err(CommitError::LeaseLost(run.clone())),
-        other => other.map(drop),
+        Ok(finished) => {
+            // Logged where a commit ends, not where a report is read (a retry of nothing,
+            // a repeated commit of a committed run).
+            info!(run.id = %run, run.state = %finished.state, "commit finished");
+            Ok(())
+        }
+        Err(error) => Err(error),
     }
 }
 
@@ -293,7 +299,6 @@ pub(crate) async fn report(
         Ok((state, ledger.effects(&run_id)?))
     })
     .await?;
-    info!(run.id = %run, run.state = %state, "commit finished");
     Ok(CommitReport::new(run.clone(), state, &effects))
 }
 
@@ -452,7 +457,6 @@ async fn release_one(
     // The approval is bound to the exact request the reviewer saw.
     if let Err(mismatch) = effect.check_approval(&body) {
         let reason = mismatch.to_string();
-        warn!(effect.id = %effect.id, reason = %reason, "effect not sent: its approval does not match");
         return settle_unsent(shared, fence, &effect.id, EffectState::Failed, reason).await;
     }
     let prepared = substituted(shared, &effect, parents, issued, body).and_then(
@@ -480,7 +484,6 @@ async fn release_one(
     let (prepared, scrubber) = match prepared {
         Ok(prepared) => prepared,
         Err(reason) => {
-            warn!(effect.id = %effect.id, reason = %reason, "effect not sent");
             return settle_unsent(shared, fence, &effect.id, EffectState::Failed, reason).await;
         }
     };
@@ -520,7 +523,6 @@ async fn release_one(
             } else {
                 Vec::new()
             };
-            info!(effect.id = %effect.id, url = %effect.url, origin.status = status, "effect released");
             blocking(move || {
                 ledger.record_release_fenced(
                     &id,
@@ -540,8 +542,6 @@ async fn release_one(
             .await?
         }
         Err(failure) => {
-            warn!(effect.id = %effect.id, url = %effect.url, reason = %failure.reason,
-                  delivery = ?failure.delivery, "release got no answer");
             blocking(move || {
                 ledger.record_release_fenced(
                     &id,

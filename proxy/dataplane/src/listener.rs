@@ -311,19 +311,10 @@ async fn connect(
     // reason, manifest), over TLS with airlock's leaf as usual. Nothing is dialed: the
     // tunnel never reaches the origin. A client that does not trust the CA loses nothing
     // over a refused CONNECT (docs/policy.md, "Denied hosts").
+    let mut denied = None;
     let refusal = match decision {
         ConnectDecision::Deny(decision) => {
-            crate::handle::ConnectLine {
-                run: &run,
-                target: &target,
-                action: crate::metrics::RequestAction::Deny,
-                rule: decision.rule.as_deref(),
-                reason_code: decision.reason_code,
-                status: 403,
-                bytes: (0, 0),
-                elapsed: arrived.elapsed(),
-            }
-            .write(&shared);
+            denied = Some((decision.rule.clone(), decision.reason_code));
             crate::denials::journal_connect(&shared, &run, &target, &decision, policy.revision());
             let refusal: Refusal =
                 crate::denials::host_refusal(&target, decision, policy.revision());
@@ -359,6 +350,21 @@ async fn connect(
             .into_response()
         }
     };
+    // The denied host's CONNECT line, with what its client sees: a 200, then each request
+    // inside refused with its own line (`handle::refused_inside`).
+    if let Some((rule, reason_code)) = &denied {
+        crate::handle::ConnectLine {
+            run: &run,
+            target: &target,
+            action: crate::metrics::RequestAction::Deny,
+            rule: rule.as_deref(),
+            reason_code,
+            status: 200,
+            bytes: (0, 0),
+            elapsed: arrived.elapsed(),
+        }
+        .write(&shared);
+    }
     let span =
         info_span!("tunnel", run.id = %run, origin.host = %target.host, origin.port = target.port);
     tokio::spawn(

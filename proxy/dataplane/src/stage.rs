@@ -167,6 +167,11 @@ async fn record(
         Ok(effect) => Ok(effect),
         Err(airlock_ledger::LedgerError::Refused(refused)) => Err(ProxyError::RunNotOpen {
             reason: refused.to_string(),
+            // Sealed (or committing): reads still pass. Committed or aborted: nothing does.
+            closed: matches!(
+                &refused,
+                airlock_ledger::Refused::RunNotOpen { state, .. } if state.is_final()
+            ),
         }),
         Err(error) => Err(ledger_fault("could not stage the effect", error)),
     }

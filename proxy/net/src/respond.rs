@@ -182,11 +182,14 @@ pub enum ProxyError {
         /// That deadline, in seconds.
         seconds: u64,
     },
-    /// The run does not accept effects any more.
-    #[error("run does not accept effects")]
+    /// The run does not accept effects any more (sealed), or nothing at all (`closed`:
+    /// committed or aborted, reads refused too).
+    #[error("{}", if *.closed { "run is closed" } else { "run does not accept effects" })]
     RunNotOpen {
         /// The ledger's explanation.
         reason: String,
+        /// Committed or aborted: no request passes, reads included.
+        closed: bool,
     },
     /// The destination is refused before dialing (airlock's own listeners, private addresses).
     #[error("destination refused")]
@@ -399,9 +402,13 @@ impl ProxyError {
                     ),
                 }
             }
-            Self::RunNotOpen { reason } => (
+            Self::RunNotOpen { reason, closed } => (
                 reason.clone(),
-                "the run is sealed or finished; start a new run to stage more effects",
+                if *closed {
+                    "the run was committed or aborted and passes nothing any more, reads included; create a new run for more work"
+                } else {
+                    "the run is sealed: reads still pass, but it stages nothing; start a new run to stage more effects"
+                },
             ),
             Self::DestinationRefused { reason, code } => (
                 reason.clone(),

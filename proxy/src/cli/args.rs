@@ -9,7 +9,14 @@ use crate::config::{ENV_ADMIN, ENV_DATA, ENV_TOKEN};
 
 /// airlock: an effect-staging egress proxy for AI-agent sandboxes.
 #[derive(Debug, Parser)]
-#[command(name = "airlock", version, about, long_about = None)]
+#[command(
+    name = "airlock",
+    version,
+    about,
+    long_about = None,
+    after_help = "Flags follow their subcommand: `airlock serve --data DIR …`, `airlock effects RUN --data DIR`. \
+                  AIRLOCK_DATA=DIR names the data directory once for every command."
+)]
 pub(super) struct Cli {
     #[command(subcommand)]
     pub(super) command: Command,

@@ -126,7 +126,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             // The commands of the cmd driver come from this command line's own user.
             config.danger_allow_snapshot_commands = true;
-            let server = crate::Server::build(config).await?;
+            let fresh = super::serve::FreshDataDir::before(&config.data_dir);
+            let server = fresh.build(config).await?;
             let client = AdminClient::new(
                 &format!("http://{}", server.admin_addr()),
                 server.admin_token(),

@@ -39,9 +39,45 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.ledger_cache_bytes = args.ledger_cache_mib << 20;
     config.ledger_min_free_bytes = args.ledger_min_free_mib << 20;
     airlock_net::limits::raise_fd_limit(config.max_connections);
-    let server = crate::Server::build(config).await?;
+    let fresh = FreshDataDir::before(&config.data_dir);
+    let server = fresh.build(config).await?;
     server.run_until(shutdown_signal()).await;
     Ok(())
+}
+
+/// The part of a data directory path that does not exist yet, so a server that fails to
+/// start removes what this attempt created (its CA, tokens, ledger) and nothing else: a
+/// data directory that existed before is never touched.
+pub(super) struct FreshDataDir(Option<std::path::PathBuf>);
+
+impl FreshDataDir {
+    /// Notes the outermost missing directory of `data` (none when `data` exists).
+    pub(super) fn before(data: &std::path::Path) -> Self {
+        let data = std::path::absolute(data).unwrap_or_else(|_| data.to_path_buf());
+        let missing = data
+            .ancestors()
+            .take_while(|dir| !dir.as_os_str().is_empty() && !dir.exists())
+            .last()
+            .map(std::path::Path::to_path_buf);
+        Self(missing)
+    }
+
+    /// Builds the server; when that fails, removes the directories this attempt created.
+    pub(super) async fn build(
+        self,
+        config: ServeConfig,
+    ) -> Result<crate::Server, crate::StartError> {
+        let built = crate::Server::build(config).await;
+        if built.is_err() {
+            if let Some(created) = &self.0 {
+                if let Err(error) = std::fs::remove_dir_all(created) {
+                    tracing::warn!(path = %created.display(), error = %error,
+                        "could not remove the data directory this failed start created");
+                }
+            }
+        }
+        built
+    }
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -19,6 +19,7 @@ mod leases;
 mod limits;
 mod lineage;
 mod matchers;
+mod newuser;
 mod observe;
 mod openapi;
 mod outcomes;

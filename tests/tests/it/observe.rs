@@ -65,8 +65,8 @@ async fn json_log_has_one_canonical_line_per_request_and_per_release() {
     let port = origin.addr().port();
     let airlock = fx.start(&loopback_policy(port), &["--log-format", "json"]);
     let done = traffic(&airlock, port).await;
-    // A host no rule names is denied at the CONNECT (answered inside the tunnel with its
-    // 403, never dialed): one CONNECT line.
+    // A host no rule names is denied at the CONNECT (answered 200, then 403 inside the
+    // tunnel, never dialed): a CONNECT line and one for the request inside.
     let (_, env) = airlock.create_run().await;
     let refused = curl(&env, &["--fail", &format!("https://127.0.0.2:{port}/x")]).await;
     assert!(!refused.success, "{}", refused.stderr);
@@ -74,7 +74,7 @@ async fn json_log_has_one_canonical_line_per_request_and_per_release() {
     // A request's line is written once its response has left, which may trail the
     // client's exit by a moment.
     let complete = eventually(Duration::from_secs(10), || {
-        json_lines(&airlock.log(), "airlock::request").len() >= 4
+        json_lines(&airlock.log(), "airlock::request").len() >= 5
             && !json_lines(&airlock.log(), "airlock::release").is_empty()
     })
     .await;
@@ -89,16 +89,19 @@ async fn json_log_has_one_canonical_line_per_request_and_per_release() {
         );
     }
     let mut requests = json_lines(&log, "airlock::request");
-    assert_eq!(requests.len(), 4, "one line per request: {requests:#?}");
+    assert_eq!(requests.len(), 5, "one line per request: {requests:#?}");
     let connect = requests.remove(
         requests
             .iter()
             .position(|l| l["method"] == "CONNECT")
             .unwrap_or_else(|| panic!("no CONNECT line in {requests:#?}")),
     );
-    assert_eq!(connect["host"], "127.0.0.2", "{connect}");
+    assert_eq!(connect["origin.host"], "127.0.0.2", "{connect}");
     assert_eq!(connect["action"], "deny", "{connect}");
-    assert_eq!(connect["status"], 403, "{connect}");
+    assert_eq!(
+        connect["status"], 200,
+        "the client's CONNECT got 200: {connect}"
+    );
     assert_eq!(connect["reason_code"], "default_deny", "{connect}");
     assert!(
         connect.get("rule").is_none(),
@@ -107,7 +110,7 @@ async fn json_log_has_one_canonical_line_per_request_and_per_release() {
     let by_action = |action: &str| -> &Value {
         requests
             .iter()
-            .find(|l| l["action"] == action)
+            .find(|l| l["action"] == action && l["origin.host"] == "127.0.0.1")
             .unwrap_or_else(|| panic!("no {action} line in {requests:#?}"))
     };
     for (action, method, path, rule, status) in [
@@ -118,10 +121,10 @@ async fn json_log_has_one_canonical_line_per_request_and_per_release() {
         let line = by_action(action);
         assert_eq!(line["message"], "request", "{line}");
         assert_eq!(line["level"], "INFO", "{line}");
-        assert_eq!(line["run"], done.run.as_str(), "{line}");
+        assert_eq!(line["run.id"], done.run.as_str(), "{line}");
         assert_eq!(line["method"], method, "{line}");
-        assert_eq!(line["host"], "127.0.0.1", "{line}");
-        assert_eq!(line["port"], u64::from(port), "{line}");
+        assert_eq!(line["origin.host"], "127.0.0.1", "{line}");
+        assert_eq!(line["origin.port"], u64::from(port), "{line}");
         assert_eq!(line["path"], path, "the path, never the query: {line}");
         assert_eq!(line["rule"], rule, "{line}");
         assert_eq!(line["status"], status, "{line}");
@@ -143,15 +146,123 @@ async fn json_log_has_one_canonical_line_per_request_and_per_release() {
     assert_eq!(releases.len(), 1, "one line per release: {releases:#?}");
     let release = &releases[0];
     assert_eq!(release["message"], "release", "{release}");
-    assert_eq!(release["effect"], done.effect.as_str(), "{release}");
-    assert_eq!(release["run"], done.run.as_str(), "{release}");
+    assert_eq!(release["effect.id"], done.effect.as_str(), "{release}");
+    assert_eq!(release["run.id"], done.run.as_str(), "{release}");
     assert_eq!(release["outcome"], "released", "{release}");
-    assert_eq!(release["origin_status"], 200, "{release}");
+    assert_eq!(release["origin.status"], 200, "{release}");
     assert_eq!(release["method"], "POST", "{release}");
-    assert_eq!(release["host"], format!("127.0.0.1:{port}"), "{release}");
+    assert_eq!(release["origin.host"], "127.0.0.1", "{release}");
+    assert_eq!(release["origin.port"], u64::from(port), "{release}");
     assert!(
         release["duration_ms"].as_f64().is_some_and(|d| d >= 0.0),
         "{release}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_fields_one_name_each_release_once_denied_connect_logs_what_the_client_saw() {
+    // #21: `run.id`/`effect.id`/`origin.*` on every line, the release's port its own
+    // field, one event per release, durations to the microsecond, and a denied host's
+    // CONNECT logged as the client saw it: 200, then the 403 of the request inside.
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let airlock = fx.start(&loopback_policy(port), &["--log-format", "json"]);
+    let done = traffic(&airlock, port).await;
+    let (denied_run, env) = airlock.create_run().await;
+    let refused = curl(
+        &env,
+        &[
+            "-X",
+            "DELETE",
+            &format!("https://127.0.0.2:{port}/inner/path?q=1"),
+        ],
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{}", refused.stderr);
+    let complete = eventually(Duration::from_secs(10), || {
+        json_lines(&airlock.log(), "airlock::request").len() >= 5
+            && !json_lines(&airlock.log(), "airlock::release").is_empty()
+    })
+    .await;
+    let log = airlock.log();
+    assert!(complete, "request and release lines missing; log:\n{log}");
+    let lines: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    for line in &lines {
+        for old in ["run", "effect", "host", "port", "origin_status"] {
+            assert!(
+                line.get(old).is_none(),
+                "`{old}` is named `run.id`, `effect.id`, `origin.host`, `origin.port` or \
+                 `origin.status` on every line: {line}"
+            );
+        }
+    }
+    let about_release: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["effect.id"] == done.effect.as_str())
+        .filter(|l| l["message"].as_str().is_some_and(|m| m.contains("releas")))
+        .collect();
+    assert_eq!(
+        about_release.len(),
+        1,
+        "a release is logged once: {about_release:#?}"
+    );
+    assert_eq!(about_release[0]["target"], "airlock::release");
+    assert_eq!(about_release[0]["origin.port"], u64::from(port));
+    for line in lines
+        .iter()
+        .filter(|l| l["target"] == "airlock::request" || l["target"] == "airlock::release")
+    {
+        let ms = line["duration_ms"].as_f64().expect("duration_ms");
+        let micros = ms * 1000.0;
+        assert!(
+            (micros - micros.round()).abs() < 1e-6,
+            "duration_ms to the microsecond, no float noise: {line}"
+        );
+        let text = line["duration_ms"].to_string();
+        assert!(
+            text.split_once('.')
+                .is_none_or(|(_, decimals)| decimals.len() <= 3),
+            "at most three decimals: {text}"
+        );
+    }
+    let denied: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["target"] == "airlock::request" && l["run.id"] == denied_run.as_str())
+        .collect();
+    assert_eq!(
+        denied.len(),
+        2,
+        "the CONNECT and the request inside: {denied:#?}"
+    );
+    let connect = denied
+        .iter()
+        .find(|l| l["method"] == "CONNECT")
+        .expect("the CONNECT line");
+    assert_eq!(
+        connect["status"], 200,
+        "the client's CONNECT got 200: {connect}"
+    );
+    assert_eq!(connect["action"], "deny", "{connect}");
+    assert_eq!(connect["origin.host"], "127.0.0.2", "{connect}");
+    let inner = denied
+        .iter()
+        .find(|l| l["method"] == "DELETE")
+        .expect("the refused request inside the tunnel");
+    assert_eq!(
+        inner["path"], "/inner/path",
+        "the path, never the query: {inner}"
+    );
+    assert_eq!(inner["status"], 403, "{inner}");
+    assert_eq!(inner["action"], "deny", "{inner}");
+    assert_eq!(inner["reason_code"], "default_deny", "{inner}");
+    assert_eq!(inner["origin.port"], u64::from(port), "{inner}");
+    assert!(
+        inner["bytes_out"].as_u64().is_some_and(|b| b > 0),
+        "{inner}"
     );
 }
 
@@ -298,12 +409,12 @@ allow_private = ["127.0.0.1"]
     let lines = json_lines(&log, "airlock::request");
     assert_eq!(lines.len(), 1, "{lines:#?}");
     let line = &lines[0];
-    assert_eq!(line["run"], run.as_str(), "{line}");
+    assert_eq!(line["run.id"], run.as_str(), "{line}");
     assert_eq!(line["method"], "CONNECT", "{line}");
     assert_eq!(line["action"], "tunnel", "{line}");
     assert_eq!(line["rule"], "pinned", "{line}");
     assert_eq!(line["status"], 200, "{line}");
-    assert_eq!(line["port"], u64::from(port), "{line}");
+    assert_eq!(line["origin.port"], u64::from(port), "{line}");
     // The TLS records each way, opaque to airlock.
     assert!(line["bytes_in"].as_u64().is_some_and(|b| b > 0), "{line}");
     assert!(line["bytes_out"].as_u64().is_some_and(|b| b > 0), "{line}");

@@ -138,3 +138,65 @@ async fn malformed_commit_query_is_answered_in_the_json_error_shape() {
         "a refused commit changes nothing: {shown}"
     );
 }
+
+/// Whether `schema` (a response body's schema, or a component it names) says nothing of
+/// its fields: an object with no `properties`, `allOf`, `oneOf` or `anyOf`.
+fn untyped(doc: &Value, schema: &Value) -> bool {
+    if let Some(name) = schema["$ref"].as_str() {
+        let name = name.trim_start_matches("#/components/schemas/");
+        return untyped(doc, &doc["components"]["schemas"][name]);
+    }
+    let object = match &schema["type"] {
+        Value::String(t) => t == "object",
+        Value::Array(types) => types.iter().any(|t| t == "object"),
+        _ => false,
+    };
+    let described = ["properties", "allOf", "oneOf", "anyOf"]
+        .iter()
+        .any(|key| !schema[*key].is_null());
+    object && !described
+}
+
+#[test]
+fn openapi_no_success_response_is_an_untyped_object() {
+    // #21: every 2xx JSON answer is one of the handlers' typed bodies. The one exception
+    // is `GET /v1/openapi.json`, whose body is an OpenAPI document (its schema is the
+    // OpenAPI 3.1 meta-schema, not the admin API's to restate).
+    let generated = std::process::Command::new(airlock_bin())
+        .arg("openapi")
+        .output()
+        .expect("run airlock openapi");
+    assert!(generated.status.success(), "{generated:?}");
+    let doc: Value = serde_json::from_slice(&generated.stdout).expect("JSON");
+    let mut untyped_answers = Vec::new();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        if path == "/v1/openapi.json" {
+            continue;
+        }
+        for (method, operation) in item.as_object().expect("path item") {
+            let Some(responses) = operation["responses"].as_object() else {
+                continue;
+            };
+            for (status, response) in responses {
+                if !status.starts_with('2') {
+                    continue;
+                }
+                let Some(content) = response["content"].as_object() else {
+                    continue;
+                };
+                for (media, body) in content {
+                    checked += 1;
+                    if untyped(&doc, &body["schema"]) {
+                        untyped_answers.push(format!("{method} {path} {status} ({media})"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 30, "only {checked} success bodies found");
+    assert!(
+        untyped_answers.is_empty(),
+        "success answers documented as an untyped object: {untyped_answers:#?}"
+    );
+}

@@ -51,6 +51,7 @@ fn too_large() -> ApiError {
             "the request body is over the admin API's limit of {BODY_LIMIT} bytes (2 MiB); nothing was read"
         ),
         details: Some(serde_json::json!({ "limit": BODY_LIMIT })),
+        hint: None,
     }
 }
 

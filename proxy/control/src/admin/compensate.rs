@@ -7,21 +7,20 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use serde_json::Value;
 
 use super::{parse_run, ApiError, ApiResult};
-use crate::compensate::{compensate, CompensateError};
+use crate::compensate::{compensate, CompensateError, CompensationReport};
 use crate::Control;
 
 pub(super) fn routes() -> Router<Arc<Control>> {
     Router::new().route("/v1/runs/{id}/compensate", post(create))
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/compensate", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 201, description = "The compensation run, sealed, with its staged inverses", body = Object), (status = 200, description = "Nothing to compensate: `compensation_run` is null, `not_compensable` says why", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/compensate", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 201, description = "The compensation run, sealed, with its staged inverses", body = CompensationReport), (status = 200, description = "Nothing to compensate: `compensation_run` is null, `not_compensable` says why", body = CompensationReport)))]
 async fn create(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<CompensationReport>)> {
     let run = parse_run(&id)?;
     let report = tokio::task::spawn_blocking(move || compensate(&shared, &run))
         .await
@@ -48,8 +47,5 @@ async fn create(
     } else {
         StatusCode::OK
     };
-    Ok((
-        status,
-        Json(serde_json::to_value(report).unwrap_or_default()),
-    ))
+    Ok((status, Json(report)))
 }

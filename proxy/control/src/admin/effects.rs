@@ -7,9 +7,13 @@ use airlock_ledger::Verdict;
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::render::{approval_json, body_json, edge_json, effect_summary, headers_json};
+use super::render::{approval_view, body_view, edge_view, headers_view, summary_of};
+use super::views::{
+    DecidedEffect, Dependent, EarlierRelease, EdgeView, EffectDetail, EffectLineageView,
+    ReleaseView,
+};
 use super::{blocking, not_found, parse_effect, ApiResult};
 use crate::runs::{self, Actor};
 use crate::Control;
@@ -21,7 +25,7 @@ pub(super) fn routes() -> Router<Arc<Control>> {
         .route("/v1/effects/{id}/reject", post(reject_effect))
 }
 
-#[utoipa::path(get, path = "/v1/effects/{id}", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary with headers, body, placeholders, dependencies, lineage and flows", body = super::render::EffectSummary)))]
+#[utoipa::path(get, path = "/v1/effects/{id}", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary with headers, body, placeholders, dependencies, lineage and flows", body = EffectDetail)))]
 async fn show_effect(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -57,70 +61,82 @@ async fn show_effect(
         ))
     })
     .await?;
-    let mut sources: Vec<Value> = airlock_ledger::placeholder_edges(&effect)
+    let mut sources: Vec<EdgeView> = airlock_ledger::placeholder_edges(&effect)
         .iter()
-        .map(|e| edge_json(e, &reads))
+        .map(|e| edge_view(e, &reads))
         .collect();
     if let Some(analysis) = &analysis {
-        sources.extend(analysis.edges.iter().map(|e| edge_json(e, &reads)));
+        sources.extend(analysis.edges.iter().map(|e| edge_view(e, &reads)));
     }
-    let dependents: Vec<Value> = siblings
+    let dependents: Vec<Dependent> = siblings
         .iter()
         .filter(|s| s.depends_on.iter().any(|d| d.effect == effect.id))
-        .map(|s| json!({ "id": s.id, "seq": s.seq, "method": s.method, "url": s.url, "state": s.state }))
+        .map(|s| Dependent {
+            id: s.id.clone(),
+            seq: s.seq,
+            method: s.method.clone(),
+            url: s.url.clone(),
+            state: s.state,
+        })
         .collect();
-    let mut out = effect_summary(&effect);
-    out["placeholders"] = json!(effect.placeholders);
-    out["depends_on"] = json!(effect.depends_on);
-    // The credential added at release: its name only, never its value.
-    out["inject"] = json!(effect.inject);
-    out["lineage"] = json!({
-        "analyzed": analysis.is_some(),
-        "fingerprints": analysis.as_ref().map(|a| a.fingerprints),
-        "truncated": analysis.as_ref().map(|a| a.truncated),
-        "skipped": analysis.as_ref().and_then(|a| a.skipped.clone()),
-        "incomplete_reads": analysis.as_ref().map(|a| a.incomplete_reads.clone()).unwrap_or_default(),
-        "sources": sources,
-        "dependents": dependents,
-    });
-    out["headers"] = headers_json(&effect.headers);
-    out["body"] = body_json(&body);
+    let detail = EffectDetail {
+        summary: summary_of(&effect),
+        placeholders: effect.placeholders.clone(),
+        depends_on: effect.depends_on.clone(),
+        // The credential added at release: its name only, never its value.
+        inject: effect.inject.clone(),
+        lineage: EffectLineageView {
+            analyzed: analysis.is_some(),
+            fingerprints: analysis.as_ref().map(|a| a.fingerprints),
+            truncated: analysis.as_ref().map(|a| a.truncated),
+            skipped: analysis.as_ref().and_then(|a| a.skipped.clone()),
+            incomplete_reads: analysis
+                .as_ref()
+                .map(|a| a.incomplete_reads.clone())
+                .unwrap_or_default(),
+            sources,
+            dependents,
+        },
+        headers: headers_view(&effect.headers),
+        body: body_view(&body),
+        body_digest: effect.body_digest.clone(),
+        policy_revision: effect.policy_revision.clone(),
+        decisions: effect.decisions.clone(),
+        approval: approval_view(&effect),
+        flow_hold: crate::flows::hold(&effect, &flows),
+        release: effect.release.as_ref().map(|release| ReleaseView {
+            started_at_ms: release.started_at_ms,
+            finished_at_ms: release.finished_at_ms,
+            status: release.status,
+            headers: headers_view(&release.headers),
+            body: release_body.as_deref().map(body_view),
+            body_len: release.body_len,
+            error: release.error.clone(),
+        }),
+        // The adapter's account beyond the summary line (git: commits, paths, diffstat).
+        details,
+        released: crate::released::released_json(&effect, &siblings, release_body.as_deref()),
+        earlier_releases: effect
+            .earlier_releases
+            .iter()
+            .map(|r| EarlierRelease {
+                started_at_ms: r.started_at_ms,
+                finished_at_ms: r.finished_at_ms,
+                status: r.status,
+                error: r.error.clone(),
+            })
+            .collect(),
+        flows,
+        redacted: None,
+    };
+    let mut out = serde_json::to_value(detail).unwrap_or_default();
+    // A rule's `redact` masks headers and body and adds `redacted`.
     airlock_dataplane::enforce::redact_view(
         &shared.policy().current(),
         effect.rule.as_deref(),
         &body,
         &mut out,
     );
-    out["body_digest"] = json!(effect.body_digest);
-    out["policy_revision"] = json!(effect.policy_revision);
-    out["decisions"] = json!(effect.decisions);
-    out["approval"] = approval_json(&effect);
-    out["flow_hold"] = json!(crate::flows::hold(&effect, &flows));
-    out["flows"] = json!(flows);
-    if let Some(release) = &effect.release {
-        out["release"] = json!({
-            "started_at_ms": release.started_at_ms,
-            "finished_at_ms": release.finished_at_ms,
-            "status": release.status,
-            "headers": headers_json(&release.headers),
-            "body": release_body.as_deref().map(body_json),
-            "body_len": release.body_len,
-            "error": release.error,
-        });
-    }
-    // The adapter's account beyond the summary line (git: commits, paths, diffstat).
-    out["details"] = json!(details);
-    out["released"] = crate::released::released_json(&effect, &siblings, release_body.as_deref());
-    out["earlier_releases"] = json!(effect
-        .earlier_releases
-        .iter()
-        .map(|r| json!({
-            "started_at_ms": r.started_at_ms,
-            "finished_at_ms": r.finished_at_ms,
-            "status": r.status,
-            "error": r.error,
-        }))
-        .collect::<Vec<_>>());
     Ok(Json(out))
 }
 
@@ -129,7 +145,7 @@ async fn decide(
     reviewer: crate::ui::Reviewer,
     id: String,
     verdict: Verdict,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DecidedEffect>> {
     let effect_id = parse_effect(&id)?;
     let effect = runs::decide_effect(
         &shared,
@@ -138,25 +154,26 @@ async fn decide(
         &Actor::Reviewer(reviewer.name),
     )
     .await?;
-    let mut out = effect_summary(&effect);
-    out["approval"] = approval_json(&effect);
-    Ok(Json(out))
+    Ok(Json(DecidedEffect {
+        summary: summary_of(&effect),
+        approval: approval_view(&effect),
+    }))
 }
 
-#[utoipa::path(post, path = "/v1/effects/{id}/approve", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `approved`", body = super::render::EffectSummary)))]
+#[utoipa::path(post, path = "/v1/effects/{id}/approve", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `approved`", body = DecidedEffect)))]
 async fn approve_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DecidedEffect>> {
     decide(shared, reviewer, id, Verdict::Approve).await
 }
 
-#[utoipa::path(post, path = "/v1/effects/{id}/reject", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `rejected`", body = super::render::EffectSummary)))]
+#[utoipa::path(post, path = "/v1/effects/{id}/reject", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `rejected`", body = DecidedEffect)))]
 async fn reject_effect(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DecidedEffect>> {
     decide(shared, reviewer, id, Verdict::Reject).await
 }

@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
 use crate::Control;
 
@@ -18,8 +17,8 @@ use crate::Control;
 /// `--ledger-min-free-mib`), so load balancers and supervisors stop sending agents here.
 #[utoipa::path(get, path = "/healthz", tag = "other", security(()),
     responses(
-        (status = 200, description = "The ledger can write: `{\"status\": \"ok\"}`", body = Object),
-        (status = 503, description = "The ledger cannot write: `{\"status\": \"degraded\", \"reason\": \"ledger_degraded\" | \"ledger_low_space\", \"detail\", \"storage_faults\", \"recoveries\"}`", body = Object)))]
+        (status = 200, description = "The ledger can write: `{\"status\": \"ok\"}`", body = super::views::HealthOk),
+        (status = 503, description = "The ledger cannot write: `{\"status\": \"degraded\", \"reason\": \"ledger_degraded\" | \"ledger_low_space\", \"detail\", \"storage_faults\", \"recoveries\"}`", body = super::views::HealthDegraded)))]
 pub(crate) async fn healthz(State(shared): State<Arc<Control>>) -> Response {
     let ledger = shared.ledger().clone();
     let health = tokio::task::spawn_blocking(move || ledger.health())
@@ -31,17 +30,17 @@ pub(crate) async fn healthz(State(shared): State<Arc<Control>>) -> Response {
             ..Health::default()
         });
     if health.writable {
-        return Json(json!({ "status": "ok" })).into_response();
+        return Json(super::views::HealthOk { status: "ok" }).into_response();
     }
     (
         StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({
-            "status": "degraded",
-            "reason": health.reason,
-            "detail": health.detail,
-            "storage_faults": health.storage_faults,
-            "recoveries": health.recoveries,
-        })),
+        Json(super::views::HealthDegraded {
+            status: "degraded",
+            reason: health.reason,
+            detail: health.detail,
+            storage_faults: health.storage_faults,
+            recoveries: health.recoveries,
+        }),
     )
         .into_response()
 }

@@ -95,6 +95,40 @@ async fn settle_effect(
         settlement,
         &Actor::Reviewer(reviewer.name),
     )
-    .await?;
+    .await
+    .map_err(settle_refusal)?;
     Ok(Json(report))
+}
+
+/// A settle the effect's state refuses, said in terms of what settle is for: an effect
+/// whose release outcome is `unknown` (or a `released` one, to give real values). Other
+/// errors map as everywhere.
+fn settle_refusal(error: crate::release::CommitError) -> ApiError {
+    use airlock_ledger::{EffectState, LedgerError, Refused};
+    let crate::release::CommitError::Ledger(LedgerError::Refused(Refused::EffectTransition {
+        effect,
+        from,
+        ..
+    })) = &error
+    else {
+        return error.into();
+    };
+    let next = match from {
+        EffectState::Staged => "approve or reject it, then commit the run",
+        EffectState::Approved => "commit the run to release it",
+        EffectState::Failed => "the origin refused it or it was never sent: retry it if it is retriable, or stage the request anew",
+        EffectState::Released => "it reached its origin; settle it again only to give real values (delivered = true with values)",
+        _ => "GET /v1/effects/{id} shows its state and what to do next",
+    };
+    ApiError {
+        hint: Some("settle records what you found at the origin for an effect whose release outcome is unknown; GET /v1/effects/{id} shows its state and `next`"),
+        ..ApiError::new(
+            StatusCode::CONFLICT,
+            "invalid_effect_transition",
+            format!(
+                "effect {effect} is {from}: settle is only for an effect whose release \
+                 outcome is unknown (it may or may not have reached its origin); {next}"
+            ),
+        )
+    }
 }

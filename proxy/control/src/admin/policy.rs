@@ -6,37 +6,39 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::json;
+
+use super::views::{PolicyReloaded, PolicyView};
 
 use super::body::ApiBody;
 use super::{ApiError, ApiResult};
 use crate::Control;
 
 /// `{revision, generation, source, loaded_at_ms, path, text, reloads, reload_failures}`.
-#[utoipa::path(get, path = "/v1/policy", tag = "policy", responses((status = 200, description = "The policy in force: revision, generation, source, text, reloads", body = Object)))]
-pub(super) async fn show(State(shared): State<Arc<Control>>) -> Json<Value> {
+#[utoipa::path(get, path = "/v1/policy", tag = "policy", responses((status = 200, description = "The policy in force: revision, generation, source, text, reloads", body = PolicyView)))]
+pub(super) async fn show(State(shared): State<Arc<Control>>) -> Json<PolicyView> {
     let current = shared.policy().current();
     let (reloads, failures) = shared.policy().reload_counts();
-    Json(json!({
-        "revision": current.revision(),
-        "generation": current.generation,
-        "source": current.source,
-        "loaded_at_ms": current.loaded_at_ms,
-        "path": shared.policy().path().display().to_string(),
-        "text": current.text,
-        "reloads": reloads,
-        "reload_failures": failures,
-    }))
+    Json(PolicyView {
+        revision: current.revision().to_string(),
+        generation: current.generation,
+        source: current.source,
+        loaded_at_ms: current.loaded_at_ms,
+        path: shared.policy().path().display().to_string(),
+        text: current.text.clone(),
+        reloads,
+        reload_failures: failures,
+    })
 }
 
 /// The body is the policy's TOML text. 200 `{revision, generation, changed}`; 422
 /// `policy_invalid` with the parse or compile error and the revision that stays in force;
 /// 413 `body_too_large` (JSON, like every admin error) past [`super::body::BODY_LIMIT`].
-#[utoipa::path(post, path = "/v1/policy", tag = "policy", request_body(content = String, description = "The policy file's TOML text", content_type = "text/plain"), responses((status = 200, description = "`{revision, generation, changed}`", body = Object), (status = 422, description = "The policy does not load (`policy_invalid`); the one in force stays", body = super::openapi::ApiErrorBody)))]
+#[utoipa::path(post, path = "/v1/policy", tag = "policy", request_body(content = String, description = "The policy file's TOML text", content_type = "text/plain"), responses((status = 200, description = "`{revision, generation, changed}`", body = PolicyReloaded), (status = 422, description = "The policy does not load (`policy_invalid`); the one in force stays", body = super::openapi::ApiErrorBody)))]
 pub(super) async fn replace(
     State(shared): State<Arc<Control>>,
     body: ApiBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<PolicyReloaded>> {
     let text = String::from_utf8(body.0.to_vec()).map_err(|_| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -55,7 +57,11 @@ pub(super) async fn replace(
             )
         })?;
     match outcome {
-        Ok(reloaded) => Ok(Json(json!(reloaded))),
+        Ok(reloaded) => Ok(Json(PolicyReloaded {
+            revision: reloaded.revision,
+            generation: reloaded.generation,
+            changed: reloaded.changed,
+        })),
         Err(failure) => Err(ApiError {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             code: "policy_invalid",
@@ -67,6 +73,7 @@ pub(super) async fn replace(
                 "revision": failure.revision,
                 "generation": failure.generation,
             })),
+            hint: None,
         }),
     }
 }

@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use airlock_dataplane::flows::FlowCheck;
 use airlock_ledger::{Effect, EffectId, Run};
 use base64::Engine as _;
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::views::{ApprovalView, BodyView, EdgeSourceView, EdgeView, HeaderView};
 use crate::Control;
 use airlock_net::headers::is_credential;
 
@@ -56,11 +57,6 @@ pub(super) fn run_view(shared: &Control, run: &Run, effects: &[Effect]) -> RunVi
         flags: run.flags.clone(),
         proxy: shared.advertised.authority(),
     }
-}
-
-/// [`run_view`] as JSON, for answers that add fields.
-pub(super) fn run_json(shared: &Control, run: &Run, effects: &[Effect]) -> Value {
-    serde_json::to_value(run_view(shared, run, effects)).unwrap_or_default()
 }
 
 /// An effect as listed (`GET /v1/runs/{id}/effects`) and the base of every answer about
@@ -126,16 +122,20 @@ pub struct EffectList {
     #[schema(value_type = String)]
     pub run: airlock_ledger::RunId,
     /// Each effect's summary with its flow decision in brief.
-    #[schema(value_type = Vec<EffectSummary>)]
-    pub effects: Vec<Value>,
+    pub effects: Vec<super::views::ListedEffect>,
     /// `{through_seq, digest}` (docs/admin-api.md#expectations).
     #[schema(value_type = Object)]
     pub expect: crate::runs::expect::Expectation,
 }
 
-/// The summary of an effect used in lists.
+/// The summary of an effect used in lists, as JSON (lists add fields).
 pub(super) fn effect_summary(effect: &Effect) -> Value {
-    let summary = EffectSummary {
+    serde_json::to_value(summary_of(effect)).unwrap_or_default()
+}
+
+/// The summary of an effect.
+pub(super) fn summary_of(effect: &Effect) -> EffectSummary {
+    EffectSummary {
         id: effect.id.clone(),
         run: effect.run_id.clone(),
         seq: effect.seq,
@@ -155,105 +155,122 @@ pub(super) fn effect_summary(effect: &Effect) -> Value {
         attempts: effect.earlier_releases.len() + usize::from(effect.release.is_some()),
         idempotency: effect.idempotency.clone(),
         next: crate::outcomes::next_step(effect),
-    };
-    serde_json::to_value(summary).unwrap_or_default()
+    }
 }
 
 /// Renders a body for reviewers: UTF-8 text as `text`, anything else as `base64`.
-pub(super) fn body_json(bytes: &[u8]) -> Value {
+pub(super) fn body_view(bytes: &[u8]) -> BodyView {
     match std::str::from_utf8(bytes) {
-        Ok(text) => json!({ "text": text }),
-        Err(_) => json!({ "base64": base64::engine::general_purpose::STANDARD.encode(bytes) }),
+        Ok(text) => BodyView::Text {
+            text: text.to_owned(),
+        },
+        Err(_) => BodyView::Base64 {
+            base64: base64::engine::general_purpose::STANDARD.encode(bytes),
+        },
     }
 }
 
 /// Headers for reviewers, credential values as `[redacted]`.
-pub(super) fn headers_json(headers: &[airlock_ledger::Header]) -> Value {
-    Value::Array(
-        headers
-            .iter()
-            .map(|h| {
-                let value = if is_credential(&h.name) {
-                    "[redacted]".to_owned()
-                } else {
-                    String::from_utf8_lossy(h.value.as_bytes()).into_owned()
-                };
-                json!({ "name": h.name, "value": value })
-            })
-            .collect(),
-    )
+pub(super) fn headers_view(headers: &[airlock_ledger::Header]) -> Vec<HeaderView> {
+    headers
+        .iter()
+        .map(|h| {
+            let value = if is_credential(&h.name) {
+                "[redacted]".to_owned()
+            } else {
+                String::from_utf8_lossy(h.value.as_bytes()).into_owned()
+            };
+            HeaderView {
+                name: h.name.clone(),
+                value,
+            }
+        })
+        .collect()
 }
 
 /// A lineage edge for the API: `from` is `read:SEQ` or an effect id; reads carry their
 /// method and URL so a reviewer can read the edge on its own.
-pub(super) fn edge_json(edge: &airlock_ledger::Edge, reads: &[airlock_ledger::Read]) -> Value {
+pub(super) fn edge_view(edge: &airlock_ledger::Edge, reads: &[airlock_ledger::Read]) -> EdgeView {
     let (from, source) = match &edge.from {
         airlock_ledger::EdgeSource::Read { seq } => {
             let read = reads.iter().find(|r| r.seq == *seq);
             (
                 format!("read:{seq}"),
-                json!({ "kind": "read", "seq": seq, "method": read.map(|r| r.method.clone()), "url": read.map(|r| r.url.clone()) }),
+                EdgeSourceView::Read {
+                    kind: "read",
+                    seq: *seq,
+                    method: read.map(|r| r.method.clone()),
+                    url: read.map(|r| r.url.clone()),
+                },
             )
         }
-        airlock_ledger::EdgeSource::Effect { id } => {
-            (id.to_string(), json!({ "kind": "effect", "id": id }))
-        }
+        airlock_ledger::EdgeSource::Effect { id } => (
+            id.to_string(),
+            EdgeSourceView::Effect {
+                kind: "effect",
+                id: id.clone(),
+            },
+        ),
     };
-    json!({
-        "from": from,
-        "source": source,
-        "to": edge.to,
-        "kind": edge.kind,
-        "overlap_bytes": edge.overlap_bytes,
-        "overlap_permille": edge.overlap_permille,
-        "excerpt": edge.excerpt,
-        "detail": edge.detail,
-    })
-}
-
-/// An effect's approval with `explicit` and `flows` always present: whether a reviewer
-/// approved this effect by itself, and the `review` flows it violated then (shown to
-/// them). `null` when it is not approved.
-pub(super) fn approval_json(effect: &Effect) -> Value {
-    match &effect.approval {
-        None => Value::Null,
-        Some(a) => json!({
-            "by": a.by,
-            "at_ms": a.at_ms,
-            "body_digest": a.body_digest,
-            "explicit": a.explicit,
-            "flows": a.flows,
-        }),
+    EdgeView {
+        from,
+        source,
+        to: edge.to.clone(),
+        kind: edge.kind,
+        overlap_bytes: edge.overlap_bytes,
+        overlap_permille: edge.overlap_permille,
+        excerpt: edge.excerpt.clone(),
+        detail: edge.detail.clone(),
     }
 }
 
+/// An effect's approval: whether a reviewer approved this effect by itself, and the
+/// `review` flows it violated then (shown to them). `None` when it is not approved.
+pub(super) fn approval_view(effect: &Effect) -> Option<ApprovalView> {
+    effect.approval.as_ref().map(|a| ApprovalView {
+        by: a.by.clone(),
+        at_ms: a.at_ms,
+        body_digest: a.body_digest.clone(),
+        explicit: a.explicit,
+        flows: a.flows.clone(),
+    })
+}
+
 /// The violations of an effect in a list, kept short (`[{flow, action}]`), and whether
-/// flow rules hold it now (`flow_hold`: `"held"`, `"blocked"` or `null`).
-pub(super) fn flows_brief(out: &mut Value, effect: &Effect, check: Option<&FlowCheck>) {
-    let brief: Vec<Value> = check
+/// flow rules hold it now (`flow_hold`: `"held"`, `"blocked"` or `None`).
+pub(super) fn flows_brief(
+    effect: &Effect,
+    check: Option<&FlowCheck>,
+) -> (Vec<super::views::FlowBrief>, Option<&'static str>) {
+    let brief = check
         .map(|c| {
             c.violations
                 .iter()
-                .map(|v| json!({ "flow": v.flow, "action": v.action }))
+                .map(|v| super::views::FlowBrief {
+                    flow: v.flow.clone(),
+                    action: v.action,
+                })
                 .collect()
         })
         .unwrap_or_default();
-    out["flows"] = json!(brief);
-    out["flow_hold"] = json!(check.and_then(|c| crate::flows::hold(effect, c)));
+    (brief, check.and_then(|c| crate::flows::hold(effect, c)))
 }
 
 /// A run's effects that flow rules hold now: `{held: [ID…], blocked: [ID…]}`.
-pub(super) fn run_flows(effects: &[Effect], checks: &HashMap<EffectId, FlowCheck>) -> Value {
+pub(super) fn run_flows(
+    effects: &[Effect],
+    checks: &HashMap<EffectId, FlowCheck>,
+) -> super::views::RunFlows {
     let (mut held, mut blocked) = (Vec::new(), Vec::new());
     for effect in effects {
         match checks
             .get(&effect.id)
             .and_then(|c| crate::flows::hold(effect, c))
         {
-            Some("blocked") => blocked.push(&effect.id),
-            Some(_) => held.push(&effect.id),
+            Some("blocked") => blocked.push(effect.id.clone()),
+            Some(_) => held.push(effect.id.clone()),
             None => {}
         }
     }
-    json!({ "held": held, "blocked": blocked })
+    super::views::RunFlows { held, blocked }
 }

@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
 
+use super::views::{SavepointView, WorkspaceView};
 use super::{parse_body, parse_run, ApiError, ApiResult};
-use crate::runs::workspace::{DecideRequest, WorkspaceError};
+use crate::runs::workspace::{DecideRequest, DecisionReport, WorkspaceError};
 use crate::Control;
 
 impl From<WorkspaceError> for ApiError {
@@ -59,7 +59,7 @@ struct AttachRequest {
     rollback_cmd: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/workspace", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = AttachRequest, description = "The workspace path and snapshot driver", content_type = "application/json"), responses((status = 201, description = "The workspace record, with its first snapshot", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/workspace", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = AttachRequest, description = "The workspace path and snapshot driver", content_type = "application/json"), responses((status = 201, description = "The workspace record, with its first snapshot", body = WorkspaceView)))]
 async fn attach(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -81,25 +81,22 @@ async fn attach(
     };
     let (record, described) =
         crate::runs::workspace::attach(&shared, &run, &request.path, &driver, commands).await?;
-    let mut body = serde_json::to_value(&record).unwrap_or_default();
-    body["run"] = json!(run);
-    body["snapshot_contents"] = json!(described);
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    let mut view = WorkspaceView::of(record, Some(run));
+    view.snapshot_contents = Some(described);
+    Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/workspace", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The workspace record", body = Object)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/workspace", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The workspace record", body = WorkspaceView)))]
 async fn show(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<WorkspaceView>> {
     let run = parse_run(&id)?;
     let ledger = shared.ledger().clone();
     let run2 = run.clone();
     let record = super::blocking(move || ledger.workspace(&run2)).await?;
     let record = record.ok_or_else(|| super::not_found("workspace of run", &id))?;
-    let mut body = serde_json::to_value(&record).unwrap_or_default();
-    body["run"] = json!(run);
-    Ok(Json(body))
+    Ok(Json(WorkspaceView::of(record, Some(run))))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -122,12 +119,12 @@ struct StepRequest {
     containment: Option<airlock_ledger::Containment>,
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/workspace/steps", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = StepRequest, description = "A step of `airlock run`", content_type = "application/json"), responses((status = 200, description = "The workspace record with the step", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/workspace/steps", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = StepRequest, description = "A step of `airlock run`", content_type = "application/json"), responses((status = 200, description = "The workspace record with the step", body = WorkspaceView)))]
 async fn step(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
     body: super::body::ApiBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<WorkspaceView>> {
     let run = parse_run(&id)?;
     let request: StepRequest = parse_body(&body)?;
     let ledger = shared.ledger().clone();
@@ -143,7 +140,7 @@ async fn step(
         at_ms: airlock_ledger::now_ms(),
     };
     let record = super::blocking(move || ledger.record_step(&run, step)).await?;
-    Ok(Json(serde_json::to_value(&record).unwrap_or_default()))
+    Ok(Json(WorkspaceView::of(record, None)))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -159,12 +156,12 @@ struct DecideBody {
     reason: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/workspace/decide", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = DecideBody, description = "keep or discard, and whether to commit", content_type = "application/json"), responses((status = 200, description = "The workspace decision applied to files and effects", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/workspace/decide", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = DecideBody, description = "keep or discard, and whether to commit", content_type = "application/json"), responses((status = 200, description = "The workspace decision applied to files and effects", body = DecisionReport)))]
 async fn decide(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
     body: super::body::ApiBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DecisionReport>> {
     let run = parse_run(&id)?;
     let request: DecideBody = parse_body(&body)?;
     let keep = match request.outcome.as_str() {
@@ -195,7 +192,7 @@ async fn decide(
             e.to_string(),
         )
     })??;
-    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+    Ok(Json(report))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -205,12 +202,12 @@ struct ResumeBody {
     decide_if_missing: bool,
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/workspace/resume", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = ResumeBody, description = "Optional", content_type = "application/json"), responses((status = 200, description = "The workspace decision, finished", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/workspace/resume", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = ResumeBody, description = "Optional", content_type = "application/json"), responses((status = 200, description = "The workspace decision, finished", body = DecisionReport)))]
 async fn resume(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
     body: super::body::ApiBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DecisionReport>> {
     let run = parse_run(&id)?;
     let request: ResumeBody = parse_body(&body)?;
     let task = tokio::spawn(async move {
@@ -224,7 +221,7 @@ async fn resume(
         )
     })??;
     match report {
-        Some(report) => Ok(Json(serde_json::to_value(report).unwrap_or_default())),
+        Some(report) => Ok(Json(report)),
         None => Err(super::not_found("decision for run", &id)),
     }
 }
@@ -236,7 +233,7 @@ struct SavepointBody {
     name: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/savepoints", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = SavepointBody, description = "Optional: its name", content_type = "application/json"), responses((status = 201, description = "The savepoint", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/savepoints", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = SavepointBody, description = "Optional: its name", content_type = "application/json"), responses((status = 201, description = "The savepoint", body = SavepointView)))]
 async fn savepoint(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
@@ -245,10 +242,15 @@ async fn savepoint(
     let run = parse_run(&id)?;
     let request: SavepointBody = parse_body(&body)?;
     let (savepoint, notes) = crate::runs::savepoint(&shared, &run, request.name).await?;
-    let mut body = serde_json::to_value(&savepoint).unwrap_or_default();
-    body["run"] = json!(run);
-    body["snapshot_notes"] = json!(notes);
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    let view = SavepointView {
+        run,
+        name: savepoint.name,
+        snapshot: savepoint.snapshot,
+        effect_seq: savepoint.effect_seq,
+        at_ms: savepoint.at_ms,
+        snapshot_notes: notes,
+    };
+    Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -257,12 +259,12 @@ struct RollbackToBody {
     savepoint: String,
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/rollback-to", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = RollbackToBody, description = "The savepoint", content_type = "application/json"), responses((status = 200, description = "The run rolled back: files restored, later effects discarded", body = Object)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/rollback-to", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = RollbackToBody, description = "The savepoint", content_type = "application/json"), responses((status = 200, description = "The run rolled back: files restored, later effects discarded", body = DecisionReport)))]
 async fn rollback_to(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
     body: super::body::ApiBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DecisionReport>> {
     let run = parse_run(&id)?;
     let request: RollbackToBody = parse_body(&body)?;
     let task =
@@ -276,5 +278,5 @@ async fn rollback_to(
             e.to_string(),
         )
     })??;
-    Ok(Json(serde_json::to_value(report).unwrap_or_default()))
+    Ok(Json(report))
 }

@@ -154,8 +154,11 @@ impl SetChanged {
             out.push_str("effects shown were decided since (approved, rejected or discarded); ");
         }
         out.push_str(&format!(
-            "{} effect(s) are covered now; nothing was approved or released",
-            self.covered.len()
+            "the action would now act on {} effect(s) (expectation {}: pass it as --expect, \
+             or as expect in the API, to act on exactly those); nothing was approved or \
+             released",
+            self.covered.len(),
+            self.now
         ));
         out
     }

@@ -80,13 +80,15 @@ fn excludes(shared: &Control) -> Vec<PathBuf> {
 }
 
 /// What a decision did, for the API and the summary of `airlock run`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DecisionReport {
-    /// The run.
+    /// The run id (`run_…`).
+    #[schema(value_type = String)]
     pub run: RunId,
     /// The run's state afterwards.
     pub state: String,
-    /// The decision applied.
+    /// The decision applied: `{kind, by, reason, commit, at_ms, finished_at_ms, …}`.
+    #[schema(value_type = Object)]
     pub decision: WorkspaceDecision,
     /// The decision was written earlier (this call finished or reported it).
     pub already_decided: bool,
@@ -94,9 +96,12 @@ pub struct DecisionReport {
     pub rollback_unverified: bool,
     /// The commit's report, when the decision committed.
     pub commit: Option<CommitReport>,
-    /// The run's effects afterwards, in staging order.
+    /// The run's effects afterwards, in staging order: `{id, seq, method, url, state,
+    /// state_reason, depends_on: [ID…]}` each.
+    #[schema(value_type = Vec<Object>)]
     pub effects: Vec<Value>,
-    /// The workspace record.
+    /// The workspace record (without `run`).
+    #[schema(value_type = crate::admin::views::WorkspaceView)]
     pub workspace: WorkspaceRecord,
 }
 
@@ -492,8 +497,33 @@ async fn apply(
                 )
                 .await;
             };
-            sealed?;
-            outcome = "files kept; effects held for review".to_owned();
+            let (_, effects) = sealed?;
+            if effects.is_empty() {
+                // Nothing to review: an empty run is committed (it releases nothing) rather
+                // than left sealed, waiting for a review that has nothing to look at.
+                let committing =
+                    super::commit_detached(shared, run, false, None, &Actor::Orchestrator);
+                let Ok(committed) = tokio::time::timeout(limit, committing).await else {
+                    return finish(
+                        shared,
+                        run,
+                        decision,
+                        already_decided,
+                        Vec::new(),
+                        false,
+                        keep_timed_out(limit, run, "committing"),
+                    )
+                    .await;
+                };
+                let done = committed?;
+                outcome = format!(
+                    "files kept; the run staged no effects, so it is {} with nothing to release",
+                    done.state
+                );
+                commit = Some(done);
+            } else {
+                outcome = format!("files kept; {} effect(s) held for review", effects.len());
+            }
         }
         DecisionKind::Rollback | DecisionKind::RollbackTo => {
             let discarded = match decision.kind {

@@ -20,7 +20,6 @@ use axum::response::Response;
 use axum::{Extension, Form, Json};
 use maud::html;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::{html_response, layout, redirect, reviewer_for_token, safe_next, session, Reviewer};
 use crate::Control;
@@ -97,11 +96,11 @@ impl SignInLinks {
 /// `POST /v1/ui/sign-in-links` (bearer token): a one-time link that signs a browser in as
 /// the token's reviewer → 201 `{link, path, reviewer, expires_at_ms}`; `link` is
 /// `--ui-base-url` (default `http://ADMIN`) + `path` (`/login?code=…`).
-#[utoipa::path(post, path = "/v1/ui/sign-in-links", tag = "other", responses((status = 201, description = "`{link, path, reviewer, expires_at_ms}`: a one-time sign-in link", body = Object)))]
+#[utoipa::path(post, path = "/v1/ui/sign-in-links", tag = "other", responses((status = 201, description = "`{link, path, reviewer, expires_at_ms}`: a one-time sign-in link", body = crate::admin::views::SignInLink)))]
 pub(crate) async fn create_link(
     State(shared): State<Arc<Control>>,
     Extension(reviewer): Extension<Reviewer>,
-) -> (StatusCode, Json<Value>) {
+) -> (StatusCode, Json<crate::admin::views::SignInLink>) {
     let (code, expires_at_ms) = shared
         .review
         .sign_in_links
@@ -110,12 +109,12 @@ pub(crate) async fn create_link(
     let path = format!("/login?code={code}");
     (
         StatusCode::CREATED,
-        Json(json!({
-            "link": format!("{}{path}", shared.ui_base_url()),
-            "path": path,
-            "reviewer": reviewer.name,
-            "expires_at_ms": expires_at_ms,
-        })),
+        Json(crate::admin::views::SignInLink {
+            link: format!("{}{path}", shared.ui_base_url()),
+            path,
+            reviewer: reviewer.name,
+            expires_at_ms,
+        }),
     )
 }
 

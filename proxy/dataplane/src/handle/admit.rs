@@ -43,7 +43,11 @@ pub(super) fn admit<'a>(
         // Committed or aborted: the run's credentials still authenticate, so the agent
         // learns why, but nothing passes and nothing is staged any more.
         return Err(ProxyError::RunNotOpen {
-            reason: format!("run {run} was committed or aborted: it accepts no more requests"),
+            reason: format!(
+                "run {run} is closed (committed or aborted): it passes and stages no more \
+                 requests, reads included"
+            ),
+            closed: true,
         });
     }
     let method = parts.method.to_string();

@@ -170,7 +170,7 @@ pub(crate) async fn serve_intercepted<T>(
         }
         async move {
             let response = if let Some(refusal) = refusal {
-                refusal().into_response()
+                crate::handle::refused_inside(&shared, &run, &target, &req, refusal())
             } else if let Some(sni) = sni_mismatch {
                 ProxyError::AuthorityMismatch {
                     reason: format!(
@@ -268,7 +268,9 @@ pub(crate) async fn plain_http_in_tunnel<T>(
         }
         async move {
             let response = match refusal {
-                Some(refusal) => refusal().into_response(),
+                Some(refusal) => {
+                    crate::handle::refused_inside(&shared, &run, &target, &req, refusal())
+                }
                 None => handle(shared, run, target, req).await,
             };
             answered(response.status());

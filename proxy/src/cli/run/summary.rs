@@ -190,6 +190,9 @@ pub fn summary(report: &Value) -> String {
                 ),
             }
         }
+        Some("keep") if effects.is_empty() => {
+            "nothing: files kept; the run staged no effects".to_owned()
+        }
         Some("keep") => "nothing: files kept and effects settled".to_owned(),
         Some("rollback_to") => format!(
             "the run is still open; carry on from savepoint {}",
