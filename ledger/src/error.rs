@@ -152,6 +152,17 @@ pub enum Refused {
         /// What is wrong.
         reason: String,
     },
+    /// A run was asked to be pruned before it finished ([`crate::rules::retention`]).
+    /// Nothing was removed.
+    #[error("run {run} is {state} and not finished, so it cannot be pruned: {reason}")]
+    NotFinished {
+        /// The run.
+        run: RunId,
+        /// Its state.
+        state: RunState,
+        /// What is still owed or in flight.
+        reason: String,
+    },
 }
 
 impl Refused {
@@ -166,6 +177,7 @@ impl Refused {
             Self::FlowBlocked { .. } => "flow_blocked",
             Self::NotRetriable { .. } => "not_retriable",
             Self::BadSettlement { .. } => "bad_settlement",
+            Self::NotFinished { .. } => "run_not_finished",
         }
     }
 }

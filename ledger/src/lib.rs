@@ -44,7 +44,10 @@ pub use model::{
 pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use outcome::{Delivery, Idempotency, IdempotencySpec, Settlement};
 pub use sled_store::{HealingLedger, Ledger, DEFAULT_MIN_FREE_BYTES};
-pub use store::{EffectStore, Health, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
+pub use store::{
+    EffectStore, Health, JournalStore, LineageStore, Pruned, RunPage, RunStore, Store,
+    WorkspaceStore,
+};
 pub use workspace::{
     Changes, Containment, DecisionKind, LeftRunning, Savepoint, StepRecord, WorkspaceDecision,
     WorkspaceRecord,

@@ -4,7 +4,7 @@
 //! suite checks, so it serves as the model of property tests and lets the request path
 //! be tested in-process. Durable only in the sense of "visible to every later call".
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -16,11 +16,14 @@ use crate::model::{
     Placeholder, Read, Run, RunFlag, RunId, ValueKind,
 };
 use crate::rules::{self, workspace as workspace_rules, CommitStart};
-use crate::store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
+use crate::store::{
+    EffectStore, JournalStore, LineageStore, Pruned, RunPage, RunStore, Store, WorkspaceStore,
+};
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
 mod outcomes;
+mod retention;
 
 /// The in-memory store. Clones are handles on one store (as reopening is for sled): they
 /// share its records and its subscribers.
@@ -53,6 +56,8 @@ struct State {
     effect_lineage: HashMap<EffectId, EffectLineage>,
     workspaces: HashMap<RunId, WorkspaceRecord>,
     denials: BTreeMap<(RunId, u64), Denial>,
+    /// The recovery index: effects in `releasing`, kept by [`State::put_effect`].
+    in_flight: BTreeSet<EffectId>,
 }
 
 impl State {
@@ -93,8 +98,18 @@ impl State {
 
     fn put_effects(&mut self, effects: &[Effect]) {
         for effect in effects {
-            self.effects.insert(effect.id.clone(), effect.clone());
+            self.put_effect(effect.clone());
         }
+    }
+
+    /// Stores an effect and keeps the recovery index `in_flight` in step with its state.
+    fn put_effect(&mut self, effect: Effect) {
+        if effect.state == EffectState::Releasing {
+            self.in_flight.insert(effect.id.clone());
+        } else {
+            self.in_flight.remove(&effect.id);
+        }
+        self.effects.insert(effect.id.clone(), effect);
     }
 
     fn journal_read(&mut self, mut read: Read) -> Read {
@@ -146,7 +161,7 @@ impl MemoryStore {
         self.write(|state| {
             let mut effect = state.must_effect(id)?.clone();
             change(state, &mut effect)?;
-            state.effects.insert(effect.id.clone(), effect.clone());
+            state.put_effect(effect.clone());
             let changes = vec![Change::of_effect(&effect)];
             Ok((effect, changes))
         })
@@ -193,6 +208,21 @@ impl RunStore for MemoryStore {
 
     fn runs(&self) -> Result<Vec<Run>> {
         Ok(self.lock().runs.values().cloned().collect())
+    }
+
+    fn runs_page(&self, page: &RunPage) -> Result<Vec<Run>> {
+        Ok(self.lock().runs_page(page))
+    }
+
+    fn prune_run(&self, id: &RunId) -> Result<Pruned> {
+        self.write(|state| {
+            let pruned = state.prune_run(id)?;
+            let changes = vec![
+                Change::RunChanged(id.clone()),
+                Change::PlaceholdersIssued(id.clone()),
+            ];
+            Ok((pruned, changes))
+        })
     }
 
     fn flag_run(&self, id: &RunId, flag: RunFlag) -> Result<bool> {
@@ -316,7 +346,7 @@ impl EffectStore for MemoryStore {
                 );
             }
             state.bodies.entry(digest).or_insert_with(|| body.to_vec());
-            state.effects.insert(effect.id.clone(), effect.clone());
+            state.put_effect(effect.clone());
             state
                 .run_effects
                 .insert((run_id.clone(), seq), effect.id.clone());
@@ -376,9 +406,12 @@ impl EffectStore for MemoryStore {
     fn recover(&self) -> Result<Vec<Effect>> {
         self.write(|state| {
             let mut changed = Vec::new();
-            for effect in state.effects.values_mut() {
-                if rules::recover(effect) {
-                    changed.push(effect.clone());
+            for id in std::mem::take(&mut state.in_flight) {
+                if let Some(mut effect) = state.effects.get(&id).cloned() {
+                    if rules::recover(&mut effect) {
+                        changed.push(effect.clone());
+                        state.put_effect(effect);
+                    }
                 }
             }
             let changes = changed.iter().map(Change::of_effect).collect();

@@ -11,7 +11,9 @@ use crate::model::{
     Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder, NewEffect, Read, Run,
     RunFlag, RunId,
 };
-use crate::store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
+use crate::store::{
+    EffectStore, JournalStore, LineageStore, Pruned, RunPage, RunStore, Store, WorkspaceStore,
+};
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{ReleaseOutcome, Result, Settlement, Verdict};
 
@@ -44,6 +46,14 @@ impl RunStore for Ledger {
 
     fn runs(&self) -> Result<Vec<Run>> {
         Ledger::runs(self)
+    }
+
+    fn runs_page(&self, page: &RunPage) -> Result<Vec<Run>> {
+        Ledger::runs_page(self, page)
+    }
+
+    fn prune_run(&self, id: &RunId) -> Result<Pruned> {
+        Ledger::prune_run(self, id)
     }
 
     fn flag_run(&self, id: &RunId, flag: RunFlag) -> Result<bool> {
