@@ -91,6 +91,8 @@ pub struct Server {
     fence_socket: Option<tokio::net::UnixListener>,
     transparent: Option<TcpListener>,
     dns: Option<(tokio::net::UdpSocket, TcpListener)>,
+    /// `--retain`: prune finished runs older than this periodically.
+    retain: Option<std::time::Duration>,
 }
 
 fn data_err(path: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
@@ -364,6 +366,7 @@ impl Server {
             fence_socket,
             transparent,
             dns,
+            retain: config.retain,
         })
     }
 
@@ -431,6 +434,7 @@ impl Server {
             fence_socket,
             transparent,
             dns,
+            retain,
         } = self;
         let addresses = serde_json::json!({
             "proxy": data.proxy_addr().to_string(),
@@ -450,6 +454,9 @@ impl Server {
         airlock_control::runs::resume_commits(&control);
         let _watch = AbortOnDrop(data.policy().watch());
         airlock_control::runs::workspace::resume_all(&control);
+        if let Some(retain) = retain {
+            airlock_control::retention::spawn_retain(&control, retain);
+        }
         info!(url = %format!("{}/login", control.ui_base_url()), "review UI (sign in with a reviewer token; `airlock ui` prints a sign-in link)");
         let router = airlock_control::admin::router(control);
         let fenced = {

@@ -28,6 +28,7 @@ pub mod openapi;
 mod outcomes;
 mod policy;
 pub mod render;
+mod retention;
 mod workspace;
 
 pub(crate) use policy::metrics as policy_metrics;
@@ -86,6 +87,7 @@ impl ApiError {
             "already_compensated" => "the run was compensated before; see its compensation run",
             "not_retriable" => "the effect may have reached its origin (or the origin refused it): check the origin, then settle an unknown effect (POST /v1/effects/{id}/settle, `airlock settle`)",
             "bad_settlement" => "name a placeholder of the effect by its pointer (GET /v1/effects/{id} lists them) with a value of its type, and give values only with delivered = true",
+            "run_not_finished" => "only finished runs are pruned (docs/architecture.md, Retention): commit or abort it, settle its unknown effects, or wait for its release to end",
             "nothing_to_retry" => "GET /v1/runs/{id}/effects: a failed effect with retriable = true, or an unknown one, is what to look at",
             _ if self.status.is_server_error() => "see airlock's log; retry later",
             _ => "see reason; docs/admin-api.md describes each endpoint",
@@ -208,6 +210,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .merge(compensate::routes())
         .merge(fence::routes())
         .merge(outcomes::routes())
+        .merge(retention::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             require_token,
@@ -371,24 +374,70 @@ async fn create_run(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/runs", tag = "runs", responses((status = 200, description = "`{runs: [run…]}`, newest first, each with its effect counts by state", body = render::RunList)))]
-async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<render::RunList>> {
+/// `GET /v1/runs` pages: `limit` runs unless asked (at most [`MAX_RUNS_PAGE`]).
+pub const DEFAULT_RUNS_PAGE: usize = 100;
+/// The largest page `GET /v1/runs?limit=` gives.
+pub const MAX_RUNS_PAGE: usize = 1000;
+
+/// `GET /v1/runs?limit=N&after=RUN_ID`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    /// Runs per page: 1 to 1000, default 100.
+    limit: Option<usize>,
+    /// The cursor: the `next` of the previous page (runs older than this one).
+    after: Option<String>,
+}
+
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery), responses((status = 200, description = "`{runs: [run…], next}`: a page of runs, newest first, each with its effect counts by state; `next` is the cursor of the next page (`?after=NEXT`), `null` on the last page", body = render::RunList)))]
+async fn list_runs(
+    State(shared): State<Arc<Control>>,
+    query: Result<axum::extract::Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<render::RunList>> {
+    let axum::extract::Query(query) = query.map_err(|rejection| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("the query string is not valid: {}", rejection.body_text()),
+        )
+    })?;
+    let limit = query.limit.unwrap_or(DEFAULT_RUNS_PAGE);
+    if !(1..=MAX_RUNS_PAGE).contains(&limit) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!(
+                "limit must be 1 to {MAX_RUNS_PAGE} (default {DEFAULT_RUNS_PAGE}); got {limit}"
+            ),
+        ));
+    }
+    let after = query.after.as_deref().map(parse_run).transpose()?;
     let ledger = shared.ledger().clone();
-    let runs = blocking(move || {
-        let mut out = Vec::new();
-        for run in ledger.runs()? {
+    let (runs, more) = blocking(move || {
+        // One run more than asked says whether a next page exists.
+        let mut page = ledger.runs_page(&airlock_ledger::RunPage {
+            after,
+            limit: limit + 1,
+            newest_first: true,
+        })?;
+        let more = page.len() > limit;
+        page.truncate(limit);
+        let mut out = Vec::with_capacity(page.len());
+        for run in page {
             let effects = ledger.effects(&run.id)?;
             out.push((run, effects));
         }
-        Ok(out)
+        Ok((out, more))
     })
     .await?;
-    let mut list: Vec<render::RunView> = runs
+    let next = more
+        .then(|| runs.last().map(|(run, _)| run.id.to_string()))
+        .flatten();
+    let list: Vec<render::RunView> = runs
         .iter()
         .map(|(run, effects)| render::run_view(&shared, run, effects))
         .collect();
-    list.reverse();
-    Ok(Json(render::RunList { runs: list }))
+    Ok(Json(render::RunList { runs: list, next }))
 }
 
 pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {

@@ -24,6 +24,7 @@ mod pass;
 mod protocols;
 mod readme;
 mod reload;
+mod retention;
 mod run;
 mod ssrf;
 mod stage;
