@@ -168,7 +168,6 @@ pub fn export(
     if let Some(workspace) = ledger.workspace(run_id)? {
         send!("workspace", with_kind("workspace", &workspace));
     }
-    drop(send);
     emit(json!({ "kind": "end", "run": run.id, "counts": counts }));
     Ok(())
 }
