@@ -367,3 +367,53 @@ async fn runs_list_is_paged_and_the_cli_follows_every_page() {
         .collect();
     assert_eq!(ids, created);
 }
+
+/// The run ids a review UI runs list shows, in order.
+fn listed_runs(page: &str) -> Vec<String> {
+    page.split("data-href=\"/runs/")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The "Older runs" link of a runs list page, if any.
+fn older_link(page: &str) -> Option<String> {
+    let at = page.find("rel=\"next\"")?;
+    let start = page[..at].rfind("href=\"")? + 6;
+    let href = page[start..].split('"').next()?;
+    Some(href.replace("&amp;", "&"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_review_ui_runs_list_is_paged() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let airlock = fx.start(&loopback_policy(origin.addr().port()), &[]);
+    let mut created = Vec::new();
+    for _ in 0..55 {
+        created.push(airlock.create_run().await.0);
+    }
+    created.sort();
+    created.reverse();
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let cookie = crate::ui::sign_in(&airlock.admin_url, token.trim()).await;
+    for filter in ["/", "/?state=open"] {
+        let mut url = format!("{}{filter}", airlock.admin_url);
+        let mut seen = Vec::new();
+        let mut pages = 0;
+        loop {
+            let page = crate::ui::text(&crate::ui::get(&url, Some(&cookie)).await);
+            let rows = listed_runs(&page);
+            assert!(rows.len() <= 50, "{}", rows.len());
+            seen.extend(rows);
+            pages += 1;
+            match older_link(&page) {
+                Some(href) => url = format!("{}{href}", airlock.admin_url),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 2, "{filter}: 50 rows, then 5");
+        assert_eq!(seen, created, "{filter}: every run once, newest first");
+    }
+}
