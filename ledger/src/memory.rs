@@ -96,22 +96,6 @@ impl State {
             .collect()
     }
 
-    fn put_effects(&mut self, effects: &[Effect]) {
-        for effect in effects {
-            self.put_effect(effect.clone());
-        }
-    }
-
-    /// Stores an effect and keeps the recovery index `in_flight` in step with its state.
-    fn put_effect(&mut self, effect: Effect) {
-        if effect.state == EffectState::Releasing {
-            self.in_flight.insert(effect.id.clone());
-        } else {
-            self.in_flight.remove(&effect.id);
-        }
-        self.effects.insert(effect.id.clone(), effect);
-    }
-
     fn journal_read(&mut self, mut read: Read) -> Read {
         let counters = self.counters(&read.run_id);
         counters.reads += 1;
@@ -215,14 +199,7 @@ impl RunStore for MemoryStore {
     }
 
     fn prune_run(&self, id: &RunId) -> Result<Pruned> {
-        self.write(|state| {
-            let pruned = state.prune_run(id)?;
-            let changes = vec![
-                Change::RunChanged(id.clone()),
-                Change::PlaceholdersIssued(id.clone()),
-            ];
-            Ok((pruned, changes))
-        })
+        self.prune_and_announce(id)
     }
 
     fn flag_run(&self, id: &RunId, flag: RunFlag) -> Result<bool> {

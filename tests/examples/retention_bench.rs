@@ -21,8 +21,63 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use airlock::client::AdminClient;
 use airlock_ledger::{Ledger, NewEffect, Read, ReleaseOutcome, RunId};
-use airlock_tests::{Airlock, Fixture};
+use airlock_tests::Fixture;
+
+/// An `airlock serve` process of binary `bin` on the fixture's data directory.
+struct Serve {
+    child: std::process::Child,
+    admin: AdminClient,
+}
+
+impl Serve {
+    /// Starts `bin serve` on ephemeral loopback ports and waits until it listens
+    /// (`DATA/addresses.json` names its pid).
+    // The child is waited for in `stop`, or killed and waited for when it never listens.
+    #[allow(clippy::zombie_processes)]
+    fn start(bin: &std::path::Path, fx: &Fixture, policy: &std::path::Path) -> Self {
+        let data = fx.data_dir();
+        let addresses = data.join("addresses.json");
+        let _ = std::fs::remove_file(&addresses);
+        let mut child = std::process::Command::new(bin)
+            .args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .arg("--data")
+            .arg(&data)
+            .arg("--policy")
+            .arg(policy)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn airlock");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let listening = std::fs::read_to_string(&addresses)
+                .ok()
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+                .filter(|v| v["pid"].as_u64() == Some(u64::from(child.id())));
+            if let Some(value) = listening {
+                let token = std::fs::read_to_string(data.join("admin.token")).expect("token");
+                let admin = AdminClient::new(value["admin"].as_str().expect("admin"), token.trim());
+                return Self { child, admin };
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("airlock did not start in 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM, then waits for it to exit.
+    fn stop(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
 
 fn rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -151,20 +206,19 @@ fn fill(ledger: Arc<Ledger>, runs: usize, effects: usize, reads: usize) {
     ledger.flush().expect("flush");
 }
 
-/// Starts the server, prints start-up, idle RSS and the listing figures; returns it.
-async fn measure(fx: &Fixture, policy: &std::path::Path, label: &str) -> Airlock {
+/// Starts `bin`, prints start-up, idle RSS and the listing figures; returns it.
+async fn measure(
+    bin: &std::path::Path,
+    fx: &Fixture,
+    policy: &std::path::Path,
+    label: &str,
+) -> Serve {
     let ledger_dir = fx.data_dir().join("ledger");
     let started = Instant::now();
-    let airlock = Airlock::spawn(
-        &fx.data_dir(),
-        policy,
-        &fx.dir.path().join("origin-ca.pem"),
-        &[],
-    )
-    .expect("airlock starts");
+    let airlock = Serve::start(bin, fx, policy);
     let startup = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let pid = airlock.pid().expect("pid");
+    let pid = airlock.child.id();
     let idle = rss_mib(pid);
     let listed = Instant::now();
     let first = airlock.admin.get("/v1/runs").await.expect("runs");
@@ -218,23 +272,16 @@ async fn main() {
         );
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let ours = airlock_tests::airlock_bin();
     // The first start makes the CA, tokens and truststore: not measured.
-    let mut warm = Airlock::spawn(
-        &fx.data_dir(),
-        &policy,
-        &fx.dir.path().join("origin-ca.pem"),
-        &[],
-    )
-    .expect("airlock starts");
-    warm.terminate(Duration::from_secs(10));
+    Serve::start(&ours, &fx, &policy).stop();
     if let Some(baseline) = std::env::var_os("BASELINE_BIN") {
-        let ours = airlock_tests::airlock_bin();
-        std::env::set_var("AIRLOCK_BIN", &baseline);
-        let mut old = measure(&fx, &policy, "before prune, BASELINE").await;
-        old.terminate(Duration::from_secs(10));
-        std::env::set_var("AIRLOCK_BIN", ours);
+        let baseline = std::path::PathBuf::from(baseline);
+        measure(&baseline, &fx, &policy, "before prune, BASELINE")
+            .await
+            .stop();
     }
-    let mut airlock = measure(&fx, &policy, "before prune").await;
+    let airlock = measure(&ours, &fx, &policy, "before prune").await;
     let pruning = Instant::now();
     let report = airlock
         .admin
@@ -249,14 +296,14 @@ async fn main() {
         report["pruned"].as_array().map_or(0, Vec::len),
         pruning.elapsed().as_secs_f64(),
         report["kept"].as_array().map_or(0, Vec::len),
-        rss_mib(airlock.pid().expect("pid")),
+        rss_mib(airlock.child.id()),
         dir_mib(&fx.data_dir().join("ledger")),
     );
-    airlock.terminate(Duration::from_secs(10));
-    let mut airlock = measure(&fx, &policy, "after prune, restarted").await;
-    airlock.terminate(Duration::from_secs(10));
-    let mut airlock = measure(&fx, &policy, "restarted again").await;
-    airlock.terminate(Duration::from_secs(10));
+    airlock.stop();
+    measure(&ours, &fx, &policy, "after prune, restarted")
+        .await
+        .stop();
+    measure(&ours, &fx, &policy, "restarted again").await.stop();
     // sled keeps its file's size and reuses the freed space: fill as much again.
     tokio::time::sleep(Duration::from_millis(500)).await;
     {

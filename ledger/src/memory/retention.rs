@@ -1,4 +1,5 @@
-//! Retention in the in-memory model: paged run listings and pruning a finished run, by
+//! Retention in the in-memory model: the recovery index, paged run listings and pruning
+//! a finished run, by
 //! the same rules as sled ([`crate::rules::retention`]). A body is kept when any
 //! remaining effect references it, found by looking at every remaining effect: the model
 //! is obviously right rather than fast.
@@ -6,13 +7,44 @@
 use std::collections::HashSet;
 use std::ops::Bound;
 
-use super::State;
-use crate::model::{Run, RunId};
+use super::{MemoryStore, State};
+use crate::change::Change;
+use crate::model::{Effect, EffectState, Run, RunId};
 use crate::rules::retention::{body_digests, check_finished};
 use crate::store::{Pruned, RunPage};
 use crate::Result;
 
+impl MemoryStore {
+    /// [`crate::RunStore::prune_run`]: [`State::prune_run`] under the lock, announced.
+    pub(super) fn prune_and_announce(&self, id: &RunId) -> Result<Pruned> {
+        self.write(|state| {
+            let pruned = state.prune_run(id)?;
+            let changes = vec![
+                Change::RunChanged(id.clone()),
+                Change::PlaceholdersIssued(id.clone()),
+            ];
+            Ok((pruned, changes))
+        })
+    }
+}
+
 impl State {
+    pub(super) fn put_effects(&mut self, effects: &[Effect]) {
+        for effect in effects {
+            self.put_effect(effect.clone());
+        }
+    }
+
+    /// Stores an effect and keeps the recovery index `in_flight` in step with its state.
+    pub(super) fn put_effect(&mut self, effect: Effect) {
+        if effect.state == EffectState::Releasing {
+            self.in_flight.insert(effect.id.clone());
+        } else {
+            self.in_flight.remove(&effect.id);
+        }
+        self.effects.insert(effect.id.clone(), effect);
+    }
+
     /// [`crate::RunStore::runs_page`]: a range of the ordered run map from the cursor.
     pub(super) fn runs_page(&self, page: &RunPage) -> Vec<Run> {
         let range = match (&page.after, page.newest_first) {

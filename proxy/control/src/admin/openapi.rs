@@ -41,7 +41,7 @@ pub struct ApiErrorBody {
     ),
     paths(
         super::create_run,
-        super::list_runs,
+        super::run_list::list_runs,
         super::show_run,
         super::run_effects,
         super::run_reads,
