@@ -28,7 +28,7 @@ pub(super) struct ListQuery {
     after: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery), responses((status = 200, description = "`{runs: [run…], next}`: a page of runs, newest first, each with its effect counts by state; `next` is the cursor of the next page (`?after=NEXT`), `null` on the last page", body = render::RunList)))]
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery), responses((status = 200, description = "`{runs: [run…], next}`: a page of runs, newest first, each with its effect counts by state; `next` is the cursor of the next page (`?after=NEXT`), `null` on the last page", body = render::RunList), (status = 400, description = "A `limit` outside 1–1000, an `after` that is not a run id, or an unknown parameter (`bad_query`, `bad_run_id`)", body = super::openapi::ApiErrorBody)))]
 pub(super) async fn list_runs(
     State(shared): State<Arc<Control>>,
     query: Result<axum::extract::Query<ListQuery>, axum::extract::rejection::QueryRejection>,
