@@ -101,7 +101,8 @@ async fn prune_run(
 #[serde(deny_unknown_fields)]
 struct PruneRequest {
     /// Remove the finished runs that finished at least this many seconds ago (0: every
-    /// finished run). Required.
+    /// finished run). Required (an empty body prunes nothing).
+    #[schema(required = true, value_type = u64)]
     finished_before_s: Option<u64>,
     /// List what would be removed, remove nothing.
     #[serde(default)]
