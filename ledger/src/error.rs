@@ -163,6 +163,32 @@ pub enum Refused {
         /// What is still owed or in flight.
         reason: String,
     },
+    /// Another control instance holds the run's release lease and it has not expired
+    /// ([`crate::LeaseStore::acquire_lease`]). Nothing was changed; ask again after
+    /// `expires_at_ms`, or wait for that holder to finish.
+    #[error("run {run} is being released by {holder} (its lease expires at {expires_at_ms} ms)")]
+    LeaseHeld {
+        /// The run.
+        run: RunId,
+        /// The live lease's holder.
+        holder: String,
+        /// When that lease expires, by the store's clock (ms since the Unix epoch).
+        expires_at_ms: u64,
+    },
+    /// A write of a release carried a lease that is no longer the run's newest (a newer
+    /// holder took over: this writer was fenced), or, for a write that starts a send,
+    /// one that expired ([`crate::LeaseStore`]). Nothing was changed: stop releasing.
+    #[error("run {run}: release lease token {token} is {}; the newest is {newest}", if *expired { "expired" } else { "stale" })]
+    StaleLease {
+        /// The run.
+        run: RunId,
+        /// The token the write carried.
+        token: u64,
+        /// The run's newest token (0 when it was never leased).
+        newest: u64,
+        /// Whether the token is the newest one but expired (else a newer one exists).
+        expired: bool,
+    },
 }
 
 impl Refused {
@@ -178,6 +204,8 @@ impl Refused {
             Self::NotRetriable { .. } => "not_retriable",
             Self::BadSettlement { .. } => "bad_settlement",
             Self::NotFinished { .. } => "run_not_finished",
+            Self::LeaseHeld { .. } => "lease_held",
+            Self::StaleLease { .. } => "stale_lease",
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod conformance;
 mod denials;
 mod error;
 pub mod fingerprint;
+pub mod lease;
 mod lineage;
 mod memory;
 mod model;
@@ -31,6 +32,7 @@ pub use approval::{Approval, ApprovalMismatch};
 pub use change::Change;
 pub use denials::{Denial, DENIALS_KEPT_PER_RUN};
 pub use error::{LedgerError, Refused};
+pub use lease::Lease;
 pub use lineage::{
     placeholder_edges, read_content as lineage_read_content, readiness, Edge, EdgeKind, EdgeSource,
     EffectLineage, Notable, ReadContent, Readiness,
@@ -45,7 +47,7 @@ pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use outcome::{Delivery, Idempotency, IdempotencySpec, Settlement};
 pub use sled_store::{HealingLedger, Ledger, DEFAULT_MIN_FREE_BYTES};
 pub use store::{
-    EffectStore, Health, JournalStore, LineageStore, Pruned, RunPage, RunStore, Store,
+    EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,
     WorkspaceStore,
 };
 pub use workspace::{

@@ -22,6 +22,7 @@ use crate::store::{
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
+mod leases;
 mod outcomes;
 mod retention;
 
@@ -58,6 +59,8 @@ struct State {
     denials: BTreeMap<(RunId, u64), Denial>,
     /// The recovery index: effects in `releasing`, kept by [`State::put_effect`].
     in_flight: BTreeSet<EffectId>,
+    /// Each run's release lease (the newest one; kept after it expires, for its token).
+    leases: HashMap<RunId, crate::Lease>,
 }
 
 impl State {
@@ -383,12 +386,22 @@ impl EffectStore for MemoryStore {
     fn recover(&self) -> Result<Vec<Effect>> {
         self.write(|state| {
             let mut changed = Vec::new();
-            for id in std::mem::take(&mut state.in_flight) {
-                if let Some(mut effect) = state.effects.get(&id).cloned() {
-                    if rules::recover(&mut effect) {
-                        changed.push(effect.clone());
-                        state.put_effect(effect);
-                    }
+            let now = now_ms();
+            let leased: std::collections::HashSet<RunId> = state
+                .leases
+                .values()
+                .filter(|lease| lease.live_at(now))
+                .map(|lease| lease.run.clone())
+                .collect();
+            let in_flight: Vec<EffectId> = state.in_flight.iter().cloned().collect();
+            for id in in_flight {
+                let Some(mut effect) = state.effects.get(&id).cloned() else {
+                    state.in_flight.remove(&id);
+                    continue;
+                };
+                if !leased.contains(&effect.run_id) && rules::recover(&mut effect) {
+                    changed.push(effect.clone());
+                    state.put_effect(effect);
                 }
             }
             let changes = changed.iter().map(Change::of_effect).collect();

@@ -10,8 +10,8 @@
 //! Trees: `runs` (run id -> Run), `effects` (effect id -> Effect), `run_effects`, `reads`,
 //! `denials` (`run_id \0 seq(be u64)` -> effect id / Read or a JSON array of consecutive
 //! Reads / Denial), `bodies` (digest -> raw bytes), `counters` (`KIND/run_id` -> be u64),
-//! `placeholders`, `read_content`, `read_hashes`, `effect_lineage`, `workspaces` (fields of
-//! [`Ledger`] below), and since the retention change (issue 19):
+//! `placeholders`, `read_content`, `read_hashes`, `effect_lineage`, `workspaces`,
+//! `release_leases` (fields of [`Ledger`] below), and since the retention change (issue 19):
 //!
 //! - `in_flight`: effect id -> run id, for every effect whose record is `releasing`
 //!   (written before the record enters `releasing`, removed after it leaves), which
@@ -31,6 +31,7 @@ mod effects;
 mod files;
 mod healing;
 mod journal;
+mod leases;
 mod lineage;
 mod retention;
 mod runs;
@@ -81,6 +82,8 @@ pub struct Ledger {
     body_refs: sled::Tree,
     /// `indexes` -> `1` once `in_flight` and `body_refs` are built
     meta: sled::Tree,
+    /// run id -> [`crate::Lease`] (the run's newest release lease, kept after it expires)
+    release_leases: sled::Tree,
     /// Serialises read-modify-write of run and effect records.
     write: Mutex<()>,
     /// Group commit: callers that arrive while a flush runs share the next one.
@@ -206,6 +209,7 @@ impl Ledger {
             in_flight: db.open_tree("in_flight").or_storage()?,
             body_refs: db.open_tree("body_refs").or_storage()?,
             meta: db.open_tree("meta").or_storage()?,
+            release_leases: db.open_tree("release_leases").or_storage()?,
             db,
             cache_bytes,
             write: Mutex::new(()),

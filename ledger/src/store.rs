@@ -33,6 +33,12 @@
 //!   `releasing` through an index kept in the same write as each effect's state change
 //!   (sled: tree `in_flight`), never by scanning every effect, so start-up does not grow
 //!   with the ledger.
+//! - **Leased and fenced release.** Several control instances may share one store; a
+//!   run's release lease ([`LeaseStore`]) says which of them releases it now. The store's
+//!   clock decides expiry. The writes of a release carry the lease (the `_fenced`
+//!   methods) and are refused with [`crate::Refused::StaleLease`] once a newer lease
+//!   exists, so a holder that was paused past its expiry records nothing after a takeover.
+//!   A takeover turns the run's effects left `releasing` into `unknown` in the same write.
 //! - **Notifications.** After each durable write the store sends the [`Change`]s it made
 //!   to every [`Store::subscribe`]r; see [`crate::change`]. Changes of one writer arrive
 //!   in the order of its writes; changes of concurrent writers may interleave.
@@ -44,6 +50,7 @@ use std::sync::mpsc::Receiver;
 
 use crate::change::Change;
 use crate::denials::Denial;
+use crate::lease::Lease;
 use crate::lineage::{placeholder_edges, Edge, EffectLineage, ReadContent};
 use crate::model::{
     Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder, NewEffect, Read, Run,
@@ -54,7 +61,7 @@ use crate::{ReleaseOutcome, Result, Settlement, Verdict};
 
 /// A ledger backend: every concern, plus flushing, sizes and change notifications.
 pub trait Store:
-    RunStore + EffectStore + JournalStore + LineageStore + WorkspaceStore + std::fmt::Debug
+    RunStore + EffectStore + LeaseStore + JournalStore + LineageStore + WorkspaceStore + std::fmt::Debug
 {
     /// Makes every write so far durable (journal writes included). Concurrent callers may
     /// share one flush (group commit).
@@ -177,8 +184,8 @@ pub trait RunStore: Send + Sync + 'static {
     /// Removes every record of a finished run ([`crate::rules::retention::check_finished`],
     /// judged on the records under the write lock): the run, its effects and their
     /// sequence index, reads, read analyses and fingerprints, effect lineage,
-    /// placeholders, denials, workspace record, per-run counters and recovery-index
-    /// entries, and each body (request or response) no effect of another run
+    /// placeholders, denials, workspace record, per-run counters, recovery-index
+    /// entries and its release lease record ([`LeaseStore`]), and each body (request or response) no effect of another run
     /// references; a body another run references is kept. Afterwards the run is unknown
     /// ([`RunStore::run`] is `None`, [`EffectStore::effects`] is `NotFound`, reads and
     /// denials are empty) and every other run reads exactly as before. Pruning a run
@@ -301,12 +308,17 @@ pub trait EffectStore: Send + Sync + 'static {
     /// Errors: [`crate::Refused::EffectTransition`].
     fn settle_unsent(&self, id: &EffectId, to: EffectState, reason: &str) -> Result<Effect>;
 
-    /// Recovery after a restart: every effect left `releasing` becomes `unknown`. Returns
-    /// them (identifier order). Durable. Reads the index of effects in `releasing`, which
-    /// every write of an effect keeps in step (an effect enters it no later than its
-    /// record becomes `releasing` and leaves it no earlier than its record leaves
-    /// `releasing`), so the work is proportional to the effects in flight, not to the
-    /// ledger; a backend opening storage written before the index existed builds it once.
+    /// Recovery after a restart: every effect left `releasing` becomes `unknown`, except
+    /// those of runs whose release lease ([`LeaseStore`]) is live now: another instance
+    /// may be releasing them, and it records their outcome (or, once its lease expires,
+    /// the next [`LeaseStore::acquire_lease`] makes them `unknown`). Returns the effects
+    /// changed (identifier order). Durable. With one process and no leases this is every
+    /// `releasing` effect, as before leases existed. Reads the index of effects in
+    /// `releasing`, which every write of an effect keeps in step (an effect enters it no
+    /// later than its record becomes `releasing` and leaves it no earlier than its record
+    /// leaves `releasing`), so the work is proportional to the effects in flight, not to
+    /// the ledger; a backend opening storage written before the index existed builds it
+    /// once.
     fn recover(&self) -> Result<Vec<Effect>>;
 
     /// A reviewer's retry of an effect ([`crate::rules::outcome::retry`]): a `failed`
@@ -329,6 +341,93 @@ pub trait EffectStore: Send + Sync + 'static {
     /// Errors: [`crate::Refused::EffectTransition`], [`crate::Refused::BadSettlement`],
     /// [`crate::Refused::RunTransition`]; [`crate::LedgerError::NotFound`].
     fn settle(&self, id: &EffectId, settlement: &Settlement, by: &str) -> Result<Vec<Effect>>;
+}
+
+/// Release leases and the fenced writes of a release (module [`crate::lease`] has the rules
+/// and the SQL each one is): one record per run ever leased, `(run id, holder, token,
+/// expires_at)`; the store's clock (ms since the Unix epoch) decides expiry. Every method
+/// is one atomic write, durable, and refusals change nothing.
+///
+/// In SQL: one table `release_leases (run_id PRIMARY KEY, holder, token BIGINT,
+/// expires_at_ms BIGINT)`, `now` the database's clock; `acquire_lease` is one
+/// transaction of the conditional upsert in [`crate::lease::acquire`] plus `UPDATE
+/// effects SET state = 'unknown', state_reason = [`crate::rules::RECOVERY_REASON`] WHERE run_id =
+/// $run AND state = 'releasing' RETURNING …`; each fenced write adds the condition of
+/// [`crate::lease::check_fence`] to its own statement (or checks the row `FOR SHARE` in
+/// its transaction), and `recover` skips `run_id IN (SELECT run_id FROM release_leases
+/// WHERE expires_at_ms > now)`.
+///
+/// The control plane's commit authority acquires a run's lease before it releases or
+/// settles anything of it, renews it at a third of its TTL, and gives it up when done.
+/// A holder id names one process: a process must not acquire a lease concurrently with
+/// itself (the control plane serialises each run with its in-process commit lock).
+pub trait LeaseStore: EffectStore {
+    /// Grants `holder` the release lease of `run` for `ttl_ms` (at least 1) from the
+    /// store's clock, with the next fencing token (1 for the run's first lease, then one
+    /// more per grant; never reused). Granted when the run has no lease, its lease has
+    /// expired or was given up, or `holder` itself holds it (its previous process died).
+    /// In the same atomic write every effect of the run left `releasing` becomes
+    /// `unknown` (as [`EffectStore::recover`] does after a crash: never re-sent blindly).
+    /// Durable. Returns the lease and the effects made `unknown` (staging order), and
+    /// sends [`Change::EffectChanged`] for each of them.
+    ///
+    /// Errors: [`crate::Refused::LeaseHeld`] (holder and expiry) while another holder's
+    /// lease is live; [`crate::LedgerError::NotFound`] for an unknown run.
+    fn acquire_lease(&self, run: &RunId, holder: &str, ttl_ms: u64)
+        -> Result<(Lease, Vec<Effect>)>;
+
+    /// Extends `lease` to `ttl_ms` from the store's clock. Only the run's newest lease,
+    /// still live, is renewed: an expired one is lost even when nobody took it. Durable.
+    ///
+    /// Errors: [`crate::Refused::StaleLease`].
+    fn renew_lease(&self, lease: &Lease, ttl_ms: u64) -> Result<Lease>;
+
+    /// Gives `lease` up: it expires now (its token stays, so the next grant gets a
+    /// higher one). Returns `false`, changing nothing, when `lease` is not the run's
+    /// newest. Durable.
+    ///
+    /// Errors: storage faults.
+    fn give_up_lease(&self, lease: &Lease) -> Result<bool>;
+
+    /// The run's live lease, if any (`None` when never leased, expired or given up).
+    fn lease(&self, run: &RunId) -> Result<Option<Lease>>;
+
+    /// [`EffectStore::mark_releasing`] under `fence`: also refused unless `fence` is the
+    /// effect's run's newest lease and is live (a send must not start on an expired
+    /// lease). Durable; same change notification.
+    ///
+    /// Errors: [`crate::Refused::StaleLease`], then as [`EffectStore::mark_releasing`].
+    fn mark_releasing_fenced(&self, id: &EffectId, fence: &Lease) -> Result<Effect>;
+
+    /// [`EffectStore::record_release`] under `fence`: refused unless `fence` is the
+    /// effect's run's newest lease (live or expired: an outcome learnt before anyone took
+    /// over is kept). Durable.
+    ///
+    /// Errors: [`crate::Refused::StaleLease`], then as [`EffectStore::record_release`].
+    fn record_release_fenced(
+        &self,
+        id: &EffectId,
+        outcome: ReleaseOutcome<'_>,
+        fence: &Lease,
+    ) -> Result<Effect>;
+
+    /// [`EffectStore::settle_unsent`] under `fence` (newest lease, live or expired).
+    /// Durable.
+    ///
+    /// Errors: [`crate::Refused::StaleLease`], then as [`EffectStore::settle_unsent`].
+    fn settle_unsent_fenced(
+        &self,
+        id: &EffectId,
+        to: EffectState,
+        reason: &str,
+        fence: &Lease,
+    ) -> Result<Effect>;
+
+    /// [`RunStore::finish_commit`] under `fence` (newest lease of `run`, live or
+    /// expired). Durable.
+    ///
+    /// Errors: [`crate::Refused::StaleLease`]; [`crate::LedgerError::NotFound`].
+    fn finish_commit_fenced(&self, run: &RunId, fence: &Lease) -> Result<Run>;
 }
 
 /// The journal: reads and denials, numbered per run, not durable on their own.

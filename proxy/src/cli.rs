@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use airlock_control::visible::{escape, escape_line};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::client::ClientError;
 
@@ -54,7 +54,16 @@ use admin_client::{decide_all, PartialCommit};
 
 /// Runs the CLI; returns the process exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    if let (Command::Serve(args), Some(serve)) =
+        (&mut cli.command, matches.subcommand_matches("serve"))
+    {
+        args.given = given_flags(&Cli::command(), "serve", serve);
+    }
     match &cli.command {
         Command::Serve(args) => init_logging(true, args.log_format),
         _ => init_logging(false, args::LogFormat::Text),
@@ -88,6 +97,26 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The `--…` names of `subcommand`'s flags that `matches` got from the command line or
+/// the environment (not from defaults), for `airlock serve --role`'s checks.
+fn given_flags(cli: &clap::Command, subcommand: &str, matches: &clap::ArgMatches) -> Vec<String> {
+    let Some(command) = cli.find_subcommand(subcommand) else {
+        return Vec::new();
+    };
+    command
+        .get_arguments()
+        .filter(|arg| {
+            matches!(
+                matches.value_source(arg.get_id().as_str()),
+                Some(
+                    clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable
+                )
+            )
+        })
+        .filter_map(|arg| arg.get_long().map(|long| format!("--{long}")))
+        .collect()
 }
 
 /// `airlock fence-init`: the fence's PID 1, on a one-thread runtime (it only relays); the

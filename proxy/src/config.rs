@@ -13,6 +13,9 @@ pub const DEFAULT_STAGE_BODY_LIMIT: u64 = 10 * 1024 * 1024;
 /// Everything `airlock serve` needs.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// What this process runs: the data plane, the control plane or both
+    /// ([`crate::role::Role`], `--role`) [default: both].
+    pub role: crate::role::Role,
     /// Data directory: CA, admin token, ledger.
     pub data_dir: PathBuf,
     /// The policy file.
@@ -29,6 +32,10 @@ pub struct ServeConfig {
     pub connect_timeout: Duration,
     /// Timeout for one release request (whole exchange).
     pub release_timeout: Duration,
+    /// How long a run's release lease lasts unless renewed (`--release-lease-ttl`; 10 s
+    /// by default; renewed every third of it). It bounds how long a run an instance was
+    /// releasing when it died waits before another instance takes it over.
+    pub release_lease_ttl: Duration,
     /// How long a client may take to send a request head (stops slow-header clients).
     pub header_read_timeout: Duration,
     /// Lets admin API clients have the server run shell commands (the `cmd` snapshot
@@ -99,13 +106,14 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     /// A configuration with the documented defaults: proxy on 127.0.0.1:8080, admin on
-    /// 127.0.0.1:8081, 10 MiB staging limit, 10 s connect timeout, 60 s release timeout,
+    /// 127.0.0.1:8081, 10 MiB staging limit, 10 s connect timeout, 60 s release timeout, 10 s release lease TTL,
     /// 30 s header read timeout, 10 min idle timeout on spliced and upgraded connections,
     /// 5 min keep-alive timeout on HTTP connections, 10 s to authenticate, 120 s to send a
     /// body airlock reads whole, 256 connections
     /// a run, 256 unauthenticated and 4096 in all, a 64 MiB ledger cache.
     pub fn new(data_dir: PathBuf, policy_path: PathBuf) -> Self {
         Self {
+            role: crate::role::Role::All,
             data_dir,
             policy_path,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
@@ -114,6 +122,7 @@ impl ServeConfig {
             stage_body_limit: DEFAULT_STAGE_BODY_LIMIT,
             connect_timeout: Duration::from_secs(10),
             release_timeout: Duration::from_secs(60),
+            release_lease_ttl: airlock_control::release::lease::LeaseSettings::DEFAULT_TTL,
             header_read_timeout: Duration::from_secs(30),
             danger_allow_snapshot_commands: false,
             workspace_step_timeout: airlock_control::snapshot::DEFAULT_STEP_TIMEOUT,

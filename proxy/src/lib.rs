@@ -10,6 +10,7 @@ pub mod client;
 pub mod config;
 pub mod demo;
 pub mod render;
+pub mod role;
 mod sandbox_files;
 pub mod server;
 

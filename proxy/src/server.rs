@@ -1,5 +1,5 @@
 //! Building and running `airlock serve`: data directory, CA, ledger, policy, recovery, and
-//! the two listeners.
+//! the listeners; which of them one process runs is its role ([`crate::role`]).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,7 +10,8 @@ use airlock_ledger::{HealingLedger, RunState, Store};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, LEDGER_DIR};
+use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, INSTANCE_ID_FILE, LEDGER_DIR};
+use crate::role::Role;
 use airlock_control::{Control, ControlInputs};
 use airlock_dataplane::fence::{parse_source, Fence};
 use airlock_dataplane::{DataPlane, DataPlaneInputs, Limits};
@@ -83,9 +84,11 @@ pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1
 
 /// A built server, listening, not yet serving.
 pub struct Server {
+    role: Role,
     data: Arc<DataPlane>,
     control: Arc<Control>,
-    proxy: TcpListener,
+    /// The proxy listener; `None` with `--role control`.
+    proxy: Option<TcpListener>,
     admin: TcpListener,
     fence: Arc<Fence>,
     fence_socket: Option<tokio::net::UnixListener>,
@@ -185,6 +188,30 @@ pub fn load_or_create_admin_token(dir: &Path) -> Result<String, StartError> {
     }
 }
 
+/// The id of this instance as the holder of release leases: read from the data
+/// directory's `instance-id`, or created there (`ctl_` and 24 random hex digits). Kept
+/// across restarts, so that an instance restarting after a crash takes its own leases
+/// over at once instead of waiting for them to expire; each control instance on a shared
+/// store needs its own data directory, hence its own id.
+///
+/// Errors: [`StartError::DataDir`] when the file cannot be written.
+pub fn load_or_create_instance_id(dir: &Path) -> Result<String, StartError> {
+    let path = dir.join(INSTANCE_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
+        _ => {
+            use rand::RngCore;
+            let mut bytes = [0u8; 12];
+            rand::thread_rng().fill_bytes(&mut bytes);
+            let id: String = std::iter::once("ctl_".to_owned())
+                .chain(bytes.iter().map(|b| format!("{b:02x}")))
+                .collect();
+            write_private_file(&path, format!("{id}\n").as_bytes()).map_err(data_err(&path))?;
+            Ok(id)
+        }
+    }
+}
+
 impl From<airlock_dataplane::policy_store::LoadError> for StartError {
     fn from(error: airlock_dataplane::policy_store::LoadError) -> Self {
         match error {
@@ -199,8 +226,13 @@ impl From<airlock_dataplane::policy_store::LoadError> for StartError {
 
 impl Server {
     /// Prepares the data directory, loads the policy and CA, opens the ledger, recovers
-    /// interrupted releases (`releasing` -> `unknown`) and binds both listeners.
+    /// interrupted releases (control and all roles: `releasing` -> `unknown`, except those
+    /// of runs whose release lease is live: the takeover sweeper finishes those, at once for
+    /// this instance's own leases) and binds the role's listeners: the admin (or,
+    /// `--role proxy`, ops) listener always, the proxy, transparent and DNS listeners and
+    /// the fence socket unless `--role control`.
     pub async fn build(config: ServeConfig) -> Result<Self, StartError> {
+        let role = config.role;
         std::fs::create_dir_all(&config.data_dir).map_err(data_err(&config.data_dir))?;
         #[cfg(unix)]
         {
@@ -217,6 +249,7 @@ impl Server {
         )?);
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
+        let instance_id = load_or_create_instance_id(&data_dir)?;
         let ledger_path = data_dir.join(LEDGER_DIR);
         let ledger: Arc<dyn Store> = HealingLedger::open(
             &ledger_path,
@@ -227,19 +260,29 @@ impl Server {
             path: ledger_path.display().to_string(),
             source,
         })?;
-        let recovered = ledger.recover().map_err(|source| StartError::Ledger {
-            path: ledger_path.display().to_string(),
-            source,
-        })?;
-        for effect in &recovered {
-            warn!(effect.id = %effect.id, run.id = %effect.run_id, url = %effect.url,
-                  "effect was being released when airlock stopped; marked unknown, not re-sent");
+        if role.serves_control() {
+            let recovered = ledger.recover().map_err(|source| StartError::Ledger {
+                path: ledger_path.display().to_string(),
+                source,
+            })?;
+            for effect in &recovered {
+                warn!(effect.id = %effect.id, run.id = %effect.run_id, url = %effect.url,
+                      "effect was being released when airlock stopped; marked unknown, not re-sent");
+            }
         }
-        let proxy = bind(config.listen, "--listen").await?;
+        let proxy = match role.serves_proxy() {
+            true => Some(bind(config.listen, "--listen").await?),
+            false => None,
+        };
         let admin = bind(config.admin, "--admin").await?;
-        let proxy_addr = proxy
-            .local_addr()
-            .map_err(|source| bind_err(config.listen, "--listen", source))?;
+        // A control instance has no proxy listener: the data plane's own address is the
+        // one --listen names (unbound), and sandboxes are sent to --advertise-proxy.
+        let proxy_addr = match &proxy {
+            Some(proxy) => proxy
+                .local_addr()
+                .map_err(|source| bind_err(config.listen, "--listen", source))?,
+            None => config.listen,
+        };
         let admin_addr = admin
             .local_addr()
             .map_err(|source| bind_err(config.admin, "--admin", source))?;
@@ -261,11 +304,11 @@ impl Server {
             .filter(|run| !matches!(run.state, RunState::Open | RunState::Sealed))
             .map(|run| run.id)
             .collect();
-        let transparent = match config.transparent {
+        let transparent = match config.transparent.filter(|_| role.serves_proxy()) {
             Some(addr) => Some(bind(addr, "--transparent").await?),
             None => None,
         };
-        let dns = match config.dns {
+        let dns = match config.dns.filter(|_| role.serves_proxy()) {
             Some(addr) => {
                 let udp = tokio::net::UdpSocket::bind(addr)
                     .await
@@ -286,13 +329,18 @@ impl Server {
                 })
                 .trim_end_matches('/')
                 .to_owned(),
-            notifier: match &config.notify_webhook {
+            notifier: match config
+                .notify_webhook
+                .as_ref()
+                .filter(|_| role.serves_control())
+            {
                 Some(url) => Some(airlock_control::notify::Notifier::new(url, tls.clone())?),
                 None => None,
             },
             sign_in_links: Default::default(),
         };
-        let mut own = vec![proxy_addr, admin_addr];
+        let mut own = vec![admin_addr];
+        own.extend(proxy.as_ref().map(|_| proxy_addr));
         own.extend(transparent.as_ref().and_then(|l| l.local_addr().ok()));
         own.extend(dns.as_ref().and_then(|(_, tcp)| tcp.local_addr().ok()));
         let dialer = Dialer::new(policy.clone(), own, config.connect_timeout)
@@ -340,6 +388,8 @@ impl Server {
                 }
                 match config.advertise_ca.clone() {
                     Some(ca) => advertised.ca_file = ca,
+                    // The sandbox files are for run environments, which control renders.
+                    None if !role.serves_control() => {}
                     None => crate::sandbox_files::write(
                         &data_dir,
                         data.ca().cert_pem(),
@@ -354,10 +404,18 @@ impl Server {
             workspace_step_timeout: config.workspace_step_timeout,
             review,
             fence: fence.clone(),
+            release_lease: airlock_control::release::lease::LeaseSettings {
+                holder: instance_id,
+                ttl: config.release_lease_ttl,
+            },
         });
         data.set_auto_review(Arc::new(airlock_control::runs::AutoReview::new(&control)));
-        let fence_socket = bind_fence_socket(&control.fence_socket());
+        let fence_socket = match role.serves_proxy() {
+            true => bind_fence_socket(&control.fence_socket()),
+            false => None,
+        };
         Ok(Self {
+            role,
             data,
             control,
             proxy,
@@ -370,7 +428,8 @@ impl Server {
         })
     }
 
-    /// The proxy listener's address.
+    /// The proxy listener's address (with `--role control`, which binds none, the unbound
+    /// `--listen` address).
     pub fn proxy_addr(&self) -> SocketAddr {
         self.data.proxy_addr()
     }
@@ -426,6 +485,7 @@ impl Server {
 
     async fn serve(self) {
         let Self {
+            role,
             data,
             control,
             proxy,
@@ -437,9 +497,10 @@ impl Server {
             retain,
         } = self;
         let addresses = serde_json::json!({
-            "proxy": data.proxy_addr().to_string(),
+            "role": role.as_str(),
+            "proxy": proxy.as_ref().map(|_| data.proxy_addr().to_string()),
             "admin": format!("http://{}", control.admin_addr()),
-            "fence_socket": control.fence_socket().display().to_string(),
+            "fence_socket": fence_socket.as_ref().map(|_| control.fence_socket().display().to_string()),
             "transparent": transparent.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()),
             "dns": dns.as_ref().and_then(|(udp, _)| udp.local_addr().ok()).map(|a| a.to_string()),
             "pid": std::process::id(),
@@ -448,17 +509,15 @@ impl Server {
         if let Err(error) = std::fs::write(&path, format!("{addresses}\n")) {
             warn!(error = %error, path = %path.display(), "cannot write the addresses file");
         }
-        info!(proxy = %data.proxy_addr(), admin = %control.admin_addr(),
+        info!(role = role.as_str(), proxy = %proxy.as_ref().map_or("none (--role control)".to_owned(), |_| data.proxy_addr().to_string()), admin = %control.admin_addr(),
               policy.revision = data.policy().current().revision(), data = %control.data_dir().display(),
               "airlock listening");
-        airlock_control::runs::resume_commits(&control);
         let _watch = AbortOnDrop(data.policy().watch());
-        airlock_control::runs::workspace::resume_all(&control);
-        if let Some(retain) = retain {
+        if let (Some(retain), true) = (retain, role.serves_control()) {
             airlock_control::retention::spawn_retain(&control, retain);
         }
-        info!(url = %format!("{}/login", control.ui_base_url()), "review UI (sign in with a reviewer token; `airlock ui` prints a sign-in link)");
-        let router = airlock_control::admin::router(control);
+        let (router, sweeper) = crate::role::start_control(role, control);
+        let _sweeper = sweeper.map(AbortOnDrop);
         let fenced = {
             let (data, fence) = (data.clone(), fence.clone());
             async move {
@@ -496,7 +555,11 @@ impl Server {
                 tokio::join!(transparent, dns);
             }
         };
-        let proxy = airlock_dataplane::listener::serve(data, proxy);
+        let proxy = async move {
+            if let Some(proxy) = proxy {
+                airlock_dataplane::listener::serve(data, proxy).await;
+            }
+        };
         let admin_server = async move {
             if let Err(error) = axum::serve(admin, router).await {
                 warn!(error = %error, "admin listener stopped");

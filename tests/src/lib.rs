@@ -210,11 +210,14 @@ impl Airlock {
             .arg(&self.data)
             .arg("--policy")
             .arg(&self.policy)
-            .args(if self.args.iter().any(|a| a == "--listen") {
-                &[][..]
-            } else {
-                &["--listen", "127.0.0.1:0"][..]
-            })
+            // A control instance has no proxy listener and refuses --listen.
+            .args(
+                if self.args.iter().any(|a| a == "--listen") || self.is_control() {
+                    &[][..]
+                } else {
+                    &["--listen", "127.0.0.1:0"][..]
+                },
+            )
             .args(if self.args.iter().any(|a| a == "--admin") {
                 &[][..]
             } else {
@@ -261,7 +264,14 @@ impl Airlock {
         }
     }
 
-    /// airlock's log so far.
+    /// Whether this airlock runs `--role control` (so it has no proxy listener).
+    fn is_control(&self) -> bool {
+        self.args
+            .windows(2)
+            .any(|pair| pair[0] == "--role" && pair[1] == "control")
+            || self.args.iter().any(|a| a == "--role=control")
+    }
+
     /// The running airlock's process id.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

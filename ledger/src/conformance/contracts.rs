@@ -20,6 +20,7 @@ pub fn all(backend: &mut dyn Backend) {
     callable_through_dyn_store(backend);
     super::outcomes::all(backend);
     super::retention::all(backend);
+    super::leases::all(backend);
 }
 
 /// A new effect of `run` with `body` and the given placeholders.

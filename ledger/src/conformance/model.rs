@@ -12,9 +12,12 @@ use serde_json::Value;
 use super::contracts::{new_denial, new_effect, new_read, new_workspace};
 use crate::{
     Changes, DecisionKind, Delivery, Dependency, EdgeKind, EffectId, EffectLineage, EffectState,
-    LedgerError, PlaceholderSpec, ReadContent, ReleaseOutcome, RunFlag, RunId, Settlement,
+    Lease, LedgerError, PlaceholderSpec, ReadContent, ReleaseOutcome, RunFlag, RunId, Settlement,
     StepRecord, Store, ValueKind, Verdict, WorkspaceDecision,
 };
+
+/// The TTL of the model test's leases: none expires during a test.
+const LEASE_TTL_MS: u64 = 3_600_000;
 
 /// One operation; `run` and `effect` index the runs and effects created so far (modulo
 /// their count; an operation on a run before any exists names an unknown run).
@@ -114,6 +117,38 @@ pub enum Op {
         run: usize,
         after_seq: u64,
     },
+    /// Acquires a run's release lease (holder `h0`, `h1` or `h2`, a TTL no test outlives).
+    AcquireLease {
+        run: usize,
+        holder: u8,
+    },
+    /// Gives up a lease granted earlier (`back` grants before the run's newest).
+    GiveUpLease {
+        run: usize,
+        back: u8,
+    },
+    /// `mark_releasing_fenced` under the effect's run's newest lease, or one granted
+    /// `back` grants before it (stale), or a made-up one when none was granted.
+    MarkReleasingFenced {
+        effect: usize,
+        back: u8,
+    },
+    /// `record_release_fenced`, with the lease chosen as for `MarkReleasingFenced`.
+    RecordReleaseFenced {
+        effect: usize,
+        ok: bool,
+        back: u8,
+    },
+    /// `settle_unsent_fenced` (`skipped`), with the lease chosen as above.
+    SettleUnsentFenced {
+        effect: usize,
+        back: u8,
+    },
+    /// `finish_commit_fenced`, with the run's lease chosen as above.
+    FinishCommitFenced {
+        run: usize,
+        back: u8,
+    },
     /// Reads back everything about one run.
     Query {
         run: usize,
@@ -165,6 +200,12 @@ pub fn operations(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
         1 => (run.clone(), 0u8..3, 0u64..4).prop_map(|(run, kind, after_seq)| Op::DecideWorkspace { run, kind, after_seq }),
         1 => (run.clone(), any::<bool>()).prop_map(|(run, unverified)| Op::FinishWorkspaceDecision { run, unverified }),
         1 => (run.clone(), 0u64..4).prop_map(|(run, after_seq)| Op::DiscardEffectsAfter { run, after_seq }),
+        2 => (run.clone(), 0u8..3).prop_map(|(run, holder)| Op::AcquireLease { run, holder }),
+        1 => (run.clone(), 0u8..2).prop_map(|(run, back)| Op::GiveUpLease { run, back }),
+        2 => (effect.clone(), 0u8..2).prop_map(|(effect, back)| Op::MarkReleasingFenced { effect, back }),
+        2 => (effect.clone(), any::<bool>(), 0u8..2).prop_map(|(effect, ok, back)| Op::RecordReleaseFenced { effect, ok, back }),
+        1 => (effect.clone(), 0u8..2).prop_map(|(effect, back)| Op::SettleUnsentFenced { effect, back }),
+        1 => (run.clone(), 0u8..2).prop_map(|(run, back)| Op::FinishCommitFenced { run, back }),
         2 => run.clone().prop_map(|run| Op::Query { run }),
         1 => Just(Op::Runs),
         1 => run.prop_map(|run| Op::Prune { run }),
@@ -194,6 +235,8 @@ struct Driver<'a> {
     store: &'a dyn Store,
     runs: Vec<(RunId, String)>,
     effects: Vec<(EffectId, Option<String>)>,
+    /// Every lease granted, per run, oldest first.
+    leases: HashMap<RunId, Vec<Lease>>,
     names: Normalizer,
 }
 
@@ -203,6 +246,7 @@ impl<'a> Driver<'a> {
             store,
             runs: Vec::new(),
             effects: Vec::new(),
+            leases: HashMap::new(),
             names: Normalizer::default(),
         }
     }
@@ -219,6 +263,30 @@ impl<'a> Driver<'a> {
             0 => EffectId("eff_00000000000000000000000000".into()),
             n => self.effects[index % n].0.clone(),
         }
+    }
+
+    /// The lease of `run` granted `back` grants before its newest, or a made-up one
+    /// (token 0) when there is none.
+    fn lease_of(&self, run: &RunId, back: u8) -> Lease {
+        self.leases
+            .get(run)
+            .and_then(|all| all.iter().rev().nth(usize::from(back)))
+            .cloned()
+            .unwrap_or_else(|| Lease {
+                run: run.clone(),
+                holder: "nobody".into(),
+                token: 0,
+                expires_at_ms: 0,
+            })
+    }
+
+    /// The run of `effect` (a made-up one for an unknown effect).
+    fn run_of(&self, effect: &EffectId) -> RunId {
+        self.store
+            .effect(effect)
+            .ok()
+            .flatten()
+            .map_or_else(|| self.run(0), |e| e.run_id)
     }
 
     fn apply(&mut self, op: &Op) -> Value {
@@ -454,6 +522,53 @@ impl<'a> Driver<'a> {
             Op::DiscardEffectsAfter { run, after_seq } => {
                 answer(store.discard_effects_after(&self.run(*run), *after_seq, "rolled back"))
             }
+            Op::AcquireLease { run, holder } => {
+                let run = self.run(*run);
+                let granted = store.acquire_lease(&run, &format!("h{holder}"), LEASE_TTL_MS);
+                if let Ok((lease, _)) = &granted {
+                    self.leases.entry(run).or_default().push(lease.clone());
+                }
+                answer(granted.map(|(lease, recovered)| {
+                    serde_json::json!({
+                        "holder": lease.holder,
+                        "number": lease.token,
+                        "recovered": recovered,
+                    })
+                }))
+            }
+            Op::GiveUpLease { run, back } => {
+                answer(store.give_up_lease(&self.lease_of(&self.run(*run), *back)))
+            }
+            Op::MarkReleasingFenced { effect, back } => {
+                let id = self.effect(*effect);
+                let lease = self.lease_of(&self.run_of(&id), *back);
+                answer(store.mark_releasing_fenced(&id, &lease))
+            }
+            Op::RecordReleaseFenced { effect, ok, back } => {
+                let id = self.effect(*effect);
+                let lease = self.lease_of(&self.run_of(&id), *back);
+                answer(store.record_release_fenced(
+                    &id,
+                    ReleaseOutcome {
+                        status: Some(if *ok { 201 } else { 500 }),
+                        body: b"fenced",
+                        body_len: 6,
+                        error: (!ok).then(|| "origin said 500".into()),
+                        ..ReleaseOutcome::default()
+                    },
+                    &lease,
+                ))
+            }
+            Op::SettleUnsentFenced { effect, back } => {
+                let id = self.effect(*effect);
+                let lease = self.lease_of(&self.run_of(&id), *back);
+                answer(store.settle_unsent_fenced(&id, EffectState::Skipped, "unsent", &lease))
+            }
+            Op::FinishCommitFenced { run, back } => {
+                let run = self.run(*run);
+                let lease = self.lease_of(&run, *back);
+                answer(store.finish_commit_fenced(&run, &lease))
+            }
             Op::Query { run } => {
                 let run = self.run(*run);
                 let effects = store.effects(&run);
@@ -478,6 +593,7 @@ impl<'a> Driver<'a> {
                     answer(store.edges(&run)),
                     answer(store.workspace(&run)),
                     answer(store.last_effect_seq(&run)),
+                    answer(store.lease(&run).map(|l| l.map(|l| (l.holder, l.token)))),
                     sorted(self.names.normalize(answer(store.placeholders(&run)))),
                 ])
             }

@@ -94,6 +94,7 @@ impl State {
         pruned.placeholders = (placeholders_before - self.placeholders.len()) as u64;
         self.workspaces.remove(id);
         self.counters.remove(id);
+        self.leases.remove(id);
         let referenced: HashSet<_> = self
             .effects
             .values()

@@ -116,7 +116,7 @@ impl Ledger {
 
     /// Stores `body` under its digest (once) and notes that `run` references it
     /// (`body_refs`), the reference first so that a body is never stored unreferenced.
-    fn put_body(&self, digest: &Digest, body: &[u8], run: &RunId) -> Result<()> {
+    pub(super) fn put_body(&self, digest: &Digest, body: &[u8], run: &RunId) -> Result<()> {
         self.body_refs
             .insert(super::retention::body_ref_key(digest, run), &[])
             .or_storage()?;
@@ -196,7 +196,7 @@ impl Ledger {
 
     /// Reads effect `id` under the write lock, lets `change` decide and change it, and
     /// writes it back durably, announcing it.
-    fn update_effect(
+    pub(super) fn update_effect(
         &self,
         id: &EffectId,
         change: impl FnOnce(&Self, &mut Effect) -> Result<()>,
@@ -314,13 +314,18 @@ impl Ledger {
     }
 
     /// [`crate::EffectStore::recover`] on sled: reads the recovery index `in_flight`
-    /// (effect id order), never every effect; an entry whose effect is gone or no longer
-    /// `releasing` is dropped. Durable.
+    /// (effect id order), never every effect, leaving those of runs with a live release
+    /// lease alone; an entry whose effect is gone or no longer `releasing` is dropped.
+    /// Durable.
     pub fn recover(&self) -> Result<Vec<Effect>> {
         let _guard = self.lock();
+        let leased = self.live_leases()?;
         let mut changed = Vec::new();
         for item in self.in_flight.iter() {
-            let (key, _) = item.or_storage()?;
+            let (key, run) = item.or_storage()?;
+            if leased.contains(&RunId(String::from_utf8_lossy(&run).into_owned())) {
+                continue;
+            }
             let id = EffectId(String::from_utf8_lossy(&key).into_owned());
             let recovered = self
                 .effect(&id)?

@@ -119,6 +119,7 @@ impl Ledger {
         pruned.placeholders = remove_prefix(&self.placeholders, &prefix)?;
         pruned.denials = remove_prefix(&self.denials, &prefix)?;
         self.workspaces.remove(id.0.as_bytes()).or_storage()?;
+        self.release_leases.remove(id.0.as_bytes()).or_storage()?;
         for name in RUN_COUNTERS {
             self.counters
                 .remove(format!("{name}/{id}").as_bytes())

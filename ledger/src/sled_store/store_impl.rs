@@ -6,13 +6,15 @@ use std::sync::mpsc::Receiver;
 use super::Ledger;
 use crate::change::Change;
 use crate::denials::Denial;
+use crate::lease::Lease;
 use crate::lineage::{EffectLineage, ReadContent};
 use crate::model::{
     Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder, NewEffect, Read, Run,
     RunFlag, RunId,
 };
 use crate::store::{
-    EffectStore, JournalStore, LineageStore, Pruned, RunPage, RunStore, Store, WorkspaceStore,
+    EffectStore, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,
+    WorkspaceStore,
 };
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{ReleaseOutcome, Result, Settlement, Verdict};
@@ -222,5 +224,55 @@ impl WorkspaceStore for Ledger {
         reason: &str,
     ) -> Result<Vec<Effect>> {
         Ledger::discard_effects_after(self, run, after_seq, reason)
+    }
+}
+
+impl LeaseStore for Ledger {
+    fn acquire_lease(
+        &self,
+        run: &RunId,
+        holder: &str,
+        ttl_ms: u64,
+    ) -> Result<(Lease, Vec<Effect>)> {
+        Ledger::acquire_lease(self, run, holder, ttl_ms)
+    }
+
+    fn renew_lease(&self, lease: &Lease, ttl_ms: u64) -> Result<Lease> {
+        Ledger::renew_lease(self, lease, ttl_ms)
+    }
+
+    fn give_up_lease(&self, lease: &Lease) -> Result<bool> {
+        Ledger::give_up_lease(self, lease)
+    }
+
+    fn lease(&self, run: &RunId) -> Result<Option<Lease>> {
+        Ledger::lease(self, run)
+    }
+
+    fn mark_releasing_fenced(&self, id: &EffectId, fence: &Lease) -> Result<Effect> {
+        Ledger::mark_releasing_fenced(self, id, fence)
+    }
+
+    fn record_release_fenced(
+        &self,
+        id: &EffectId,
+        outcome: ReleaseOutcome<'_>,
+        fence: &Lease,
+    ) -> Result<Effect> {
+        Ledger::record_release_fenced(self, id, outcome, fence)
+    }
+
+    fn settle_unsent_fenced(
+        &self,
+        id: &EffectId,
+        to: EffectState,
+        reason: &str,
+        fence: &Lease,
+    ) -> Result<Effect> {
+        Ledger::settle_unsent_fenced(self, id, to, reason, fence)
+    }
+
+    fn finish_commit_fenced(&self, run: &RunId, fence: &Lease) -> Result<Run> {
+        Ledger::finish_commit_fenced(self, run, fence)
     }
 }

@@ -25,6 +25,7 @@ mod effects;
 mod fence;
 pub(crate) mod health;
 pub mod openapi;
+mod ops;
 mod outcomes;
 mod policy;
 pub mod render;
@@ -32,6 +33,7 @@ mod retention;
 mod run_list;
 mod workspace;
 
+pub use ops::{ops_router, NOT_SERVED_BY_ROLE};
 pub(crate) use policy::metrics as policy_metrics;
 use render::{edge_json, effect_summary, run_json};
 
@@ -70,6 +72,7 @@ impl ApiError {
         match self.code {
             "unauthorized" => "send Authorization: Bearer TOKEN; the admin token is in DATA/admin.token, reviewer tokens in the files --reviewer-token names",
             "not_found" => "check the id (GET /v1/runs lists runs); docs/admin-api.md lists the endpoints",
+            "not_served_by_role" => "send admin API and review UI requests to a control instance (airlock serve --role control or all); docs/fleet.md",
             "bad_json" | "bad_body" | "bad_query" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
                 "fix the request and send it again; docs/admin-api.md describes each body"
             }
@@ -89,6 +92,7 @@ impl ApiError {
             "not_retriable" => "the effect may have reached its origin (or the origin refused it): check the origin, then settle an unknown effect (POST /v1/effects/{id}/settle, `airlock settle`)",
             "bad_settlement" => "name a placeholder of the effect by its pointer (GET /v1/effects/{id} lists them) with a value of its type, and give values only with delivered = true",
             "run_not_finished" => "only finished runs are pruned (docs/architecture.md, Retention): commit or abort it, settle its unknown effects, or wait for its release to end",
+            "lease_held" => "another control instance is releasing this run (waited 60 s for it): ask again; it is taken over if that instance died (docs/architecture.md, \"Commit authority\")",
             "nothing_to_retry" => "GET /v1/runs/{id}/effects: a failed effect with retriable = true, or an unknown one, is what to look at",
             _ if self.status.is_server_error() => "see airlock's log; retry later",
             _ => "see reason; docs/admin-api.md describes each endpoint",

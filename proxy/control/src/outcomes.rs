@@ -3,8 +3,9 @@
 //! its origin (or an `unknown` one whose origin honours its idempotency key), and
 //! `settle` records a reviewer's finding about an `unknown` effect. Both write their
 //! decision in the ledger first (who, when, the note), then release whatever they put
-//! back, under the run's commit lock, in a task of their own so that a client that goes
-//! away does not cut a release half way.
+//! back, under the run's commit lock and its release lease (taken before the decision is
+//! written, waiting for another instance's live lease as a commit does), in a task of
+//! their own so that a client that goes away does not cut a release half way.
 
 use std::sync::Arc;
 
@@ -13,7 +14,8 @@ use airlock_ledger::{EffectId, LedgerError, RunId, Settlement};
 use serde::Serialize;
 use tracing::info;
 
-use crate::release::{blocking, release_and_finish, report, CommitError, CommitReport};
+use crate::release::lease::{claim_or_wait, Held};
+use crate::release::{blocking, release_leased, report, CommitError, CommitReport};
 use crate::runs::Actor;
 use crate::Control;
 
@@ -67,6 +69,7 @@ async fn retry_detached(
     tokio::spawn(async move {
         let lock = control.commit_lock(&run);
         let _serial = lock.lock().await;
+        let held = leased(&control, &run).await?;
         let ids = match effect {
             Some(effect) => vec![effect],
             None => {
@@ -82,7 +85,7 @@ async fn retry_detached(
                 .await?
             }
         };
-        let (retried, report) = retry_locked(&control, &run, &ids, &by).await?;
+        let (retried, report) = retry_locked(&control, &run, &ids, &by, held).await?;
         Ok(RetryReport { retried, report })
     })
     .await
@@ -109,13 +112,22 @@ pub async fn settle(
     tokio::spawn(async move {
         let lock = control.commit_lock(&run);
         let _serial = lock.lock().await;
+        let held = leased(&control, &run).await?;
         let ledger = control.ledger().clone();
         let (id, who) = (effect.clone(), by.clone());
-        let changed = blocking(move || ledger.settle(&id, &settlement, &who)).await?;
+        let changed = match blocking(move || ledger.settle(&id, &settlement, &who)).await {
+            Ok(changed) => changed,
+            Err(error) => {
+                held.give_up(&control).await;
+                return Err(error);
+            }
+        };
         info!(effect.id = %effect, by = %by, state = ?changed.first().map(|e| e.state),
               requeued = changed.len().saturating_sub(1), "effect settled");
         if changed.len() > 1 || committing(&control, &run).await? {
-            release_and_finish(&control, &run).await?;
+            release_leased(&control, &run, Some(held)).await?;
+        } else {
+            held.give_up(&control).await;
         }
         report(&control, &run).await
     })
@@ -171,22 +183,42 @@ async fn committing(control: &Arc<Control>, run: &RunId) -> Result<bool, CommitE
     .await
 }
 
-/// Retries `ids` of `run` (the caller holds the commit lock), then releases and reports.
+/// The release lease of `run` for a retry or settlement: claimed now, or once another
+/// instance's live lease ends ([`claim_or_wait`]).
+///
+/// Errors: [`airlock_ledger::Refused::LeaseHeld`] after the wait; storage faults.
+async fn leased(control: &Arc<Control>, run: &RunId) -> Result<Held, CommitError> {
+    claim_or_wait(control, run, false)
+        .await?
+        .ok_or_else(|| CommitError::LeaseLost(run.clone()))
+}
+
+/// Retries `ids` of `run` (the caller holds the commit lock and `held`, the run's
+/// release lease), then releases and reports.
 async fn retry_locked(
     control: &Arc<Control>,
     run: &RunId,
     ids: &[EffectId],
     by: &str,
+    held: Held,
 ) -> Result<(Vec<EffectId>, CommitReport), CommitError> {
     let mut retried = Vec::new();
     for id in ids {
         let (ledger, effect, who) = (control.ledger().clone(), id.clone(), by.to_owned());
-        let changed = blocking(move || ledger.retry(&effect, &who)).await?;
+        let changed = match blocking(move || ledger.retry(&effect, &who)).await {
+            Ok(changed) => changed,
+            Err(error) => {
+                held.give_up(control).await;
+                return Err(error);
+            }
+        };
         info!(effect.id = %id, by = %by, requeued = changed.len().saturating_sub(1), "effect retried");
         retried.push(id.clone());
     }
-    if !retried.is_empty() {
-        release_and_finish(control, run).await?;
+    if retried.is_empty() {
+        held.give_up(control).await;
+    } else {
+        release_leased(control, run, Some(held)).await?;
     }
     Ok((retried, report(control, run).await?))
 }

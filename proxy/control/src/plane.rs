@@ -37,6 +37,9 @@ pub struct ControlInputs {
     pub review: Review,
     /// The fence's names and counts, shared with the fence socket's accept loop.
     pub fence: Arc<Fence>,
+    /// This instance's holder id and the TTL of the release leases it takes
+    /// ([`crate::release::lease`]).
+    pub release_lease: crate::release::lease::LeaseSettings,
 }
 
 /// The control plane: the admin API, the review UI, the commit authority and the
@@ -49,8 +52,9 @@ pub struct Control {
     pub(crate) data_dir: PathBuf,
     pub(crate) danger_allow_snapshot_commands: bool,
     pub(crate) workspace_step_timeout: std::time::Duration,
-    /// One lock per run being committed, so a run is never released by two tasks while
-    /// other runs commit freely.
+    /// One lock per run being committed, so a run is never released by two tasks of this
+    /// instance while other runs commit freely; across instances the store's release
+    /// lease serialises them ([`crate::release::lease`]).
     commit_locks: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
     pub(crate) review: Review,
     pub(crate) fence: Arc<Fence>,
@@ -58,6 +62,8 @@ pub struct Control {
     pub(crate) bound_ports: Mutex<HashMap<RunId, u16>>,
     /// The release histogram (`crate::metrics`).
     pub(crate) metrics: crate::metrics::ControlMetrics,
+    /// Holder id and TTL of release leases.
+    pub(crate) lease: crate::release::lease::LeaseSettings,
 }
 
 impl Control {
@@ -76,6 +82,7 @@ impl Control {
             fence: inputs.fence,
             bound_ports: Mutex::default(),
             metrics: crate::metrics::ControlMetrics::default(),
+            lease: inputs.release_lease,
         })
     }
 

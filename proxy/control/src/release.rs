@@ -7,6 +7,11 @@
 //! concurrently, at most [`MAX_CONCURRENT_RELEASES`] at a time. Before an effect is sent,
 //! each placeholder it carries is replaced with the real value read from its parent's
 //! response.
+//!
+//! Across control instances on one store, a run is released only under its release lease
+//! ([`lease`]): every write of the release is fenced by it, a second commit elsewhere
+//! waits for the holder and reports the same outcome, and [`takeover`] finishes the runs
+//! of an instance that died mid-release once its lease expired.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -21,9 +26,12 @@ use tracing::{info, warn};
 
 use crate::Control;
 
+pub mod lease;
 mod placeholders;
 mod send;
+pub mod takeover;
 
+use lease::{Fence, Held};
 use placeholders::{resolve, substituted, value_missing};
 use send::{send, Prepared};
 
@@ -117,6 +125,10 @@ pub enum CommitError {
     /// names ([`crate::runs::expect`]); nothing was approved or released.
     #[error(transparent)]
     Changed(Box<crate::runs::expect::SetChanged>),
+    /// This instance lost the run's release lease mid-release (renewal failed or another
+    /// instance took over): it stopped releasing and left the rest to the next holder.
+    #[error("the release lease of run {0} was lost; the next holder finishes the release")]
+    LeaseLost(RunId),
 }
 
 /// Runs a ledger call on the blocking pool; a failed task is [`CommitError::Task`].
@@ -151,8 +163,13 @@ fn origin_of(url: &str) -> String {
 /// ([`crate::runs::expect`]), checked before the final pass and again, for effects staged
 /// meanwhile, once the run is sealed.
 ///
-/// Errors: the ledger's refusals ([`airlock_ledger::Refused`]), [`CommitError::Changed`]
-/// and storage faults.
+/// All of it happens under the run's release lease ([`lease`]), taken first (waiting
+/// while another instance holds it), so that no instance's takeover sweeper ever sees
+/// this run `committing` without a live lease; a commit of a run another instance is
+/// releasing thus waits for it and reports the outcome it wrote.
+///
+/// Errors: the ledger's refusals ([`airlock_ledger::Refused`]; `lease_held` after
+/// [`lease::WAIT_FOR_HOLDER`]), [`CommitError::Changed`] and storage faults.
 pub async fn commit(
     shared: &Arc<Control>,
     run: &RunId,
@@ -162,6 +179,31 @@ pub async fn commit(
 ) -> Result<CommitReport, CommitError> {
     let lock = shared.commit_lock(run);
     let _serial = lock.lock().await;
+    let held = lease::claim_or_wait(shared, run, false)
+        .await?
+        .ok_or_else(|| CommitError::LeaseLost(run.clone()))?;
+    match decide(shared, run, approve_pending, expect, by).await {
+        Ok(true) => release_leased(shared, run, Some(held)).await?,
+        Ok(false) => held.give_up(shared).await,
+        Err(error) => {
+            held.give_up(shared).await;
+            return Err(error);
+        }
+    }
+    report(shared, run).await
+}
+
+/// The checks and the commit decision of [`commit`]; whether release must (still)
+/// proceed.
+///
+/// Errors: as [`commit`].
+async fn decide(
+    shared: &Arc<Control>,
+    run: &RunId,
+    approve_pending: bool,
+    expect: Option<&crate::runs::expect::Expectation>,
+    by: &str,
+) -> Result<bool, CommitError> {
     let seen = match expect {
         Some(expect) => crate::runs::expect::commit_check(shared, run, expect).await?,
         None => None,
@@ -175,25 +217,63 @@ pub async fn commit(
     let (_, release) =
         blocking(move || ledger.begin_commit(&run_id, approve_pending, &by_owned)).await?;
     shared.close_run(run);
-    if release {
-        release_and_finish(shared, run).await?;
-    }
-    report(shared, run).await
+    Ok(release)
 }
 
 /// Releases every approved effect of `run` and ends its commit (`committed` or
-/// `partially_committed`). The caller holds the run's commit lock.
+/// `partially_committed`) under the run's release lease: `held` when the caller claimed
+/// it already, else claimed now. While another instance holds it, waits for that holder
+/// ([`lease::claim_or_wait`]); returns once the run is no longer `committing`, whoever
+/// finished it. When this instance loses the lease mid-release it stops and waits in the
+/// same way. The caller holds the run's commit lock.
 ///
-/// Errors: storage faults and failed ledger tasks.
-pub(crate) async fn release_and_finish(
+/// Errors: [`airlock_ledger::Refused::LeaseHeld`] when another holder kept the run past
+/// [`lease::WAIT_FOR_HOLDER`]; storage faults and failed ledger tasks.
+pub(crate) async fn release_leased(
     shared: &Arc<Control>,
     run: &RunId,
+    mut held: Option<Held>,
 ) -> Result<(), CommitError> {
-    release_all(shared, run).await?;
-    let ledger = shared.ledger().clone();
-    let run_id = run.clone();
-    blocking(move || ledger.finish_commit(&run_id)).await?;
-    Ok(())
+    loop {
+        let claimed = match held.take() {
+            Some(held) => held,
+            None => match lease::claim_or_wait(shared, run, true).await? {
+                Some(held) => held,
+                None => return Ok(()),
+            },
+        };
+        match release_and_finish(shared, run, claimed.fence()).await {
+            Ok(()) => {
+                claimed.give_up(shared).await;
+                return Ok(());
+            }
+            Err(CommitError::LeaseLost(_)) => {
+                warn!(run.id = %run, "release lease lost mid-release; waiting for the next holder");
+                drop(claimed);
+            }
+            Err(error) => {
+                claimed.give_up(shared).await;
+                return Err(error);
+            }
+        }
+    }
+}
+
+/// Releases every approved effect of `run` and ends its commit under `fence`.
+///
+/// Errors: [`CommitError::LeaseLost`]; storage faults and failed ledger tasks.
+async fn release_and_finish(
+    shared: &Arc<Control>,
+    run: &RunId,
+    fence: &Fence,
+) -> Result<(), CommitError> {
+    release_all(shared, run, fence).await?;
+    let (ledger, run_id, lease) = (shared.ledger().clone(), run.clone(), fence.clone());
+    let finished = blocking(move || ledger.finish_commit_fenced(&run_id, lease.lease())).await;
+    match finished {
+        Err(error) if fence.note(&error) => Err(CommitError::LeaseLost(run.clone())),
+        other => other.map(drop),
+    }
 }
 
 /// The report of `run` as the ledger holds it now.
@@ -217,8 +297,13 @@ pub(crate) async fn report(
     Ok(CommitReport::new(run.clone(), state, &effects))
 }
 
-/// Releases every approved effect of `run`, respecting dependencies and per-origin order.
-async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitError> {
+/// Releases every approved effect of `run`, respecting dependencies and per-origin order,
+/// each write fenced by `fence`. Once the lease is lost nothing new starts; the releases
+/// in flight are awaited (their outcomes recorded while the store still accepts the
+/// token).
+///
+/// Errors: [`CommitError::LeaseLost`]; storage faults and failed ledger tasks.
+async fn release_all(shared: &Arc<Control>, run: &RunId, fence: &Fence) -> Result<(), CommitError> {
     let ledger = shared.ledger().clone();
     let run_id = run.clone();
     let (issued, mut effects) =
@@ -238,7 +323,8 @@ async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitErr
             effects.iter().map(|e| (e.id.clone(), e.state)).collect();
         let mut busy_origins: HashSet<&str> = HashSet::new();
         let mut changed = false;
-        for position in 0..effects.len() {
+        let scheduling = if fence.lost() { 0 } else { effects.len() };
+        for position in 0..scheduling {
             let origin = origins[position].as_str();
             let effect = &effects[position];
             if in_flight.contains(&effect.id) {
@@ -250,12 +336,14 @@ async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitErr
             }
             match readiness(effect, &states) {
                 Readiness::Skip(reason) => {
-                    let ledger = shared.ledger().clone();
-                    let id = effect.id.clone();
-                    info!(effect.id = %id, reason = %reason, "effect skipped");
-                    effects[position] =
-                        blocking(move || ledger.settle_unsent(&id, EffectState::Skipped, &reason))
-                            .await?;
+                    info!(effect.id = %effect.id, reason = %reason, "effect skipped");
+                    match settle_unsent(shared, fence, &effect.id, EffectState::Skipped, reason)
+                        .await
+                    {
+                        Ok(settled) => effects[position] = settled,
+                        Err(error) if fence.note(&error) => break,
+                        Err(error) => return Err(error),
+                    }
                     changed = true;
                 }
                 Readiness::Ready
@@ -270,13 +358,14 @@ async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitErr
                     // A parent settled delivered without its real value: never released
                     // with the placeholder; an operator supplies the value.
                     if let Some(reason) = value_missing(effect, &parents) {
-                        let ledger = shared.ledger().clone();
-                        let id = effect.id.clone();
-                        info!(effect.id = %id, reason = %reason, "effect held for a real value");
-                        effects[position] = blocking(move || {
-                            ledger.settle_unsent(&id, EffectState::Skipped, &reason)
-                        })
-                        .await?;
+                        info!(effect.id = %effect.id, reason = %reason, "effect held for a real value");
+                        match settle_unsent(shared, fence, &effect.id, EffectState::Skipped, reason)
+                            .await
+                        {
+                            Ok(settled) => effects[position] = settled,
+                            Err(error) if fence.note(&error) => break,
+                            Err(error) => return Err(error),
+                        }
                         changed = true;
                         continue;
                     }
@@ -285,9 +374,11 @@ async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitErr
                     let shared = shared.clone();
                     let effect = effect.clone();
                     let issued = issued.clone();
+                    let fence = fence.clone();
                     tasks.spawn(async move {
                         let started = std::time::Instant::now();
-                        let settled = release_one(&shared, effect.clone(), &parents, &issued).await;
+                        let settled =
+                            release_one(&shared, &fence, effect.clone(), &parents, &issued).await;
                         crate::metrics::released(
                             &shared,
                             &effect.run_id,
@@ -304,26 +395,46 @@ async fn release_all(shared: &Arc<Control>, run: &RunId) -> Result<(), CommitErr
                 }
             }
         }
-        if changed {
+        if changed && !fence.lost() {
             continue;
         }
         match tasks.join_next().await {
-            Some(done) => {
-                let settled = done.map_err(|e| CommitError::Task(e.to_string()))??;
-                in_flight.remove(&settled.id);
-                if let Some(&position) = index.get(&settled.id) {
-                    effects[position] = settled;
+            Some(done) => match done.map_err(|e| CommitError::Task(e.to_string()))? {
+                Ok(settled) => {
+                    in_flight.remove(&settled.id);
+                    if let Some(&position) = index.get(&settled.id) {
+                        effects[position] = settled;
+                    }
                 }
-            }
+                // Fenced: the other releases in flight are still awaited.
+                Err(error) if fence.note(&error) => {}
+                Err(error) => return Err(error),
+            },
+            None if fence.lost() => return Err(CommitError::LeaseLost(run.clone())),
             None => return Ok(()),
         }
     }
+}
+
+/// Ends effect `id` without sending it (`to`, with `reason`), fenced.
+///
+/// Errors: the store's refusals (stale lease included) and faults.
+async fn settle_unsent(
+    shared: &Arc<Control>,
+    fence: &Fence,
+    id: &EffectId,
+    to: EffectState,
+    reason: String,
+) -> Result<Effect, CommitError> {
+    let (ledger, id, fence) = (shared.ledger().clone(), id.clone(), fence.clone());
+    blocking(move || ledger.settle_unsent_fenced(&id, to, &reason, fence.lease())).await
 }
 
 /// Releases one approved effect: substitute placeholders, `releasing` (flushed), send,
 /// record the outcome and the real values of its own placeholders (flushed).
 async fn release_one(
     shared: &Arc<Control>,
+    fence: &Fence,
     effect: Effect,
     parents: &[Effect],
     issued: &[IssuedPlaceholder],
@@ -332,21 +443,17 @@ async fn release_one(
     let digest = effect.body_digest.clone();
     let body = blocking(move || ledger.body(&digest)).await?;
     let Some(body) = body else {
-        let ledger = shared.ledger().clone();
-        let id = effect.id.clone();
         let reason = format!(
             "the staged body {} is missing from the ledger",
             effect.body_digest
         );
-        return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
+        return settle_unsent(shared, fence, &effect.id, EffectState::Failed, reason).await;
     };
     // The approval is bound to the exact request the reviewer saw.
     if let Err(mismatch) = effect.check_approval(&body) {
         let reason = mismatch.to_string();
         warn!(effect.id = %effect.id, reason = %reason, "effect not sent: its approval does not match");
-        let ledger = shared.ledger().clone();
-        let id = effect.id.clone();
-        return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
+        return settle_unsent(shared, fence, &effect.id, EffectState::Failed, reason).await;
     }
     let prepared = substituted(shared, &effect, parents, issued, body).and_then(
         |(mut url, mut headers, body)| {
@@ -374,14 +481,12 @@ async fn release_one(
         Ok(prepared) => prepared,
         Err(reason) => {
             warn!(effect.id = %effect.id, reason = %reason, "effect not sent");
-            let ledger = shared.ledger().clone();
-            let id = effect.id.clone();
-            return blocking(move || ledger.settle_unsent(&id, EffectState::Failed, &reason)).await;
+            return settle_unsent(shared, fence, &effect.id, EffectState::Failed, reason).await;
         }
     };
-    let ledger = shared.ledger().clone();
-    let id = effect.id.clone();
-    blocking(move || ledger.mark_releasing(&id)).await?;
+    // Marked under a live lease only: a fenced or expired holder starts no send.
+    let (ledger, id, lease) = (shared.ledger().clone(), effect.id.clone(), fence.clone());
+    blocking(move || ledger.mark_releasing_fenced(&id, lease.lease())).await?;
     let sent_body = prepared.2.clone();
     let outcome = send(shared, &effect.method, prepared).await.map(
         |(status, mut headers, mut captured, total)| {
@@ -404,6 +509,7 @@ async fn release_one(
     );
     let ledger = shared.ledger().clone();
     let id = effect.id.clone();
+    let lease = fence.clone();
     let settled = match outcome {
         Ok((status, headers, captured, total)) => {
             let error = (status >= 400)
@@ -416,7 +522,7 @@ async fn release_one(
             };
             info!(effect.id = %effect.id, url = %effect.url, origin.status = status, "effect released");
             blocking(move || {
-                ledger.record_release(
+                ledger.record_release_fenced(
                     &id,
                     ReleaseOutcome {
                         status: Some(status),
@@ -428,6 +534,7 @@ async fn release_one(
                         // The origin answered: a refusal is `failed`, not retriable.
                         delivery: airlock_ledger::Delivery::Answered,
                     },
+                    lease.lease(),
                 )
             })
             .await?
@@ -436,7 +543,7 @@ async fn release_one(
             warn!(effect.id = %effect.id, url = %effect.url, reason = %failure.reason,
                   delivery = ?failure.delivery, "release got no answer");
             blocking(move || {
-                ledger.record_release(
+                ledger.record_release_fenced(
                     &id,
                     ReleaseOutcome {
                         status: failure.status,
@@ -444,6 +551,7 @@ async fn release_one(
                         delivery: failure.delivery,
                         ..ReleaseOutcome::default()
                     },
+                    lease.lease(),
                 )
             })
             .await?

@@ -8,8 +8,7 @@
 
 use std::sync::Arc;
 
-use airlock_ledger::{Effect, EffectId, LedgerError, Run, RunId, RunState, Verdict};
-use tracing::{info, warn};
+use airlock_ledger::{Effect, EffectId, LedgerError, Run, RunId, Verdict};
 
 use crate::release::{blocking, CommitError, CommitReport};
 use crate::Control;
@@ -251,24 +250,13 @@ pub async fn rollback_to(
 }
 
 /// Finishes commits that were decided before a restart (docs/design.md: decisions already
-/// written are finished). Effects that were mid-release are already `unknown`.
-pub fn resume_commits(shared: &Arc<Control>) {
-    let runs = match shared.ledger().runs() {
-        Ok(runs) => runs,
-        Err(error) => {
-            warn!(error = %error, "cannot list runs to resume commits");
-            return;
-        }
-    };
-    for run in runs.into_iter().filter(|r| r.state == RunState::Committing) {
-        let shared = shared.clone();
-        info!(run.id = %run.id, "resuming a commit decided before the restart");
-        tokio::spawn(async move {
-            if let Err(error) = commit(&shared, &run.id, false, &Actor::Recovery).await {
-                warn!(run.id = %run.id, error = %error, "resuming the commit failed");
-            }
-        });
-    }
+/// written are finished), and from then on those of other control instances that died
+/// mid-release: starts the takeover sweeper ([`crate::release::takeover`]), whose first
+/// pass runs now. The effects a dead holder left `releasing` become `unknown` when its
+/// lease is taken over; they are never re-sent. Returns the sweeper's task (it ends when
+/// the control plane is dropped).
+pub fn resume_commits(shared: &Arc<Control>) -> tokio::task::JoinHandle<()> {
+    crate::release::takeover::spawn(shared)
 }
 
 /// The control plane's answer to the data plane's `review = "auto"`: approves the effect

@@ -47,6 +47,10 @@ pub const ENV_TEST_PAUSE_AT: &str = "AIRLOCK_TEST_PAUSE_AT";
 
 /// File in the data directory holding the admin bearer token (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+/// File in the data directory holding this instance's id, the holder of the release
+/// leases it takes (created on first start; a restart on the same directory takes over
+/// its own leases at once).
+pub const INSTANCE_ID_FILE: &str = "instance-id";
 /// File in the data directory where a running server writes the addresses it listens on.
 pub const ADDRESSES_FILE: &str = "addresses.json";
 /// Directory in the data directory holding the sled ledger.

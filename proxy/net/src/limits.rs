@@ -29,6 +29,7 @@ use airlock_ledger::RunId;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+pub mod first_bytes;
 pub mod keepalive;
 
 /// Default idle timeout of spliced and upgraded connections: 10 minutes.

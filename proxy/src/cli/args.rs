@@ -353,6 +353,12 @@ pub(super) struct ServeArgs {
     /// for log shippers; docs/architecture.md "Logs and metrics" lists the fields)
     #[arg(long, value_enum, env = "AIRLOCK_LOG_FORMAT", default_value_t = LogFormat::Text)]
     pub(super) log_format: LogFormat,
+    /// What this process runs (docs/fleet.md): `proxy` (proxy, transparent and DNS
+    /// listeners, staging, journal, lineage; --admin serves only /healthz and /metrics),
+    /// `control` (admin API, review UI, commit authority, notifications, recovery; no proxy
+    /// listener, needs --advertise-proxy) or `all` (both, one process)
+    #[arg(long, value_enum, env = "AIRLOCK_ROLE", default_value_t = crate::role::Role::All)]
+    pub(super) role: crate::role::Role,
     /// Data directory: CA, admin token, ledger (created on first start)
     #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
     pub(super) data: PathBuf,
@@ -362,7 +368,7 @@ pub(super) struct ServeArgs {
     /// Proxy listener address
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub(super) listen: SocketAddr,
-    /// Admin listener address
+    /// Admin listener address (with --role proxy: the ops listener, /healthz and /metrics only)
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub(super) admin: SocketAddr,
     /// Extra CA certificates (PEM) trusted for origins, beside the webpki roots
@@ -375,6 +381,12 @@ pub(super) struct ServeArgs {
     /// the effect's outcome is unknown (the request may have reached the origin)
     #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = seconds())]
     pub(super) release_timeout: u64,
+    /// Seconds a run's release lease lasts unless renewed (every third of it): when this
+    /// instance dies mid-release, another control instance on the same store (or this one
+    /// restarted on another data directory) takes the run over after at most this long
+    /// plus a third, and marks the effect that was in flight `unknown`
+    #[arg(long, default_value_t = 10, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(super) release_lease_ttl: u64,
     /// Seconds a client may take to send a request head
     #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = seconds())]
     pub(super) header_read_timeout: u64,
@@ -479,6 +491,10 @@ pub(super) struct ServeArgs {
     /// (docs/architecture.md, "Retention")
     #[arg(long, value_name = "DURATION")]
     pub(super) retain: Option<humantime::Duration>,
+    /// The `--…` flags set on the command line or through their environment variable (not
+    /// defaults), filled in from clap's matches for [`crate::role::check_flags`].
+    #[arg(skip)]
+    pub(super) given: Vec<String>,
 }
 
 /// How `airlock serve` writes its log lines to stderr.

@@ -1,17 +1,22 @@
-//! `airlock serve`: builds the server from the flags and runs it until Ctrl-C or SIGTERM.
+//! `airlock serve`: checks the flags fit `--role`, builds the server from them and runs it
+//! until Ctrl-C or SIGTERM.
 
 use super::args::ServeArgs;
 use crate::config::ServeConfig;
 
 /// `airlock serve`: the flags become a [`ServeConfig`]; runs until [`shutdown_signal`].
 pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    crate::role::check_flags(args.role, &args.given)?;
+    crate::role::check_store(args.role, None)?;
     let mut config = ServeConfig::new(args.data, args.policy);
+    config.role = args.role;
     config.listen = args.listen;
     config.admin = args.admin;
     config.upstream_ca = args.upstream_ca;
     config.stage_body_limit = args.stage_body_limit;
     config.header_read_timeout = std::time::Duration::from_secs(args.header_read_timeout.max(1));
     config.release_timeout = std::time::Duration::from_secs(args.release_timeout.max(1));
+    config.release_lease_ttl = std::time::Duration::from_secs(args.release_lease_ttl);
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
     config.workspace_step_timeout =
         std::time::Duration::from_secs(args.workspace_step_timeout.max(1));

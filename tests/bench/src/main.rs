@@ -551,10 +551,17 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
         if let Some(kib) = idle_start_kib {
             println!("after start: {:.1} MiB", kib as f64 / 1024.0);
         }
-        let (opened, kib) = sections::idle(&airlock, &client_tls, &target, idle_count).await?;
+        let (opened, before, kib) =
+            sections::idle(&airlock, &client_tls, &target, idle_count).await?;
         println!(
-            "with {opened} idle intercepted tunnels (CONNECT + TLS, no request): {:.1} MiB",
-            kib as f64 / 1024.0
+            "before the tunnels (what earlier sections left): {:.1} MiB",
+            before as f64 / 1024.0
+        );
+        println!(
+            "with {opened} idle intercepted tunnels (CONNECT + TLS, no request): {:.1} MiB, \
+             {:.1} KiB per tunnel above the line before",
+            kib as f64 / 1024.0,
+            kib.saturating_sub(before) as f64 / opened.max(1) as f64
         );
         println!(
             "airlock peak RSS over the whole run (VmHWM): {:.1} MiB",

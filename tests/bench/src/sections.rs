@@ -286,14 +286,17 @@ pub async fn release(
 }
 
 /// Idle: airlock's VmRSS with `count` idle intercepted tunnels open (CONNECT + TLS done,
-/// no request yet). Returns (tunnels opened, VmRSS KiB).
+/// no request yet). Returns (tunnels opened, VmRSS KiB just before opening them, VmRSS KiB
+/// with them open): the per-tunnel cost is the difference over the count, because what
+/// the earlier sections left in airlock's heap (first contact, streaming) is in both.
 pub async fn idle(
     airlock: &Airlock,
     tls: &Arc<rustls::ClientConfig>,
     target: &Target,
     count: usize,
-) -> Result<(usize, u64), BoxError> {
+) -> Result<(usize, u64, u64), BoxError> {
     let (_, route) = airlock.create_run().await?;
+    let before = status_kib(airlock.proxy.pid, "VmRSS").unwrap_or(0);
     let streams = Arc::new(tokio::sync::Mutex::new(Vec::with_capacity(count)));
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
@@ -320,5 +323,5 @@ pub async fn idle(
     let rss = status_kib(airlock.proxy.pid, "VmRSS").unwrap_or(0);
     let opened = streams.lock().await.len();
     drop(streams);
-    Ok((opened, rss))
+    Ok((opened, before, rss))
 }

@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 mod body;
+mod idle_tunnel;
 mod keep_alive;
 mod unauthenticated;
 

@@ -7,13 +7,14 @@ use std::sync::mpsc::Receiver;
 use super::HealingLedger;
 use crate::change::Change;
 use crate::denials::Denial;
+use crate::lease::Lease;
 use crate::lineage::{EffectLineage, ReadContent};
 use crate::model::{
     Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder, NewEffect, Read, Run,
     RunFlag, RunId,
 };
 use crate::store::{
-    EffectStore, Health, JournalStore, LineageStore, Pruned, RunPage, RunStore, Store,
+    EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,
     WorkspaceStore,
 };
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
@@ -228,5 +229,55 @@ impl WorkspaceStore for HealingLedger {
         reason: &str,
     ) -> Result<Vec<Effect>> {
         self.with(|l| l.discard_effects_after(run, after_seq, reason))
+    }
+}
+
+impl LeaseStore for HealingLedger {
+    fn acquire_lease(
+        &self,
+        run: &RunId,
+        holder: &str,
+        ttl_ms: u64,
+    ) -> Result<(Lease, Vec<Effect>)> {
+        self.with(|l| l.acquire_lease(run, holder, ttl_ms))
+    }
+
+    fn renew_lease(&self, lease: &Lease, ttl_ms: u64) -> Result<Lease> {
+        self.with(|l| l.renew_lease(lease, ttl_ms))
+    }
+
+    fn give_up_lease(&self, lease: &Lease) -> Result<bool> {
+        self.with(|l| l.give_up_lease(lease))
+    }
+
+    fn lease(&self, run: &RunId) -> Result<Option<Lease>> {
+        self.with(|l| l.lease(run))
+    }
+
+    fn mark_releasing_fenced(&self, id: &EffectId, fence: &Lease) -> Result<Effect> {
+        self.with(|l| l.mark_releasing_fenced(id, fence))
+    }
+
+    fn record_release_fenced(
+        &self,
+        id: &EffectId,
+        outcome: ReleaseOutcome<'_>,
+        fence: &Lease,
+    ) -> Result<Effect> {
+        self.with(|l| l.record_release_fenced(id, outcome, fence))
+    }
+
+    fn settle_unsent_fenced(
+        &self,
+        id: &EffectId,
+        to: EffectState,
+        reason: &str,
+        fence: &Lease,
+    ) -> Result<Effect> {
+        self.with(|l| l.settle_unsent_fenced(id, to, reason, fence))
+    }
+
+    fn finish_commit_fenced(&self, run: &RunId, fence: &Lease) -> Result<Run> {
+        self.with(|l| l.finish_commit_fenced(run, fence))
     }
 }

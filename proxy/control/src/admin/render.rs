@@ -54,7 +54,7 @@ pub(super) fn run_view(shared: &Control, run: &Run, effects: &[Effect]) -> RunVi
         effects: counts,
         decisions: run.decisions.clone(),
         flags: run.flags.clone(),
-        proxy: crate::env::reachable(shared.data.proxy_addr()).to_string(),
+        proxy: shared.advertised.authority(),
     }
 }
 

@@ -17,6 +17,7 @@ use crate::handle::handle;
 use crate::DataPlane;
 use airlock_net::authority::Target;
 use airlock_net::headers::PARSER_MAX_HEADER_BYTES;
+use airlock_net::limits::first_bytes::on_first_bytes;
 use airlock_net::limits::keepalive::{Activity, Deadlines};
 use airlock_net::limits::ConnectionGuard;
 use airlock_net::respond::ProxyError;
@@ -200,12 +201,22 @@ pub(crate) async fn serve_intercepted<T>(
             .await
     } else {
         // HTTP/1.1 heads with a bare LF are refused (RFC 9112 §2.2; h2 has no lines).
-        let io = TokioIo::new(activity.io(StrictHead::watched(tls, &watch)));
-        let conn = http1_builder(header_timeout)
-            .serve_connection(io, service)
-            .with_upgrades();
-        airlock_net::limits::keepalive::watch(conn, |conn| conn.graceful_shutdown(), deadlines)
-            .await
+        // hyper's connection (about 23 KiB of buffers) is built once the client sends its
+        // first request bytes: an idle tunnel holds only the TLS stream.
+        let (io_activity, io_watch) = (activity.clone(), watch.clone());
+        let conn = on_first_bytes(tls, header_timeout, move |tls| {
+            let io = TokioIo::new(io_activity.io(StrictHead::watched(tls, &io_watch)));
+            http1_builder(header_timeout)
+                .serve_connection(io, service)
+                .with_upgrades()
+        });
+        airlock_net::limits::keepalive::watch(
+            conn,
+            |conn| conn.graceful_shutdown(|conn| conn.graceful_shutdown()),
+            deadlines,
+        )
+        .await
+        .flatten()
     };
     if let Some(Err(error)) = served {
         debug!(error = %error, "intercepted connection ended with an error");

@@ -1,0 +1,510 @@
+//! Issue #19 item 6: the manifests in examples/kubernetes/ use only what the binary has.
+//! Every airlock container's `--flag` is in `airlock SUBCOMMAND --help`, every `AIRLOCK_…`
+//! variable it sets is one of that help's `[env: …]`, its flags fit its `--role`
+//! (`airlock::role::check_flags`), the paths it hands airlock are on its volume mounts,
+//! every probe path answers 200 without a token and every Prometheus scrape path 200 with
+//! the admin token on a running airlock of the container's role, and the policy ConfigMap
+//! passes `airlock policy check`. The sidecar's nftables ruleset names the sidecar's uid,
+//! `--transparent` and `--dns`, and loads and redirects in a namespace of the test's own.
+//! The YAML is read with PyYAML (`python3 -c 'import yaml'`),
+//! the tests' one YAML parser.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use airlock::role::Role;
+use airlock_tests::{airlock_bin, curl_blocking, Fixture};
+use serde_json::Value;
+
+/// examples/kubernetes/.
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kubernetes")
+}
+
+/// Every YAML document of every `*.yaml` there, as `(file, document)`.
+fn documents() -> Vec<(String, Value)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir())
+        .expect("examples/kubernetes")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "the manifests: {files:?}");
+    let mut docs = Vec::new();
+    for file in files {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))",
+            ])
+            .arg(&file)
+            .output()
+            .expect("python3 runs (with PyYAML: .ci/run installs python3-yaml)");
+        assert!(
+            out.status.success(),
+            "{} does not parse as YAML: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let parsed: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON from python");
+        let name = file
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        docs.extend(parsed.into_iter().map(|doc| (name.clone(), doc)));
+    }
+    docs
+}
+
+/// One airlock container of a manifest.
+#[derive(Debug)]
+struct Container {
+    /// `file: Kind/name/container`, for messages.
+    at: String,
+    args: Vec<String>,
+    env: Vec<String>,
+    mounts: Vec<String>,
+    probe_paths: Vec<String>,
+    scrape_paths: Vec<String>,
+}
+
+impl Container {
+    fn subcommand(&self) -> &str {
+        self.args.first().map_or("", String::as_str)
+    }
+
+    /// The `--flag` names in its args (`--flag=value` taken as `--flag`).
+    fn flags(&self) -> Vec<String> {
+        self.args
+            .iter()
+            .filter(|a| a.starts_with("--"))
+            .map(|a| a.split('=').next().unwrap_or(a).to_owned())
+            .collect()
+    }
+
+    /// The value after `flag` (every one, for repeatable flags).
+    fn values(&self, flag: &str) -> Vec<&str> {
+        self.args
+            .windows(2)
+            .filter(|pair| pair[0] == flag)
+            .map(|pair| pair[1].as_str())
+            .collect()
+    }
+
+    fn role(&self) -> Role {
+        match self.values("--role").first().copied() {
+            Some("proxy") => Role::Proxy,
+            Some("control") => Role::Control,
+            Some("all") | None => Role::All,
+            Some(other) => panic!("{}: --role {other}", self.at),
+        }
+    }
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The containers running the airlock image (`airlock:…`) in `docs`.
+fn airlock_containers(docs: &[(String, Value)]) -> Vec<Container> {
+    let mut found = Vec::new();
+    for (file, doc) in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let template = match kind {
+            "Pod" => doc,
+            "Deployment" | "DaemonSet" | "StatefulSet" | "Job" => &doc["spec"]["template"],
+            _ => continue,
+        };
+        let annotations = &template["metadata"]["annotations"];
+        let scrape = annotations["prometheus.io/scrape"] == "true";
+        let spec = &template["spec"];
+        for list in ["initContainers", "containers"] {
+            for container in spec[list].as_array().into_iter().flatten() {
+                let image = container["image"].as_str().unwrap_or_default();
+                if !image.starts_with("airlock:") {
+                    continue;
+                }
+                let probes = ["livenessProbe", "readinessProbe", "startupProbe"];
+                found.push(Container {
+                    at: format!(
+                        "{file}: {kind}/{}/{}",
+                        doc["metadata"]["name"].as_str().unwrap_or("?"),
+                        container["name"].as_str().unwrap_or("?")
+                    ),
+                    args: strings(&container["args"]),
+                    env: container["env"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|e| e["name"].as_str().map(str::to_owned))
+                        .collect(),
+                    mounts: container["volumeMounts"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|m| m["mountPath"].as_str().map(str::to_owned))
+                        .collect(),
+                    probe_paths: probes
+                        .iter()
+                        .filter_map(|p| container[*p]["httpGet"]["path"].as_str())
+                        .map(str::to_owned)
+                        .collect(),
+                    scrape_paths: scrape
+                        .then(|| {
+                            annotations["prometheus.io/path"]
+                                .as_str()
+                                .unwrap_or("/metrics")
+                        })
+                        .filter(|_| list == "containers")
+                        .map(str::to_owned)
+                        .into_iter()
+                        .collect(),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// `airlock SUBCOMMAND --help`: its `--flag` names and its `[env: NAME=…]` names.
+fn help(subcommand: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let out = Command::new(airlock_bin())
+        .args([subcommand, "--help"])
+        .output()
+        .expect("airlock --help");
+    assert!(out.status.success(), "airlock {subcommand} --help failed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut flags = BTreeSet::new();
+    let mut env = BTreeSet::new();
+    for line in text.lines() {
+        let line = line.trim_start();
+        if let Some(rest) = line
+            .strip_prefix("--")
+            .or_else(|| line.split_once(", --").map(|(_, rest)| rest))
+        {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            flags.insert(format!("--{name}"));
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("[env: ") {
+            rest = &rest[at + "[env: ".len()..];
+            env.insert(rest.split('=').next().unwrap_or_default().to_owned());
+        }
+    }
+    (flags, env)
+}
+
+/// `GET url` (with the bearer `token`): the status.
+fn status_of(url: &str, token: Option<&str>) -> u16 {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}"));
+    let mut args = vec![url];
+    if let Some(auth) = &auth {
+        args.extend(["-H", auth.as_str()]);
+    }
+    curl_blocking(&BTreeMap::new(), &args).status
+}
+
+/// A running airlock of `role` (on the embedded store): what answers a container's probe
+/// and scrape paths.
+fn running(role: Role) -> (Fixture, airlock_tests::Airlock) {
+    let fx = Fixture::new();
+    let args: &[&str] = match role {
+        Role::Control => &["--role", "control", "--advertise-proxy", "127.0.0.1:9"],
+        Role::Proxy => &["--role", "proxy"],
+        _ => &[],
+    };
+    let airlock = fx.start("version = 1\ndefault = \"deny\"\n", args);
+    (fx, airlock)
+}
+
+#[test]
+fn kubernetes_manifests_use_only_flags_env_vars_and_paths_the_binary_has() {
+    let docs = documents();
+    let containers = airlock_containers(&docs);
+    let roles: BTreeSet<&str> = containers
+        .iter()
+        .filter_map(|c| c.values("--role").first().copied())
+        .collect();
+    assert!(
+        roles.contains("proxy") && roles.contains("control"),
+        "the manifests run a proxy and a control instance: {containers:#?}"
+    );
+    let mut problems = Vec::new();
+    let mut helps = BTreeMap::new();
+    let mut servers: BTreeMap<&'static str, (Fixture, airlock_tests::Airlock)> = BTreeMap::new();
+    for container in &containers {
+        let at = &container.at;
+        let subcommand = container.subcommand().to_owned();
+        let (flags, env) = helps
+            .entry(subcommand.clone())
+            .or_insert_with(|| help(&subcommand));
+        for flag in container.flags() {
+            if !flags.contains(&flag) {
+                problems.push(format!(
+                    "{at}: {flag} is not a flag of `airlock {subcommand} --help`"
+                ));
+            }
+        }
+        for name in container.env.iter().filter(|n| n.starts_with("AIRLOCK_")) {
+            if !env.contains(name) {
+                problems.push(format!(
+                    "{at}: env {name} is not an [env: …] of `airlock {subcommand} --help`"
+                ));
+            }
+        }
+        if subcommand != "serve" {
+            continue;
+        }
+        let role = container.role();
+        if let Err(error) = airlock::role::check_flags(role, &container.flags()) {
+            problems.push(format!("{at}: {error}"));
+        }
+        let mut paths: Vec<&str> = ["--data", "--policy"]
+            .iter()
+            .flat_map(|flag| container.values(flag))
+            .collect();
+        paths.extend(
+            container
+                .values("--reviewer-token")
+                .into_iter()
+                .filter_map(|v| v.split_once('=').map(|(_, file)| file)),
+        );
+        for path in paths {
+            if !container
+                .mounts
+                .iter()
+                .any(|m| Path::new(path).starts_with(m))
+            {
+                problems.push(format!(
+                    "{at}: {path} is on none of its volumeMounts {:?}",
+                    container.mounts
+                ));
+            }
+        }
+        let (fx, airlock) = servers
+            .entry(role.as_str())
+            .or_insert_with(|| running(role));
+        let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+        for path in &container.probe_paths {
+            let status = status_of(&format!("{}{path}", airlock.admin_url), None);
+            if status != 200 {
+                problems.push(format!(
+                    "{at}: probe {path} answers {status} on --role {role}"
+                ));
+            }
+        }
+        for path in &container.scrape_paths {
+            let status = status_of(&format!("{}{path}", airlock.admin_url), Some(token.trim()));
+            if status != 200 {
+                problems.push(format!(
+                    "{at}: scrape path {path} answers {status} on --role {role}"
+                ));
+            }
+        }
+        assert!(
+            !container.probe_paths.is_empty() && !container.scrape_paths.is_empty(),
+            "{at}: every airlock container has probes and is scraped"
+        );
+    }
+
+    // The policy every instance loads is one airlock accepts.
+    let policy = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "airlock-policy")
+        .and_then(|(_, d)| d["data"]["policy.toml"].as_str())
+        .expect("the airlock-policy ConfigMap");
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), policy).expect("write policy");
+    let check = Command::new(airlock_bin())
+        .args(["policy", "check", "--strict"])
+        .arg(file.path())
+        .output()
+        .expect("airlock policy check");
+    if !check.status.success() {
+        problems.push(format!(
+            "policy.yaml: airlock policy check --strict: {}{}",
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        ));
+    }
+
+    assert!(
+        problems.is_empty(),
+        "examples/kubernetes uses what the binary does not have:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+/// Loads a ruleset in a fresh user and network namespace (`lo` up, a default route over
+/// it, as a pod's route would be), then from inside: a TCP connection to an outside
+/// address must land on 127.0.0.1:`tcp`, a DNS query on 127.0.0.1:`dns`, and other UDP is
+/// refused.
+const REDIRECT_PROBE: &str = r#"
+import socket, sys
+tcp, dns = int(sys.argv[1]), int(sys.argv[2])
+t = socket.socket(); t.bind(("127.0.0.1", tcp)); t.listen(1); t.settimeout(5)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("127.0.0.1", dns)); u.settimeout(5)
+c = socket.create_connection(("203.0.113.9", 443), timeout=5)
+t.accept()
+print("tcp redirected")
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"q", ("203.0.113.9", 53))
+u.recvfrom(10)
+print("dns redirected")
+other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+other.settimeout(1)
+try:
+    other.sendto(b"x", ("203.0.113.9", 443)); other.recv(1); print("udp passed")
+except OSError:
+    print("udp refused")
+"#;
+
+#[test]
+fn kubernetes_sidecar_fence_ruleset_matches_the_sidecar_and_redirects_in_nftables() {
+    let docs = documents();
+    let ruleset = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "airlock-fence")
+        .and_then(|(_, d)| d["data"]["airlock_pod.nft"].as_str())
+        .expect("the airlock-fence ConfigMap")
+        .to_owned();
+    let (_, pod) = docs
+        .iter()
+        .find(|(file, d)| file == "sidecar.yaml" && d["kind"] == "Pod")
+        .expect("the sidecar pod");
+    let spec = &pod["spec"];
+    let airlock = spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            c["image"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("airlock:"))
+        })
+        .expect("the airlock sidecar");
+    let args = strings(&airlock["args"]);
+    let port_of_flag = |flag: &str| -> u16 {
+        let value = args
+            .windows(2)
+            .find(|pair| pair[0] == flag)
+            .map(|pair| pair[1].clone())
+            .unwrap_or_else(|| panic!("the sidecar has {flag}"));
+        value
+            .parse::<std::net::SocketAddr>()
+            .unwrap_or_else(|e| panic!("{flag} {value}: {e}"))
+            .port()
+    };
+    let (tcp, dns) = (port_of_flag("--transparent"), port_of_flag("--dns"));
+    let uid = airlock["securityContext"]["runAsUser"]
+        .as_u64()
+        .or_else(|| spec["securityContext"]["runAsUser"].as_u64())
+        .expect("the sidecar's uid");
+    for needed in [
+        format!("meta skuid {uid} return"),
+        format!("meta skuid {uid} accept"),
+        format!("redirect to :{tcp}"),
+        format!("redirect to :{dns}"),
+    ] {
+        assert!(
+            ruleset.contains(&needed),
+            "fence.yaml's ruleset must hold `{needed}` (the sidecar's uid, --transparent and --dns): {ruleset}"
+        );
+    }
+    // The agent runs as another uid than the one the ruleset lets out.
+    for container in spec["containers"].as_array().into_iter().flatten() {
+        if container["name"] != airlock["name"] {
+            assert_ne!(
+                container["securityContext"]["runAsUser"].as_u64(),
+                Some(uid),
+                "{} runs as airlock's uid",
+                container["name"]
+            );
+        }
+    }
+    // The init container installs exactly that ConfigMap's file.
+    let fence = spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| strings(&c["command"]).first().is_some_and(|p| p == "nft"))
+        .expect("an init container running nft");
+    let volume = spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["configMap"]["name"] == "airlock-fence")
+        .and_then(|v| v["name"].as_str())
+        .expect("a volume of the airlock-fence ConfigMap");
+    let mount = fence["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == volume)
+        .and_then(|m| m["mountPath"].as_str())
+        .expect("the init container mounts it");
+    assert_eq!(
+        strings(&fence["command"]),
+        ["nft", "-f", &format!("{mount}/airlock_pod.nft")],
+        "the init container loads the ConfigMap's ruleset"
+    );
+    assert_eq!(
+        strings(&fence["securityContext"]["capabilities"]["add"]),
+        ["NET_ADMIN"]
+    );
+
+    // The ruleset loads and redirects, in a namespace of our own.
+    let usable = Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "--net",
+            "nft",
+            "list",
+            "ruleset",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !usable {
+        assert!(
+            !airlock_tests::in_ci(),
+            "unshare --user --net with nft is unavailable"
+        );
+        eprintln!("SKIPPED the nftables half: no user and network namespace with nft here");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("airlock_pod.nft");
+    std::fs::write(&file, &ruleset).expect("write ruleset");
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "sh", "-c"])
+        .arg(r#"ip link set lo up && ip route add default dev lo && nft -f "$0" && python3 -c "$1" "$2" "$3""#)
+        .arg(&file)
+        .arg(REDIRECT_PROBE)
+        .arg(tcp.to_string())
+        .arg(dns.to_string())
+        .output()
+        .expect("unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the ruleset does not load or redirect: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["tcp redirected", "dns redirected", "udp refused"]
+    );
+}
