@@ -151,6 +151,12 @@ pub fn prune_removes_the_run_and_nothing_of_other_runs(backend: &mut dyn Backend
     store
         .stage(new_effect(&open, b"open", Vec::new()))
         .expect("stage");
+    // Each finished run holds a release lease record (as after a fleet's release).
+    for run in [&gone, &kept] {
+        store
+            .acquire_lease(run, "control-a", 60_000)
+            .expect("lease");
+    }
     let before = records(&*store, &gone);
     let kept_before = records(&*store, &kept);
     let open_before = records(&*store, &open);
@@ -186,6 +192,14 @@ pub fn prune_removes_the_run_and_nothing_of_other_runs(backend: &mut dyn Backend
     assert_eq!(store.last_effect_seq(&gone).expect("last"), 0);
     assert_eq!(records(&*store, &kept), kept_before);
     assert_eq!(records(&*store, &open), open_before);
+    assert!(
+        store.lease(&gone).expect("lease").is_none(),
+        "its lease is gone"
+    );
+    assert!(
+        store.lease(&kept).expect("lease").is_some(),
+        "another run's lease stays"
+    );
     assert!(store.runs().expect("runs").iter().all(|run| run.id != gone));
     // Pruning it again finds no run; durable across a reopen.
     assert!(matches!(
