@@ -3,8 +3,8 @@
 //! ([`model`]) that runs random operation sequences against a backend and the in-memory
 //! model and asserts the same answers, as sled v0.34.7's own model tests do.
 //!
-//! A backend's test calls [`contracts::all`] (which runs [`outcomes::all`] and
-//! [`leases::all`] too) with a [`Backend`] and runs
+//! A backend's test calls [`contracts::all`] (which runs [`outcomes::all`],
+//! [`leases::all`] and [`retention::all`] too) with a [`Backend`] and runs
 //! [`model::same_answers`] under proptest with [`model::operations`]. The functions panic
 //! on the first broken contract: they are tests.
 
@@ -14,6 +14,7 @@ pub mod contracts;
 pub mod leases;
 pub mod model;
 pub mod outcomes;
+pub mod retention;
 
 /// How the suite gets stores of one backend.
 pub trait Backend {

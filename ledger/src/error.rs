@@ -152,6 +152,17 @@ pub enum Refused {
         /// What is wrong.
         reason: String,
     },
+    /// A run was asked to be pruned before it finished ([`crate::rules::retention`]).
+    /// Nothing was removed.
+    #[error("run {run} is {state} and not finished, so it cannot be pruned: {reason}")]
+    NotFinished {
+        /// The run.
+        run: RunId,
+        /// Its state.
+        state: RunState,
+        /// What is still owed or in flight.
+        reason: String,
+    },
     /// Another control instance holds the run's release lease and it has not expired
     /// ([`crate::LeaseStore::acquire_lease`]). Nothing was changed; ask again after
     /// `expires_at_ms`, or wait for that holder to finish.
@@ -192,6 +203,7 @@ impl Refused {
             Self::FlowBlocked { .. } => "flow_blocked",
             Self::NotRetriable { .. } => "not_retriable",
             Self::BadSettlement { .. } => "bad_settlement",
+            Self::NotFinished { .. } => "run_not_finished",
             Self::LeaseHeld { .. } => "lease_held",
             Self::StaleLease { .. } => "stale_lease",
         }

@@ -47,7 +47,8 @@ pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use outcome::{Delivery, Idempotency, IdempotencySpec, Settlement};
 pub use sled_store::{HealingLedger, Ledger, DEFAULT_MIN_FREE_BYTES};
 pub use store::{
-    EffectStore, Health, JournalStore, LeaseStore, LineageStore, RunStore, Store, WorkspaceStore,
+    EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,
+    WorkspaceStore,
 };
 pub use workspace::{
     Changes, Containment, DecisionKind, LeftRunning, Savepoint, StepRecord, WorkspaceDecision,

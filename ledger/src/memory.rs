@@ -4,7 +4,7 @@
 //! suite checks, so it serves as the model of property tests and lets the request path
 //! be tested in-process. Durable only in the sense of "visible to every later call".
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -16,12 +16,15 @@ use crate::model::{
     Placeholder, Read, Run, RunFlag, RunId, ValueKind,
 };
 use crate::rules::{self, workspace as workspace_rules, CommitStart};
-use crate::store::{EffectStore, JournalStore, LineageStore, RunStore, Store, WorkspaceStore};
+use crate::store::{
+    EffectStore, JournalStore, LineageStore, Pruned, RunPage, RunStore, Store, WorkspaceStore,
+};
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
 mod leases;
 mod outcomes;
+mod retention;
 
 /// The in-memory store. Clones are handles on one store (as reopening is for sled): they
 /// share its records and its subscribers.
@@ -54,6 +57,8 @@ struct State {
     effect_lineage: HashMap<EffectId, EffectLineage>,
     workspaces: HashMap<RunId, WorkspaceRecord>,
     denials: BTreeMap<(RunId, u64), Denial>,
+    /// The recovery index: effects in `releasing`, kept by [`State::put_effect`].
+    in_flight: BTreeSet<EffectId>,
     /// Each run's release lease (the newest one; kept after it expires, for its token).
     leases: HashMap<RunId, crate::Lease>,
 }
@@ -92,12 +97,6 @@ impl State {
             .range((run.clone(), 0)..=(run.clone(), u64::MAX))
             .filter_map(|(_, id)| self.effects.get(id).cloned())
             .collect()
-    }
-
-    fn put_effects(&mut self, effects: &[Effect]) {
-        for effect in effects {
-            self.effects.insert(effect.id.clone(), effect.clone());
-        }
     }
 
     fn journal_read(&mut self, mut read: Read) -> Read {
@@ -149,7 +148,7 @@ impl MemoryStore {
         self.write(|state| {
             let mut effect = state.must_effect(id)?.clone();
             change(state, &mut effect)?;
-            state.effects.insert(effect.id.clone(), effect.clone());
+            state.put_effect(effect.clone());
             let changes = vec![Change::of_effect(&effect)];
             Ok((effect, changes))
         })
@@ -196,6 +195,14 @@ impl RunStore for MemoryStore {
 
     fn runs(&self) -> Result<Vec<Run>> {
         Ok(self.lock().runs.values().cloned().collect())
+    }
+
+    fn runs_page(&self, page: &RunPage) -> Result<Vec<Run>> {
+        Ok(self.lock().runs_page(page))
+    }
+
+    fn prune_run(&self, id: &RunId) -> Result<Pruned> {
+        self.prune_and_announce(id)
     }
 
     fn flag_run(&self, id: &RunId, flag: RunFlag) -> Result<bool> {
@@ -319,7 +326,7 @@ impl EffectStore for MemoryStore {
                 );
             }
             state.bodies.entry(digest).or_insert_with(|| body.to_vec());
-            state.effects.insert(effect.id.clone(), effect.clone());
+            state.put_effect(effect.clone());
             state
                 .run_effects
                 .insert((run_id.clone(), seq), effect.id.clone());
@@ -386,9 +393,15 @@ impl EffectStore for MemoryStore {
                 .filter(|lease| lease.live_at(now))
                 .map(|lease| lease.run.clone())
                 .collect();
-            for effect in state.effects.values_mut() {
-                if !leased.contains(&effect.run_id) && rules::recover(effect) {
+            let in_flight: Vec<EffectId> = state.in_flight.iter().cloned().collect();
+            for id in in_flight {
+                let Some(mut effect) = state.effects.get(&id).cloned() else {
+                    state.in_flight.remove(&id);
+                    continue;
+                };
+                if !leased.contains(&effect.run_id) && rules::recover(&mut effect) {
                     changed.push(effect.clone());
+                    state.put_effect(effect);
                 }
             }
             let changes = changed.iter().map(Change::of_effect).collect();

@@ -18,6 +18,7 @@ use crate::outcome::Delivery;
 use crate::{ReleaseOutcome, Verdict};
 
 pub mod outcome;
+pub mod retention;
 pub mod workspace;
 
 /// Why an effect is `discarded` when its run is aborted.

@@ -6,6 +6,24 @@
 //! durable methods flush (group commit) before they return: sled's own flush, then
 //! `fdatasync` of its files ([`files`]), so an acknowledged write survives power loss.
 //! [`HealingLedger`] reopens the store after a storage fault.
+//!
+//! Trees: `runs` (run id -> Run), `effects` (effect id -> Effect), `run_effects`, `reads`,
+//! `denials` (`run_id \0 seq(be u64)` -> effect id / Read or a JSON array of consecutive
+//! Reads / Denial), `bodies` (digest -> raw bytes), `counters` (`KIND/run_id` -> be u64),
+//! `placeholders`, `read_content`, `read_hashes`, `effect_lineage`, `workspaces`,
+//! `release_leases` (fields of [`Ledger`] below), and since the retention change (issue 19):
+//!
+//! - `in_flight`: effect id -> run id, for every effect whose record is `releasing`
+//!   (written before the record enters `releasing`, removed after it leaves), which
+//!   [`Ledger::recover`] reads instead of scanning `effects`;
+//! - `body_refs`: `digest \0 run_id` -> empty, one per run referencing a body (an
+//!   effect's request or a release's response), so that pruning a run removes a body
+//!   exactly when no other run references it;
+//! - `meta`: `indexes` -> `1` once `in_flight` and `body_refs` were built. A data
+//!   directory written before them opens as before: the first open scans `effects` once
+//!   to build both, then writes the marker ([`retention`]). A binary older than the
+//!   marker that writes to the directory afterwards leaves the indexes stale: delete
+//!   the `meta` tree's marker (or restore from before) to have them rebuilt.
 
 pub use healing::{HealingLedger, DEFAULT_MIN_FREE_BYTES};
 
@@ -15,6 +33,7 @@ mod healing;
 mod journal;
 mod leases;
 mod lineage;
+mod retention;
 mod runs;
 mod store_impl;
 mod workspace;
@@ -57,6 +76,12 @@ pub struct Ledger {
     workspaces: sled::Tree,
     /// `run_id \0 seq(be u64)` -> Denial
     denials: sled::Tree,
+    /// effect id -> run id, for effects in `releasing` (the recovery index)
+    in_flight: sled::Tree,
+    /// `digest \0 run_id` -> empty: which runs reference a body
+    body_refs: sled::Tree,
+    /// `indexes` -> `1` once `in_flight` and `body_refs` are built
+    meta: sled::Tree,
     /// run id -> [`crate::Lease`] (the run's newest release lease, kept after it expires)
     release_leases: sled::Tree,
     /// Serialises read-modify-write of run and effect records.
@@ -168,7 +193,7 @@ impl Ledger {
             .open()
             .or_storage()?;
         let files = files::DataFiles::open(path).or_storage()?;
-        Ok(Self {
+        let ledger = Self {
             runs: db.open_tree("runs").or_storage()?,
             effects: db.open_tree("effects").or_storage()?,
             run_effects: db.open_tree("run_effects").or_storage()?,
@@ -181,6 +206,9 @@ impl Ledger {
             effect_lineage: db.open_tree("effect_lineage").or_storage()?,
             workspaces: db.open_tree("workspaces").or_storage()?,
             denials: db.open_tree("denials").or_storage()?,
+            in_flight: db.open_tree("in_flight").or_storage()?,
+            body_refs: db.open_tree("body_refs").or_storage()?,
+            meta: db.open_tree("meta").or_storage()?,
             release_leases: db.open_tree("release_leases").or_storage()?,
             db,
             cache_bytes,
@@ -190,7 +218,9 @@ impl Ledger {
             notifier,
             files,
             unacknowledged: Mutex::default(),
-        })
+        };
+        ledger.build_indexes_once()?;
+        Ok(ledger)
     }
 
     /// The page cache this ledger was opened with, in bytes.

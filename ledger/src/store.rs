@@ -26,6 +26,13 @@
 //! - **Identifiers.** Runs are `run_<ulid>`, effects `eff_<ulid>` ([`crate::RunId`],
 //!   [`crate::EffectId`]); listings "oldest first" are in identifier order (ULIDs created
 //!   in the same millisecond sort in random order).
+//! - **Retention.** [`RunStore::prune_run`] removes every record of one *finished* run
+//!   ([`crate::rules::retention`]) and nothing of any other run; a body stays while an
+//!   effect of another run (its request or a release's response) references it.
+//! - **Recovery reads an index.** [`EffectStore::recover`] finds the effects left
+//!   `releasing` through an index kept in the same write as each effect's state change
+//!   (sled: tree `in_flight`), never by scanning every effect, so start-up does not grow
+//!   with the ledger.
 //! - **Leased and fenced release.** Several control instances may share one store; a
 //!   run's release lease ([`LeaseStore`]) says which of them releases it now. The store's
 //!   clock decides expiry. The writes of a release carry the lease (the `_fenced`
@@ -110,6 +117,35 @@ impl Default for Health {
     }
 }
 
+/// A page request of [`RunStore::runs_page`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPage {
+    /// The cursor: the last run id of the previous page (`None` for the first page).
+    pub after: Option<RunId>,
+    /// Most runs returned.
+    pub limit: usize,
+    /// Newest first (descending identifier order) instead of oldest first.
+    pub newest_first: bool,
+}
+
+/// What [`RunStore::prune_run`] removed, by kind (counts of records as the API lists
+/// them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Pruned {
+    /// Effects removed.
+    pub effects: u64,
+    /// Reads removed.
+    pub reads: u64,
+    /// Denials removed.
+    pub denials: u64,
+    /// Placeholders removed.
+    pub placeholders: u64,
+    /// Bodies removed: referenced by no effect of another run.
+    pub bodies_removed: u64,
+    /// Bodies of the run kept because an effect of another run references them.
+    pub bodies_kept: u64,
+}
+
 /// Runs: one agent execution, one transaction.
 pub trait RunStore: Send + Sync + 'static {
     /// Creates an open run with a fresh random token (48 hex characters). Durable.
@@ -130,8 +166,38 @@ pub trait RunStore: Send + Sync + 'static {
     /// The run with this id, if any.
     fn run(&self, id: &RunId) -> Result<Option<Run>>;
 
-    /// Every run, oldest first (identifier order).
+    /// Every run, oldest first (identifier order). Loads every run: listings a person
+    /// pages through use [`RunStore::runs_page`].
     fn runs(&self) -> Result<Vec<Run>>;
+
+    /// One page of runs in identifier order: at most `page.limit` runs whose id is after
+    /// `page.after` (strictly; from the first run when `None`), oldest first, or, with
+    /// `page.newest_first`, before `page.after` and newest first. Reads only the runs it
+    /// returns (plus index steps), never every run. Following pages (`after` = the last
+    /// id of the previous page) until one comes back shorter than `limit` visits every
+    /// run that existed throughout, exactly once, in order; `after` need not be an
+    /// existing run (a pruned one is fine). A `limit` of 0 returns nothing.
+    ///
+    /// Errors: storage faults.
+    fn runs_page(&self, page: &RunPage) -> Result<Vec<Run>>;
+
+    /// Removes every record of a finished run ([`crate::rules::retention::check_finished`],
+    /// judged on the records under the write lock): the run, its effects and their
+    /// sequence index, reads, read analyses and fingerprints, effect lineage,
+    /// placeholders, denials, workspace record, per-run counters, recovery-index
+    /// entries and its release lease record ([`LeaseStore`]), and each body (request or response) no effect of another run
+    /// references; a body another run references is kept. Afterwards the run is unknown
+    /// ([`RunStore::run`] is `None`, [`EffectStore::effects`] is `NotFound`, reads and
+    /// denials are empty) and every other run reads exactly as before. Pruning a run
+    /// that a fault interrupted mid-way again finishes it (the run record goes last).
+    /// Durable. Sends [`Change::RunChanged`] and [`Change::PlaceholdersIssued`] (caches of
+    /// the run drop it).
+    ///
+    /// Errors: [`crate::Refused::NotFinished`] for an open, sealed or committing run, a
+    /// partially committed one with an effect `releasing`, `approved` or `unknown`, or
+    /// an unfinished workspace decision (nothing removed);
+    /// [`crate::LedgerError::NotFound`] for an unknown run.
+    fn prune_run(&self, id: &RunId) -> Result<Pruned>;
 
     /// The run whose id and token match, the token compared in constant time; `None`
     /// for a malformed id, an unknown run or a wrong token.
@@ -247,7 +313,12 @@ pub trait EffectStore: Send + Sync + 'static {
     /// may be releasing them, and it records their outcome (or, once its lease expires,
     /// the next [`LeaseStore::acquire_lease`] makes them `unknown`). Returns the effects
     /// changed (identifier order). Durable. With one process and no leases this is every
-    /// `releasing` effect, as before leases existed.
+    /// `releasing` effect, as before leases existed. Reads the index of effects in
+    /// `releasing`, which every write of an effect keeps in step (an effect enters it no
+    /// later than its record becomes `releasing` and leaves it no earlier than its record
+    /// leaves `releasing`), so the work is proportional to the effects in flight, not to
+    /// the ledger; a backend opening storage written before the index existed builds it
+    /// once.
     fn recover(&self) -> Result<Vec<Effect>>;
 
     /// A reviewer's retry of an effect ([`crate::rules::outcome::retry`]): a `failed`

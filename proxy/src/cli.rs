@@ -45,6 +45,7 @@ mod node_version;
 mod outcomes;
 mod policy;
 mod policy_tools;
+mod retention;
 pub mod run;
 mod serve;
 

@@ -31,6 +31,14 @@ pub enum ClientError {
         /// Extra details, if any.
         details: Option<Value>,
     },
+    /// Writing a streamed answer failed.
+    #[error("cannot write the answer of {url}: {source}")]
+    Write {
+        /// The URL.
+        url: String,
+        /// The write's error.
+        source: std::io::Error,
+    },
     /// The answer was not the JSON expected.
     #[error("the admin API at {url} answered with something that is not JSON")]
     Decode {
@@ -176,5 +184,67 @@ impl AdminClient {
             });
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// `GET path`, the answer's body streamed into `out` frame by frame as it arrives
+    /// (an export of any size holds no more than a frame in memory). Returns the bytes
+    /// written.
+    ///
+    /// Errors: [`ClientError::Api`] for an error status (its JSON body decoded),
+    /// [`ClientError::Connect`] when the connection fails mid-way, [`ClientError::Write`].
+    pub async fn get_into(
+        &self,
+        path: &str,
+        out: &mut dyn std::io::Write,
+    ) -> Result<u64, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(&url)
+            .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| ClientError::Connect {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| ClientError::Connect {
+                url: url.clone(),
+                reason: airlock_net::respond::error_chain(&e).unwrap_or_default(),
+            })?;
+        let status = response.status();
+        let mut body = response.into_body();
+        if !status.is_success() {
+            let bytes = body
+                .collect()
+                .await
+                .map_err(|e| ClientError::Connect {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?
+                .to_bytes();
+            return Err(self
+                .decode(path, status, &bytes)
+                .err()
+                .unwrap_or(ClientError::Decode { url }));
+        }
+        let mut written = 0;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ClientError::Connect {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
+            if let Ok(data) = frame.into_data() {
+                out.write_all(&data).map_err(|source| ClientError::Write {
+                    url: url.clone(),
+                    source,
+                })?;
+                written += data.len() as u64;
+            }
+        }
+        Ok(written)
     }
 }

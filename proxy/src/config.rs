@@ -98,6 +98,10 @@ pub struct ServeConfig {
     /// Free bytes the ledger's file system must keep; below it staging is refused
     /// (`--ledger-min-free-mib`, 0 for none) [default: 64 MiB].
     pub ledger_min_free_bytes: u64,
+    /// Prune finished runs that finished longer ago than this, periodically
+    /// (`--retain`; [`airlock_control::retention::spawn_retain`]); `None` keeps every run
+    /// [default: none].
+    pub retain: Option<Duration>,
 }
 
 impl ServeConfig {
@@ -141,6 +145,7 @@ impl ServeConfig {
             body_read_timeout: airlock_dataplane::request::DEFAULT_BODY_READ_TIMEOUT,
             ledger_cache_bytes: airlock_ledger::DEFAULT_CACHE_BYTES,
             ledger_min_free_bytes: airlock_ledger::DEFAULT_MIN_FREE_BYTES,
+            retain: None,
         }
     }
 }

@@ -88,6 +88,7 @@ pub const CONTROL_ONLY_FLAGS: &[&str] = &[
     "--ui-base-url",
     "--advertise-proxy",
     "--advertise-ca",
+    "--retain",
 ];
 
 /// A `--role` that does not fit the other flags.

@@ -94,6 +94,8 @@ pub struct Server {
     fence_socket: Option<tokio::net::UnixListener>,
     transparent: Option<TcpListener>,
     dns: Option<(tokio::net::UdpSocket, TcpListener)>,
+    /// `--retain`: prune finished runs older than this periodically.
+    retain: Option<std::time::Duration>,
 }
 
 fn data_err(path: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
@@ -438,6 +440,7 @@ impl Server {
             fence_socket,
             transparent,
             dns,
+            retain: config.retain,
         })
     }
 
@@ -507,6 +510,7 @@ impl Server {
             fence_socket,
             transparent,
             dns,
+            retain,
         } = self;
         let addresses = serde_json::json!({
             "role": role.as_str(),
@@ -525,6 +529,9 @@ impl Server {
               policy.revision = data.policy().current().revision(), data = %control.data_dir().display(),
               "airlock listening");
         let _watch = AbortOnDrop(data.policy().watch());
+        if let (Some(retain), true) = (retain, role.serves_control()) {
+            airlock_control::retention::spawn_retain(&control, retain);
+        }
         let (router, sweeper) = crate::role::start_control(role, control);
         let _sweeper = sweeper.map(AbortOnDrop);
         let fenced = {

@@ -19,6 +19,7 @@ pub fn all(backend: &mut dyn Backend) {
     changes_are_announced(backend);
     callable_through_dyn_store(backend);
     super::outcomes::all(backend);
+    super::retention::all(backend);
     super::leases::all(backend);
 }
 

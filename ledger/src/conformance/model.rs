@@ -155,6 +155,15 @@ pub enum Op {
     },
     /// Lists every run.
     Runs,
+    /// Prunes a run ([`crate::RunStore::prune_run`]).
+    Prune {
+        run: usize,
+    },
+    /// Follows every page of [`crate::RunStore::runs_page`] of `limit` runs (either way).
+    RunsPaged {
+        limit: usize,
+        newest_first: bool,
+    },
 }
 
 /// Sequences of 1 to `max_len` operations, biased towards creating runs and staging.
@@ -197,8 +206,10 @@ pub fn operations(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
         2 => (effect.clone(), any::<bool>(), 0u8..2).prop_map(|(effect, ok, back)| Op::RecordReleaseFenced { effect, ok, back }),
         1 => (effect.clone(), 0u8..2).prop_map(|(effect, back)| Op::SettleUnsentFenced { effect, back }),
         1 => (run.clone(), 0u8..2).prop_map(|(run, back)| Op::FinishCommitFenced { run, back }),
-        2 => run.prop_map(|run| Op::Query { run }),
+        2 => run.clone().prop_map(|run| Op::Query { run }),
         1 => Just(Op::Runs),
+        1 => run.prop_map(|run| Op::Prune { run }),
+        1 => (1usize..4, any::<bool>()).prop_map(|(limit, newest_first)| Op::RunsPaged { limit, newest_first }),
     ];
     proptest::collection::vec(op, 1..=max_len)
 }
@@ -587,6 +598,33 @@ impl<'a> Driver<'a> {
                 ])
             }
             Op::Runs => sorted(self.names.normalize(answer(store.runs()))),
+            Op::Prune { run } => answer(store.prune_run(&self.run(*run))),
+            Op::RunsPaged {
+                limit,
+                newest_first,
+            } => {
+                // Runs created in one millisecond sort in random order, so the pages of
+                // two stores hold different runs: compare what all pages hold together.
+                let mut seen = Vec::new();
+                let mut after = None;
+                loop {
+                    let page = store.runs_page(&crate::RunPage {
+                        after: after.clone(),
+                        limit: *limit,
+                        newest_first: *newest_first,
+                    });
+                    let Ok(page) = page else {
+                        break;
+                    };
+                    let full = page.len() == *limit;
+                    after = page.last().map(|r| r.id.clone());
+                    seen.extend(page);
+                    if !full {
+                        break;
+                    }
+                }
+                sorted(self.names.normalize(answer(Ok::<_, LedgerError>(seen))))
+            }
         };
         self.names.normalize(answer)
     }

@@ -51,7 +51,7 @@ impl Ledger {
                     .insert(key, encode(&issued))
                     .or_storage()?;
             }
-            self.put_body(&digest, body)?;
+            self.put_body(&digest, body, run_id)?;
             self.put_effect(&effect)?;
             self.run_effects
                 .insert(index_key(run_id, seq), effect.id.0.as_bytes())
@@ -114,17 +114,36 @@ impl Ledger {
         Ok(found)
     }
 
-    pub(super) fn put_body(&self, digest: &Digest, body: &[u8]) -> Result<()> {
+    /// Stores `body` under its digest (once) and notes that `run` references it
+    /// (`body_refs`), the reference first so that a body is never stored unreferenced.
+    pub(super) fn put_body(&self, digest: &Digest, body: &[u8], run: &RunId) -> Result<()> {
+        self.body_refs
+            .insert(super::retention::body_ref_key(digest, run), &[])
+            .or_storage()?;
         if !self.bodies.contains_key(digest.0.as_bytes()).or_storage()? {
             self.bodies.insert(digest.0.as_bytes(), body).or_storage()?;
         }
         Ok(())
     }
 
+    /// Writes an effect's record and keeps the recovery index (`in_flight`) in step: the
+    /// entry is written before a record in `releasing`, and removed after a record in a
+    /// state `releasing` leads to, so the index holds every effect a crash can leave
+    /// `releasing` (an extra entry is dropped by [`Ledger::recover`]).
     pub(crate) fn put_effect(&self, effect: &Effect) -> Result<()> {
-        self.effects
-            .insert(effect.id.0.as_bytes(), encode(effect))
-            .or_storage()?;
+        let key = effect.id.0.as_bytes();
+        if effect.state == EffectState::Releasing {
+            self.in_flight
+                .insert(key, effect.run_id.0.as_bytes())
+                .or_storage()?;
+        }
+        self.effects.insert(key, encode(effect)).or_storage()?;
+        if matches!(
+            effect.state,
+            EffectState::Released | EffectState::Failed | EffectState::Unknown
+        ) {
+            self.in_flight.remove(key).or_storage()?;
+        }
         Ok(())
     }
 
@@ -235,7 +254,7 @@ impl Ledger {
             let body = outcome.body;
             let digest = Digest::sha256_of(body);
             rules::record_release(effect, outcome, digest.clone(), now_ms())?;
-            ledger.put_body(&digest, body)
+            ledger.put_body(&digest, body, &effect.run_id)
         })
     }
 
@@ -294,18 +313,32 @@ impl Ledger {
         Ok(changed)
     }
 
-    /// [`crate::EffectStore::recover`] on sled: scans every effect, leaving those of runs
-    /// with a live release lease alone. Durable.
+    /// [`crate::EffectStore::recover`] on sled: reads the recovery index `in_flight`
+    /// (effect id order), never every effect, leaving those of runs with a live release
+    /// lease alone; an entry whose effect is gone or no longer `releasing` is dropped.
+    /// Durable.
     pub fn recover(&self) -> Result<Vec<Effect>> {
         let _guard = self.lock();
         let leased = self.live_leases()?;
         let mut changed = Vec::new();
-        for item in self.effects.iter() {
-            let (key, value) = item.or_storage()?;
-            let mut effect: Effect = decode(&key, &value)?;
-            if !leased.contains(&effect.run_id) && rules::recover(&mut effect) {
-                self.put_effect(&effect)?;
-                changed.push(effect);
+        for item in self.in_flight.iter() {
+            let (key, run) = item.or_storage()?;
+            if leased.contains(&RunId(String::from_utf8_lossy(&run).into_owned())) {
+                continue;
+            }
+            let id = EffectId(String::from_utf8_lossy(&key).into_owned());
+            let recovered = self
+                .effect(&id)?
+                .map(|mut effect| rules::recover(&mut effect).then_some(effect))
+                .unwrap_or(None);
+            match recovered {
+                Some(effect) => {
+                    self.put_effect(&effect)?;
+                    changed.push(effect);
+                }
+                None => {
+                    self.in_flight.remove(&key).or_storage()?;
+                }
             }
         }
         self.flush_and_send(changed.iter().map(|effect| Change::EffectChanged {

@@ -148,7 +148,7 @@ impl Ledger {
             let body = outcome.body;
             let digest = Digest::sha256_of(body);
             rules::record_release(effect, outcome, digest.clone(), now_ms())?;
-            ledger.put_body(&digest, body)
+            ledger.put_body(&digest, body, &effect.run_id)
         })
     }
 

@@ -13,7 +13,8 @@ use crate::model::{
     RunFlag, RunId,
 };
 use crate::store::{
-    EffectStore, JournalStore, LeaseStore, LineageStore, RunStore, Store, WorkspaceStore,
+    EffectStore, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,
+    WorkspaceStore,
 };
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{ReleaseOutcome, Result, Settlement, Verdict};
@@ -47,6 +48,14 @@ impl RunStore for Ledger {
 
     fn runs(&self) -> Result<Vec<Run>> {
         Ledger::runs(self)
+    }
+
+    fn runs_page(&self, page: &RunPage) -> Result<Vec<Run>> {
+        Ledger::runs_page(self, page)
+    }
+
+    fn prune_run(&self, id: &RunId) -> Result<Pruned> {
+        Ledger::prune_run(self, id)
     }
 
     fn flag_run(&self, id: &RunId, flag: RunFlag) -> Result<bool> {

@@ -27,6 +27,8 @@ mod ops;
 mod outcomes;
 mod policy;
 pub mod render;
+mod retention;
+mod run_list;
 pub mod views;
 mod workspace;
 
@@ -57,7 +59,7 @@ async fn blocking<T: Send + 'static>(
 /// The admin router over `shared`.
 pub fn router(shared: Arc<Control>) -> Router {
     let api = Router::new()
-        .route("/v1/runs", post(create_run).get(list_runs))
+        .route("/v1/runs", post(create_run).get(run_list::list_runs))
         .route("/v1/runs/{id}", get(show_run))
         .route("/v1/runs/{id}/effects", get(run_effects))
         .route("/v1/runs/{id}/reads", get(run_reads))
@@ -76,6 +78,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .merge(compensate::routes())
         .merge(fence::routes())
         .merge(outcomes::routes())
+        .merge(retention::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             require_token,
@@ -232,26 +235,6 @@ async fn create_run(
         truststore: shared.advertised.truststore.clone(),
     };
     Ok((StatusCode::CREATED, Json(body)).into_response())
-}
-
-#[utoipa::path(get, path = "/v1/runs", tag = "runs", responses((status = 200, description = "`{runs: [run…]}`, newest first, each with its effect counts by state", body = render::RunList)))]
-async fn list_runs(State(shared): State<Arc<Control>>) -> ApiResult<Json<render::RunList>> {
-    let ledger = shared.ledger().clone();
-    let runs = blocking(move || {
-        let mut out = Vec::new();
-        for run in ledger.runs()? {
-            let effects = ledger.effects(&run.id)?;
-            out.push((run, effects));
-        }
-        Ok(out)
-    })
-    .await?;
-    let mut list: Vec<render::RunView> = runs
-        .iter()
-        .map(|(run, effects)| render::run_view(&shared, run, effects))
-        .collect();
-    list.reverse();
-    Ok(Json(render::RunList { runs: list }))
 }
 
 pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {

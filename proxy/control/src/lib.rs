@@ -16,6 +16,7 @@ pub mod outcomes;
 mod plane;
 pub mod release;
 mod released;
+pub mod retention;
 pub mod runs;
 pub mod snapshot;
 pub mod ui;

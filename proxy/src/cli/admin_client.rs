@@ -56,12 +56,26 @@ pub(super) async fn runs(command: RunsCommand) -> anyhow::Result<()> {
         }
         RunsCommand::List { admin } => {
             let client = connect(&admin)?;
-            let runs = client.get("/v1/runs").await?;
+            // Every page of GET /v1/runs, newest first.
+            let mut runs = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let path = match &after {
+                    Some(cursor) => format!("/v1/runs?limit=1000&after={cursor}"),
+                    None => "/v1/runs?limit=1000".to_owned(),
+                };
+                let page = client.get(&path).await?;
+                runs.extend(page["runs"].as_array().cloned().unwrap_or_default());
+                match page["next"].as_str() {
+                    Some(next) if after.as_deref() != Some(next) => after = Some(next.to_owned()),
+                    _ => break,
+                }
+            }
             if admin.json {
-                return print_json(&runs);
+                return print_json(&serde_json::json!({ "runs": runs, "next": null }));
             }
             outln!("{:<32} {:<20} {:<8} EFFECTS", "RUN", "STATE", "PROFILE");
-            for run in runs["runs"].as_array().into_iter().flatten() {
+            for run in &runs {
                 outln!(
                     "{:<32} {:<20} {:<8} {}",
                     run["id"].as_str().unwrap_or(""),
@@ -72,6 +86,15 @@ pub(super) async fn runs(command: RunsCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        RunsCommand::Export { run, output, admin } => {
+            super::retention::export(&run, output.as_deref(), &admin).await
+        }
+        RunsCommand::Prune {
+            finished_before,
+            export_to,
+            dry_run,
+            admin,
+        } => super::retention::prune(finished_before.into(), export_to, dry_run, &admin).await,
         RunsCommand::Show { run, admin } => {
             let client = connect(&admin)?;
             // A workspace decision written before a crash is finished first (the same

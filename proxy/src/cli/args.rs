@@ -302,8 +302,37 @@ pub(super) enum RunsCommand {
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// List runs, newest first
+    /// List runs, newest first (every page of GET /v1/runs)
     List {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Write a run's whole record as NDJSON (one JSON object per line with a `kind`:
+    /// run, decision, read, effect, release, placeholder, edge, denial, workspace, end;
+    /// docs/admin-api.md, "Export"), from GET /v1/runs/{id}/export
+    Export {
+        /// The run
+        run: String,
+        /// Write to FILE instead of standard output
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Remove every record of the finished runs (committed, aborted, or partially
+    /// committed with nothing left in flight) that finished longer ago than DURATION
+    Prune {
+        /// How long ago a run must have finished: `7d`, `12h`, `30m`, `0s` (every
+        /// finished run)
+        #[arg(long, value_name = "DURATION")]
+        finished_before: humantime::Duration,
+        /// Export each run to DIR/RUN.ndjson before removing it (a run whose export
+        /// fails is kept)
+        #[arg(long, value_name = "DIR")]
+        export_to: Option<PathBuf>,
+        /// List the runs that would be removed; remove nothing
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -462,6 +491,13 @@ pub(super) struct ServeArgs {
     #[arg(long, default_value_t = airlock_ledger::DEFAULT_MIN_FREE_BYTES >> 20, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(0..=1024 * 1024))]
     pub(super) ledger_min_free_mib: u64,
+    /// Remove every finished run (committed, aborted, or partially committed with
+    /// nothing left in flight) that finished longer ago than DURATION (`7d`, `12h`,
+    /// `30m`), checking every tenth of it (1 s to 10 min), as `airlock runs prune
+    /// --finished-before DURATION` does; each pruned run is logged. Unset: runs are kept
+    /// (docs/architecture.md, "Retention")
+    #[arg(long, value_name = "DURATION")]
+    pub(super) retain: Option<humantime::Duration>,
     /// The `--…` flags set on the command line or through their environment variable (not
     /// defaults), filled in from clap's matches for [`crate::role::check_flags`].
     #[arg(skip)]

@@ -38,6 +38,7 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.body_read_timeout = std::time::Duration::from_secs(args.body_read_timeout.max(1));
     config.ledger_cache_bytes = args.ledger_cache_mib << 20;
     config.ledger_min_free_bytes = args.ledger_min_free_mib << 20;
+    config.retain = args.retain.map(Into::into);
     airlock_net::limits::raise_fd_limit(config.max_connections);
     let fresh = FreshDataDir::before(&config.data_dir);
     let server = fresh.build(config).await?;

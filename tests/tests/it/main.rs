@@ -27,6 +27,7 @@ mod pass;
 mod protocols;
 mod readme;
 mod reload;
+mod retention;
 mod roles;
 mod run;
 mod ssrf;

@@ -14,7 +14,8 @@ use crate::model::{
     RunFlag, RunId,
 };
 use crate::store::{
-    EffectStore, Health, JournalStore, LeaseStore, LineageStore, RunStore, Store, WorkspaceStore,
+    EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,
+    WorkspaceStore,
 };
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{ReleaseOutcome, Result, Settlement, Verdict};
@@ -52,6 +53,14 @@ impl RunStore for HealingLedger {
 
     fn runs(&self) -> Result<Vec<Run>> {
         self.with(|l| l.runs())
+    }
+
+    fn runs_page(&self, page: &RunPage) -> Result<Vec<Run>> {
+        self.with(|l| l.runs_page(page))
+    }
+
+    fn prune_run(&self, id: &RunId) -> Result<Pruned> {
+        self.with(|l| l.prune_run(id))
     }
 
     fn flag_run(&self, id: &RunId, flag: RunFlag) -> Result<bool> {

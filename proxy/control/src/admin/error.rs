@@ -85,6 +85,7 @@ impl ApiError {
             "already_compensated" => "the run was compensated before; see its compensation run",
             "not_retriable" => "the effect may have reached its origin (or the origin refused it): check the origin, then settle an unknown effect (POST /v1/effects/{id}/settle, `airlock settle`)",
             "bad_settlement" => "name a placeholder of the effect by its pointer (GET /v1/effects/{id} lists them) with a value of its type, and give values only with delivered = true",
+            "run_not_finished" => "only finished runs are pruned (docs/architecture.md, Retention): commit or abort it, settle its unknown effects, or wait for its release to end",
             "not_served_by_role" => "send admin API and review UI requests to a control instance (airlock serve --role control or all); docs/fleet.md",
             "lease_held" => "another control instance is releasing this run (waited 60 s for it): ask again; it is taken over if that instance died (docs/architecture.md, \"Commit authority\")",
             "nothing_to_retry" => "GET /v1/runs/{id}/effects: a failed effect with retriable = true, or an unknown one, is what to look at",

@@ -41,7 +41,7 @@ pub struct ApiErrorBody {
     ),
     paths(
         super::create_run,
-        super::list_runs,
+        super::run_list::list_runs,
         super::show_run,
         super::run_effects,
         super::run_reads,
@@ -50,6 +50,9 @@ pub struct ApiErrorBody {
         super::run_lineage,
         super::seal_run,
         super::abort_run,
+        super::retention::export_run,
+        super::retention::prune_run,
+        super::retention::prune_runs,
         super::ca_pem,
         super::commit::commit_run,
         super::compensate::create,

@@ -107,11 +107,13 @@ pub struct EffectSummary {
     pub next: Option<String>,
 }
 
-/// `GET /v1/runs` → every run, newest first.
+/// `GET /v1/runs` → a page of runs, newest first, and the cursor of the next page.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct RunList {
-    /// The runs.
+    /// The runs of this page.
     pub runs: Vec<RunView>,
+    /// The cursor of the next page (`GET /v1/runs?after=NEXT`); `null` on the last page.
+    pub next: Option<String>,
 }
 
 /// `GET /v1/runs/{id}/effects` → the run's effects in staging order, and what a commit of

@@ -117,7 +117,16 @@ fn flags(
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct ListQuery {
     state: Option<String>,
+    /// The cursor: list runs older than this one (the "Older runs" link).
+    after: Option<String>,
 }
+
+/// Rows of the runs list per page.
+pub(super) const RUNS_PER_PAGE: usize = 50;
+
+/// Most runs the list reads looking for one page of a state: a rare state in a long
+/// ledger then takes several pages, each bounded.
+const RUNS_SCANNED_PER_PAGE: usize = 2000;
 
 const RUN_STATES: [&str; 6] = [
     "open",
@@ -146,24 +155,62 @@ pub(super) async fn runs_list(
             ));
         }
     }
+    let after = match query.after.as_deref().filter(|s| !s.is_empty()) {
+        Some(raw) => Some(parse_run(raw)?),
+        None => None,
+    };
     let ledger = shared.ledger().clone();
     let wanted = filter.clone();
-    let rows = blocking(move || {
+    let (rows, next) = blocking(move || {
         let mut rows = Vec::new();
-        for run in ledger.runs()?.into_iter().rev() {
-            if wanted.as_deref().is_some_and(|s| s != run.state.as_str()) {
-                continue;
+        let (mut cursor, mut scanned) = (after, 0);
+        // Newest first, a page at a time, until a page of rows or the scan bound.
+        let next = loop {
+            let step = RUNS_PER_PAGE;
+            let page = ledger.runs_page(&airlock_ledger::RunPage {
+                after: cursor.clone(),
+                limit: step,
+                newest_first: true,
+            })?;
+            let exhausted = page.len() < step;
+            for run in page {
+                scanned += 1;
+                cursor = Some(run.id.clone());
+                if wanted.as_deref().is_some_and(|s| s != run.state.as_str()) {
+                    continue;
+                }
+                let effects = ledger.effects(&run.id)?;
+                let edges = ledger.edges(&run.id)?;
+                let unverified = ledger
+                    .workspace(&run.id)?
+                    .is_some_and(|w| w.rollback_unverified);
+                rows.push((run, effects, edges, unverified));
+                if rows.len() == RUNS_PER_PAGE {
+                    break;
+                }
             }
-            let effects = ledger.effects(&run.id)?;
-            let edges = ledger.edges(&run.id)?;
-            let unverified = ledger
-                .workspace(&run.id)?
-                .is_some_and(|w| w.rollback_unverified);
-            rows.push((run, effects, edges, unverified));
-        }
-        Ok(rows)
+            if rows.len() == RUNS_PER_PAGE || scanned >= RUNS_SCANNED_PER_PAGE {
+                // More may follow: whether any does is found on the next page.
+                let more = !ledger
+                    .runs_page(&airlock_ledger::RunPage {
+                        after: cursor.clone(),
+                        limit: 1,
+                        newest_first: true,
+                    })?
+                    .is_empty();
+                break more.then_some(cursor).flatten();
+            }
+            if exhausted {
+                break None;
+            }
+        };
+        Ok((rows, next))
     })
     .await?;
+    let older = next.map(|cursor| match &filter {
+        Some(state) => format!("/?state={state}&after={cursor}"),
+        None => format!("/?after={cursor}"),
+    });
     let page = layout(
         "Runs",
         Some(&session),
@@ -203,6 +250,9 @@ pub(super) async fn runs_list(
                         }
                     }
                 }
+            }
+            @if let Some(older) = &older {
+                p.pages { a.button href=(older) rel="next" { "Older runs →" } }
             }
         },
     );
