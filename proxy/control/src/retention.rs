@@ -183,7 +183,36 @@ pub struct PrunedRun {
     /// When it finished, ms since the Unix epoch ([`finished_at_ms`]).
     pub finished_at_ms: u64,
     /// What was removed (`bodies_kept`: bodies another run still references).
-    #[schema(value_type = Object)]
+    #[schema(value_type = PrunedCounts)]
+    pub removed: Pruned,
+}
+
+/// The OpenAPI shape of [`Pruned`] (the ledger crate has no schema derive): counts of
+/// the records a prune removed.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PrunedCounts {
+    /// Effects removed.
+    pub effects: u64,
+    /// Reads removed.
+    pub reads: u64,
+    /// Denials removed.
+    pub denials: u64,
+    /// Placeholders removed.
+    pub placeholders: u64,
+    /// Bodies removed (no other run referenced them).
+    pub bodies_removed: u64,
+    /// Bodies kept because another run's effect or release references them.
+    pub bodies_kept: u64,
+}
+
+/// The answer of `POST /v1/runs/{id}/prune`: the run and what was removed of it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PrunedOne {
+    /// The run, now gone.
+    #[schema(value_type = String)]
+    pub run: RunId,
+    /// What was removed.
+    #[schema(value_type = PrunedCounts)]
     pub removed: Pruned,
 }
 

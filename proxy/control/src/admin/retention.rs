@@ -80,12 +80,12 @@ async fn export_run(
         .into_response())
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/prune", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, removed}`: the run and every record of it are gone (`removed` counts them; `bodies_kept` are bodies another run references)", body = Object), (status = 409, description = "The run is not finished (`run_not_finished`)", body = super::openapi::ApiErrorBody)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/prune", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, removed}`: the run and every record of it are gone (`removed` counts them; `bodies_kept` are bodies another run references)", body = crate::retention::PrunedOne), (status = 409, description = "The run is not finished (`run_not_finished`)", body = super::openapi::ApiErrorBody)))]
 async fn prune_run(
     State(shared): State<Arc<Control>>,
     axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<crate::retention::PrunedOne>> {
     let run_id = parse_run(&id)?;
     let ledger = shared.ledger().clone();
     let pruned_id = run_id.clone();
@@ -93,7 +93,10 @@ async fn prune_run(
     info!(run.id = %run_id, by = %reviewer.name, effects = removed.effects, reads = removed.reads,
           bodies_removed = removed.bodies_removed, bodies_kept = removed.bodies_kept,
           "pruned a finished run");
-    Ok(Json(json!({ "run": run_id, "removed": removed })))
+    Ok(Json(crate::retention::PrunedOne {
+        run: run_id,
+        removed,
+    }))
 }
 
 /// `POST /v1/runs/prune`: which runs to remove.
