@@ -12,6 +12,7 @@ use crate::{HealingLedger, Ledger, MemoryStore, Store};
 pub mod contracts;
 pub mod model;
 pub mod outcomes;
+pub mod postgres;
 
 /// How the suite gets stores of one backend.
 pub trait Backend {
