@@ -42,6 +42,8 @@ mod pool;
 mod records;
 mod runs;
 mod schema;
+#[cfg(test)]
+mod tests;
 mod workspace;
 
 pub use schema::SCHEMA_VERSION;

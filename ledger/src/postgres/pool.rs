@@ -151,6 +151,8 @@ struct Inner {
     jobs: Mutex<Sender<Job>>,
     target: String,
     health: Arc<HealthState>,
+    /// A ping is queued or running: at most one at a time.
+    pinging: Arc<AtomicBool>,
 }
 
 /// Handles on the pool's queue; the threads end when the last handle is dropped.
@@ -197,6 +199,7 @@ impl Pool {
                 jobs: Mutex::new(sender),
                 target,
                 health,
+                pinging: Arc::new(AtomicBool::new(false)),
             }),
         })
     }
@@ -299,7 +302,11 @@ impl Pool {
     /// Asks a pooled connection to prove the server writable again (reconnecting), without
     /// waiting: what clears a degraded health when no caller writes.
     pub(super) fn ping(&self) {
-        let _ = self.submit(Box::new(|conn| {
+        if self.inner.pinging.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let pinging = self.inner.pinging.clone();
+        let _ = self.submit(Box::new(move |conn| {
             let result = conn
                 .client()
                 .and_then(|client| client.batch_execute("SELECT 1").map_err(fault));
@@ -307,6 +314,7 @@ impl Pool {
                 Ok(()) => conn.health.ok(),
                 Err(error) => conn.check(&error),
             }
+            pinging.store(false, Ordering::SeqCst);
         }));
     }
 }
