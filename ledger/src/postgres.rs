@@ -136,9 +136,7 @@ impl PgStore {
         &self,
         key: String,
         journal: bool,
-        write: impl FnMut(&mut postgres::Transaction<'_>) -> Result<(T, Vec<Change>)>
-            + Send
-            + 'static,
+        write: impl FnMut(&mut postgres::Transaction<'_>) -> Result<(T, Vec<Change>)> + Send + 'static,
     ) -> Result<T> {
         let origin = self.listener.origin().to_owned();
         let (out, changes) = self.pool.transaction(key, journal, origin, write)?;

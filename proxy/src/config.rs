@@ -91,6 +91,13 @@ pub struct ServeConfig {
     /// Free bytes the ledger's file system must keep; below it staging is refused
     /// (`--ledger-min-free-mib`, 0 for none) [default: 64 MiB].
     pub ledger_min_free_bytes: u64,
+    /// The PostgreSQL store to keep the ledger in instead of the sled ledger in `data_dir`
+    /// (`--store postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`); the CA and tokens stay
+    /// in `data_dir` [default: none, the sled ledger].
+    pub store_url: Option<String>,
+    /// Connections the PostgreSQL store keeps, besides its listener (`--store-connections`)
+    /// [default: 8].
+    pub store_connections: usize,
 }
 
 impl ServeConfig {
@@ -132,6 +139,8 @@ impl ServeConfig {
             body_read_timeout: airlock_dataplane::request::DEFAULT_BODY_READ_TIMEOUT,
             ledger_cache_bytes: airlock_ledger::DEFAULT_CACHE_BYTES,
             ledger_min_free_bytes: airlock_ledger::DEFAULT_MIN_FREE_BYTES,
+            store_url: None,
+            store_connections: airlock_ledger::postgres::DEFAULT_CONNECTIONS,
         }
     }
 }

@@ -81,8 +81,10 @@ impl TestServer {
             .tempdir()
             .expect("a temporary directory");
         if as_postgres {
-            let (uid, gid) = postgres_user().expect("a `postgres` user (Debian's postgresql package makes one)");
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).expect("chown the temporary directory");
+            let (uid, gid) =
+                postgres_user().expect("a `postgres` user (Debian's postgresql package makes one)");
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .expect("chown the temporary directory");
         }
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -134,7 +136,10 @@ impl TestServer {
 
     /// A URL of database `name` (which need not exist).
     pub fn url_of(&self, name: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{name}?sslmode=disable", self.port)
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{name}?sslmode=disable",
+            self.port
+        )
     }
 
     /// Creates a fresh database and returns its URL.
@@ -149,7 +154,9 @@ impl TestServer {
         std::thread::spawn(move || {
             let mut client = postgres::Client::connect(&admin, postgres::NoTls)
                 .expect("connect to the test PostgreSQL");
-            client.batch_execute(&create).expect("create a test database");
+            client
+                .batch_execute(&create)
+                .expect("create a test database");
         })
         .join()
         .expect("the database thread");
@@ -194,7 +201,18 @@ impl TestServer {
         let log = self.dir.path().join("server.log");
         self.run(
             "pg_ctl",
-            &["-D", path(&data), "-l", path(&log), "-o", &self.options, "-w", "-t", "60", "start"],
+            &[
+                "-D",
+                path(&data),
+                "-l",
+                path(&log),
+                "-o",
+                &self.options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
         );
     }
 }

@@ -39,7 +39,9 @@ fn postgres_passes_the_contracts() {
     let Some(server) = super::postgres::TestServer::start() else {
         return;
     };
-    contracts::all(&mut super::postgres::PgBackend::new(std::sync::Arc::new(server)));
+    contracts::all(&mut super::postgres::PgBackend::new(std::sync::Arc::new(
+        server,
+    )));
 }
 
 #[test]
@@ -48,7 +50,8 @@ fn postgres_answers_as_the_model_does() {
     let Some(server) = super::postgres::TestServer::start() else {
         return;
     };
-    let postgres = std::sync::Mutex::new(super::postgres::PgBackend::new(std::sync::Arc::new(server)));
+    let postgres =
+        std::sync::Mutex::new(super::postgres::PgBackend::new(std::sync::Arc::new(server)));
     // One server for every case, a fresh database per case.
     let mut runner = TestRunner::new(Config {
         cases: 16,

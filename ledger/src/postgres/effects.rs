@@ -194,7 +194,13 @@ impl EffectStore for PgStore {
     fn approve_explicitly(&self, id: &EffectId, by: &str, flows: &[String]) -> Result<Effect> {
         let (by, flows) = (by.to_owned(), flows.to_vec());
         self.update_effect(id, move |_, run, effect| {
-            Ok(rules::approve_explicitly(effect, run, &by, &flows, now_ms())?)
+            Ok(rules::approve_explicitly(
+                effect,
+                run,
+                &by,
+                &flows,
+                now_ms(),
+            )?)
         })
     }
 

@@ -54,7 +54,9 @@ impl JournalStore for PgStore {
             return Ok(Vec::new());
         }
         let key = reads[0].run_id.0.clone();
-        self.write(key, true, move |tx| Ok((insert_reads(tx, &reads)?, Vec::new())))
+        self.write(key, true, move |tx| {
+            Ok((insert_reads(tx, &reads)?, Vec::new()))
+        })
     }
 
     fn reads(&self, run: &RunId) -> Result<Vec<Read>> {

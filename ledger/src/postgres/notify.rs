@@ -172,7 +172,9 @@ impl Follower {
                 Ok(client) => client,
                 Err(error) => {
                     if !std::mem::replace(&mut quiet, true) {
-                        warn(&format!("PostgreSQL listener cannot connect: {error}; retrying"));
+                        warn(&format!(
+                            "PostgreSQL listener cannot connect: {error}; retrying"
+                        ));
                     }
                     if self.pool.degraded() {
                         self.pool.ping();
@@ -229,9 +231,9 @@ impl Follower {
                 let mut heard = notifications.timeout_iter(POLL);
                 loop {
                     match heard.next() {
-                        Ok(Some(note)) => self
-                            .notifier
-                            .send(changes_of(note.payload(), &self.origin)),
+                        Ok(Some(note)) => {
+                            self.notifier.send(changes_of(note.payload(), &self.origin))
+                        }
                         Ok(None) => break,
                         Err(error) => {
                             if !self.stop.load(Ordering::SeqCst) {

@@ -123,7 +123,8 @@ impl Conn {
             match connected {
                 Ok(client) => self.client = Some(client),
                 Err(error) => {
-                    self.health.fault(format!("cannot connect to PostgreSQL: {error}"));
+                    self.health
+                        .fault(format!("cannot connect to PostgreSQL: {error}"));
                     return Err(fault(error));
                 }
             }
@@ -137,8 +138,9 @@ impl Conn {
     fn check(&mut self, error: &LedgerError) {
         let closed = self.client.as_ref().is_none_or(Client::is_closed);
         if closed && matches!(error, LedgerError::Storage { .. }) {
-            self.health
-                .fault(format!("lost the PostgreSQL connection: {error}: {error:?}"));
+            self.health.fault(format!(
+                "lost the PostgreSQL connection: {error}: {error:?}"
+            ));
             self.client = None;
         }
     }
@@ -217,7 +219,11 @@ impl Pool {
             writable: !degraded,
             reason: degraded.then_some("ledger_degraded"),
             detail: if degraded {
-                state.detail.lock().unwrap_or_else(|e| e.into_inner()).clone()
+                state
+                    .detail
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()
             } else {
                 None
             },

@@ -90,7 +90,11 @@ pub(super) fn run_of_effect(tx: &mut Transaction<'_>, id: &EffectId) -> Result<R
 }
 
 /// The effect `id`, if any; `lock` takes its row lock.
-pub(super) fn effect(tx: &mut Transaction<'_>, id: &EffectId, lock: bool) -> Result<Option<Effect>> {
+pub(super) fn effect(
+    tx: &mut Transaction<'_>,
+    id: &EffectId,
+    lock: bool,
+) -> Result<Option<Effect>> {
     let sql = if lock {
         "SELECT record::text FROM effects WHERE id = $1 FOR UPDATE"
     } else {
@@ -109,7 +113,9 @@ pub(super) fn effects_of(tx: &mut Transaction<'_>, run: &RunId) -> Result<Vec<Ef
             &[&run.0],
         )
         .map_err(fault)?;
-    rows.iter().map(|row| parse(row.get(0), row.get(1))).collect()
+    rows.iter()
+        .map(|row| parse(row.get(0), row.get(1)))
+        .collect()
 }
 
 /// Inserts an effect's record.
@@ -160,7 +166,12 @@ pub(super) enum Counter {
 
 /// Adds `by` to a run's counter, locking its counter row until the transaction ends, and
 /// returns the new value.
-pub(super) fn bump(tx: &mut Transaction<'_>, run: &RunId, counter: Counter, by: u64) -> Result<u64> {
+pub(super) fn bump(
+    tx: &mut Transaction<'_>,
+    run: &RunId,
+    counter: Counter,
+    by: u64,
+) -> Result<u64> {
     let sql = match counter {
         Counter::Effects => {
             "INSERT INTO run_counters (run_id, effects) VALUES ($1, $2)
@@ -185,7 +196,10 @@ pub(super) fn bump(tx: &mut Transaction<'_>, run: &RunId, counter: Counter, by: 
 /// The number of effects staged in `run` so far (0 when none).
 pub(super) fn effects_count(tx: &mut Transaction<'_>, run: &RunId) -> Result<u64> {
     let row = tx
-        .query_opt("SELECT effects FROM run_counters WHERE run_id = $1", &[&run.0])
+        .query_opt(
+            "SELECT effects FROM run_counters WHERE run_id = $1",
+            &[&run.0],
+        )
         .map_err(fault)?;
     Ok(row.map_or(0, |row| count(row.get(0))))
 }

@@ -34,7 +34,9 @@ impl RunStore for PgStore {
             let rows = tx
                 .query("SELECT id, record::text FROM runs ORDER BY id", &[])
                 .map_err(fault)?;
-            rows.iter().map(|row| parse(row.get(0), row.get(1))).collect()
+            rows.iter()
+                .map(|row| parse(row.get(0), row.get(1)))
+                .collect()
         })
     }
 

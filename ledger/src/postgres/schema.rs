@@ -34,9 +34,11 @@ pub(super) fn migrate_on_thread(config: Config, target: String) -> Result<(), Pg
             migrate(&mut client, &target)
         })
         .map_err(PgOpenError::Thread)?;
-    handle
-        .join()
-        .unwrap_or_else(|_| Err(PgOpenError::Thread(std::io::Error::other("migration thread panicked"))))
+    handle.join().unwrap_or_else(|_| {
+        Err(PgOpenError::Thread(std::io::Error::other(
+            "migration thread panicked",
+        )))
+    })
 }
 
 /// Applies the migrations the database lacks, in one transaction.

@@ -55,7 +55,12 @@ fn staging_from_two_instances_numbers_effects_gap_free() {
     let total = (THREADS * EACH) as u64;
     assert_eq!(unique.len() as u64, total, "sequence numbers repeat");
     assert_eq!(unique, (1..=total).collect(), "sequence numbers have gaps");
-    let listed: Vec<u64> = b.effects(&run.id).expect("effects").iter().map(|e| e.seq).collect();
+    let listed: Vec<u64> = b
+        .effects(&run.id)
+        .expect("effects")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
     assert_eq!(listed, (1..=total).collect::<Vec<_>>());
 }
 
@@ -67,9 +72,14 @@ fn mark_releasing_raced_from_two_instances_succeeds_once() {
     for round in 0..10 {
         let run = a.create_run(None).expect("run");
         let effect = a
-            .stage(new_effect(&run.id, format!("{round}").as_bytes(), Vec::new()))
+            .stage(new_effect(
+                &run.id,
+                format!("{round}").as_bytes(),
+                Vec::new(),
+            ))
             .expect("stage");
-        a.decide_effect(&effect.id, Verdict::Approve, "t").expect("approve");
+        a.decide_effect(&effect.id, Verdict::Approve, "t")
+            .expect("approve");
         a.begin_commit(&run.id, false, "t").expect("commit");
         let start = Arc::new(Barrier::new(4));
         let racers: Vec<_> = (0..4)
@@ -82,12 +92,18 @@ fn mark_releasing_raced_from_two_instances_succeeds_once() {
                 })
             })
             .collect();
-        let results: Vec<_> = racers.into_iter().map(|r| r.join().expect("racer")).collect();
+        let results: Vec<_> = racers
+            .into_iter()
+            .map(|r| r.join().expect("racer"))
+            .collect();
         let won = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!(won, 1, "round {round}: {results:?}");
         for result in results.into_iter().filter_map(|r| r.err()) {
             assert!(
-                matches!(result, LedgerError::Refused(Refused::EffectTransition { .. })),
+                matches!(
+                    result,
+                    LedgerError::Refused(Refused::EffectTransition { .. })
+                ),
                 "the losers are refused: {result:?}"
             );
         }
@@ -103,10 +119,14 @@ fn a_write_through_one_instance_is_announced_to_the_other() {
     let changes_a = a.subscribe();
     let run = a.create_run(None).expect("run");
     let staged = a
-        .stage(new_effect(&run.id, b"x", vec![crate::PlaceholderSpec {
-            pointer: "/id".into(),
-            kind: crate::ValueKind::Number,
-        }]))
+        .stage(new_effect(
+            &run.id,
+            b"x",
+            vec![crate::PlaceholderSpec {
+                pointer: "/id".into(),
+                kind: crate::ValueKind::Number,
+            }],
+        ))
         .expect("stage");
     a.abort(&run.id, "t").expect("abort");
     let expected = vec![
@@ -167,7 +187,8 @@ fn a_database_newer_than_the_binary_is_refused() {
 
 #[test]
 fn bad_urls_and_tls_are_refused_without_the_password() {
-    let error = PgStore::open("postgres://u:s3cret@127.0.0.1:notaport/db", 1).expect_err("bad port");
+    let error =
+        PgStore::open("postgres://u:s3cret@127.0.0.1:notaport/db", 1).expect_err("bad port");
     assert!(matches!(error, PgOpenError::Url { .. }), "{error:?}");
     assert!(!error.to_string().contains("s3cret"), "{error}");
     let error = PgStore::open("postgres://u@127.0.0.1/db?sslmode=require", 1).expect_err("tls");
@@ -210,5 +231,8 @@ fn a_lost_server_degrades_health_until_a_reconnect_succeeds() {
     let health = store.health();
     assert!(health.writable, "{health:?}");
     assert!(health.recoveries >= 1);
-    assert_eq!(store.run(&run.id).expect("read").map(|r| r.id), Some(run.id));
+    assert_eq!(
+        store.run(&run.id).expect("read").map(|r| r.id),
+        Some(run.id)
+    );
 }

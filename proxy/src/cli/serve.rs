@@ -33,6 +33,8 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.body_read_timeout = std::time::Duration::from_secs(args.body_read_timeout.max(1));
     config.ledger_cache_bytes = args.ledger_cache_mib << 20;
     config.ledger_min_free_bytes = args.ledger_min_free_mib << 20;
+    config.store_url = args.store;
+    config.store_connections = args.store_connections;
     airlock_net::limits::raise_fd_limit(config.max_connections);
     let server = crate::Server::build(config).await?;
     server.run_until(shutdown_signal()).await;

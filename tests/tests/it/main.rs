@@ -21,6 +21,7 @@ mod observe;
 mod openapi;
 mod outcomes;
 mod pass;
+mod postgres;
 mod protocols;
 mod readme;
 mod reload;
