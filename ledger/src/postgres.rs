@@ -22,8 +22,9 @@
 //! - **Notifications.** Writes `pg_notify` their changes in their transaction; a listener
 //!   thread turns other processes' notifications into [`crate::Change`]s ([`notify`]).
 //! - **Faults.** A lost connection answers [`crate::LedgerError::Storage`] and makes
-//!   [`crate::Store::health`] report `ledger_degraded` until a reconnect succeeds; the
-//!   pool reconnects by itself.
+//!   [`crate::Store::health`] report `ledger_degraded` until a reconnect succeeds; calls
+//!   while the server cannot be reached answer [`crate::LedgerError::Degraded`]. The pool
+//!   reconnects by itself.
 //!
 //! TLS to the server is not supported yet: `sslmode=require` is refused at open
 //! ([`PgOpenError::Tls`]); `prefer` (the default) connects without TLS.

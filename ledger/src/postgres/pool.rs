@@ -66,6 +66,18 @@ pub(super) fn fault(error: postgres::Error) -> LedgerError {
     LedgerError::storage(error)
 }
 
+/// An error and its sources, `: `-separated (the driver's own message omits the cause).
+pub(super) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Whether `error` is a server abort that retrying the whole transaction may cure.
 fn retryable(error: &LedgerError) -> bool {
     let LedgerError::Storage { source } = error else {
@@ -112,6 +124,8 @@ struct Conn {
 
 impl Conn {
     /// The open connection, reconnecting when there is none or it closed.
+    ///
+    /// Errors: [`LedgerError::Degraded`] when the server cannot be reached.
     fn client(&mut self) -> Result<&mut Client> {
         if self.client.as_ref().is_none_or(Client::is_closed) {
             self.client = None;
@@ -123,9 +137,9 @@ impl Conn {
             match connected {
                 Ok(client) => self.client = Some(client),
                 Err(error) => {
-                    self.health
-                        .fault(format!("cannot connect to PostgreSQL: {error}"));
-                    return Err(fault(error));
+                    let reason = format!("cannot connect to PostgreSQL: {}", chain(&error));
+                    self.health.fault(reason.clone());
+                    return Err(LedgerError::Degraded { reason });
                 }
             }
         }
@@ -137,10 +151,14 @@ impl Conn {
     /// After a failed job: a closed connection is a fault that degrades the store.
     fn check(&mut self, error: &LedgerError) {
         let closed = self.client.as_ref().is_none_or(Client::is_closed);
-        if closed && matches!(error, LedgerError::Storage { .. }) {
-            self.health.fault(format!(
-                "lost the PostgreSQL connection: {error}: {error:?}"
-            ));
+        if closed
+            && matches!(
+                error,
+                LedgerError::Storage { .. } | LedgerError::Degraded { .. }
+            )
+        {
+            self.health
+                .fault(format!("lost the PostgreSQL connection: {}", chain(error)));
             self.client = None;
         }
     }
