@@ -6,21 +6,21 @@
 //! - **Connections on their own threads.** The trait is synchronous and is called from
 //!   tokio workers and from `spawn_blocking`; the sync `postgres` client runs its own
 //!   small runtime, which must not start inside another. So a small pool of threads
-//!   ([`pool`]) each owns one connection; a caller sends a job and blocks on its answer.
+//!   (`postgres/pool.rs`) each owns one connection; a caller sends a job and blocks on its answer.
 //! - **One transaction per method.** Every method runs in one `READ COMMITTED`
 //!   transaction, all-or-nothing. Writes that touch a run lock its row first
 //!   (`SELECT … FOR UPDATE`), then its effects, so writers of one run queue up and
 //!   per-run sequence numbers (kept in `run_counters`, locked by the upsert that bumps
 //!   them) are gap-free; `mark_releasing` re-reads the locked effect and so succeeds once
 //!   across every process. Deadlocks and serialization failures are retried
-//!   [`pool::MAX_ATTEMPTS`] times, then answered [`crate::LedgerError::Conflict`].
+//!   8 times, then answered [`crate::LedgerError::Conflict`].
 //! - **Durability.** Durable methods commit with `synchronous_commit` on (the server's
 //!   setting; set it `on` for airlock); journal methods set it `off` for their
 //!   transaction; [`crate::Store::flush`] forces a WAL flush.
 //! - **Schema.** Migrations in `ledger/migrations/` are embedded and applied at open under
-//!   an advisory lock ([`schema`]); a database newer than the binary is refused.
+//!   an advisory lock (`postgres/schema.rs`); a database newer than the binary is refused.
 //! - **Notifications.** Writes `pg_notify` their changes in their transaction; a listener
-//!   thread turns other processes' notifications into [`crate::Change`]s ([`notify`]).
+//!   thread turns other processes' notifications into [`crate::Change`]s (`postgres/notify.rs`).
 //! - **Faults.** A lost connection answers [`crate::LedgerError::Storage`] and makes
 //!   [`crate::Store::health`] report `ledger_degraded` until a reconnect succeeds; calls
 //!   while the server cannot be reached answer [`crate::LedgerError::Degraded`]. The pool
