@@ -9,7 +9,9 @@
 //! (closed), `p:RUN` (placeholders issued), `e:RUN:EFFECT` or `w:RUN` (workspace), cut
 //! into chunks under PostgreSQL's 8000-byte payload limit.
 //!
-//! After the listener loses its connection it reconnects and, since notifications sent
+//! While the listener cannot reach the server the store reports itself degraded (until a
+//! pooled connection reaches it again). After the listener loses its connection it
+//! reconnects and, since notifications sent
 //! meanwhile are lost, announces every closed run as [`Change::RunClosed`] and every run
 //! with placeholders as [`Change::PlaceholdersIssued`], which is what the caches follow.
 
@@ -171,14 +173,20 @@ impl Follower {
             let mut client = match self.listen() {
                 Ok(client) => client,
                 Err(error) => {
+                    if self.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let reason = format!(
+                        "the PostgreSQL listener cannot connect: {}",
+                        super::pool::chain(&error)
+                    );
                     if !std::mem::replace(&mut quiet, true) {
-                        warn(&format!(
-                            "PostgreSQL listener cannot connect: {error}; retrying"
-                        ));
+                        warn(&format!("{reason}; retrying"));
                     }
-                    if self.pool.degraded() {
-                        self.pool.ping();
-                    }
+                    // The server is likely gone: say so before a caller finds out, and let
+                    // a pooled connection prove it back.
+                    self.pool.fault(reason);
+                    self.pool.ping();
                     std::thread::sleep(Duration::from_millis(250));
                     continue;
                 }

@@ -98,10 +98,14 @@ struct HealthState {
     detail: Mutex<Option<String>>,
     faults: AtomicU64,
     recoveries: AtomicU64,
+    /// Bumped by every fault: a connection opened before the last fault is not trusted
+    /// (the server may have ended it without the client knowing yet) and is reopened.
+    generation: AtomicU64,
 }
 
 impl HealthState {
     fn fault(&self, detail: String) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
         self.faults.fetch_add(1, Ordering::Relaxed);
         *self.detail.lock().unwrap_or_else(|e| e.into_inner()) = Some(detail);
         self.degraded.store(true, Ordering::SeqCst);
@@ -120,6 +124,8 @@ struct Conn {
     config: Config,
     client: Option<Client>,
     health: Arc<HealthState>,
+    /// The fault generation when `client` was opened.
+    generation: u64,
 }
 
 impl Conn {
@@ -127,8 +133,10 @@ impl Conn {
     ///
     /// Errors: [`LedgerError::Degraded`] when the server cannot be reached.
     fn client(&mut self) -> Result<&mut Client> {
-        if self.client.as_ref().is_none_or(Client::is_closed) {
+        let generation = self.health.generation.load(Ordering::SeqCst);
+        if self.client.as_ref().is_none_or(Client::is_closed) || self.generation != generation {
             self.client = None;
+            self.generation = generation;
             let connected = self.config.connect(NoTls).and_then(|mut client| {
                 // Durable methods rely on it whatever the server's default.
                 client.batch_execute("SET synchronous_commit = on")?;
@@ -199,6 +207,7 @@ impl Pool {
                 config: config.clone(),
                 client: None,
                 health: health.clone(),
+                generation: 0,
             };
             std::thread::Builder::new()
                 .name(format!("airlock-pg-{n}"))
@@ -247,6 +256,14 @@ impl Pool {
             },
             storage_faults: state.faults.load(Ordering::Relaxed),
             recoveries: state.recoveries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Marks the store degraded (the listener lost the server): [`Pool::ping`] clears it
+    /// once a pooled connection reaches the server again.
+    pub(super) fn fault(&self, detail: String) {
+        if !self.degraded() {
+            self.inner.health.fault(detail);
         }
     }
 

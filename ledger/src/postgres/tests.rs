@@ -216,6 +216,12 @@ fn a_lost_server_degrades_health_until_a_reconnect_succeeds() {
     let run = store.create_run(None).expect("run");
     assert!(store.health().writable);
     server.stop();
+    // Before anyone calls, the listener's lost connection already degrades the health.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.health().writable && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(store.health().reason, Some("ledger_degraded"));
     // The call that finds a connection lost is a storage fault, a call that cannot
     // reconnect is refused as degraded (which one comes first depends on the thread).
     for _ in 0..3 {

@@ -1,6 +1,7 @@
 //! issue #19 items 1 and 4: two `airlock serve --store postgres://…` processes on one
 //! PostgreSQL (a real server started by the test, loopback only) share runs, effects,
-//! placeholders and run closure; a commit on one releases every approved effect once.
+//! placeholders and run closure; a commit on one releases every approved effect once; and
+//! `/healthz` follows the server's availability.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -262,6 +263,38 @@ async fn two_servers_on_one_postgres_store_share_effects_placeholders_closure_an
     // Y sees the outcome too.
     let on_y = y.effects(&run).await;
     assert!(on_y.iter().all(|e| e["state"] == "released"), "{on_y:?}");
+
+    // PostgreSQL gone: /healthz answers 503 ledger_degraded, then 200 once it is back.
+    let healthz = format!("{}/healthz", x.admin_url);
+    assert_eq!(curl(&BTreeMap::new(), &[&healthz]).await.status, 200);
+    pg.stop();
+    let degraded = poll_status(&healthz, 503)
+        .await
+        .expect("503 while PostgreSQL is down");
+    assert_eq!(
+        degraded.json()["reason"],
+        "ledger_degraded",
+        "{}",
+        String::from_utf8_lossy(&degraded.body)
+    );
+    pg.restart();
+    poll_status(&healthz, 200)
+        .await
+        .expect("200 once PostgreSQL is back, without a restart");
+    x.create_run().await;
+}
+
+/// Polls `url` (no proxy) for up to 15 s until it answers `status`.
+async fn poll_status(url: &str, status: u16) -> Option<airlock_tests::CurlResult> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let answer = curl(&BTreeMap::new(), &[url]).await;
+        if answer.status == status {
+            return Some(answer);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
