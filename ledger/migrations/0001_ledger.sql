@@ -1,6 +1,7 @@
 -- airlock's PostgreSQL ledger, schema version 1 (ledger/src/postgres.rs).
--- Records are the serde JSON of the ledger's models (ledger/src/model.rs), as JSONB, beside
--- the columns queries need. Identifiers and placeholder values sort bytewise (COLLATE "C"),
+-- Records are the serde JSON of the ledger's models (ledger/src/model.rs), in `json`
+-- columns (kept as written; `jsonb` refuses the escape \u0000, which a record may hold),
+-- beside the columns queries need. Identifiers and placeholder values sort bytewise (COLLATE "C"),
 -- as the trait's "identifier order" and "value order" say. Tables of a run's own records
 -- reference runs ON DELETE CASCADE; the journal (reads, denials, analyses) may precede its
 -- run, so it carries run_id without a reference and a prune deletes it by run_id.
@@ -8,7 +9,7 @@
 CREATE TABLE runs (
     id text COLLATE "C" PRIMARY KEY,
     state text NOT NULL,
-    record jsonb NOT NULL
+    record json NOT NULL
 );
 
 -- Per-run counters (effects, reads, denials, number placeholders), bumped by an upsert
@@ -29,7 +30,7 @@ CREATE TABLE effects (
     run_id text COLLATE "C" NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     seq bigint NOT NULL,
     state text NOT NULL,
-    record jsonb NOT NULL,
+    record json NOT NULL,
     UNIQUE (run_id, seq)
 );
 
@@ -46,21 +47,21 @@ CREATE TABLE placeholders (
     run_id text COLLATE "C" NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     value text COLLATE "C" NOT NULL,
     effect_id text COLLATE "C" NOT NULL,
-    record jsonb NOT NULL,
+    record json NOT NULL,
     PRIMARY KEY (run_id, value)
 );
 
 CREATE TABLE reads (
     run_id text COLLATE "C" NOT NULL,
     seq bigint NOT NULL,
-    record jsonb NOT NULL,
+    record json NOT NULL,
     PRIMARY KEY (run_id, seq)
 );
 
 CREATE TABLE denials (
     run_id text COLLATE "C" NOT NULL,
     seq bigint NOT NULL,
-    record jsonb NOT NULL,
+    record json NOT NULL,
     PRIMARY KEY (run_id, seq)
 );
 
@@ -69,17 +70,17 @@ CREATE TABLE denials (
 CREATE TABLE read_contents (
     run_id text COLLATE "C" NOT NULL,
     seq bigint NOT NULL,
-    record jsonb NOT NULL,
+    record json NOT NULL,
     fingerprints bigint[] NOT NULL,
     PRIMARY KEY (run_id, seq)
 );
 
 CREATE TABLE effect_lineage (
     effect_id text COLLATE "C" PRIMARY KEY,
-    record jsonb NOT NULL
+    record json NOT NULL
 );
 
 CREATE TABLE workspaces (
     run_id text COLLATE "C" PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
-    record jsonb NOT NULL
+    record json NOT NULL
 );

@@ -144,7 +144,7 @@ impl EffectStore for PgStore {
                 };
                 tx.execute(
                     "INSERT INTO placeholders (run_id, value, effect_id, record)
-                     VALUES ($1, $2, $3, $4::text::jsonb)
+                     VALUES ($1, $2, $3, $4::text::json)
                      ON CONFLICT (run_id, value) DO UPDATE
                      SET effect_id = EXCLUDED.effect_id, record = EXCLUDED.record",
                     &[

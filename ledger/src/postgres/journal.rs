@@ -19,7 +19,7 @@ fn insert_reads(tx: &mut Transaction<'_>, reads: &[Read]) -> Result<Vec<Read>> {
         let mut read = read.clone();
         read.seq = bump(tx, &read.run_id, Counter::Reads, 1)?;
         tx.execute(
-            "INSERT INTO reads (run_id, seq, record) VALUES ($1, $2, $3::text::jsonb)",
+            "INSERT INTO reads (run_id, seq, record) VALUES ($1, $2, $3::text::json)",
             &[&read.run_id.0, &big(read.seq), &json(&read)?],
         )
         .map_err(fault)?;
@@ -77,7 +77,7 @@ impl JournalStore for PgStore {
             denial.seq = bump(tx, &denial.run_id, Counter::Denials, 1)?;
             if denial.seq <= DENIALS_KEPT_PER_RUN {
                 tx.execute(
-                    "INSERT INTO denials (run_id, seq, record) VALUES ($1, $2, $3::text::jsonb)",
+                    "INSERT INTO denials (run_id, seq, record) VALUES ($1, $2, $3::text::json)",
                     &[&denial.run_id.0, &big(denial.seq), &json(&denial)?],
                 )
                 .map_err(fault)?;
@@ -123,7 +123,7 @@ impl LineageStore for PgStore {
         self.write(run.0.clone(), true, move |tx| {
             tx.execute(
                 "INSERT INTO read_contents (run_id, seq, record, fingerprints)
-                 VALUES ($1, $2, $3::text::jsonb, $4)
+                 VALUES ($1, $2, $3::text::json, $4)
                  ON CONFLICT (run_id, seq) DO UPDATE
                  SET record = EXCLUDED.record, fingerprints = EXCLUDED.fingerprints",
                 &[&run.0, &seq, &record, &prints],
@@ -157,7 +157,7 @@ impl LineageStore for PgStore {
         let (effect, record) = (effect.clone(), json(lineage)?);
         self.write(effect.0.clone(), true, move |tx| {
             tx.execute(
-                "INSERT INTO effect_lineage (effect_id, record) VALUES ($1, $2::text::jsonb)
+                "INSERT INTO effect_lineage (effect_id, record) VALUES ($1, $2::text::json)
                  ON CONFLICT (effect_id) DO UPDATE SET record = EXCLUDED.record",
                 &[&effect.0, &record],
             )

@@ -1,4 +1,4 @@
-//! SQL helpers over the schema (ledger/migrations/): reading and writing the JSONB records
+//! SQL helpers over the schema (ledger/migrations/): reading and writing the JSON records
 //! of runs and effects, locking in the one order every write uses (run row, then its
 //! effects), and the per-run counters. Reusable by later methods (export, prune …).
 
@@ -72,7 +72,7 @@ pub(super) fn locked_run(tx: &mut Transaction<'_>, id: &RunId) -> Result<Run> {
 /// Inserts or replaces a run's record.
 pub(super) fn put_run(tx: &mut Transaction<'_>, run: &Run) -> Result<()> {
     tx.execute(
-        "INSERT INTO runs (id, state, record) VALUES ($1, $2, $3::text::jsonb)
+        "INSERT INTO runs (id, state, record) VALUES ($1, $2, $3::text::json)
          ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, record = EXCLUDED.record",
         &[&run.id.0, &run.state.as_str(), &json(run)?],
     )
@@ -121,7 +121,7 @@ pub(super) fn effects_of(tx: &mut Transaction<'_>, run: &RunId) -> Result<Vec<Ef
 /// Inserts an effect's record.
 pub(super) fn insert_effect(tx: &mut Transaction<'_>, effect: &Effect) -> Result<()> {
     tx.execute(
-        "INSERT INTO effects (id, run_id, seq, state, record) VALUES ($1, $2, $3, $4, $5::text::jsonb)",
+        "INSERT INTO effects (id, run_id, seq, state, record) VALUES ($1, $2, $3, $4, $5::text::json)",
         &[
             &effect.id.0,
             &effect.run_id.0,
@@ -138,7 +138,7 @@ pub(super) fn insert_effect(tx: &mut Transaction<'_>, effect: &Effect) -> Result
 pub(super) fn put_effects(tx: &mut Transaction<'_>, effects: &[Effect]) -> Result<()> {
     for effect in effects {
         tx.execute(
-            "UPDATE effects SET state = $2, record = $3::text::jsonb WHERE id = $1",
+            "UPDATE effects SET state = $2, record = $3::text::json WHERE id = $1",
             &[&effect.id.0, &effect.state.as_str(), &json(effect)?],
         )
         .map_err(fault)?;

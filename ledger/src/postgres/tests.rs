@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use crate::conformance::contracts::new_effect;
 use crate::conformance::postgres::TestServer;
 use crate::{
-    Change, EffectStore, LedgerError, PgOpenError, PgStore, Refused, RunStore, Store, Verdict,
+    Change, EffectStore, JournalStore, LedgerError, PgOpenError, PgStore, Refused, RunStore, Store,
+    Verdict,
 };
 
 fn two_stores() -> Option<(TestServer, Arc<PgStore>, Arc<PgStore>)> {
@@ -258,5 +259,24 @@ fn a_lost_server_degrades_health_until_a_reconnect_succeeds() {
     assert_eq!(
         store.run(&run.id).expect("read").map(|r| r.id),
         Some(run.id)
+    );
+}
+
+#[test]
+fn records_with_nul_characters_round_trip() {
+    let Some(server) = TestServer::start() else {
+        return;
+    };
+    let store = PgStore::open(&server.database(), 1).expect("open");
+    let run = store
+        .create_run(Some("nul\u{0}profile".into()))
+        .expect("run");
+    let mut read = crate::conformance::contracts::new_read(&run.id, "https://example.com/a\u{0}b");
+    read.error = Some("bad\u{0}".into());
+    let read = store.journal_read(read).expect("journal a read with NUL");
+    assert_eq!(store.reads(&run.id).expect("reads"), vec![read]);
+    assert_eq!(
+        store.run(&run.id).expect("run").map(|r| r.profile),
+        Some(Some("nul\u{0}profile".to_owned()))
     );
 }

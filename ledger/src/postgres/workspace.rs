@@ -33,7 +33,7 @@ fn must_workspace(tx: &mut Transaction<'_>, run: &RunId) -> Result<WorkspaceReco
 
 fn put_workspace(tx: &mut Transaction<'_>, run: &RunId, record: &WorkspaceRecord) -> Result<()> {
     tx.execute(
-        "INSERT INTO workspaces (run_id, record) VALUES ($1, $2::text::jsonb)
+        "INSERT INTO workspaces (run_id, record) VALUES ($1, $2::text::json)
          ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record",
         &[&run.0, &json(record)?],
     )
