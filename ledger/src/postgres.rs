@@ -137,7 +137,7 @@ impl PgStore {
         &self,
         key: String,
         journal: bool,
-        write: impl FnMut(&mut postgres::Transaction<'_>) -> Result<(T, Vec<Change>)> + Send + 'static,
+        write: impl FnMut(&mut pool::Tx<'_>) -> Result<(T, Vec<Change>)> + Send + 'static,
     ) -> Result<T> {
         let origin = self.listener.origin().to_owned();
         let (out, changes) = self.pool.transaction(key, journal, origin, write)?;
@@ -148,7 +148,7 @@ impl PgStore {
     /// Runs `read` in a read-only transaction.
     fn read<T: Send + 'static>(
         &self,
-        read: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T> + Send + 'static,
+        read: impl FnMut(&mut pool::Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         self.pool.read(read)
     }

@@ -2,7 +2,7 @@
 //! verdicts and release bookkeeping on the locked effect, recovery over the index of
 //! `releasing` effects.
 
-use postgres::Transaction;
+use super::pool::Tx;
 
 use super::records::{
     self, big, count, fault, locked_run, no_effect, parse, put_body, put_effects, put_run,
@@ -24,7 +24,7 @@ impl PgStore {
     fn update_effect(
         &self,
         id: &EffectId,
-        mut change: impl FnMut(&mut Transaction<'_>, &Run, &mut Effect) -> Result<()> + Send + 'static,
+        mut change: impl FnMut(&mut Tx<'_>, &Run, &mut Effect) -> Result<()> + Send + 'static,
     ) -> Result<Effect> {
         let id = id.clone();
         self.write(id.0.clone(), false, move |tx| {
@@ -66,7 +66,7 @@ impl PgStore {
 }
 
 /// Numbers the staged effect and allocates its placeholders, under the run's lock.
-fn number(tx: &mut Transaction<'_>, effect: &mut Effect, specs: &[PlaceholderSpec]) -> Result<()> {
+fn number(tx: &mut Tx<'_>, effect: &mut Effect, specs: &[PlaceholderSpec]) -> Result<()> {
     effect.seq = records::bump(tx, &effect.run_id, Counter::Effects, 1)?;
     let numbers = specs
         .iter()

@@ -2,7 +2,7 @@
 //! numbered by the per-run counters and committed without waiting for the WAL flush
 //! (journal methods are not durable on their own; the next durable commit carries them).
 
-use postgres::Transaction;
+use super::pool::Tx;
 
 use super::records::{big, bump, fault, json, parse, Counter};
 use super::PgStore;
@@ -13,7 +13,7 @@ use crate::store::{JournalStore, LineageStore};
 use crate::Result;
 
 /// Numbers and inserts `reads` (in order; one run's reads get consecutive numbers).
-fn insert_reads(tx: &mut Transaction<'_>, reads: &[Read]) -> Result<Vec<Read>> {
+fn insert_reads(tx: &mut Tx<'_>, reads: &[Read]) -> Result<Vec<Read>> {
     let mut out = Vec::with_capacity(reads.len());
     for read in reads {
         let mut read = read.clone();
@@ -30,8 +30,8 @@ fn insert_reads(tx: &mut Transaction<'_>, reads: &[Read]) -> Result<Vec<Read>> {
 
 /// The records of a `(run_id, seq, record)` table for `run`, in sequence order.
 fn of_run<T: serde::de::DeserializeOwned>(
-    tx: &mut Transaction<'_>,
-    sql: &str,
+    tx: &mut Tx<'_>,
+    sql: &'static str,
     run: &RunId,
 ) -> Result<Vec<T>> {
     let rows = tx.query(sql, &[&run.0]).map_err(fault)?;

@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, Config, NoTls, Transaction};
+use postgres::{Client, Config, NoTls};
 
-use super::pool::{fault, Pool};
+use super::pool::{fault, Pool, Tx};
 use super::PgOpenError;
 use crate::change::{Change, Notifier};
 use crate::model::{EffectId, RunId};
@@ -40,7 +40,7 @@ const POLL: Duration = Duration::from_millis(100);
 /// Announces `changes` from `origin` inside `tx` (nothing when there are none).
 ///
 /// Errors: storage faults.
-pub(super) fn announce(tx: &mut Transaction<'_>, origin: &str, changes: &[Change]) -> Result<()> {
+pub(super) fn announce(tx: &mut Tx<'_>, origin: &str, changes: &[Change]) -> Result<()> {
     let mut chunk = 0usize;
     let mut payload = String::new();
     for change in changes {
@@ -62,7 +62,7 @@ pub(super) fn announce(tx: &mut Transaction<'_>, origin: &str, changes: &[Change
     Ok(())
 }
 
-fn send(tx: &mut Transaction<'_>, payload: &str) -> Result<()> {
+fn send(tx: &mut Tx<'_>, payload: &str) -> Result<()> {
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
         .map_err(fault)?;
     Ok(())

@@ -2,6 +2,7 @@
 //! small runtime, never inside a caller's), a queue of jobs, transactions with bounded
 //! retries, reconnection, and the health the pool reports.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use postgres::config::{Host, SslMode};
 use postgres::error::SqlState;
-use postgres::{Client, Config, NoTls, Transaction};
+use postgres::types::ToSql;
+use postgres::{Client, Config, NoTls, Row, Statement, Transaction};
 
 use super::{notify, PgOpenError};
 use crate::change::Change;
@@ -126,6 +128,8 @@ struct Conn {
     health: Arc<HealthState>,
     /// The fault generation when `client` was opened.
     generation: u64,
+    /// Statements prepared on `client`.
+    statements: HashMap<&'static str, Statement>,
 }
 
 impl Conn {
@@ -136,6 +140,7 @@ impl Conn {
         let generation = self.health.generation.load(Ordering::SeqCst);
         if self.client.as_ref().is_none_or(Client::is_closed) || self.generation != generation {
             self.client = None;
+            self.statements.clear();
             self.generation = generation;
             let connected = self.config.connect(NoTls).and_then(|mut client| {
                 // Durable methods rely on it whatever the server's default.
@@ -174,6 +179,69 @@ impl Conn {
 
 type Job = Box<dyn FnOnce(&mut Conn) + Send>;
 
+/// A transaction on a pooled connection, whose statements are prepared once per
+/// connection (one round trip per query after the first, instead of two).
+pub(super) struct Tx<'t> {
+    tx: Transaction<'t>,
+    statements: &'t mut HashMap<&'static str, Statement>,
+}
+
+impl Tx<'_> {
+    fn statement(&mut self, sql: &'static str) -> std::result::Result<Statement, postgres::Error> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.tx.prepare(sql)?;
+        self.statements.insert(sql, statement.clone());
+        Ok(statement)
+    }
+
+    /// The rows of `sql`.
+    pub(super) fn query(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Vec<Row>, postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.tx.query(&statement, params)
+    }
+
+    /// The one row of `sql`.
+    pub(super) fn query_one(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Row, postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.tx.query_one(&statement, params)
+    }
+
+    /// The row of `sql`, if any.
+    pub(super) fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Option<Row>, postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.tx.query_opt(&statement, params)
+    }
+
+    /// Runs `sql`; the rows it changed.
+    pub(super) fn execute(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<u64, postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.tx.execute(&statement, params)
+    }
+
+    /// Runs `sql` (statements without parameters) by the simple protocol.
+    pub(super) fn batch_execute(&mut self, sql: &str) -> std::result::Result<(), postgres::Error> {
+        self.tx.batch_execute(sql)
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     jobs: Mutex<Sender<Job>>,
@@ -208,6 +276,7 @@ impl Pool {
                 client: None,
                 health: health.clone(),
                 generation: 0,
+                statements: HashMap::new(),
             };
             std::thread::Builder::new()
                 .name(format!("airlock-pg-{n}"))
@@ -306,7 +375,7 @@ impl Pool {
         key: String,
         journal: bool,
         origin: String,
-        mut write: impl FnMut(&mut Transaction<'_>) -> Result<(T, Vec<Change>)> + Send + 'static,
+        mut write: impl FnMut(&mut Tx<'_>) -> Result<(T, Vec<Change>)> + Send + 'static,
     ) -> Result<(T, Vec<Change>)> {
         self.call(move |conn| {
             for attempt in 0..MAX_ATTEMPTS {
@@ -332,7 +401,7 @@ impl Pool {
     /// Runs `read` in one transaction (retried as [`Pool::transaction`]).
     pub(super) fn read<T: Send + 'static>(
         &self,
-        mut read: impl FnMut(&mut Transaction<'_>) -> Result<T> + Send + 'static,
+        mut read: impl FnMut(&mut Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let (out, _) = self.transaction(String::from("read"), false, String::new(), move |tx| {
             Ok((read(tx)?, Vec::new()))
@@ -365,16 +434,25 @@ fn attempt_once<T>(
     conn: &mut Conn,
     journal: bool,
     origin: &str,
-    write: &mut impl FnMut(&mut Transaction<'_>) -> Result<(T, Vec<Change>)>,
+    write: &mut impl FnMut(&mut Tx<'_>) -> Result<(T, Vec<Change>)>,
 ) -> Result<(T, Vec<Change>)> {
-    let client = conn.client()?;
-    let mut tx = client.transaction().map_err(fault)?;
+    conn.client()?;
+    let Conn {
+        client, statements, ..
+    } = conn;
+    let client = client
+        .as_mut()
+        .ok_or_else(|| LedgerError::storage("no PostgreSQL connection"))?;
+    let mut tx = Tx {
+        tx: client.transaction().map_err(fault)?,
+        statements,
+    };
     if journal {
         tx.batch_execute("SET LOCAL synchronous_commit = off")
             .map_err(fault)?;
     }
     let (out, changes) = write(&mut tx)?;
     notify::announce(&mut tx, origin, &changes)?;
-    tx.commit().map_err(fault)?;
+    tx.tx.commit().map_err(fault)?;
     Ok((out, changes))
 }

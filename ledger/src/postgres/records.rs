@@ -2,7 +2,7 @@
 //! of runs and effects, locking in the one order every write uses (run row, then its
 //! effects), and the per-run counters. Reusable by later methods (export, prune …).
 
-use postgres::Transaction;
+use super::pool::Tx;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -54,7 +54,7 @@ pub(super) fn no_effect(id: &EffectId) -> LedgerError {
 }
 
 /// The run `id`, if any; `lock` takes its row lock until the transaction ends.
-pub(super) fn run(tx: &mut Transaction<'_>, id: &RunId, lock: bool) -> Result<Option<Run>> {
+pub(super) fn run(tx: &mut Tx<'_>, id: &RunId, lock: bool) -> Result<Option<Run>> {
     let sql = if lock {
         "SELECT record::text FROM runs WHERE id = $1 FOR UPDATE"
     } else {
@@ -65,12 +65,12 @@ pub(super) fn run(tx: &mut Transaction<'_>, id: &RunId, lock: bool) -> Result<Op
 }
 
 /// The run `id`, locked; [`LedgerError::NotFound`] when there is none.
-pub(super) fn locked_run(tx: &mut Transaction<'_>, id: &RunId) -> Result<Run> {
+pub(super) fn locked_run(tx: &mut Tx<'_>, id: &RunId) -> Result<Run> {
     run(tx, id, true)?.ok_or_else(|| no_run(id))
 }
 
 /// Inserts or replaces a run's record.
-pub(super) fn put_run(tx: &mut Transaction<'_>, run: &Run) -> Result<()> {
+pub(super) fn put_run(tx: &mut Tx<'_>, run: &Run) -> Result<()> {
     tx.execute(
         "INSERT INTO runs (id, state, record) VALUES ($1, $2, $3::text::json)
          ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state, record = EXCLUDED.record",
@@ -81,7 +81,7 @@ pub(super) fn put_run(tx: &mut Transaction<'_>, run: &Run) -> Result<()> {
 }
 
 /// The run of effect `id` (unlocked; the caller locks the run next).
-pub(super) fn run_of_effect(tx: &mut Transaction<'_>, id: &EffectId) -> Result<RunId> {
+pub(super) fn run_of_effect(tx: &mut Tx<'_>, id: &EffectId) -> Result<RunId> {
     let row = tx
         .query_opt("SELECT run_id FROM effects WHERE id = $1", &[&id.0])
         .map_err(fault)?
@@ -90,11 +90,7 @@ pub(super) fn run_of_effect(tx: &mut Transaction<'_>, id: &EffectId) -> Result<R
 }
 
 /// The effect `id`, if any; `lock` takes its row lock.
-pub(super) fn effect(
-    tx: &mut Transaction<'_>,
-    id: &EffectId,
-    lock: bool,
-) -> Result<Option<Effect>> {
+pub(super) fn effect(tx: &mut Tx<'_>, id: &EffectId, lock: bool) -> Result<Option<Effect>> {
     let sql = if lock {
         "SELECT record::text FROM effects WHERE id = $1 FOR UPDATE"
     } else {
@@ -106,7 +102,7 @@ pub(super) fn effect(
 
 /// A run's effects in staging order (the run need not exist); the caller holds the run's
 /// lock when it means to change them.
-pub(super) fn effects_of(tx: &mut Transaction<'_>, run: &RunId) -> Result<Vec<Effect>> {
+pub(super) fn effects_of(tx: &mut Tx<'_>, run: &RunId) -> Result<Vec<Effect>> {
     let rows = tx
         .query(
             "SELECT id, record::text FROM effects WHERE run_id = $1 ORDER BY seq",
@@ -119,7 +115,7 @@ pub(super) fn effects_of(tx: &mut Transaction<'_>, run: &RunId) -> Result<Vec<Ef
 }
 
 /// Inserts an effect's record.
-pub(super) fn insert_effect(tx: &mut Transaction<'_>, effect: &Effect) -> Result<()> {
+pub(super) fn insert_effect(tx: &mut Tx<'_>, effect: &Effect) -> Result<()> {
     tx.execute(
         "INSERT INTO effects (id, run_id, seq, state, record) VALUES ($1, $2, $3, $4, $5::text::json)",
         &[
@@ -135,7 +131,7 @@ pub(super) fn insert_effect(tx: &mut Transaction<'_>, effect: &Effect) -> Result
 }
 
 /// Replaces the records of existing effects.
-pub(super) fn put_effects(tx: &mut Transaction<'_>, effects: &[Effect]) -> Result<()> {
+pub(super) fn put_effects(tx: &mut Tx<'_>, effects: &[Effect]) -> Result<()> {
     for effect in effects {
         tx.execute(
             "UPDATE effects SET state = $2, record = $3::text::json WHERE id = $1",
@@ -147,7 +143,7 @@ pub(super) fn put_effects(tx: &mut Transaction<'_>, effects: &[Effect]) -> Resul
 }
 
 /// Stores a body under its digest unless it is there already.
-pub(super) fn put_body(tx: &mut Transaction<'_>, digest: &Digest, body: &[u8]) -> Result<()> {
+pub(super) fn put_body(tx: &mut Tx<'_>, digest: &Digest, body: &[u8]) -> Result<()> {
     tx.execute(
         "INSERT INTO bodies (digest, body) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING",
         &[&digest.0, &body],
@@ -166,12 +162,7 @@ pub(super) enum Counter {
 
 /// Adds `by` to a run's counter, locking its counter row until the transaction ends, and
 /// returns the new value.
-pub(super) fn bump(
-    tx: &mut Transaction<'_>,
-    run: &RunId,
-    counter: Counter,
-    by: u64,
-) -> Result<u64> {
+pub(super) fn bump(tx: &mut Tx<'_>, run: &RunId, counter: Counter, by: u64) -> Result<u64> {
     let sql = match counter {
         Counter::Effects => {
             "INSERT INTO run_counters (run_id, effects) VALUES ($1, $2)
@@ -194,7 +185,7 @@ pub(super) fn bump(
 }
 
 /// The number of effects staged in `run` so far (0 when none).
-pub(super) fn effects_count(tx: &mut Transaction<'_>, run: &RunId) -> Result<u64> {
+pub(super) fn effects_count(tx: &mut Tx<'_>, run: &RunId) -> Result<u64> {
     let row = tx
         .query_opt(
             "SELECT effects FROM run_counters WHERE run_id = $1",

@@ -1,7 +1,7 @@
 //! [`WorkspaceStore`] on PostgreSQL: the workspace record beside its run, changed under
 //! the run's row lock.
 
-use postgres::Transaction;
+use super::pool::Tx;
 
 use super::records::{self, effects_count, fault, json, locked_run, parse, put_effects, put_run};
 use super::PgStore;
@@ -13,7 +13,7 @@ use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord
 use crate::{LedgerError, Result};
 
 /// The workspace of `run`, if attached.
-fn workspace_of(tx: &mut Transaction<'_>, run: &RunId) -> Result<Option<WorkspaceRecord>> {
+fn workspace_of(tx: &mut Tx<'_>, run: &RunId) -> Result<Option<WorkspaceRecord>> {
     let row = tx
         .query_opt(
             "SELECT record::text FROM workspaces WHERE run_id = $1",
@@ -24,14 +24,14 @@ fn workspace_of(tx: &mut Transaction<'_>, run: &RunId) -> Result<Option<Workspac
 }
 
 /// The workspace of `run`; [`LedgerError::NotFound`] without one.
-fn must_workspace(tx: &mut Transaction<'_>, run: &RunId) -> Result<WorkspaceRecord> {
+fn must_workspace(tx: &mut Tx<'_>, run: &RunId) -> Result<WorkspaceRecord> {
     workspace_of(tx, run)?.ok_or_else(|| LedgerError::NotFound {
         kind: "workspace of run",
         id: run.0.clone(),
     })
 }
 
-fn put_workspace(tx: &mut Transaction<'_>, run: &RunId, record: &WorkspaceRecord) -> Result<()> {
+fn put_workspace(tx: &mut Tx<'_>, run: &RunId, record: &WorkspaceRecord) -> Result<()> {
     tx.execute(
         "INSERT INTO workspaces (run_id, record) VALUES ($1, $2::text::json)
          ON CONFLICT (run_id) DO UPDATE SET record = EXCLUDED.record",
@@ -42,7 +42,7 @@ fn put_workspace(tx: &mut Transaction<'_>, run: &RunId, record: &WorkspaceRecord
 }
 
 /// Locks the run's row when it exists (workspace writes queue behind its other writes).
-fn lock_run_if_any(tx: &mut Transaction<'_>, run: &RunId) -> Result<()> {
+fn lock_run_if_any(tx: &mut Tx<'_>, run: &RunId) -> Result<()> {
     records::run(tx, run, true)?;
     Ok(())
 }
