@@ -15,6 +15,7 @@ pub mod leases;
 pub mod model;
 pub mod outcomes;
 pub mod retention;
+pub mod postgres;
 
 /// How the suite gets stores of one backend.
 pub trait Backend {

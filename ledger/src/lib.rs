@@ -1,6 +1,7 @@
 //! Durable ledger of airlock's runs, effects, reads and decisions: the storage trait
 //! [`Store`] with its written contracts, its sled implementation [`Ledger`] (the embedded
-//! default) and the in-memory model [`MemoryStore`], the state machines as pure
+//! default), the PostgreSQL backend [`PgStore`] that many processes share, and the
+//! in-memory model [`MemoryStore`], the state machines as pure
 //! functions ([`rules`]) every backend calls, and content fingerprinting ([`fingerprint`]),
 //! which is pure and stays out of the stores.
 //!
@@ -22,6 +23,7 @@ mod lineage;
 mod memory;
 mod model;
 pub mod outcome;
+pub mod postgres;
 pub mod rules;
 mod sled_store;
 mod store;
@@ -45,6 +47,7 @@ pub use model::{
 };
 pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use outcome::{Delivery, Idempotency, IdempotencySpec, Settlement};
+pub use postgres::{PgOpenError, PgStore};
 pub use sled_store::{HealingLedger, Ledger, DEFAULT_MIN_FREE_BYTES};
 pub use store::{
     EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,

@@ -1,5 +1,5 @@
-//! The storage trait: what every ledger backend (sled, the in-memory model, a later
-//! PostgreSQL) provides, grouped by concern, with the contracts callers rely on.
+//! The storage trait: what every ledger backend (sled, the in-memory model, PostgreSQL)
+//! provides, grouped by concern, with the contracts callers rely on.
 //!
 //! # Contracts (every backend; the `conformance` module checks them)
 //!

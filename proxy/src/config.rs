@@ -102,6 +102,13 @@ pub struct ServeConfig {
     /// (`--retain`; [`airlock_control::retention::spawn_retain`]); `None` keeps every run
     /// [default: none].
     pub retain: Option<Duration>,
+    /// The PostgreSQL store to keep the ledger in instead of the sled ledger in `data_dir`
+    /// (`--store postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`); the CA and tokens stay
+    /// in `data_dir` [default: none, the sled ledger].
+    pub store_url: Option<String>,
+    /// Connections the PostgreSQL store keeps, besides its listener (`--store-connections`)
+    /// [default: 8].
+    pub store_connections: usize,
 }
 
 impl ServeConfig {
@@ -146,6 +153,8 @@ impl ServeConfig {
             ledger_cache_bytes: airlock_ledger::DEFAULT_CACHE_BYTES,
             ledger_min_free_bytes: airlock_ledger::DEFAULT_MIN_FREE_BYTES,
             retain: None,
+            store_url: None,
+            store_connections: airlock_ledger::postgres::DEFAULT_CONNECTIONS,
         }
     }
 }

@@ -6,11 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use airlock_dataplane::policy_store::PolicyStore;
-use airlock_ledger::{HealingLedger, RunState, Store};
+use airlock_ledger::RunState;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, INSTANCE_ID_FILE, LEDGER_DIR};
+use crate::config::{ServeConfig, ADDRESSES_FILE, ADMIN_TOKEN_FILE, INSTANCE_ID_FILE};
 use crate::role::Role;
 use airlock_control::{Control, ControlInputs};
 use airlock_dataplane::fence::{parse_source, Fence};
@@ -18,6 +18,8 @@ use airlock_dataplane::{DataPlane, DataPlaneInputs, Limits};
 use airlock_net::ca::{write_private_file, CertificateAuthority};
 use airlock_net::dial::Dialer;
 use airlock_net::upstream::{client, client_tls};
+
+mod ledger;
 
 /// Errors starting the server; each names the file or address at fault.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +47,24 @@ pub enum StartError {
     Ledger {
         /// The ledger directory.
         path: String,
+        /// The cause.
+        #[source]
+        source: airlock_ledger::LedgerError,
+    },
+    /// The PostgreSQL store of `--store` cannot be opened: a malformed URL, TLS asked
+    /// for, an unreachable server, a refused login or a newer schema (the message names
+    /// `USER@HOST:PORT/DATABASE`, never the password).
+    #[error("--store: {source}")]
+    Store {
+        /// The cause.
+        #[source]
+        source: airlock_ledger::PgOpenError,
+    },
+    /// The PostgreSQL store opened but its first reads failed.
+    #[error("the ledger {place} (--store) failed at start")]
+    StoreRead {
+        /// `postgres USER@HOST:PORT/DATABASE`.
+        place: String,
         /// The cause.
         #[source]
         source: airlock_ledger::LedgerError,
@@ -266,21 +286,12 @@ impl Server {
         let ca = Arc::new(CertificateAuthority::load_or_create(&data_dir)?);
         let admin_token = load_or_create_admin_token(&data_dir)?;
         let instance_id = load_or_create_instance_id(&data_dir)?;
-        let ledger_path = data_dir.join(LEDGER_DIR);
-        let ledger: Arc<dyn Store> = HealingLedger::open(
-            &ledger_path,
-            config.ledger_cache_bytes,
-            config.ledger_min_free_bytes,
-        )
-        .map_err(|source| StartError::Ledger {
-            path: ledger_path.display().to_string(),
-            source,
-        })?;
+        let opened = ledger::open(&config, &data_dir)?;
+        let ledger = opened.ledger.clone();
         if role.serves_control() {
-            let recovered = ledger.recover().map_err(|source| StartError::Ledger {
-                path: ledger_path.display().to_string(),
-                source,
-            })?;
+            let recovered = ledger
+                .recover()
+                .map_err(|source| ledger::read_failed(&opened, source))?;
             for effect in &recovered {
                 warn!(effect.id = %effect.id, run.id = %effect.run_id, url = %effect.url,
                       "effect was being released when airlock stopped; marked unknown, not re-sent");
@@ -302,10 +313,9 @@ impl Server {
         let admin_addr = admin
             .local_addr()
             .map_err(|source| bind_err(config.admin, "--admin", source))?;
-        let runs = ledger.runs().map_err(|source| StartError::Ledger {
-            path: ledger_path.display().to_string(),
-            source,
-        })?;
+        let runs = ledger
+            .runs()
+            .map_err(|source| ledger::read_failed(&opened, source))?;
         let fence = Fence::new();
         for run in runs
             .iter()

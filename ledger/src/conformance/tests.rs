@@ -33,3 +33,40 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn postgres_passes_the_contracts() {
+    let Some(server) = super::postgres::TestServer::start() else {
+        return;
+    };
+    contracts::all(&mut super::postgres::PgBackend::new(std::sync::Arc::new(
+        server,
+    )));
+}
+
+#[test]
+fn postgres_answers_as_the_model_does() {
+    use proptest::test_runner::{Config, TestRunner};
+    let Some(server) = super::postgres::TestServer::start() else {
+        return;
+    };
+    let postgres =
+        std::sync::Mutex::new(super::postgres::PgBackend::new(std::sync::Arc::new(server)));
+    // One server for every case, a fresh database per case.
+    let mut runner = TestRunner::new(Config {
+        cases: 16,
+        ..Config::default()
+    });
+    let outcome = runner.run(&model::operations(40), |ops| {
+        let mut memory = MemoryBackend::default();
+        let pg = postgres.lock().unwrap_or_else(|e| e.into_inner()).fresh();
+        let memory = memory.fresh();
+        if let Err(difference) = model::same_answers(&*pg, &*memory, &ops) {
+            prop_assert!(false, "{}", difference);
+        }
+        Ok(())
+    });
+    if let Err(failure) = outcome {
+        panic!("{failure}");
+    }
+}

@@ -369,6 +369,22 @@ pub(super) struct ServeArgs {
     /// Data directory: CA, admin token, ledger (created on first start)
     #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
     pub(super) data: PathBuf,
+    /// Keep the ledger in this PostgreSQL database instead of DATA/ledger, shared by every
+    /// airlock given the same URL: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (no TLS
+    /// yet: sslmode=require is refused). The CA and tokens stay in --data; see
+    /// docs/fleet.md#postgresql-store
+    #[arg(
+        long,
+        env = "AIRLOCK_STORE",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub(super) store: Option<String>,
+    /// Connections to the --store database this process keeps (besides one listening for
+    /// other processes' changes)
+    #[arg(long, default_value_t = airlock_ledger::postgres::DEFAULT_CONNECTIONS, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    pub(super) store_connections: usize,
     /// Policy file (TOML; see docs/policy.md)
     #[arg(long, value_name = "FILE")]
     pub(super) policy: PathBuf,
@@ -481,13 +497,14 @@ pub(super) struct ServeArgs {
     /// MiB of the ledger kept in memory (its page cache; older pages are read back from
     /// disk when needed). The ledger grows with every read and effect, and airlock's
     /// resident memory with it: this bounds the cache's share, which is most of that
-    /// growth (sled's per-page bookkeeping still grows with the ledger's size)
+    /// growth (sled's per-page bookkeeping still grows with the ledger's size). Does not
+    /// apply to --store
     #[arg(long, default_value_t = airlock_ledger::DEFAULT_CACHE_BYTES >> 20, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
     pub(super) ledger_cache_mib: u64,
     /// MiB of free space the ledger's file system must keep: below it staging is refused
     /// (507 `ledger_low_space`) before anything is written, and /healthz answers 503.
-    /// 0 turns the floor off
+    /// 0 turns the floor off. Does not apply to --store (PostgreSQL watches its own disk)
     #[arg(long, default_value_t = airlock_ledger::DEFAULT_MIN_FREE_BYTES >> 20, value_name = "MIB",
           value_parser = clap::value_parser!(u64).range(0..=1024 * 1024))]
     pub(super) ledger_min_free_mib: u64,

@@ -39,6 +39,8 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.ledger_cache_bytes = args.ledger_cache_mib << 20;
     config.ledger_min_free_bytes = args.ledger_min_free_mib << 20;
     config.retain = args.retain.map(Into::into);
+    config.store_url = args.store;
+    config.store_connections = args.store_connections;
     airlock_net::limits::raise_fd_limit(config.max_connections);
     let fresh = FreshDataDir::before(&config.data_dir);
     let server = fresh.build(config).await?;

@@ -24,6 +24,7 @@ mod observe;
 mod openapi;
 mod outcomes;
 mod pass;
+mod postgres;
 mod protocols;
 mod readme;
 mod reload;
