@@ -14,8 +14,8 @@ pub mod contracts;
 pub mod leases;
 pub mod model;
 pub mod outcomes;
-pub mod retention;
 pub mod postgres;
+pub mod retention;
 
 /// How the suite gets stores of one backend.
 pub trait Backend {

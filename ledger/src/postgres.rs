@@ -38,9 +38,11 @@ use crate::Result;
 
 mod effects;
 mod journal;
+mod leases;
 mod notify;
 mod pool;
 mod records;
+mod retention;
 mod runs;
 mod schema;
 #[cfg(test)]

@@ -109,12 +109,6 @@ pub enum RoleError {
     /// `--role control` without `--advertise-proxy`.
     #[error("--role control has no proxy listener, so it cannot tell sandboxes where to connect: pass --advertise-proxy HOST:PORT, the proxies' address (in Kubernetes, the proxy Service)")]
     NoAdvertisedProxy,
-    /// `--role proxy` or `--role control` on a store only one process can open.
-    #[error("--role {role} needs a store shared by every instance: pass --store postgres://…; the embedded store in --data is held by one process, so only --role all can use it")]
-    NeedsSharedStore {
-        /// The role given.
-        role: Role,
-    },
 }
 
 /// Checks `given`, the `--…` flags set explicitly (command line or environment; not
@@ -149,21 +143,24 @@ pub fn check_flags(role: Role, given: &[String]) -> Result<(), RoleError> {
     Ok(())
 }
 
-/// MERGE POINT (the PostgreSQL store, issue #19 item 1): the one place that refuses
-/// `--role proxy`/`--role control` on the embedded store. `store` is `--store`'s URL
-/// (env `AIRLOCK_STORE`), `None` for the embedded sled ledger in `--data`.
+/// What to tell the operator about `role` on `store` (`--store`'s URL, `None` for the
+/// embedded sled ledger in `--data`), or `None` when nothing needs saying.
 ///
-/// Until `--store` exists every role runs on sled, one process at a time on one data
-/// directory (proxy and control can then share it only in turn, which is how the role
-/// tests hand a run from a control instance to a proxy instance). Once it exists, the
-/// check is: `role != Role::All && !store.is_some_and(|url| url.starts_with("postgres://")
-/// || url.starts_with("postgresql://"))` -> [`RoleError::NeedsSharedStore`].
-///
-/// # Errors
-/// None yet; [`RoleError::NeedsSharedStore`] once wired.
-pub fn check_store(role: Role, store: Option<&str>) -> Result<(), RoleError> {
-    let _ = (role, store);
-    Ok(())
+/// `--role proxy` and `--role control` are meant for a fleet on the PostgreSQL store
+/// (docs/fleet.md). On the embedded sled ledger they still run, because sled holds its
+/// directory for one process: a second instance on the same data directory fails to start
+/// naming it ([`crate::StartError::Ledger`]), so nothing can be shared by mistake; a proxy
+/// and a control instance can then only take turns on one data directory (the role tests
+/// hand a run over that way). Refusing them would protect nothing, so this is a warning.
+pub fn store_warning(role: Role, store: Option<&str>) -> Option<String> {
+    if role == Role::All || store.is_some() {
+        return None;
+    }
+    Some(format!(
+        "--role {role} on the embedded ledger in --data: no other airlock can open it while \
+         this one runs, so proxy and control instances can only take turns; give every \
+         instance the same --store postgres://… to run them together (docs/fleet.md)"
+    ))
 }
 
 /// Starts what `role` runs of the control plane and returns the router of its `--admin`

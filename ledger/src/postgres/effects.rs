@@ -21,7 +21,7 @@ use crate::{ReleaseOutcome, Result, Settlement, Verdict};
 impl PgStore {
     /// Locks effect `id`'s run and then the effect, lets `change` decide and change it,
     /// and stores it: one transaction.
-    fn update_effect(
+    pub(super) fn update_effect(
         &self,
         id: &EffectId,
         mut change: impl FnMut(&mut Tx<'_>, &Run, &mut Effect) -> Result<()> + Send + 'static,
@@ -247,8 +247,16 @@ impl EffectStore for PgStore {
         self.write(String::from("recover"), false, |tx| {
             let rows = tx
                 .query(
-                    "SELECT id, record::text FROM effects WHERE state = 'releasing'
-                     ORDER BY id FOR UPDATE",
+                    // The partial index on `releasing` effects, not a scan; runs with a
+                    // live release lease are another instance's to settle.
+                    "SELECT e.id, e.record::text FROM effects e
+                     WHERE e.state = 'releasing'
+                       AND NOT EXISTS (
+                           SELECT 1 FROM release_leases l
+                           WHERE l.run_id = e.run_id
+                             AND l.expires_at_ms
+                                 > (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+                     ORDER BY e.id FOR UPDATE OF e",
                     &[],
                 )
                 .map_err(fault)?;

@@ -10,6 +10,18 @@ use crate::store::RunStore;
 use crate::Result;
 
 impl RunStore for PgStore {
+    fn runs_page(&self, page: &crate::store::RunPage) -> Result<Vec<Run>> {
+        let page = page.clone();
+        self.read(move |tx| super::retention::runs_page(tx, &page))
+    }
+
+    fn prune_run(&self, id: &RunId) -> Result<crate::store::Pruned> {
+        let id = id.clone();
+        self.write(id.0.clone(), false, move |tx| {
+            super::retention::prune_run(tx, &id)
+        })
+    }
+
     fn create_run_from(&self, profile: Option<String>, source: Option<String>) -> Result<Run> {
         let run = rules::new_run(
             RunId::generate(),

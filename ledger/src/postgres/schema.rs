@@ -7,7 +7,13 @@ use postgres::{Config, NoTls};
 use super::PgOpenError;
 
 /// The migrations, in order: `(version, SQL)`. Version N is `ledger/migrations/000N_*.sql`.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../migrations/0001_ledger.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../../migrations/0001_ledger.sql")),
+    (
+        2,
+        include_str!("../../migrations/0002_leases_retention.sql"),
+    ),
+];
 
 /// The newest schema version this binary knows.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -13,7 +13,7 @@ use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord
 use crate::{LedgerError, Result};
 
 /// The workspace of `run`, if attached.
-fn workspace_of(tx: &mut Tx<'_>, run: &RunId) -> Result<Option<WorkspaceRecord>> {
+pub(super) fn workspace_of(tx: &mut Tx<'_>, run: &RunId) -> Result<Option<WorkspaceRecord>> {
     let row = tx
         .query_opt(
             "SELECT record::text FROM workspaces WHERE run_id = $1",

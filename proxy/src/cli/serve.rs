@@ -7,7 +7,9 @@ use crate::config::ServeConfig;
 /// `airlock serve`: the flags become a [`ServeConfig`]; runs until [`shutdown_signal`].
 pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     crate::role::check_flags(args.role, &args.given)?;
-    crate::role::check_store(args.role, None)?;
+    if let Some(warning) = crate::role::store_warning(args.role, args.store.as_deref()) {
+        tracing::warn!("{warning}");
+    }
     let mut config = ServeConfig::new(args.data, args.policy);
     config.role = args.role;
     config.listen = args.listen;
