@@ -176,7 +176,8 @@ fn airlock_containers(docs: &[(String, Value)]) -> Vec<Container> {
     found
 }
 
-/// `airlock SUBCOMMAND --help`: its `--flag` names and its `[env: NAME=…]` names.
+/// `airlock SUBCOMMAND --help`: its `--flag` names and its `[env: NAME=…]` (or, for a
+/// hidden value, `[env: NAME]`) names.
 fn help(subcommand: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let out = Command::new(airlock_bin())
         .args([subcommand, "--help"])
@@ -201,7 +202,9 @@ fn help(subcommand: &str) -> (BTreeSet<String>, BTreeSet<String>) {
         let mut rest = line;
         while let Some(at) = rest.find("[env: ") {
             rest = &rest[at + "[env: ".len()..];
-            env.insert(rest.split('=').next().unwrap_or_default().to_owned());
+            // `[env: NAME=VALUE]`, or `[env: NAME]` for a variable whose value clap hides.
+            let name = rest.split(['=', ']']).next().unwrap_or_default();
+            env.insert(name.to_owned());
         }
     }
     (flags, env)
