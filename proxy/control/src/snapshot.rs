@@ -1,12 +1,13 @@
 //! Workspace snapshots for `airlock run`: a manifest of every path (mode, SHA-256 of the
 //! content, symlink target; FIFOs, sockets, device nodes and unreadable files by kind and
-//! mode) and the drivers that take and restore them (`dir`, `git`, `cmd`). Walking never
+//! mode) and the drivers that take and restore them (`dir`, `git`, `cmd`, `overlay`). Walking never
 //! opens anything but regular files and never follows a symlink (`walk`), and every step
 //! runs under a time limit (`step`).
 //!
 //! Snapshots live under `DATA/snapshots/`: `manifests/ID.json`, content-addressed
 //! `objects/` (the `dir` driver's copy of the tree, each file once), and `git/` (the saved
-//! index of the `git` driver). A restore is idempotent: running it twice, or again after
+//! index of the `git` driver), and `overlay/RUN/` (the `overlay` driver's upper directory
+//! and frozen layers of run RUN). A restore is idempotent: running it twice, or again after
 //! it was interrupted, ends in the same tree. See docs/run.md.
 
 mod cmd;
@@ -16,6 +17,9 @@ pub mod index;
 #[cfg(test)]
 mod index_tests;
 mod objects;
+pub mod overlay;
+#[cfg(test)]
+mod overlay_tests;
 #[cfg(test)]
 mod reflink_tests;
 mod step;
@@ -121,6 +125,9 @@ pub enum Driver {
     Git,
     /// User-given commands take and restore the snapshot; airlock keeps a manifest.
     Cmd,
+    /// Each step runs on an overlayfs mount over the workspace in its own mount
+    /// namespace; keep merges the upper directory in, rollback drops it (`overlay`).
+    Overlay,
 }
 
 /// The `cmd` driver's commands, run with `sh -c` in the workspace.
@@ -139,12 +146,13 @@ impl Driver {
             "dir" => Ok(Self::Dir),
             "git" => Ok(Self::Git),
             "cmd" => Ok(Self::Cmd),
-            "btrfs" | "overlay" => Err(SnapshotError::Unsupported(format!(
-                "the {name} snapshot driver is not available in this build; use dir, git, or cmd \
-                 with your own --snapshot-cmd and --rollback-cmd"
+            "overlay" => Ok(Self::Overlay),
+            "btrfs" => Err(SnapshotError::Unsupported(format!(
+                "the {name} snapshot driver is not available in this build; use dir, overlay, \
+                 git, or cmd with your own --snapshot-cmd and --rollback-cmd"
             ))),
             other => Err(SnapshotError::Unsupported(format!(
-                "unknown snapshot driver {other:?}; use dir, git or cmd"
+                "unknown snapshot driver {other:?}; use dir, overlay, git or cmd"
             ))),
         }
     }
@@ -155,6 +163,7 @@ impl Driver {
             Self::Dir => "dir",
             Self::Git => "git",
             Self::Cmd => "cmd",
+            Self::Overlay => "overlay",
         }
     }
 }
@@ -265,6 +274,9 @@ pub struct Manifest {
     /// The `cmd` driver's commands.
     #[serde(default)]
     pub commands: Option<Commands>,
+    /// The `overlay` driver's state directory and frozen layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<overlay::OverlayState>,
     /// Paths the snapshot recorded without capturing them whole (a socket, a device node,
     /// an unreadable or changing file, a directory that cannot be listed, a special file
     /// git does not track), each with why.
@@ -347,6 +359,12 @@ impl Store {
         self.root.join("tmp")
     }
 
+    /// The `overlay` driver's state directory of run `run` (`DATA/snapshots/overlay/RUN`:
+    /// the upper directory, the frozen layers), which `airlock run` mounts each step from.
+    pub fn overlay_state(&self, run: &str) -> PathBuf {
+        overlay::Layout::of(self, run).state().to_owned()
+    }
+
     fn git_index_path(&self, id: &str) -> PathBuf {
         self.root.join("git").join(format!("{id}.index"))
     }
@@ -386,6 +404,7 @@ impl Store {
         let manifest = match (driver, commands) {
             (Driver::Dir, _) => dir::take(self, workspace, &id, exclude, step)?,
             (Driver::Git, _) => git::take(self, workspace, run, &id, exclude, step)?,
+            (Driver::Overlay, _) => overlay::take(self, workspace, run, &id, exclude, step)?,
             (Driver::Cmd, Some(commands)) => {
                 cmd::take(workspace, run, &id, exclude, commands, step)?
             }
@@ -414,6 +433,7 @@ impl Store {
         match manifest.driver.as_str() {
             "git" => git::restore(self, &workspace, manifest, exclude, step),
             "cmd" => cmd::restore(&workspace, manifest, step),
+            "overlay" => overlay::restore(manifest, step),
             _ => dir::restore(self, &workspace, manifest, exclude, step),
         }
     }
@@ -431,6 +451,10 @@ impl Store {
         let workspace = Path::new(&manifest.workspace);
         match manifest.driver.as_str() {
             "git" => git::current(workspace, exclude, step),
+            "overlay" => Ok(Walked {
+                entries: overlay::stamp_walk(workspace, exclude, step)?,
+                ..Walked::default()
+            }),
             "dir" => {
                 let index = (!verify).then(|| self.index_of(workspace));
                 let walked = walk(
@@ -461,6 +485,9 @@ impl Store {
         exclude: &[PathBuf],
         step: &Step,
     ) -> Result<(Changes, Notes), SnapshotError> {
+        if manifest.driver == "overlay" {
+            return Ok((overlay::changes(manifest, step)?, Notes::new()));
+        }
         let now = self.current(manifest, exclude, step, false)?;
         Ok((
             diff(&manifest.entries, &now.entries, manifest.driver == "git"),
@@ -490,7 +517,26 @@ impl Store {
         residue.extend(changes.added.iter().map(|p| line("left behind", p)));
         residue.extend(changes.modified.iter().map(|p| line("differs", p)));
         residue.extend(changes.deleted.iter().map(|p| line("missing", p)));
+        if manifest.driver == "overlay" {
+            residue.extend(overlay::leftovers(manifest, step)?);
+        }
         Ok(residue)
+    }
+
+    /// The keep step's files: for the `overlay` driver, merges what the steps wrote into
+    /// the workspace and checks it (`Some`, whose `residue` is empty when verified); the
+    /// other drivers' steps wrote the workspace itself (`None`).
+    ///
+    /// Errors: [`SnapshotError::TimedOut`] past `step`'s deadline; the merge's errors.
+    pub fn keep(
+        &self,
+        manifest: &Manifest,
+        step: &Step,
+    ) -> Result<Option<overlay::Kept>, SnapshotError> {
+        match manifest.driver.as_str() {
+            "overlay" => overlay::keep(manifest, step).map(Some),
+            _ => Ok(None),
+        }
     }
 }
 
