@@ -29,7 +29,7 @@ mod steps;
 use crate::release::{CommitError, CommitReport};
 use crate::snapshot::{pause_point, Commands, Driver, SnapshotError, Store};
 use crate::Control;
-use steps::{bounded, changes_since, keep_timed_out, restore_and_check};
+use steps::{bounded, changes_since, keep_files, keep_timed_out, restore_and_check};
 
 /// Errors of workspace operations.
 #[derive(Debug, thiserror::Error)]
@@ -430,6 +430,12 @@ async fn apply(
     let outcome;
     let mut residue = Vec::new();
     let mut unverified = false;
+    // A keep's files come first: the overlay driver merges what the steps wrote (the
+    // effects' side may then wait on a reviewer or time out).
+    let kept = match decision.kind {
+        DecisionKind::Keep => keep_files(shared, &decision.snapshot).await,
+        _ => None,
+    };
     match decision.kind {
         DecisionKind::Keep if decision.commit => {
             let committing = super::commit_detached(
@@ -563,6 +569,16 @@ async fn apply(
             };
         }
     }
+    let outcome = match kept {
+        Some(kept) if kept.is_empty() => {
+            outcome + "; the overlay's changes were merged into the workspace and checked"
+        }
+        Some(kept) => {
+            residue = kept;
+            outcome + "; the overlay's changes could NOT all be merged into the workspace"
+        }
+        None => outcome,
+    };
     finish(
         shared,
         run,

@@ -379,6 +379,10 @@ pub(super) fn leftovers(manifest: &Manifest, step: &Step) -> Result<Vec<String>,
 /// directory into the workspace, checks the result, and removes the run's overlay state.
 pub(super) fn keep(manifest: &Manifest, step: &Step) -> Result<Kept, SnapshotError> {
     let (layout, _) = state_of(manifest)?;
+    if !layout.state.exists() {
+        // Kept earlier (a keep run again after it finished removes nothing more).
+        return Ok(Kept::default());
+    }
     let _lock = layout.exclusive("keep the files")?;
     let kept = merge::keep(&layout, Path::new(&manifest.workspace), step)?;
     if kept.residue.is_empty() {
