@@ -12,6 +12,7 @@
 
 mod cmd;
 mod dir;
+mod error;
 mod git;
 pub mod index;
 #[cfg(test)]
@@ -33,6 +34,8 @@ use std::path::{Path, PathBuf};
 use airlock_ledger::Changes;
 use serde::{Deserialize, Serialize};
 
+use error::io;
+pub use error::SnapshotError;
 use index::Index;
 pub use step::{Step, DEFAULT_STEP_TIMEOUT, GRACE};
 use walk::{entry_of, walk, Hashing, Walked};
@@ -40,81 +43,6 @@ pub use walk::{Notes, READS};
 
 /// Directory under the data directory that holds snapshots.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
-
-/// Errors taking or restoring a snapshot; each names the path or command at fault.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SnapshotError {
-    /// A file operation failed.
-    #[error("{action} {path}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The path.
-        path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A path is not valid UTF-8 (manifests store paths as text).
-    #[error("cannot snapshot {0}: the name is not UTF-8")]
-    NotUtf8(String),
-    /// A git command failed.
-    #[error("git {command} failed: {stderr}")]
-    Git {
-        /// The arguments.
-        command: String,
-        /// What git said.
-        stderr: String,
-    },
-    /// The driver cannot be used here.
-    #[error("{0}")]
-    Unsupported(String),
-    /// A user-given snapshot or rollback command failed.
-    #[error("{what} failed: {detail}")]
-    Command {
-        /// Which command.
-        what: String,
-        /// Its exit status and stderr.
-        detail: String,
-    },
-    /// A workspace step passed its time limit (`--workspace-step-timeout`).
-    #[error(
-        "the workspace {step} step timed out after {secs} s while processing {at} \
-         (the limit is --workspace-step-timeout)"
-    )]
-    TimedOut {
-        /// `snapshot`, `diff`, `rollback`, `keep` or `residue check`.
-        step: &'static str,
-        /// The limit, in seconds.
-        secs: f64,
-        /// The path or command being processed.
-        at: String,
-    },
-    /// A path kept changing kind (file, link, FIFO…) while it was being looked at.
-    #[error("cannot snapshot {0}: it kept changing kind while it was being read")]
-    Unstable(String),
-    /// A manifest does not parse.
-    #[error("snapshot manifest {path} is corrupt")]
-    Corrupt {
-        /// The manifest file.
-        path: String,
-        /// The cause.
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-fn io<'a>(
-    action: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> SnapshotError + 'a {
-    move |source| SnapshotError::Io {
-        action,
-        path: path.display().to_string(),
-        source,
-    }
-}
 
 /// A snapshot driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -521,6 +449,15 @@ impl Store {
             residue.extend(overlay::leftovers(manifest, step)?);
         }
         Ok(residue)
+    }
+
+    /// After a run's final rollback was verified: removes what the driver kept for the
+    /// run outside the workspace (the `overlay` driver's state directory); nothing for
+    /// the other drivers, whose snapshots stay in the store.
+    pub fn discard(&self, manifest: &Manifest) {
+        if manifest.driver == "overlay" {
+            overlay::discard(manifest);
+        }
     }
 
     /// The keep step's files: for the `overlay` driver, merges what the steps wrote into

@@ -29,7 +29,9 @@ mod steps;
 use crate::release::{CommitError, CommitReport};
 use crate::snapshot::{pause_point, Commands, Driver, SnapshotError, Store};
 use crate::Control;
-use steps::{bounded, changes_since, keep_files, keep_timed_out, restore_and_check};
+use steps::{
+    bounded, changes_since, discard_snapshot, keep_files, keep_timed_out, restore_and_check,
+};
 
 /// Errors of workspace operations.
 #[derive(Debug, thiserror::Error)]
@@ -555,6 +557,9 @@ async fn apply(
             };
             residue = restore_and_check(shared, &decision.snapshot).await;
             unverified = !residue.is_empty();
+            if decision.kind == DecisionKind::Rollback && !unverified {
+                discard_snapshot(shared, &decision.snapshot).await;
+            }
             outcome = match decision.kind {
                 DecisionKind::RollbackTo => format!(
                     "files restored to savepoint {}; {} effect(s) discarded",

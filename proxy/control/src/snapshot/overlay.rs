@@ -20,6 +20,7 @@
 //! read of contents.
 
 mod merge;
+mod mount;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
@@ -31,6 +32,7 @@ use super::{io, mode_of, relative, write_durable, Entry, Manifest, Notes, Snapsh
 use crate::snapshot::Store;
 
 pub use merge::{Kept, OPAQUE_XATTR};
+pub use mount::StepMount;
 
 /// Directory under the snapshot store that holds each run's overlay state.
 pub const OVERLAY_DIR: &str = "overlay";
@@ -327,6 +329,10 @@ fn state_of(manifest: &Manifest) -> Result<(Layout, &[String]), SnapshotError> {
 pub(super) fn restore(manifest: &Manifest, step: &Step) -> Result<Notes, SnapshotError> {
     let (layout, wanted) = state_of(manifest)?;
     step.at(layout.state.display());
+    if wanted.is_empty() && !layout.state.exists() {
+        // Rolled back and discarded earlier (the final rollback removes the state).
+        return Ok(Notes::new());
+    }
     let _lock = layout.exclusive("roll back")?;
     for name in wanted {
         if !layout.layer(name).is_dir() {
@@ -357,6 +363,9 @@ pub(super) fn restore(manifest: &Manifest, step: &Step) -> Result<Notes, Snapsho
 pub(super) fn leftovers(manifest: &Manifest, step: &Step) -> Result<Vec<String>, SnapshotError> {
     let (layout, wanted) = state_of(manifest)?;
     let mut residue = Vec::new();
+    if wanted.is_empty() && !layout.state.exists() {
+        return Ok(residue);
+    }
     let upper = layout.upper();
     let walked = stamp_walk(&upper, &[], step)?;
     residue.extend(
@@ -373,6 +382,18 @@ pub(super) fn leftovers(manifest: &Manifest, step: &Step) -> Result<Vec<String>,
         ));
     }
     Ok(residue)
+}
+
+/// Removes the run's overlay state after its final rollback was verified (nothing is
+/// left to restore to). Idempotent; a failure is only logged: it leaves empty directories.
+pub(super) fn discard(manifest: &Manifest) {
+    if let Ok((layout, _)) = state_of(manifest) {
+        if let Ok(_lock) = layout.exclusive("discard the overlay") {
+            if let Err(error) = std::fs::remove_dir_all(&layout.state) {
+                tracing::warn!(%error, state = %layout.state.display(), "cannot remove the run's overlay state");
+            }
+        }
+    }
 }
 
 /// Keeps what the steps wrote: merges every frozen layer (oldest first) and the upper
@@ -479,133 +500,4 @@ fn entry_by_stamp(path: &Path, metadata: &std::fs::Metadata) -> Result<Entry, Sn
             minor: rustix::fs::minor(rdev),
         }
     })
-}
-
-/// An overlay mount for one step: the layers of `stack.json` over the workspace, the
-/// run's upper and work directories. The step runs under [`StepMount::command_line`]:
-/// util-linux's `unshare --mount --propagation private` (a mount namespace of its own,
-/// every mount private, so nothing propagates to the host), then `mount -t overlay` over
-/// the workspace and a `cd` into it (so the working directory is the overlay's, not the
-/// directory beneath it), then the step's program. Holds the run's lock (shared) while
-/// it lives, so no savepoint, rollback or keep touches the layers under a live mount.
-#[derive(Debug)]
-pub struct StepMount {
-    target: String,
-    data: String,
-    lowerdir: String,
-    _lock: std::fs::File,
-}
-
-/// The script `sh` runs inside the new mount namespace: `$1` the options, `$2` the
-/// workspace, then the program and its arguments.
-const ENTER: &str =
-    "mount -t overlay -o \"$1\" overlay \"$2\" || exit 125; cd \"$2\" || exit 125; \
-                     shift 2; exec \"$@\"";
-
-/// `name` in the system directories (never `PATH`: a directory early on a user's `PATH`
-/// must not stand in for `mount`).
-fn tool(name: &str) -> Result<PathBuf, SnapshotError> {
-    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
-        .iter()
-        .map(|dir| Path::new(dir).join(name))
-        .find(|path| path.is_file())
-        .ok_or_else(|| {
-            unsupported(format!(
-                "`{name}` (util-linux) is not installed in /usr/bin, /bin, /usr/sbin or /sbin"
-            ))
-        })
-}
-
-impl StepMount {
-    /// The mount of the next step over `workspace`, from state directory `state` (the
-    /// `overlay_state` of the workspace's attach answer).
-    ///
-    /// Errors: [`SnapshotError::Io`] for a missing state directory; the stack's errors;
-    /// [`SnapshotError::Unsupported`] when the options pass a page (too many layers).
-    pub fn prepare(state: &Path, workspace: &Path) -> Result<Self, SnapshotError> {
-        let layout = Layout::new(state);
-        let path = layout.lock_path();
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io("cannot open the overlay lock", &path))?;
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockShared)
-            .map_err(|e| io("cannot lock", &path)(e.into()))?;
-        let mut lowers: Vec<String> = layout
-            .stack()?
-            .iter()
-            .rev()
-            .map(|name| layout.layer(name).display().to_string())
-            .collect();
-        lowers.push(workspace.display().to_string());
-        let lowerdir = lowers.join(":");
-        let data = format!(
-            "lowerdir={lowerdir},upperdir={},workdir={},{MOUNT_OPTIONS}",
-            layout.upper().display(),
-            layout.work().display()
-        );
-        if data.len() >= 4096 {
-            return Err(SnapshotError::Unsupported(format!(
-                "the overlay mount options of {} layers pass the kernel's 4,096 bytes; take \
-                 fewer savepoints",
-                lowers.len()
-            )));
-        }
-        Ok(Self {
-            target: workspace.display().to_string(),
-            data,
-            lowerdir,
-            _lock: lock,
-        })
-    }
-
-    /// The command line that runs `program` with `args` on this mount: `unshare`'s path
-    /// and its arguments.
-    ///
-    /// Errors: [`SnapshotError::Unsupported`] when `unshare`, `sh` or `mount` is missing.
-    pub fn command_line(
-        &self,
-        program: &str,
-        args: &[String],
-    ) -> Result<(String, Vec<String>), SnapshotError> {
-        let unshare = tool("unshare")?.display().to_string();
-        let (sh, _) = (tool("sh")?, tool("mount")?);
-        let mut line = vec![
-            "--mount".to_owned(),
-            "--propagation".into(),
-            "private".into(),
-            "--".into(),
-            sh.display().to_string(),
-            "-c".into(),
-            ENTER.into(),
-            "airlock-overlay".into(),
-            self.data.clone(),
-            self.target.clone(),
-            program.to_owned(),
-        ];
-        line.extend(args.iter().cloned());
-        Ok((unshare, line))
-    }
-
-    /// Makes the mount once in a throwaway mount namespace (`true` runs on it) and
-    /// reports why it failed, in `mount`'s words and ours.
-    fn probe(&self) -> Result<(), SnapshotError> {
-        let (unshare, args) = self.command_line("true", &[])?;
-        let out = std::process::Command::new(unshare)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| unsupported(format!("cannot run unshare: {e}")))?;
-        if out.status.success() {
-            return Ok(());
-        }
-        Err(unsupported(format!(
-            "cannot mount overlayfs over {} (lowerdir={}): {}",
-            self.target,
-            self.lowerdir,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
 }
