@@ -436,7 +436,11 @@ impl Store {
         step: &Step,
     ) -> Result<Vec<String>, SnapshotError> {
         let now = self.current(manifest, exclude, step, true)?;
-        let changes = diff(&manifest.entries, &now.entries, manifest.driver == "git");
+        let recorded = match manifest.driver.as_str() {
+            "overlay" => std::borrow::Cow::Owned(overlay::entries(manifest, step)?),
+            _ => std::borrow::Cow::Borrowed(&manifest.entries),
+        };
+        let changes = diff(&recorded, &now.entries, manifest.driver == "git");
         let line = |how: &str, path: &String| match not_restored.get(path) {
             Some(why) => format!("{how}: {path} ({why})"),
             None => format!("{how}: {path}"),

@@ -21,18 +21,20 @@
 
 mod merge;
 mod mount;
+mod stamps;
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{io, mode_of, relative, write_durable, Entry, Manifest, Notes, SnapshotError, Step};
+use super::{io, write_durable, Entry, Manifest, Notes, SnapshotError, Step};
 use crate::snapshot::Store;
 
 pub use merge::{Kept, OPAQUE_XATTR};
 pub use mount::StepMount;
+pub(super) use stamps::stamp_walk;
 
 /// Directory under the snapshot store that holds each run's overlay state.
 pub const OVERLAY_DIR: &str = "overlay";
@@ -117,21 +119,45 @@ impl Layout {
     }
 
     fn write_stack(&self, stack: &[String]) -> Result<(), SnapshotError> {
+        if self.stack()? == stack {
+            return Ok(());
+        }
         write_durable(
             &self.stack_path(),
             &serde_json::to_vec(stack).unwrap_or_default(),
         )
     }
 
-    /// Empties the upper and work directories (a rollback, a keep, a new layer).
+    /// Where dropped directories wait to be removed (`DATA/snapshots/overlay/.trash`,
+    /// the same filesystem, so dropping one is a rename).
+    fn trash(&self) -> PathBuf {
+        self.state.parent().unwrap_or(&self.state).join(".trash")
+    }
+
+    /// Drops `dir`: renamed into the trash at once (a rollback costs one rename, whatever
+    /// the step wrote), removed there by a thread of its own. Whatever a stopped process
+    /// left in the trash goes with the next drop.
+    fn drop_dir(&self, dir: &Path) -> Result<(), SnapshotError> {
+        let trash = self.trash();
+        std::fs::create_dir_all(&trash).map_err(io("cannot create", &trash))?;
+        let doomed = trash.join(ulid::Ulid::new().to_string());
+        match std::fs::rename(dir, &doomed) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io("cannot drop", dir)(e)),
+            Ok(()) => {}
+        }
+        std::thread::spawn(move || {
+            for item in std::fs::read_dir(&trash).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_dir_all(item.path());
+            }
+        });
+        Ok(())
+    }
+
+    /// Empties the upper and work directories (a rollback, a new layer).
     fn fresh_upper(&self) -> Result<(), SnapshotError> {
         for dir in [self.upper(), self.work()] {
-            match std::fs::remove_dir_all(&dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(io("cannot empty", &dir)(e))
-                }
-                _ => {}
-            }
+            self.drop_dir(&dir)?;
             std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
         }
         Ok(())
@@ -291,16 +317,17 @@ pub(super) fn take(
             let _ = std::fs::remove_dir_all(&layout.state);
             return Err(error);
         }
-        layout.write_stack(&[])?;
         Vec::new()
     };
-    let entries = stamp_walk(workspace, exclude, step)?;
+    // The workspace is not written before a keep: its stamps are walked while the step
+    // runs, and the residue check waits for them (`stamps`).
+    stamps::walk_behind(&layout, id, workspace, exclude, step.timeout())?;
     Ok(Manifest {
         id: id.to_owned(),
         driver: "overlay".into(),
         workspace: workspace.display().to_string(),
         created_at_ms: airlock_ledger::now_ms(),
-        entries,
+        entries: BTreeMap::new(),
         git: None,
         commands: None,
         overlay: Some(OverlayState {
@@ -346,16 +373,23 @@ pub(super) fn restore(manifest: &Manifest, step: &Step) -> Result<Notes, Snapsho
     let stack = layout.stack()?;
     layout.write_stack(wanted)?;
     for name in stack.iter().filter(|name| !wanted.contains(name)) {
-        let layer = layout.layer(name);
-        match std::fs::remove_dir_all(&layer) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(io("cannot drop the overlay layer", &layer)(e))
-            }
-            _ => {}
-        }
+        layout.drop_dir(&layout.layer(name))?;
     }
     layout.fresh_upper()?;
     Ok(Notes::new())
+}
+
+/// The workspace as snapshot `manifest` recorded it, by stamp (waiting for the walk
+/// begun when it was taken, up to `step`'s deadline).
+///
+/// Errors: [`SnapshotError::Unsupported`] when the walk failed or did not finish (the
+/// server stopped under it); [`SnapshotError::TimedOut`].
+pub(super) fn entries(
+    manifest: &Manifest,
+    step: &Step,
+) -> Result<BTreeMap<String, Entry>, SnapshotError> {
+    let (layout, _) = state_of(manifest)?;
+    stamps::entries(&layout, &manifest.id, step)
 }
 
 /// The overlay part of the residue check after a rollback to `manifest`: anything in the
@@ -389,7 +423,7 @@ pub(super) fn leftovers(manifest: &Manifest, step: &Step) -> Result<Vec<String>,
 pub(super) fn discard(manifest: &Manifest) {
     if let Ok((layout, _)) = state_of(manifest) {
         if let Ok(_lock) = layout.exclusive("discard the overlay") {
-            if let Err(error) = std::fs::remove_dir_all(&layout.state) {
+            if let Err(error) = layout.drop_dir(&layout.state) {
                 tracing::warn!(%error, state = %layout.state.display(), "cannot remove the run's overlay state");
             }
         }
@@ -427,77 +461,6 @@ pub(super) fn changes(
         .collect();
     above.push(layout.upper());
     let below: Vec<PathBuf> = wanted.iter().rev().map(|n| layout.layer(n)).collect();
-    merge::changes(&above, &below, manifest, step)
-}
-
-/// Walks `root` by stamp: every path with its kind and mode, files with their stamp
-/// (`stamp:DEV:INO:SIZE:MTIME_NS:CTIME_NS` in the `sha256` field) instead of a hash.
-/// Skips `exclude`; never follows a symlink.
-pub(super) fn stamp_walk(
-    root: &Path,
-    exclude: &[PathBuf],
-    step: &Step,
-) -> Result<BTreeMap<String, Entry>, SnapshotError> {
-    let mut entries = BTreeMap::new();
-    let mut pending = vec![root.to_owned()];
-    while let Some(dir) = pending.pop() {
-        step.check()?;
-        let listing = std::fs::read_dir(&dir).map_err(io("cannot list", &dir))?;
-        for item in listing {
-            let item = item.map_err(io("cannot list", &dir))?;
-            let path = item.path();
-            if exclude.iter().any(|e| *e == path) {
-                continue;
-            }
-            let metadata = item.metadata().map_err(io("cannot stat", &path))?;
-            let rel = relative(root, &path)?;
-            let entry = entry_by_stamp(&path, &metadata)?;
-            if matches!(entry, Entry::Dir { .. }) {
-                pending.push(path);
-            }
-            entries.insert(rel, entry);
-        }
-    }
-    Ok(entries)
-}
-
-fn entry_by_stamp(path: &Path, metadata: &std::fs::Metadata) -> Result<Entry, SnapshotError> {
-    let kind = metadata.file_type();
-    let mode = mode_of(metadata);
-    Ok(if kind.is_dir() {
-        Entry::Dir {
-            mode,
-            unlisted: false,
-        }
-    } else if kind.is_file() {
-        let stamp = super::index::Stamp::of(metadata);
-        Entry::File {
-            mode,
-            size: metadata.len(),
-            sha256: format!(
-                "stamp:{}:{}:{}:{}:{}",
-                stamp.dev, stamp.ino, stamp.size, stamp.mtime_ns, stamp.ctime_ns
-            ),
-        }
-    } else if kind.is_symlink() {
-        let target = std::fs::read_link(path).map_err(io("cannot read the link", path))?;
-        Entry::Symlink {
-            target: target
-                .to_str()
-                .ok_or_else(|| SnapshotError::NotUtf8(path.display().to_string()))?
-                .to_owned(),
-        }
-    } else if kind.is_fifo() {
-        Entry::Fifo { mode }
-    } else if kind.is_socket() {
-        Entry::Socket { mode }
-    } else {
-        let rdev = metadata.rdev();
-        Entry::Device {
-            mode,
-            block: kind.is_block_device(),
-            major: rustix::fs::major(rdev),
-            minor: rustix::fs::minor(rdev),
-        }
-    })
+    let entries = stamps::entries(&layout, &manifest.id, step)?;
+    merge::changes(&above, &below, &entries, step)
 }

@@ -315,6 +315,9 @@ fn overlay_residue_check_reports_a_planted_residue() {
     let manifest = fx.take().expect("take an overlay snapshot");
     fx.step(STEP);
     let store = fx.store();
+    // As a decision does: the diff (which waits for the snapshot's stamp walk), then the
+    // rollback.
+    store.changes(&manifest, &[], &step("diff")).unwrap();
     store.restore(&manifest, &[], &step("rollback")).unwrap();
     // Something wrote to the host's workspace, and into the upper directory, behind the
     // driver's back.

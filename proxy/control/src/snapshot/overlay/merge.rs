@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
-use super::{Layout, Manifest, SnapshotError, Step};
+use super::{Entry, Layout, SnapshotError, Step};
 use crate::snapshot::io;
 
 /// The xattr overlayfs marks an opaque directory with (value `y`), as root.
@@ -321,21 +321,21 @@ fn verify(
 }
 
 /// Whether `rel` exists in the view of `lowers` (top first) over the snapshot's entries.
-fn exists_below(rel: &str, lowers: &[PathBuf], manifest: &Manifest) -> bool {
+fn exists_below(rel: &str, lowers: &[PathBuf], entries: &BTreeMap<String, Entry>) -> bool {
     for lower in lowers {
         if let Ok(m) = std::fs::symlink_metadata(lower.join(rel)) {
             return !(m.file_type().is_char_device() && m.rdev() == 0);
         }
     }
-    manifest.entries.contains_key(rel)
+    entries.contains_key(rel)
 }
 
 /// The changes `above` (layers, oldest first, the upper directory last) make over
-/// `below` (the snapshot's layers, newest first) and the snapshot's workspace entries.
+/// `below` (the snapshot's layers, newest first) and the snapshot's workspace `entries`.
 pub(super) fn changes(
     above: &[PathBuf],
     below: &[PathBuf],
-    manifest: &Manifest,
+    entries: &BTreeMap<String, Entry>,
     step: &Step,
 ) -> Result<airlock_ledger::Changes, SnapshotError> {
     let scanned: Vec<_> = above
@@ -345,14 +345,14 @@ pub(super) fn changes(
     let (want, opaque) = expected(&scanned);
     let mut changes = airlock_ledger::Changes::default();
     for (rel, expect) in &want {
-        let before = exists_below(rel, below, manifest);
+        let before = exists_below(rel, below, entries);
         match (expect, before) {
             (Expect::Absent, true) => changes.deleted.push(rel.clone()),
             (Expect::Absent, false) => {}
             (Expect::Dir(mode), true) => {
-                let was = manifest.entries.get(rel);
+                let was = entries.get(rel);
                 if opaque.contains(rel)
-                    || !matches!(was, Some(crate::snapshot::Entry::Dir { mode: m, .. }) if m == mode)
+                    || !matches!(was, Some(Entry::Dir { mode: m, .. }) if m == mode)
                 {
                     changes.modified.push(rel.clone());
                 }
@@ -362,7 +362,7 @@ pub(super) fn changes(
         }
     }
     for dir in &opaque {
-        for path in manifest.entries.keys().filter(|p| under(p, dir)) {
+        for path in entries.keys().filter(|p| under(p, dir)) {
             if !matches!(want.get(path), Some(e) if *e != Expect::Absent) {
                 changes.deleted.push(path.clone());
             }
