@@ -193,6 +193,8 @@ fn unsupported(why: String) -> SnapshotError {
     ))
 }
 
+// `f_type`'s type differs between architectures (i64 here, u32 on others).
+#[allow(clippy::unnecessary_cast)]
 fn statfs_type(path: &Path) -> Result<i64, SnapshotError> {
     rustix::fs::statfs(path)
         .map(|s| s.f_type as i64)

@@ -33,7 +33,11 @@ fn tree(root: &Path) -> BTreeMap<String, Node> {
         for item in std::fs::read_dir(&dir).expect("list") {
             let path = item.expect("entry").path();
             let m = std::fs::symlink_metadata(&path).expect("stat");
-            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            let rel = path
+                .strip_prefix(root)
+                .expect("the test's own setup or step")
+                .display()
+                .to_string();
             let (kind, bytes) = if m.is_dir() {
                 pending.push(path.clone());
                 ("dir", Vec::new())
@@ -88,9 +92,9 @@ struct Fx {
 }
 
 fn seed(ws: &Path) {
-    std::fs::create_dir_all(ws.join("dir")).unwrap();
-    std::fs::create_dir_all(ws.join("sub/deep")).unwrap();
-    std::fs::create_dir_all(ws.join("moved/in")).unwrap();
+    std::fs::create_dir_all(ws.join("dir")).expect("the test's own setup or step");
+    std::fs::create_dir_all(ws.join("sub/deep")).expect("the test's own setup or step");
+    std::fs::create_dir_all(ws.join("moved/in")).expect("the test's own setup or step");
     for (path, content) in [
         ("a.txt", "old content\n"),
         ("keep.txt", "kept\n"),
@@ -101,10 +105,11 @@ fn seed(ws: &Path) {
         ("moved/in/m", "m\n"),
         ("exe.sh", "#!/bin/sh\n"),
     ] {
-        std::fs::write(ws.join(path), content).unwrap();
+        std::fs::write(ws.join(path), content).expect("the test's own setup or step");
     }
-    std::fs::set_permissions(ws.join("exe.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::os::unix::fs::symlink("a.txt", ws.join("link")).unwrap();
+    std::fs::set_permissions(ws.join("exe.sh"), std::fs::Permissions::from_mode(0o755))
+        .expect("the test's own setup or step");
+    std::os::unix::fs::symlink("a.txt", ws.join("link")).expect("the test's own setup or step");
 }
 
 impl Fx {
@@ -113,7 +118,7 @@ impl Fx {
         let data = dir.path().join("data");
         let ws = dir.path().join("ws");
         let twin = dir.path().join("twin");
-        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(&data).expect("the test's own setup or step");
         seed(&ws);
         seed(&twin);
         Self {
@@ -301,7 +306,10 @@ fn overlay_savepoints_stack_as_layers_and_roll_back_to_the_first() {
         .expect_err("savepoint 2 is gone");
     assert!(error.to_string().contains("is gone"), "{error}");
     // Keeping now merges savepoint 1's layer.
-    let kept = store.keep(&first, &step("keep")).unwrap().unwrap();
+    let kept = store
+        .keep(&first, &step("keep"))
+        .expect("the test's own setup or step")
+        .expect("the test's own setup or step");
     assert!(kept.residue.is_empty(), "{:?}", kept.residue);
     let now = tree(&fx.ws);
     assert_eq!(now["one.txt"].bytes, b"one");
@@ -317,16 +325,21 @@ fn overlay_residue_check_reports_a_planted_residue() {
     let store = fx.store();
     // As a decision does: the diff (which waits for the snapshot's stamp walk), then the
     // rollback.
-    store.changes(&manifest, &[], &step("diff")).unwrap();
-    store.restore(&manifest, &[], &step("rollback")).unwrap();
+    store
+        .changes(&manifest, &[], &step("diff"))
+        .expect("the test's own setup or step");
+    store
+        .restore(&manifest, &[], &step("rollback"))
+        .expect("the test's own setup or step");
     // Something wrote to the host's workspace, and into the upper directory, behind the
     // driver's back.
-    std::fs::write(fx.ws.join("planted"), "residue").unwrap();
-    std::fs::write(fx.ws.join("keep.txt"), "kept\n").unwrap();
-    std::fs::write(store.overlay_state("run_o").join("upper/sneaky"), "x").unwrap();
+    std::fs::write(fx.ws.join("planted"), "residue").expect("the test's own setup or step");
+    std::fs::write(fx.ws.join("keep.txt"), "kept\n").expect("the test's own setup or step");
+    std::fs::write(store.overlay_state("run_o").join("upper/sneaky"), "x")
+        .expect("the test's own setup or step");
     let residue = store
         .residue(&manifest, &[], &Default::default(), &step("residue check"))
-        .unwrap();
+        .expect("the test's own setup or step");
     assert!(
         residue.contains(&"left behind: planted".to_owned()),
         "{residue:?}"
@@ -346,7 +359,8 @@ fn overlay_residue_check_reports_a_planted_residue() {
 fn overlay_savepoint_and_rollback_are_refused_under_a_live_mount() {
     let fx = Fx::new();
     let manifest = fx.take().expect("take an overlay snapshot");
-    let live = StepMount::prepare(&fx.store().overlay_state("run_o"), &fx.ws).unwrap();
+    let live = StepMount::prepare(&fx.store().overlay_state("run_o"), &fx.ws)
+        .expect("the test's own setup or step");
     let error = fx.take().expect_err("a savepoint under a live mount");
     assert!(error.to_string().contains("while a step"), "{error}");
     let error = fx
@@ -369,10 +383,10 @@ impl Drop for Mounted {
 
 #[test]
 fn overlay_check_refuses_another_filesystem_and_a_nested_overlay_naming_dir() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("the test's own setup or step");
     let (data, ws) = (dir.path().join("data"), dir.path().join("ws"));
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&data).expect("the test's own setup or step");
+    std::fs::create_dir_all(&ws).expect("the test's own setup or step");
     check(&ws, &data).expect("same filesystem");
     rustix::mount::mount(
         "tmpfs",
@@ -390,7 +404,7 @@ fn overlay_check_refuses_another_filesystem_and_a_nested_overlay_naming_dir() {
     drop(tmpfs);
     // A workspace that is itself an overlay.
     for d in ["l", "u", "w"] {
-        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        std::fs::create_dir_all(dir.path().join(d)).expect("the test's own setup or step");
     }
     let options = format!(
         "lowerdir={},upperdir={},workdir={}",
@@ -398,7 +412,7 @@ fn overlay_check_refuses_another_filesystem_and_a_nested_overlay_naming_dir() {
         dir.path().join("u").display(),
         dir.path().join("w").display()
     );
-    let options = std::ffi::CString::new(options).unwrap();
+    let options = std::ffi::CString::new(options).expect("the test's own setup or step");
     rustix::mount::mount(
         "overlay",
         &ws,
@@ -416,7 +430,10 @@ fn overlay_check_refuses_another_filesystem_and_a_nested_overlay_naming_dir() {
 
 #[test]
 fn overlay_driver_parses_and_btrfs_still_names_the_others() {
-    assert_eq!(Driver::parse("overlay").unwrap(), Driver::Overlay);
-    let error = Driver::parse("btrfs").unwrap_err().to_string();
+    assert_eq!(
+        Driver::parse("overlay").expect("the test's own setup or step"),
+        Driver::Overlay
+    );
+    let error = Driver::parse("btrfs").expect_err("an error").to_string();
     assert!(error.contains("dir, overlay"), "{error}");
 }

@@ -48,14 +48,14 @@ async fn run_overlay_driver_rolls_back_a_failed_verify_and_merges_a_passing_run(
     assert!(
         changes["added"]
             .as_array()
-            .unwrap()
+            .expect("the test's own setup or step")
             .contains(&"added.txt".into()),
         "{changes:#}"
     );
     assert!(
         changes["deleted"]
             .as_array()
-            .unwrap()
+            .expect("the test's own setup or step")
             .contains(&"delete-me".into()),
         "{changes:#}"
     );
@@ -63,7 +63,7 @@ async fn run_overlay_driver_rolls_back_a_failed_verify_and_merges_a_passing_run(
 
     // The same files, verified: merged into the workspace as a plain run would leave it.
     let twin = fx.dir.path().join("twin");
-    std::fs::create_dir_all(&twin).unwrap();
+    std::fs::create_dir_all(&twin).expect("the test's own setup or step");
     let copied = Command::new("cp")
         .args([
             "-a",
@@ -71,13 +71,13 @@ async fn run_overlay_driver_rolls_back_a_failed_verify_and_merges_a_passing_run(
             &twin.display().to_string(),
         ])
         .status()
-        .unwrap();
+        .expect("the test's own setup or step");
     assert!(copied.success());
     let plain = Command::new("sh")
         .args(["-c", FILES])
         .current_dir(&twin)
         .status()
-        .unwrap();
+        .expect("the test's own setup or step");
     assert!(plain.success());
     let command = sh_command(
         &fx,
@@ -120,18 +120,18 @@ async fn run_overlay_driver_unavailable_says_why_and_names_dir_without_falling_b
     let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
     // The workspace on a tmpfs of its own: not the data directory's filesystem.
     let ws = fx.dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&ws).expect("the test's own setup or step");
     let mounted = Command::new("mount")
         .args(["-t", "tmpfs", "tmpfs"])
         .arg(&ws)
         .status()
-        .unwrap();
+        .expect("the test's own setup or step");
     assert!(
         mounted.success(),
         "mount a tmpfs on the test's own directory"
     );
     let _tmpfs = Mounted(ws.clone());
-    std::fs::write(ws.join("README"), "read me\n").unwrap();
+    std::fs::write(ws.join("README"), "read me\n").expect("the test's own setup or step");
     let command = sh_command(
         &fx,
         &policy,

@@ -103,7 +103,7 @@ pub(in crate::snapshot) fn stamp_walk(
         for item in listing {
             let item = item.map_err(io("cannot list", &dir))?;
             let path = item.path();
-            if exclude.iter().any(|e| *e == path) {
+            if exclude.contains(&path) {
                 continue;
             }
             let metadata = item.metadata().map_err(io("cannot stat", &path))?;
