@@ -455,6 +455,18 @@ impl Store {
         Ok(residue)
     }
 
+    /// Whether a restore to `manifest` can start now: for the `overlay` driver, no step
+    /// may be running on the run's overlay (a rollback-to is refused before its decision
+    /// is written); always for the other drivers.
+    ///
+    /// Errors: [`SnapshotError::Unsupported`] saying why.
+    pub fn ready_to_restore(&self, manifest: &Manifest) -> Result<(), SnapshotError> {
+        match manifest.driver.as_str() {
+            "overlay" => overlay::ready_to_restore(manifest),
+            _ => Ok(()),
+        }
+    }
+
     /// After a run's final rollback was verified: removes what the driver kept for the
     /// run outside the workspace (the `overlay` driver's state directory); nothing for
     /// the other drivers, whose snapshots stay in the store.

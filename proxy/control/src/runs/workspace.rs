@@ -303,14 +303,19 @@ pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Resu
         let (shared, run, name) = (shared.clone(), run.clone(), name.to_owned());
         blocking(move || {
             let record = must_workspace(&shared, &run)?;
-            record
+            let savepoint = record
                 .savepoints
                 .iter()
                 .find(|s| s.name == name)
                 .cloned()
                 .ok_or_else(|| {
                     WorkspaceError::Invalid(format!("run {run} has no savepoint named {name:?}"))
-                })
+                })?;
+            // Refused before a decision is written when the driver cannot restore now
+            // (a step running on the overlay).
+            let store = store(&shared);
+            store.ready_to_restore(&store.load(&savepoint.snapshot)?)?;
+            Ok(savepoint)
         })
         .await?
     };

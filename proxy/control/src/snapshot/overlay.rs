@@ -420,6 +420,15 @@ pub(super) fn leftovers(manifest: &Manifest, step: &Step) -> Result<Vec<String>,
     Ok(residue)
 }
 
+/// Refuses a restore to `manifest` while a step's mount is live (its lock is held).
+pub(super) fn ready_to_restore(manifest: &Manifest) -> Result<(), SnapshotError> {
+    let (layout, _) = state_of(manifest)?;
+    if layout.state.exists() {
+        layout.exclusive("roll back")?;
+    }
+    Ok(())
+}
+
 /// Removes the run's overlay state after its final rollback was verified (nothing is
 /// left to restore to). Idempotent; a failure is only logged: it leaves empty directories.
 pub(super) fn discard(manifest: &Manifest) {

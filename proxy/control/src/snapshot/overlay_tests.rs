@@ -368,7 +368,15 @@ fn overlay_savepoint_and_rollback_are_refused_under_a_live_mount() {
         .restore(&manifest, &[], &step("rollback"))
         .expect_err("a rollback under a live mount");
     assert!(error.to_string().contains("while a step"), "{error}");
+    let error = fx
+        .store()
+        .ready_to_restore(&manifest)
+        .expect_err("a rollback-to is refused before its decision");
+    assert!(error.to_string().contains("while a step"), "{error}");
     drop(live);
+    fx.store()
+        .ready_to_restore(&manifest)
+        .expect("ready once the step ended");
     fx.take().expect("a savepoint once the step ended");
 }
 
