@@ -1,21 +1,26 @@
 //! Workspace snapshots for `airlock run`: a manifest of every path (mode, SHA-256 of the
 //! content, symlink target; FIFOs, sockets, device nodes and unreadable files by kind and
-//! mode) and the drivers that take and restore them (`dir`, `git`, `cmd`). Walking never
+//! mode) and the drivers that take and restore them (`dir`, `git`, `cmd`, `overlay`). Walking never
 //! opens anything but regular files and never follows a symlink (`walk`), and every step
 //! runs under a time limit (`step`).
 //!
 //! Snapshots live under `DATA/snapshots/`: `manifests/ID.json`, content-addressed
 //! `objects/` (the `dir` driver's copy of the tree, each file once), and `git/` (the saved
-//! index of the `git` driver). A restore is idempotent: running it twice, or again after
+//! index of the `git` driver), and `overlay/RUN/` (the `overlay` driver's upper directory
+//! and frozen layers of run RUN). A restore is idempotent: running it twice, or again after
 //! it was interrupted, ends in the same tree. See docs/run.md.
 
 mod cmd;
 mod dir;
+mod error;
 mod git;
 pub mod index;
 #[cfg(test)]
 mod index_tests;
 mod objects;
+pub mod overlay;
+#[cfg(test)]
+mod overlay_tests;
 #[cfg(test)]
 mod reflink_tests;
 mod step;
@@ -29,6 +34,8 @@ use std::path::{Path, PathBuf};
 use airlock_ledger::Changes;
 use serde::{Deserialize, Serialize};
 
+use error::io;
+pub use error::SnapshotError;
 use index::Index;
 pub use step::{Step, DEFAULT_STEP_TIMEOUT, GRACE};
 use walk::{entry_of, walk, Hashing, Walked};
@@ -36,81 +43,6 @@ pub use walk::{Notes, READS};
 
 /// Directory under the data directory that holds snapshots.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
-
-/// Errors taking or restoring a snapshot; each names the path or command at fault.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SnapshotError {
-    /// A file operation failed.
-    #[error("{action} {path}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The path.
-        path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A path is not valid UTF-8 (manifests store paths as text).
-    #[error("cannot snapshot {0}: the name is not UTF-8")]
-    NotUtf8(String),
-    /// A git command failed.
-    #[error("git {command} failed: {stderr}")]
-    Git {
-        /// The arguments.
-        command: String,
-        /// What git said.
-        stderr: String,
-    },
-    /// The driver cannot be used here.
-    #[error("{0}")]
-    Unsupported(String),
-    /// A user-given snapshot or rollback command failed.
-    #[error("{what} failed: {detail}")]
-    Command {
-        /// Which command.
-        what: String,
-        /// Its exit status and stderr.
-        detail: String,
-    },
-    /// A workspace step passed its time limit (`--workspace-step-timeout`).
-    #[error(
-        "the workspace {step} step timed out after {secs} s while processing {at} \
-         (the limit is --workspace-step-timeout)"
-    )]
-    TimedOut {
-        /// `snapshot`, `diff`, `rollback`, `keep` or `residue check`.
-        step: &'static str,
-        /// The limit, in seconds.
-        secs: f64,
-        /// The path or command being processed.
-        at: String,
-    },
-    /// A path kept changing kind (file, link, FIFO…) while it was being looked at.
-    #[error("cannot snapshot {0}: it kept changing kind while it was being read")]
-    Unstable(String),
-    /// A manifest does not parse.
-    #[error("snapshot manifest {path} is corrupt")]
-    Corrupt {
-        /// The manifest file.
-        path: String,
-        /// The cause.
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-fn io<'a>(
-    action: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> SnapshotError + 'a {
-    move |source| SnapshotError::Io {
-        action,
-        path: path.display().to_string(),
-        source,
-    }
-}
 
 /// A snapshot driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +53,9 @@ pub enum Driver {
     Git,
     /// User-given commands take and restore the snapshot; airlock keeps a manifest.
     Cmd,
+    /// Each step runs on an overlayfs mount over the workspace in its own mount
+    /// namespace; keep merges the upper directory in, rollback drops it (`overlay`).
+    Overlay,
 }
 
 /// The `cmd` driver's commands, run with `sh -c` in the workspace.
@@ -139,12 +74,13 @@ impl Driver {
             "dir" => Ok(Self::Dir),
             "git" => Ok(Self::Git),
             "cmd" => Ok(Self::Cmd),
-            "btrfs" | "overlay" => Err(SnapshotError::Unsupported(format!(
-                "the {name} snapshot driver is not available in this build; use dir, git, or cmd \
-                 with your own --snapshot-cmd and --rollback-cmd"
+            "overlay" => Ok(Self::Overlay),
+            "btrfs" => Err(SnapshotError::Unsupported(format!(
+                "the {name} snapshot driver is not available in this build; use dir, overlay, \
+                 git, or cmd with your own --snapshot-cmd and --rollback-cmd"
             ))),
             other => Err(SnapshotError::Unsupported(format!(
-                "unknown snapshot driver {other:?}; use dir, git or cmd"
+                "unknown snapshot driver {other:?}; use dir, overlay, git or cmd"
             ))),
         }
     }
@@ -155,6 +91,7 @@ impl Driver {
             Self::Dir => "dir",
             Self::Git => "git",
             Self::Cmd => "cmd",
+            Self::Overlay => "overlay",
         }
     }
 }
@@ -265,6 +202,9 @@ pub struct Manifest {
     /// The `cmd` driver's commands.
     #[serde(default)]
     pub commands: Option<Commands>,
+    /// The `overlay` driver's state directory and frozen layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<overlay::OverlayState>,
     /// Paths the snapshot recorded without capturing them whole (a socket, a device node,
     /// an unreadable or changing file, a directory that cannot be listed, a special file
     /// git does not track), each with why.
@@ -347,6 +287,12 @@ impl Store {
         self.root.join("tmp")
     }
 
+    /// The `overlay` driver's state directory of run `run` (`DATA/snapshots/overlay/RUN`:
+    /// the upper directory, the frozen layers), which `airlock run` mounts each step from.
+    pub fn overlay_state(&self, run: &str) -> PathBuf {
+        overlay::Layout::of(self, run).state().to_owned()
+    }
+
     fn git_index_path(&self, id: &str) -> PathBuf {
         self.root.join("git").join(format!("{id}.index"))
     }
@@ -386,6 +332,7 @@ impl Store {
         let manifest = match (driver, commands) {
             (Driver::Dir, _) => dir::take(self, workspace, &id, exclude, step)?,
             (Driver::Git, _) => git::take(self, workspace, run, &id, exclude, step)?,
+            (Driver::Overlay, _) => overlay::take(self, workspace, run, &id, exclude, step)?,
             (Driver::Cmd, Some(commands)) => {
                 cmd::take(workspace, run, &id, exclude, commands, step)?
             }
@@ -414,6 +361,7 @@ impl Store {
         match manifest.driver.as_str() {
             "git" => git::restore(self, &workspace, manifest, exclude, step),
             "cmd" => cmd::restore(&workspace, manifest, step),
+            "overlay" => overlay::restore(manifest, step),
             _ => dir::restore(self, &workspace, manifest, exclude, step),
         }
     }
@@ -431,6 +379,10 @@ impl Store {
         let workspace = Path::new(&manifest.workspace);
         match manifest.driver.as_str() {
             "git" => git::current(workspace, exclude, step),
+            "overlay" => Ok(Walked {
+                entries: overlay::stamp_walk(workspace, exclude, step)?,
+                ..Walked::default()
+            }),
             "dir" => {
                 let index = (!verify).then(|| self.index_of(workspace));
                 let walked = walk(
@@ -461,6 +413,9 @@ impl Store {
         exclude: &[PathBuf],
         step: &Step,
     ) -> Result<(Changes, Notes), SnapshotError> {
+        if manifest.driver == "overlay" {
+            return Ok((overlay::changes(manifest, step)?, Notes::new()));
+        }
         let now = self.current(manifest, exclude, step, false)?;
         Ok((
             diff(&manifest.entries, &now.entries, manifest.driver == "git"),
@@ -481,7 +436,11 @@ impl Store {
         step: &Step,
     ) -> Result<Vec<String>, SnapshotError> {
         let now = self.current(manifest, exclude, step, true)?;
-        let changes = diff(&manifest.entries, &now.entries, manifest.driver == "git");
+        let recorded = match manifest.driver.as_str() {
+            "overlay" => std::borrow::Cow::Owned(overlay::entries(manifest, step)?),
+            _ => std::borrow::Cow::Borrowed(&manifest.entries),
+        };
+        let changes = diff(&recorded, &now.entries, manifest.driver == "git");
         let line = |how: &str, path: &String| match not_restored.get(path) {
             Some(why) => format!("{how}: {path} ({why})"),
             None => format!("{how}: {path}"),
@@ -490,7 +449,47 @@ impl Store {
         residue.extend(changes.added.iter().map(|p| line("left behind", p)));
         residue.extend(changes.modified.iter().map(|p| line("differs", p)));
         residue.extend(changes.deleted.iter().map(|p| line("missing", p)));
+        if manifest.driver == "overlay" {
+            residue.extend(overlay::leftovers(manifest, step)?);
+        }
         Ok(residue)
+    }
+
+    /// Whether a restore to `manifest` can start now: for the `overlay` driver, no step
+    /// may be running on the run's overlay (a rollback-to is refused before its decision
+    /// is written); always for the other drivers.
+    ///
+    /// Errors: [`SnapshotError::Unsupported`] saying why.
+    pub fn ready_to_restore(&self, manifest: &Manifest) -> Result<(), SnapshotError> {
+        match manifest.driver.as_str() {
+            "overlay" => overlay::ready_to_restore(manifest),
+            _ => Ok(()),
+        }
+    }
+
+    /// After a run's final rollback was verified: removes what the driver kept for the
+    /// run outside the workspace (the `overlay` driver's state directory); nothing for
+    /// the other drivers, whose snapshots stay in the store.
+    pub fn discard(&self, manifest: &Manifest) {
+        if manifest.driver == "overlay" {
+            overlay::discard(manifest);
+        }
+    }
+
+    /// The keep step's files: for the `overlay` driver, merges what the steps wrote into
+    /// the workspace and checks it (`Some`, whose `residue` is empty when verified); the
+    /// other drivers' steps wrote the workspace itself (`None`).
+    ///
+    /// Errors: [`SnapshotError::TimedOut`] past `step`'s deadline; the merge's errors.
+    pub fn keep(
+        &self,
+        manifest: &Manifest,
+        step: &Step,
+    ) -> Result<Option<overlay::Kept>, SnapshotError> {
+        match manifest.driver.as_str() {
+            "overlay" => overlay::keep(manifest, step).map(Some),
+            _ => Ok(None),
+        }
     }
 }
 

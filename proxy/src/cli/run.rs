@@ -42,7 +42,8 @@ pub struct RunArgs {
     /// The workspace the command changes
     #[arg(long, default_value = ".", value_name = "DIR")]
     workspace: PathBuf,
-    /// Snapshot driver: dir (a copy of the tree), git (a private ref), or cmd (your commands)
+    /// Snapshot driver: dir (a copy of the tree), overlay (each step on an overlayfs upper
+    /// directory; needs root), git (a private ref), or cmd (your commands)
     #[arg(long, default_value = "dir", value_name = "DRIVER")]
     snapshot: String,
     /// cmd driver: takes a snapshot named $AIRLOCK_SNAPSHOT (sh -c, in the workspace)
@@ -213,6 +214,22 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     for note in attached["snapshot_notes"].as_array().into_iter().flatten() {
         eprintln!("airlock: snapshot note: {}", note.as_str().unwrap_or(""));
     }
+    let overlay = match attached["overlay_state"].as_str() {
+        Some(state) => Some(step::OverlayRun {
+            state: PathBuf::from(state),
+            target: attached["path"]
+                .as_str()
+                .map_or_else(|| workspace.clone(), PathBuf::from),
+        }),
+        None if args.snapshot == "overlay" => {
+            let _ = client.post(&format!("/v1/runs/{run}/abort"), None).await;
+            return Err(anyhow!(
+                "the server did not name the run's overlay state directory (is it older than \
+                 this airlock?); the run was aborted. Use --snapshot dir"
+            ));
+        }
+        None => None,
+    };
     let outside_roots = outside::absolute(&args.check_residue_outside);
     let outside_exclude = vec![
         workspace.clone(),
@@ -230,6 +247,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         env: &env,
         client,
         json_output: args.admin.json,
+        overlay: overlay.as_ref(),
     };
     let (step, containment) = contained_step(&cx, program, rest).await;
     record(client, &run, "command", &line, &step, &containment).await?;
@@ -408,6 +426,16 @@ fn conclude(json_output: bool, report: &Value) -> anyhow::Result<()> {
         return Err(RunFailed {
             code: 1,
             message: "the rollback could not be verified".into(),
+        }
+        .into());
+    }
+    let keep_residue = report["decision"]["residue"]
+        .as_array()
+        .is_some_and(|r| !r.is_empty());
+    if report["decision"]["kind"] == "keep" && keep_residue {
+        return Err(RunFailed {
+            code: 1,
+            message: "the overlay's changes could not all be merged into the workspace".into(),
         }
         .into());
     }

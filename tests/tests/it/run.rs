@@ -1,7 +1,8 @@
 //! `airlock run`: files and effects kept or rolled back together, savepoints, the git
 //! driver, the residue check (docs/run.md); crash recovery in `run/crash.rs`, the client
 //! matrix in `run/clients.rs`, savepoints and rollback in `run/savepoints.rs`, the git and
-//! cmd drivers in `run/drivers.rs`, special files and step time limits in `run/special.rs`.
+//! cmd drivers in `run/drivers.rs`, the overlay driver in `run/overlay.rs`, special files
+//! and step time limits in `run/special.rs`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use serde_json::{json, Value};
 pub(crate) mod clients;
 mod crash;
 mod drivers;
+mod overlay;
 mod review_after;
 mod savepoints;
 mod special;

@@ -250,7 +250,7 @@ pub struct WorkspaceView {
     pub run: Option<RunId>,
     /// Absolute path of the workspace directory.
     pub path: String,
-    /// Snapshot driver: `dir`, `git` or `cmd`.
+    /// Snapshot driver: `dir`, `overlay`, `git` or `cmd`.
     pub driver: String,
     /// The snapshot taken when the run started.
     pub snapshot: String,
@@ -275,6 +275,10 @@ pub struct WorkspaceView {
     /// On attach only: what the first snapshot holds, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot_contents: Option<String>,
+    /// On attach with the `overlay` driver only: the run's overlay state directory, which
+    /// `airlock run` mounts each step from (docs/run.md, "The overlay driver").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlay_state: Option<String>,
 }
 
 impl WorkspaceView {
@@ -292,6 +296,7 @@ impl WorkspaceView {
             rollback_unverified: record.rollback_unverified,
             snapshot_notes: record.snapshot_notes,
             snapshot_contents: None,
+            overlay_state: None,
         }
     }
 }

@@ -81,8 +81,16 @@ async fn attach(
     };
     let (record, described) =
         crate::runs::workspace::attach(&shared, &run, &request.path, &driver, commands).await?;
+    let overlay = (record.driver == "overlay").then(|| {
+        // `airlock run` mounts each step from here (docs/run.md, "The overlay driver").
+        crate::snapshot::Store::new(&shared.data_dir)
+            .overlay_state(run.as_str())
+            .display()
+            .to_string()
+    });
     let mut view = WorkspaceView::of(record, Some(run));
     view.snapshot_contents = Some(described);
+    view.overlay_state = overlay;
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 

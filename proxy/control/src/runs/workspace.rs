@@ -29,7 +29,9 @@ mod steps;
 use crate::release::{CommitError, CommitReport};
 use crate::snapshot::{pause_point, Commands, Driver, SnapshotError, Store};
 use crate::Control;
-use steps::{bounded, changes_since, keep_timed_out, restore_and_check};
+use steps::{
+    bounded, changes_since, discard_snapshot, keep_files, keep_timed_out, restore_and_check,
+};
 
 /// Errors of workspace operations.
 #[derive(Debug, thiserror::Error)]
@@ -301,14 +303,19 @@ pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Resu
         let (shared, run, name) = (shared.clone(), run.clone(), name.to_owned());
         blocking(move || {
             let record = must_workspace(&shared, &run)?;
-            record
+            let savepoint = record
                 .savepoints
                 .iter()
                 .find(|s| s.name == name)
                 .cloned()
                 .ok_or_else(|| {
                     WorkspaceError::Invalid(format!("run {run} has no savepoint named {name:?}"))
-                })
+                })?;
+            // Refused before a decision is written when the driver cannot restore now
+            // (a step running on the overlay).
+            let store = store(&shared);
+            store.ready_to_restore(&store.load(&savepoint.snapshot)?)?;
+            Ok(savepoint)
         })
         .await?
     };
@@ -430,6 +437,12 @@ async fn apply(
     let outcome;
     let mut residue = Vec::new();
     let mut unverified = false;
+    // A keep's files come first: the overlay driver merges what the steps wrote (the
+    // effects' side may then wait on a reviewer or time out).
+    let kept = match decision.kind {
+        DecisionKind::Keep => keep_files(shared, &decision.snapshot).await,
+        _ => None,
+    };
     match decision.kind {
         DecisionKind::Keep if decision.commit => {
             let committing = super::commit_detached(
@@ -549,6 +562,9 @@ async fn apply(
             };
             residue = restore_and_check(shared, &decision.snapshot).await;
             unverified = !residue.is_empty();
+            if decision.kind == DecisionKind::Rollback && !unverified {
+                discard_snapshot(shared, &decision.snapshot).await;
+            }
             outcome = match decision.kind {
                 DecisionKind::RollbackTo => format!(
                     "files restored to savepoint {}; {} effect(s) discarded",
@@ -563,6 +579,16 @@ async fn apply(
             };
         }
     }
+    let outcome = match kept {
+        Some(kept) if kept.is_empty() => {
+            outcome + "; the overlay's changes were merged into the workspace and checked"
+        }
+        Some(kept) => {
+            residue = kept;
+            outcome + "; the overlay's changes could NOT all be merged into the workspace"
+        }
+        None => outcome,
+    };
     finish(
         shared,
         run,

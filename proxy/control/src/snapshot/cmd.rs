@@ -70,6 +70,7 @@ pub(super) fn take(
         entries: walked.entries,
         git: None,
         commands: Some(commands.clone()),
+        overlay: None,
         notes: walked.notes,
     })
 }

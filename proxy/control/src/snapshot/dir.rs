@@ -38,6 +38,7 @@ pub(super) fn take(
         entries: walked.entries,
         git: None,
         commands: None,
+        overlay: None,
         notes: walked.notes,
     })
 }

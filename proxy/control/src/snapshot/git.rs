@@ -378,6 +378,7 @@ pub(super) fn take(
             had_index,
         }),
         commands: None,
+        overlay: None,
         notes: walked.notes,
     })
 }

@@ -18,6 +18,13 @@ pub(super) struct Step {
     pub(super) output: String,
 }
 
+/// The `overlay` driver's mount of each step: the run's state directory (the attach
+/// answer's `overlay_state`) and the workspace it covers (docs/run.md).
+pub(super) struct OverlayRun {
+    pub(super) state: std::path::PathBuf,
+    pub(super) target: std::path::PathBuf,
+}
+
 /// How much of a command's output (stdout and stderr interleaved) is kept on the run.
 const OUTPUT_TAIL_BYTES: usize = 16 * 1024;
 
@@ -48,8 +55,32 @@ async fn run_step(
     env: &serde_json::Map<String, Value>,
     run: &str,
     json_output: bool,
+    overlay: Option<&OverlayRun>,
 ) -> Step {
     let started = Instant::now();
+    // On the overlay driver the step runs on the run's overlay, in a mount namespace of
+    // its own; the mount holds the run's lock until the step ends.
+    let mounted = match overlay.map(|o| {
+        let mount = airlock_control::snapshot::overlay::StepMount::prepare(&o.state, &o.target)?;
+        let line = mount.command_line(program, args)?;
+        Ok::<_, airlock_control::snapshot::SnapshotError>((mount, line))
+    }) {
+        Some(Ok((mount, line))) => Some((mount, line)),
+        Some(Err(error)) => {
+            return Step {
+                exit_code: None,
+                success: false,
+                duration_ms: 0,
+                note: Some(format!("the step's overlay could not be prepared: {error}")),
+                output: String::new(),
+            }
+        }
+        None => None,
+    };
+    let (program, args) = match &mounted {
+        Some((_, (program, args))) => (program.as_str(), args.as_slice()),
+        None => (program, args),
+    };
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
@@ -157,6 +188,7 @@ pub(super) struct StepContext<'a> {
     pub(super) env: &'a serde_json::Map<String, Value>,
     pub(super) client: &'a AdminClient,
     pub(super) json_output: bool,
+    pub(super) overlay: Option<&'a OverlayRun>,
 }
 
 /// Runs one step of the run (`command` or `verify`) in the chosen mode: in a fence for
@@ -175,10 +207,11 @@ pub(super) async fn contained_step(
         env,
         client,
         json_output,
+        overlay,
     } = *cx;
     let before = fence::counts(client, run, chosen).await;
     if chosen.network == airlock_fence::Network::Env {
-        let step = run_step(program, args, workspace, env, run, json_output).await;
+        let step = run_step(program, args, workspace, env, run, json_output, overlay).await;
         let containment = fence::containment(client, run, chosen, None, &before).await;
         return (step, containment);
     }
@@ -216,6 +249,7 @@ pub(super) async fn contained_step(
         &spec_env,
         run,
         json_output,
+        overlay,
     )
     .await;
     let report = prepared.report();

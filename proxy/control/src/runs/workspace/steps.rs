@@ -98,3 +98,34 @@ pub(super) async fn restore_and_check(shared: &Arc<Control>, snapshot: &str) -> 
     .await;
     checked.unwrap_or_else(|error| vec![format!("residue check failed: {error}")])
 }
+
+/// After the final rollback was verified: what the driver kept for the run outside the
+/// workspace goes (the `overlay` driver's state directory). Best effort.
+pub(super) async fn discard_snapshot(shared: &Arc<Control>, snapshot: &str) {
+    let (shared2, id) = (shared.clone(), snapshot.to_owned());
+    let _ = bounded(shared, "rollback", move |_| {
+        let store = store(&shared2);
+        store.discard(&store.load(&id)?);
+        Ok(())
+    })
+    .await;
+}
+
+/// The keep step's files, under the step's time limit: for the `overlay` driver, merges
+/// what the steps wrote into the workspace and checks it. Returns `None` for the other
+/// drivers (their steps wrote the workspace itself), else the keep's residue (empty when
+/// verified; a merge that failed or timed out is residue too: `keep failed: …`).
+pub(super) async fn keep_files(shared: &Arc<Control>, snapshot: &str) -> Option<Vec<String>> {
+    let (shared2, id) = (shared.clone(), snapshot.to_owned());
+    let kept = bounded(shared, "keep", move |step| {
+        let store = store(&shared2);
+        let manifest = store.load(&id)?;
+        Ok(store.keep(&manifest, step)?)
+    })
+    .await;
+    match kept {
+        Ok(None) => None,
+        Ok(Some(kept)) => Some(kept.residue),
+        Err(error) => Some(vec![format!("keep failed: {error}")]),
+    }
+}
