@@ -13,6 +13,7 @@ mod credentials;
 mod denials_readable;
 mod durability;
 mod examples;
+mod fleet;
 mod flows;
 mod kubernetes;
 mod leases;
