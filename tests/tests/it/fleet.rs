@@ -441,3 +441,107 @@ async fn fleet_a_run_aborted_through_control_y_is_refused_by_proxy_a_and_proxy_b
         "nothing was staged after the abort"
     );
 }
+
+/// Stages `n` POSTs to `base/bulk/{tag}-{i}` through the run's environment with one curl
+/// process (one proxy connection); asserts every one was answered 202.
+async fn stage_many(env: &BTreeMap<String, String>, base: &str, tag: &str, n: usize) {
+    let urls: Vec<String> = (0..n).map(|i| format!("{base}/bulk/{tag}-{i}")).collect();
+    let mut args = vec![
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}\\n",
+        "-X",
+        "POST",
+        "--data",
+        "x",
+    ];
+    args.extend(urls.iter().map(String::as_str));
+    let out = airlock_tests::run_client_async("curl", &args, env).await;
+    let codes = String::from_utf8_lossy(&out.stdout).into_owned();
+    let staged = codes.lines().filter(|c| *c == "202").count();
+    assert_eq!(staged, n, "{tag}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Commits each `(control, run)` at once (approving what is pending) and returns how long
+/// until every commit answered, asserting each committed.
+async fn commit_all(commits: Vec<(&Airlock, String)>) -> Duration {
+    let mut bodies = Vec::new();
+    for (control, run) in &commits {
+        bodies.push((
+            control.admin.clone(),
+            run.clone(),
+            control.approve_pending_body(run).await,
+        ));
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = bodies
+        .into_iter()
+        .map(|(admin, run, body)| {
+            tokio::spawn(async move {
+                admin
+                    .post(&format!("/v1/runs/{run}/commit"), Some(body))
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        let report = task.await.expect("commit task").expect("commit");
+        assert_eq!(report["state"], "committed", "{}", report["state"]);
+    }
+    started.elapsed()
+}
+
+/// The figure of issue #19 "Figures": releasing 1,000 effects (two runs of 500) through
+/// two control instances on PostgreSQL, each committing one run at once, beside one sled
+/// `--role all` instance committing the same two runs at once (and, for comparison, two
+/// more runs both committed on X). Printed, not asserted:
+/// `cargo test -p airlock-tests --test it fleet_release_figure -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark figure; run with --ignored --nocapture"]
+async fn fleet_release_figure_1000_effects_two_controls_on_postgres_vs_one_sled_instance() {
+    const PER_RUN: usize = 500;
+    let Some(fleet) = Fleet::start().await else {
+        return;
+    };
+    let base = fleet.base();
+    let (run1, env_a) = fleet.x.create_run().await;
+    let (run2, env2) = fleet.x.create_run().await;
+    let env_b = through(&env2, &fleet.a, &fleet.b);
+    stage_many(&env_a, &base, "one", PER_RUN).await;
+    stage_many(&env_b, &base, "two", PER_RUN).await;
+    let pg = commit_all(vec![(&fleet.x, run1), (&fleet.y, run2)]).await;
+    assert_eq!(fleet.origin.received().len(), 2 * PER_RUN);
+    // The same two runs both committed on X alone, for comparison.
+    let (run1, env_a) = fleet.x.create_run().await;
+    let (run2, env2) = fleet.x.create_run().await;
+    let env_b = through(&env2, &fleet.a, &fleet.b);
+    stage_many(&env_a, &base, "three", PER_RUN).await;
+    stage_many(&env_b, &base, "four", PER_RUN).await;
+    let pg_one = commit_all(vec![(&fleet.x, run1), (&fleet.x, run2)]).await;
+    assert_eq!(fleet.origin.received().len(), 4 * PER_RUN);
+
+    let fx = Fixture::new();
+    let origin = airlock_tests::ok_origin(&fx.origin_ca).await;
+    let sled = fx.start(&policy(origin.addr().port()), &[]);
+    let sled_base = format!("https://127.0.0.1:{}", origin.addr().port());
+    let (run1, env1) = sled.create_run().await;
+    let (run2, env2) = sled.create_run().await;
+    stage_many(&env1, &sled_base, "one", PER_RUN).await;
+    stage_many(&env2, &sled_base, "two", PER_RUN).await;
+    let embedded = commit_all(vec![(&sled, run1), (&sled, run2)]).await;
+    assert_eq!(origin.received().len(), 2 * PER_RUN);
+
+    let rate = |d: Duration| (2 * PER_RUN) as f64 / d.as_secs_f64();
+    eprintln!(
+        "figure: released {} effects (2 runs x {PER_RUN}): PostgreSQL, controls X and Y one run each: {:.2} s ({:.0} effects/s); PostgreSQL, both on X: {:.2} s ({:.0} effects/s); sled, one --role all instance: {:.2} s ({:.0} effects/s)",
+        2 * PER_RUN,
+        pg.as_secs_f64(),
+        rate(pg),
+        pg_one.as_secs_f64(),
+        rate(pg_one),
+        embedded.as_secs_f64(),
+        rate(embedded)
+    );
+}
