@@ -205,6 +205,9 @@ async fn fleet_effects_from_both_proxies_show_on_y_a_placeholder_from_a_is_held_
 
     // Real curl, configured only by the run's environment, through both proxies.
     let a1 = stage(&env_a, &format!("{base}/hooks/a1"), "a1", 202).await;
+    // B stages in the run first, so it holds the run's placeholders (none yet) in its cache:
+    // the placeholder A issues next must reach B by the store's notifications.
+    let b0 = stage(&env_b, &format!("{base}/hooks/b0"), "b0", 202).await;
     let created = curl(
         &env_a,
         &[
@@ -257,7 +260,7 @@ async fn fleet_effects_from_both_proxies_show_on_y_a_placeholder_from_a_is_held_
     assert_eq!(shown["depends_on"][0]["effect"], item.as_str(), "{shown}");
 
     // Y lists both proxies' effects, in the API and on its review UI's run page.
-    let ids = [&a1, &item, &held, &slow, &b1, &a2];
+    let ids = [&a1, &b0, &item, &held, &slow, &b1, &a2];
     let on_y = fleet.y.effects(&run).await;
     let listed: Vec<&str> = on_y.iter().filter_map(|e| e["id"].as_str()).collect();
     assert_eq!(
@@ -355,6 +358,7 @@ async fn fleet_effects_from_both_proxies_show_on_y_a_placeholder_from_a_is_held_
     let received = fleet.origin.received();
     for (method, path) in [
         ("POST", "/hooks/a1"),
+        ("POST", "/hooks/b0"),
         ("POST", "/items"),
         ("GET", "/items/4242"),
         ("POST", SLOW),
@@ -369,7 +373,7 @@ async fn fleet_effects_from_both_proxies_show_on_y_a_placeholder_from_a_is_held_
     }
     assert_eq!(
         received.len(),
-        6,
+        ids.len(),
         "nothing else reached the origin: {received:?}"
     );
     assert!(
