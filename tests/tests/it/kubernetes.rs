@@ -511,3 +511,85 @@ fn kubernetes_sidecar_fence_ruleset_matches_the_sidecar_and_redirects_in_nftable
         ["tcp redirected", "dns redirected", "udp refused"]
     );
 }
+
+/// What every instance of a fleet must share (docs/fleet.md): each pod whose init
+/// container copies the `airlock-data` Secret copies the CA, the placeholder key and the
+/// admin token, and the example Secret holds each of them; the example store URL is one
+/// `airlock serve --store` accepts (it fails only on the connection, here to a closed
+/// loopback port, not on its form or its sslmode).
+#[test]
+fn kubernetes_every_instance_gets_the_shared_files_and_a_store_url_airlock_accepts() {
+    const SHARED: [&str; 4] = ["ca.pem", "ca-key.pem", "placeholder.key", "admin.token"];
+    let docs = documents();
+    let mut problems = Vec::new();
+    let mut copying = 0;
+    for (file, doc) in &docs {
+        let text = doc.to_string();
+        if !text.contains("/secrets/ca-key.pem") {
+            continue;
+        }
+        copying += 1;
+        for shared in SHARED {
+            if !text.contains(&format!("/secrets/{shared}")) {
+                problems.push(format!("{file}: the init container does not copy {shared}"));
+            }
+        }
+    }
+    assert!(
+        copying >= 3,
+        "control, proxy and sidecar copy the Secret ({copying})"
+    );
+    let secret = |name: &str| {
+        docs.iter()
+            .find(|(_, d)| d["kind"] == "Secret" && d["metadata"]["name"] == name)
+            .map(|(_, d)| d["stringData"].clone())
+            .unwrap_or_else(|| panic!("the {name} Secret"))
+    };
+    let data = secret("airlock-data");
+    for shared in SHARED {
+        if data.get(shared).is_none() {
+            problems.push(format!(
+                "secrets.example.yaml: airlock-data has no {shared}"
+            ));
+        }
+    }
+    let url = secret("airlock-store")["url"]
+        .as_str()
+        .expect("airlock-store url")
+        .to_owned();
+    // The same URL, pointed at a closed port of this machine.
+    let (_, rest) = url.split_once('@').expect("USER@HOST in the url");
+    let (_, path) = rest.split_once('/').expect("/DATABASE in the url");
+    let probe = format!("postgres://airlock@127.0.0.1:1/{path}");
+    let data_dir = tempfile::tempdir().expect("temp dir");
+    let policy = data_dir.path().join("policy.toml");
+    std::fs::write(&policy, "version = 1\ndefault = \"deny\"\n").expect("policy");
+    let out = Command::new(airlock_bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--store",
+        ])
+        .arg(&probe)
+        .arg("--data")
+        .arg(data_dir.path().join("data"))
+        .arg("--policy")
+        .arg(&policy)
+        .output()
+        .expect("airlock serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "nothing listens on 127.0.0.1:1");
+    if !stderr.contains("cannot connect") {
+        problems.push(format!(
+            "secrets.example.yaml: airlock refuses the example store URL's form: {stderr}"
+        ));
+    }
+    assert!(
+        problems.is_empty(),
+        "examples/kubernetes:\n  {}",
+        problems.join("\n  ")
+    );
+}
