@@ -225,6 +225,11 @@ fn hint(error: &anyhow::Error, starts: &str) -> Option<String> {
         {
             return Some("fix the policy file; `docs/policy.md` lists every key".into());
         }
+        if let Some(crate::StartError::Store { .. } | crate::StartError::StoreRead { .. }) =
+            cause.downcast_ref::<crate::StartError>()
+        {
+            return Some("check that PostgreSQL runs and accepts connections there (`pg_isready -h HOST -p PORT`), that the user, password and database exist, and the URL's form, postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE, given by --store or AIRLOCK_STORE (docs/fleet.md, \"PostgreSQL store\")".into());
+        }
         if cause.downcast_ref::<crate::StartError>().is_some() {
             return Some(format!("check the paths and addresses given to `{starts}`"));
         }

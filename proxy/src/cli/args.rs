@@ -79,7 +79,7 @@ pub(super) enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Create, list or show runs
+    /// Create, list, show, export or prune runs
     Runs {
         #[command(subcommand)]
         command: RunsCommand,
@@ -191,7 +191,7 @@ pub(super) enum Command {
     },
     /// Run the end-to-end demo on loopback with embedded defaults
     Demo,
-    /// Check a policy file, or explain how it decides a request
+    /// Check, test, explain, diff, replay or reload a policy, or print its JSON Schema
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
@@ -309,7 +309,7 @@ pub(super) enum RunsCommand {
     },
     /// Write a run's whole record as NDJSON (one JSON object per line with a `kind`:
     /// run, decision, read, effect, release, placeholder, edge, denial, workspace, end;
-    /// docs/admin-api.md, "Export"), from GET /v1/runs/{id}/export
+    /// docs/admin-api.md, "Export and prune"), from GET /v1/runs/{id}/export
     Export {
         /// The run
         run: String,

@@ -82,7 +82,14 @@ async fn export_into(
 /// place only once complete, so a file at `path` is always a whole export.
 async fn export_to_file(client: &AdminClient, run: &str, path: &Path) -> anyhow::Result<()> {
     let partial = path.with_extension("ndjson.partial");
-    let mut file = std::fs::File::create(&partial)
+    // An export holds effect bodies and the origins' answers: readable by its owner only,
+    // as the data directory is.
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(&partial)
         .with_context(|| format!("cannot create {}", partial.display()))?;
     let written = export_into(client, run, &mut file).await;
     let synced = written.and_then(|()| {
@@ -110,9 +117,23 @@ pub(super) async fn export(
         None => {
             let stdout = std::io::stdout();
             let mut lock = stdout.lock();
-            export_into(&client, run, &mut lock).await
+            match export_into(&client, run, &mut lock).await {
+                // The reader stopped early (`| head`): what it read was written.
+                Err(error) if is_broken_pipe(&error) => Ok(()),
+                other => other,
+            }
         }
     }
+}
+
+/// Whether `error` is the reader of stdout having gone away (EPIPE).
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            || cause.to_string().contains("Broken pipe")
+    })
 }
 
 /// `airlock runs prune --finished-before DURATION [--export-to DIR] [--dry-run]`.
@@ -153,10 +174,26 @@ pub(super) async fn prune(
     }
     let kept = report["kept"].as_array().cloned().unwrap_or_default();
     if admin.json {
-        return print_json(&json!({ "dry_run": dry_run, "pruned": pruned, "kept": kept }));
+        return print_json(&json!({
+            "cutoff_ms": report["cutoff_ms"],
+            "dry_run": dry_run,
+            "pruned": pruned,
+            "kept": kept,
+        }));
     }
-    let verb = if dry_run { "would prune" } else { "pruned" };
-    for run in &pruned {
+    if dry_run {
+        // Nothing was removed, so there are no counts to show.
+        for run in &pruned {
+            outln!(
+                "would prune {} ({}, finished at {} ms)",
+                run["run"].as_str().unwrap_or(""),
+                run["state"].as_str().unwrap_or(""),
+                run["finished_at_ms"].as_u64().unwrap_or(0),
+            );
+        }
+    }
+    let verb = "pruned";
+    for run in pruned.iter().filter(|_| !dry_run) {
         outln!(
             "{verb} {} ({}, {} effect(s), {} read(s){})",
             run["run"].as_str().unwrap_or(""),

@@ -180,6 +180,18 @@ async fn export_holds_every_record_and_prune_removes_only_the_finished_run() {
         "{refused}"
     );
 
+    // A dry run names what it would remove and claims no counts (nothing was removed).
+    let (ok, out, err) = cli(
+        &fx,
+        &["runs", "prune", "--finished-before", "0s", "--dry-run"],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("would prune {a} (committed")),
+        "{out}"
+    );
+    assert!(!out.contains("effect(s)") && !out.contains(&b), "{out}");
+
     let dir = fx.dir.path().join("exports");
     let (ok, out, err) = cli(
         &fx,
@@ -195,6 +207,15 @@ async fn export_holds_every_record_and_prune_removes_only_the_finished_run() {
     assert!(ok, "{err}");
     assert!(out.contains(&format!("pruned {a}")), "{out}");
     assert!(!out.contains(&b), "{out}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(dir.join(format!("{a}.ndjson")))
+            .expect("export")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "an export is its owner's only: {mode:o}");
+    }
     assert_eq!(
         std::fs::read(dir.join(format!("{a}.ndjson"))).expect("exported before pruning"),
         std::fs::read(&first).expect("first export"),
@@ -354,7 +375,12 @@ async fn runs_list_is_paged_and_the_cli_follows_every_page() {
         "/v1/runs?after=nope",
     ] {
         let refused = airlock.admin.get(bad).await.expect_err(bad);
-        assert!(refused.to_string().contains("HTTP 400"), "{bad}: {refused}");
+        let refused = refused.to_string();
+        // docs/admin-api.md: a bad page parameter is a bad query, whichever it is.
+        assert!(
+            refused.contains("HTTP 400") && refused.contains("bad_query"),
+            "{bad}: {refused}"
+        );
     }
     let (ok, out, err) = cli(&fx, &["runs", "list", "--json"]);
     assert!(ok, "{err}");

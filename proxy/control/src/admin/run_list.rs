@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 
-use super::{blocking, parse_run, render, ApiError, ApiResult};
+use super::{blocking, render, ApiError, ApiResult};
 use crate::Control;
 
 /// `GET /v1/runs` pages: `limit` runs unless asked (at most [`MAX_RUNS_PAGE`]).
@@ -28,7 +28,7 @@ pub(super) struct ListQuery {
     after: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery), responses((status = 200, description = "`{runs: [run…], next}`: a page of runs, newest first, each with its effect counts by state; `next` is the cursor of the next page (`?after=NEXT`), `null` on the last page", body = render::RunList), (status = 400, description = "A `limit` outside 1–1000, an `after` that is not a run id, or an unknown parameter (`bad_query`, `bad_run_id`)", body = super::openapi::ApiErrorBody)))]
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery), responses((status = 200, description = "`{runs: [run…], next}`: a page of runs, newest first, each with its effect counts by state; `next` is the cursor of the next page (`?after=NEXT`), `null` on the last page", body = render::RunList), (status = 400, description = "A `limit` outside 1–1000, an `after` that is not a run id, or an unknown parameter (`bad_query`)", body = super::openapi::ApiErrorBody)))]
 pub(super) async fn list_runs(
     State(shared): State<Arc<Control>>,
     query: Result<axum::extract::Query<ListQuery>, axum::extract::rejection::QueryRejection>,
@@ -50,7 +50,18 @@ pub(super) async fn list_runs(
             ),
         ));
     }
-    let after = query.after.as_deref().map(parse_run).transpose()?;
+    let after = match query.after.as_deref() {
+        None => None,
+        Some(after) => Some(airlock_ledger::RunId::parse(after).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                format!(
+                    "after must be a run id (run_…), the next of a previous page; got {after:?}"
+                ),
+            )
+        })?),
+    };
     let ledger = shared.ledger().clone();
     let (runs, more) = blocking(move || {
         // One run more than asked says whether a next page exists.
