@@ -38,6 +38,41 @@ impl PgStore {
         })
     }
 
+    /// Records a release's outcome ([`crate::rules::record_release`]) after `check` (a
+    /// fence, for [`crate::LeaseStore::record_release_fenced`]) passed on the locked effect;
+    /// the response body is stored by digest in the same transaction.
+    pub(super) fn record_release_checked(
+        &self,
+        id: &EffectId,
+        outcome: ReleaseOutcome<'_>,
+        mut check: impl FnMut(&mut Tx<'_>, &Effect) -> Result<()> + Send + 'static,
+    ) -> Result<Effect> {
+        let body = outcome.body.to_vec();
+        let digest = Digest::sha256_of(&body);
+        let (status, headers, body_len, error, resolved, delivery) = (
+            outcome.status,
+            outcome.headers,
+            outcome.body_len,
+            outcome.error,
+            outcome.resolved,
+            outcome.delivery,
+        );
+        self.update_effect(id, move |tx, _, effect| {
+            check(tx, effect)?;
+            let outcome = ReleaseOutcome {
+                status,
+                headers: headers.clone(),
+                body: &body,
+                body_len,
+                error: error.clone(),
+                resolved: resolved.clone(),
+                delivery,
+            };
+            rules::record_release(effect, outcome, digest.clone(), now_ms())?;
+            put_body(tx, &digest, &body)
+        })
+    }
+
     /// Locks effect `id`'s run, lets `change` decide over the run and its effects, and
     /// stores the changed effects and the run: what a retry and a settlement need.
     fn update_run_effects(
@@ -211,29 +246,7 @@ impl EffectStore for PgStore {
     }
 
     fn record_release(&self, id: &EffectId, outcome: ReleaseOutcome<'_>) -> Result<Effect> {
-        let body = outcome.body.to_vec();
-        let digest = Digest::sha256_of(&body);
-        let (status, headers, body_len, error, resolved, delivery) = (
-            outcome.status,
-            outcome.headers,
-            outcome.body_len,
-            outcome.error,
-            outcome.resolved,
-            outcome.delivery,
-        );
-        self.update_effect(id, move |tx, _, effect| {
-            let outcome = ReleaseOutcome {
-                status,
-                headers: headers.clone(),
-                body: &body,
-                body_len,
-                error: error.clone(),
-                resolved: resolved.clone(),
-                delivery,
-            };
-            rules::record_release(effect, outcome, digest.clone(), now_ms())?;
-            put_body(tx, &digest, &body)
-        })
+        self.record_release_checked(id, outcome, |_, _| Ok(()))
     }
 
     fn settle_unsent(&self, id: &EffectId, to: EffectState, reason: &str) -> Result<Effect> {

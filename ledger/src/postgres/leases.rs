@@ -4,11 +4,11 @@
 //! transaction as the write they guard. The rules are [`crate::lease`]'s.
 
 use super::pool::Tx;
-use super::records::{self, big, count, fault, locked_run, put_body, put_effects, put_run};
+use super::records::{self, big, count, fault, locked_run, put_effects, put_run};
 use super::PgStore;
 use crate::change::Change;
 use crate::lease::{self, Lease};
-use crate::model::{now_ms, Digest, Effect, EffectId, EffectState, Run, RunId};
+use crate::model::{now_ms, Effect, EffectId, EffectState, Run, RunId};
 use crate::rules;
 use crate::store::LeaseStore;
 use crate::{ReleaseOutcome, Result};
@@ -143,29 +143,8 @@ impl LeaseStore for PgStore {
         fence: &Lease,
     ) -> Result<Effect> {
         let fence = fence.clone();
-        let body = outcome.body.to_vec();
-        let digest = Digest::sha256_of(&body);
-        let (status, headers, body_len, error, resolved, delivery) = (
-            outcome.status,
-            outcome.headers,
-            outcome.body_len,
-            outcome.error,
-            outcome.resolved,
-            outcome.delivery,
-        );
-        self.update_effect(id, move |tx, _, effect| {
-            check(tx, &effect.run_id, &fence, false)?;
-            let outcome = ReleaseOutcome {
-                status,
-                headers: headers.clone(),
-                body: &body,
-                body_len,
-                error: error.clone(),
-                resolved: resolved.clone(),
-                delivery,
-            };
-            rules::record_release(effect, outcome, digest.clone(), now_ms())?;
-            put_body(tx, &digest, &body)
+        self.record_release_checked(id, outcome, move |tx, effect| {
+            check(tx, &effect.run_id, &fence, false)
         })
     }
 
