@@ -16,6 +16,8 @@ use airlock_ledger::conformance::postgres::TestServer;
 use airlock_tests::{curl, eventually, poll_until, Airlock, Fixture, Origin, Received, Reply};
 use serde_json::{json, Value};
 
+use super::postgres::{count, policy, through};
+
 /// The controls' `--release-lease-ttl`, in seconds: the sweeper looks every TTL/3.
 const TTL_SECS: u64 = 3;
 
@@ -27,40 +29,6 @@ const CLOSE_BOUND: Duration = Duration::from_secs(2);
 
 /// The path whose release the origin holds (so the releasing control is mid-release).
 const SLOW: &str = "/hooks/slow";
-
-fn policy(port: u16) -> String {
-    format!(
-        r#"version = 1
-default = "deny"
-allow_private = ["127.0.0.0/8"]
-
-[[rule]]
-id = "create-item"
-host = "127.0.0.1"
-port = {port}
-method = ["POST"]
-path = "/items"
-action = "stage"
-[rule.respond]
-status = 201
-body = '{{"id": "{{{{placeholder:number:/id}}}}", "state": "open"}}'
-
-[[rule]]
-id = "writes"
-host = "127.0.0.1"
-port = {port}
-method = "write"
-action = "stage"
-
-[[rule]]
-id = "reads"
-host = "127.0.0.1"
-port = {port}
-method = "read"
-action = "pass"
-"#
-    )
-}
 
 /// Two proxies and two controls on one store. Fields drop in order: the instances
 /// (SIGKILLed by [`Airlock`]'s drop), the origin, the files, then PostgreSQL (stopped).
@@ -152,13 +120,6 @@ fn instance(fx: &Fixture, name: &str, args: &[&str]) -> Airlock {
     .unwrap_or_else(|e| panic!("{name} starts: {e}"))
 }
 
-/// The run's environment (which names proxy A) pointed at `to` instead.
-fn through(env: &BTreeMap<String, String>, a: &Airlock, to: &Airlock) -> BTreeMap<String, String> {
-    env.iter()
-        .map(|(k, v)| (k.clone(), v.replace(&a.proxy, &to.proxy)))
-        .collect()
-}
-
 /// A POST through the run's environment; asserts `status` and returns the effect id.
 async fn stage(env: &BTreeMap<String, String>, url: &str, body: &str, status: u16) -> String {
     let out = curl(env, &["-X", "POST", "--data", body, url]).await;
@@ -171,13 +132,6 @@ async fn stage(env: &BTreeMap<String, String>, url: &str, body: &str, status: u1
     );
     out.header("airlock-effect")
         .unwrap_or_else(|| panic!("POST {url} names its effect: {}", out.headers))
-}
-
-fn count(received: &[Received], method: &str, path: &str) -> usize {
-    received
-        .iter()
-        .filter(|r| r.method == method && r.path == path)
-        .count()
 }
 
 fn states(effects: &[Value]) -> BTreeMap<String, String> {

@@ -15,7 +15,8 @@ use serde_json::json;
 /// notifications (measured: well under 50 ms on a loaded 2-core machine).
 const NOTIFY_BOUND: Duration = Duration::from_millis(500);
 
-fn policy(port: u16) -> String {
+/// Items are created with a placeholder id (staged), other writes staged, reads passed.
+pub(super) fn policy(port: u16) -> String {
     format!(
         r#"version = 1
 default = "deny"
@@ -70,7 +71,7 @@ fn start_second(fx: &Fixture, url: &str) -> Airlock {
 }
 
 /// The run's environment with the proxy of `from` replaced by `to`'s.
-fn through(
+pub(super) fn through(
     env: &BTreeMap<String, String>,
     from: &Airlock,
     to: &Airlock,
@@ -80,7 +81,8 @@ fn through(
         .collect()
 }
 
-fn count(received: &[Received], method: &str, path: &str) -> usize {
+/// How many requests with `method` and `path` the origin received.
+pub(super) fn count(received: &[Received], method: &str, path: &str) -> usize {
     received
         .iter()
         .filter(|r| r.method == method && r.path == path)
