@@ -13,6 +13,7 @@ mod origin;
 mod procs;
 mod rounds;
 mod sections;
+mod targets;
 mod tls;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ use bytes::Bytes;
 use load::{LoadResult, LoadShape, Request, Route, Target};
 use procs::{status_kib, Proxy};
 use rounds::{measure, median, median_spread, print_table, summarise, Sample, Summary};
+use targets::{name, Targets};
 
 /// Errors of the benchmark: reported, never recovered from.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -285,6 +287,7 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
         baseline = Some((other, route));
     }
     let client_tls = tls::client_config(&roots)?;
+    let mut targets = Targets::default();
 
     println!("# airlock benchmark\n");
     println!(
@@ -300,7 +303,7 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
-        cpu_model()
+        procs::cpu_model()
     );
     if !mitm_note.is_empty() {
         println!("{mitm_note}");
@@ -404,6 +407,7 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
                 .map(|((name, _, _, _), s)| summarise(name, s))
                 .collect();
             print_table(workload, &summaries);
+            targets.record_pass(path, &summaries);
         }
         if restarts > 0 {
             println!(
@@ -455,6 +459,10 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
             let p50 = median(&mut runs.iter().map(|r| r.quantile_ms(0.5)).collect::<Vec<_>>());
             let p99 = median(&mut runs.iter().map(|r| r.quantile_ms(0.99)).collect::<Vec<_>>());
             let errors: u64 = runs.iter().map(|r| r.errors).sum();
+            match clients {
+                1 => targets.record(name::STAGE_1_P50, p50),
+                _ => targets.record(name::STAGE_64, rate),
+            }
             println!(
                 "| {clients} | {rate:.0} (±{:.0}%) | {p50:.2} | {p99:.2} | {:.1} | {errors} |",
                 spread / 2.0,
@@ -482,10 +490,13 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
         println!("| host | handshakes | p50 ms | p99 ms |\n|---|---:|---:|---:|");
         row("new name (leaf minted)", &contact.new_us);
         row("cached name", &contact.cached_us);
-        println!(
-            "\nnew - cached at p50: {:.3} ms",
-            quantile_ms(&contact.new_us, 0.5) - quantile_ms(&contact.cached_us, 0.5)
-        );
+        let new_over_cached =
+            quantile_ms(&contact.new_us, 0.5) - quantile_ms(&contact.cached_us, 0.5);
+        println!("\nnew - cached at p50: {new_over_cached:.3} ms");
+        targets.record(name::NEW_HOST, new_over_cached);
+        if let Some(kib) = contact.rss_kib.iter().map(|(_, kib)| *kib).max() {
+            targets.record(name::CONTACT_RSS, kib as f64 / 1024.0);
+        }
         let rss: Vec<String> = contact
             .rss_kib
             .iter()
@@ -522,6 +533,9 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
                 s.rate / 1048576.0
             );
         }
+        if let Some((_, peak)) = through.rss_kib {
+            targets.record(name::STREAM_RSS, peak as f64 / 1024.0);
+        }
         println!(
             "\nairlock/direct throughput: {:.2}×; RSS samples: {}",
             through.rate / direct.rate,
@@ -534,6 +548,9 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
         println!("| effects | origins | commit s | effects/s | released | run state |\n|---:|---:|---:|---:|---:|---|");
         for ports in [&origin.ports[..1], &origin.ports[..]] {
             let r = sections::release(&airlock, &client_tls, ports, release_count).await?;
+            if ports.len() == 1 {
+                targets.record(name::RELEASE, r.elapsed.as_secs_f64());
+            }
             println!(
                 "| {} | {} | {:.3} | {:.0} | {} | {} |",
                 r.effects,
@@ -563,6 +580,10 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
             kib as f64 / 1024.0,
             kib.saturating_sub(before) as f64 / opened.max(1) as f64
         );
+        targets.record(
+            name::IDLE_TUNNEL,
+            kib.saturating_sub(before) as f64 / opened.max(1) as f64,
+        );
         println!(
             "airlock peak RSS over the whole run (VmHWM): {:.1} MiB",
             status_kib(airlock.proxy.pid, "VmHWM").unwrap_or(0) as f64 / 1024.0
@@ -575,17 +596,11 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
         fence::section(counts, airlock_binary, dir, &ca_path, target.port).await?;
     }
     let _ = origin.child.kill().await;
+    let debug = airlock_binary
+        .components()
+        .any(|c| c.as_os_str() == "debug");
+    targets.print((options.quick || debug).then_some(
+        "not the targets' conditions (a debug build or --quick's reduced counts): the verdicts only show the table works",
+    ));
     Ok(())
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
-            })
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned())
 }

@@ -448,3 +448,16 @@ pub fn hudsucker_main(args: &[String]) -> Result<(), BoxError> {
         Ok::<_, BoxError>(())
     })
 }
+
+/// The CPU's model name from /proc/cpuinfo, or `unknown CPU`.
+pub(crate) fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned())
+}

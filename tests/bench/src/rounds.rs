@@ -98,7 +98,7 @@ pub(crate) struct Summary {
     pub(crate) name: String,
     pub(crate) rate: (f64, f64),
     p50: (f64, f64),
-    p99: (f64, f64),
+    pub(crate) p99: (f64, f64),
     pub(crate) cpu_us: Option<(f64, f64)>,
     /// Median CPU per request including deferred work; true when every round drained.
     pub(crate) cpu_total_us: Option<(f64, bool)>,
