@@ -1,8 +1,8 @@
-//! The `dir` driver's reflinks (issue #22, snapshots), on a real XFS filesystem the test
-//! makes in a loop image and mounts: a snapshot of a 32 MiB file, and its restore, share
-//! the file's blocks instead of copying them, seen as the filesystem's used space. Needs
-//! root and `mkfs.xfs` (skipped with a message otherwise, except under CI); skipped where
-//! loop devices cannot be mounted.
+//! The `dir` driver's reflinks (issue #22, snapshots), on real XFS and btrfs filesystems
+//! the tests make in loop images and mount: a snapshot of a 32 MiB file, and its restore,
+//! share the file's blocks instead of copying them, seen as the filesystem's used space.
+//! Needs root and `mkfs.xfs` / `mkfs.btrfs` (xfsprogs, btrfs-progs; skipped with a message
+//! otherwise, except under CI).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,32 +10,47 @@ use std::time::Duration;
 
 use super::{Driver, Step, Store};
 
-/// A mounted XFS loop image, unmounted and removed on drop.
-struct Xfs {
+/// A filesystem with reflinks the tests make: `mkfs.NAME` and its arguments.
+#[derive(Clone, Copy)]
+enum Kind {
+    Xfs,
+    Btrfs,
+}
+
+impl Kind {
+    fn mkfs(self) -> (&'static str, &'static [&'static str], &'static str) {
+        match self {
+            Kind::Xfs => ("mkfs.xfs", &["-q", "-m", "reflink=1"], "xfsprogs"),
+            Kind::Btrfs => ("mkfs.btrfs", &["-q"], "btrfs-progs"),
+        }
+    }
+}
+
+/// A mounted loop image of one [`Kind`], unmounted and removed on drop.
+struct Mounted {
     _dir: tempfile::TempDir,
     mount: PathBuf,
 }
 
-impl Xfs {
-    fn new() -> Option<Self> {
+impl Mounted {
+    fn new(kind: Kind) -> Option<Self> {
+        let (mkfs, args, package) = kind.mkfs();
         let root = rustix::process::geteuid().is_root();
-        let tool = Command::new("mkfs.xfs").arg("-V").output().is_ok();
+        let tool = Command::new(mkfs).arg("-V").output().is_ok();
         if !root || !tool {
-            let why = format!("needs root ({root}) and mkfs.xfs from xfsprogs ({tool})");
+            let why = format!("needs root ({root}) and {mkfs} from {package} ({tool})");
             assert!(std::env::var_os("CI").is_none(), "under CI this test {why}");
             eprintln!("skipped: {why}");
             return None;
         }
         let dir = tempfile::tempdir().expect("tempdir");
-        let image = dir.path().join("xfs.img");
+        let image = dir.path().join("fs.img");
         let mount = dir.path().join("mnt");
         std::fs::create_dir(&mount).expect("mkdir");
         std::fs::File::create(&image)
             .and_then(|f| f.set_len(320 << 20))
             .expect("image");
-        run(Command::new("mkfs.xfs")
-            .args(["-q", "-m", "reflink=1"])
-            .arg(&image));
+        run(Command::new(mkfs).args(args).arg(&image));
         run(Command::new("mount")
             .args(["-o", "loop"])
             .arg(&image)
@@ -53,7 +68,7 @@ impl Xfs {
     }
 }
 
-impl Drop for Xfs {
+impl Drop for Mounted {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.mount).status();
     }
@@ -82,7 +97,16 @@ fn random_file(path: &Path, bytes: usize) {
 
 #[test]
 fn a_dir_snapshot_and_its_restore_reflink_on_xfs_instead_of_copying() {
-    let Some(fs) = Xfs::new() else { return };
+    snapshot_and_restore_share_blocks(Kind::Xfs);
+}
+
+#[test]
+fn a_dir_snapshot_and_its_restore_reflink_on_btrfs_instead_of_copying() {
+    snapshot_and_restore_share_blocks(Kind::Btrfs);
+}
+
+fn snapshot_and_restore_share_blocks(kind: Kind) {
+    let Some(fs) = Mounted::new(kind) else { return };
     let data = fs.mount.join("data");
     let ws = fs.mount.join("ws");
     std::fs::create_dir_all(&data).expect("mkdir");
