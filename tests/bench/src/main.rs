@@ -574,16 +574,13 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
             "before the tunnels (what earlier sections left): {:.1} MiB",
             before as f64 / 1024.0
         );
+        let per_tunnel = kib.saturating_sub(before) as f64 / opened.max(1) as f64;
         println!(
             "with {opened} idle intercepted tunnels (CONNECT + TLS, no request): {:.1} MiB, \
-             {:.1} KiB per tunnel above the line before",
+             {per_tunnel:.1} KiB per tunnel above the line before",
             kib as f64 / 1024.0,
-            kib.saturating_sub(before) as f64 / opened.max(1) as f64
         );
-        targets.record(
-            name::IDLE_TUNNEL,
-            kib.saturating_sub(before) as f64 / opened.max(1) as f64,
-        );
+        targets.record(name::IDLE_TUNNEL, per_tunnel);
         println!(
             "airlock peak RSS over the whole run (VmHWM): {:.1} MiB",
             status_kib(airlock.proxy.pid, "VmHWM").unwrap_or(0) as f64 / 1024.0

@@ -94,19 +94,21 @@ impl Targets {
     /// for the same target replaces an earlier one. Unknown names panic: they are a typo
     /// in this crate.
     pub fn record(&mut self, what: &str, figure: f64) {
-        let target = self
-            .targets
+        self.target_mut(what).figure = Some(figure);
+    }
+
+    /// The target named `what`; unknown names panic (a typo in this crate).
+    fn target_mut(&mut self, what: &str) -> &mut Target {
+        self.targets
             .iter_mut()
             .find(|t| t.what == what)
-            .unwrap_or_else(|| panic!("no target named {what:?}"));
-        target.figure = Some(figure);
+            .unwrap_or_else(|| panic!("no target named {what:?}"))
     }
 
     /// Records the pass table's ratios against hudsucker and airlock's peak RSS, for the
     /// workload `path` (`/small` or `/64k`). Nothing is recorded for a missing contestant.
     pub fn record_pass(&mut self, path: &str, summaries: &[Summary]) {
-        let find = |prefix: &str| summaries.iter().find(|s| s.name == prefix);
-        let Some(airlock) = find("airlock") else {
+        let Some(airlock) = summaries.iter().find(|s| s.name == "airlock") else {
             return;
         };
         if let Some(peer) = summaries.iter().find(|s| s.name.starts_with("hudsucker")) {
@@ -127,13 +129,9 @@ impl Targets {
             }
         }
         if let Some(rss) = airlock.peak_rss_mib {
-            let worst = self
-                .targets
-                .iter()
-                .find(|t| t.what == name::PASS_PEAK_RSS)
-                .and_then(|t| t.figure)
-                .map_or(rss, |earlier| earlier.max(rss));
-            self.record(name::PASS_PEAK_RSS, worst);
+            // The worst of the two workloads.
+            let target = self.target_mut(name::PASS_PEAK_RSS);
+            target.figure = Some(target.figure.map_or(rss, |earlier| earlier.max(rss)));
         }
     }
 
