@@ -19,8 +19,10 @@
 //!   transaction; [`crate::Store::flush`] forces a WAL flush.
 //! - **Schema.** Migrations in `ledger/migrations/` are embedded and applied at open under
 //!   an advisory lock (`postgres/schema.rs`); a database newer than the binary is refused.
-//! - **Notifications.** Writes `pg_notify` their changes in their transaction; a listener
-//!   thread turns other processes' notifications into [`crate::Change`]s (`postgres/notify.rs`).
+//! - **Notifications.** Writes record their changes in an outbox table in their
+//!   transaction and wake the other processes with a payload-less `NOTIFY` after commit; a
+//!   listener thread reads other processes' rows into [`crate::Change`]s, on each wake-up
+//!   and at least once a second (`postgres/notify.rs`).
 //! - **Faults.** A lost connection answers [`crate::LedgerError::Storage`] and makes
 //!   [`crate::Store::health`] report `ledger_degraded` until a reconnect succeeds; calls
 //!   while the server cannot be reached answer [`crate::LedgerError::Degraded`]. The pool
@@ -40,6 +42,8 @@ mod effects;
 mod journal;
 mod leases;
 mod notify;
+#[cfg(test)]
+mod outbox_tests;
 mod pool;
 mod records;
 mod retention;
@@ -105,6 +109,7 @@ pub struct PgStore {
     pool: pool::Pool,
     notifier: Arc<Notifier>,
     listener: notify::Listener,
+    waker: notify::Waker,
 }
 
 impl PgStore {
@@ -120,11 +125,13 @@ impl PgStore {
         schema::migrate_on_thread(config.clone(), target.clone())?;
         let notifier = Arc::new(Notifier::new());
         let pool = pool::Pool::start(config.clone(), target, connections.max(1))?;
+        let waker = notify::Waker::start(config.clone())?;
         let listener = notify::Listener::start(config, pool.clone(), notifier.clone())?;
         Ok(Self {
             pool,
             notifier,
             listener,
+            waker,
         })
     }
 
@@ -143,6 +150,9 @@ impl PgStore {
     ) -> Result<T> {
         let origin = self.listener.origin().to_owned();
         let (out, changes) = self.pool.transaction(key, journal, origin, write)?;
+        if !changes.is_empty() {
+            self.waker.wake();
+        }
         self.notifier.send(changes);
         Ok(out)
     }

@@ -1,23 +1,40 @@
-//! Change notifications across processes: every write `pg_notify`s its [`Change`]s on
-//! channel [`CHANNEL`] inside its transaction (so they are delivered at commit, and never
-//! for a rolled-back write), tagged with the writing store's origin; a listener thread
-//! per store LISTENs and hands the other origins' changes to its [`Notifier`]. A store
-//! hands its own changes to its subscribers itself, right after the commit and before the
-//! method returns, so they arrive promptly, in the order of its writes, and once.
+//! Change notifications across processes, through an outbox (schema version 3,
+//! `ledger/migrations/0003_change_outbox.sql`).
 //!
-//! Payload: `ORIGIN CHUNK|TOKEN|TOKEN…`, each token `r:RUN` (run changed), `x:RUN`
-//! (closed), `p:RUN` (placeholders issued), `e:RUN:EFFECT` or `w:RUN` (workspace), cut
-//! into chunks under PostgreSQL's 8000-byte payload limit.
+//! - **Writing.** A write inserts its [`Change`]s as one row of `changes` (its store's
+//!   origin and the payload) inside its transaction, so they exist from its commit on and
+//!   never for a rolled-back write ([`announce`]). After the commit the store asks its
+//!   [`Waker`] for a payload-less `NOTIFY` on [`CHANNEL`], sent on a connection of its own
+//!   without waiting for a WAL flush; wake-ups asked for while one is being sent are
+//!   coalesced into one. A `NOTIFY` inside the write would take PostgreSQL's database-wide
+//!   notify lock at commit and hold it through the WAL flush, so that notifying commits of
+//!   every instance could not share flushes (docs/fleet.md, "Throughput").
+//! - **Reading.** A listener thread per store LISTENs on [`CHANNEL`] and, on each wake-up
+//!   and at least every [`POLL`], reads the rows after the newest id it has seen, plus the
+//!   ids it saw skipped: ids are taken at insert, and concurrent writers commit out of
+//!   order, so a skipped id is looked for again for [`GAP_TTL`] (then it is taken for a
+//!   rolled-back insert). The poll covers a writer that died between its commit and its
+//!   `NOTIFY`. Rows of other origins are handed to the store's [`Notifier`]; a store hands
+//!   its own changes to its subscribers itself, right after the commit and before the
+//!   method returns, so they arrive promptly, in the order of its writes, and once.
+//! - **Pruning.** Listeners delete rows older than [`RETENTION_SECS`], at start and every
+//!   [`PRUNE_EVERY`].
+//!
+//! Payload: `TOKEN|TOKEN…`, each token `r:RUN` (run changed), `x:RUN` (closed), `p:RUN`
+//! (placeholders issued), `e:RUN:EFFECT` or `w:RUN` (workspace).
 //!
 //! While the listener cannot reach the server the store reports itself degraded (until a
-//! pooled connection reaches it again). After the listener loses its connection it
-//! reconnects and, since notifications sent
-//! meanwhile are lost, announces every closed run as [`Change::RunClosed`] and every run
+//! pooled connection reaches it again). After a reconnect it reads on from where it was,
+//! since the rows are still there; after an outage longer than half of [`RETENTION_SECS`]
+//! (rows it missed may be pruned), or when the table's ids went back (a restored
+//! database), it also announces every closed run as [`Change::RunClosed`] and every run
 //! with placeholders as [`Change::PlaceholdersIssued`], which is what the caches follow.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, Config, NoTls};
@@ -28,43 +45,46 @@ use crate::change::{Change, Notifier};
 use crate::model::{EffectId, RunId};
 use crate::Result;
 
-/// The channel airlock's stores notify and listen on.
+/// The channel airlock's stores notify (without payload) and listen on.
 pub const CHANNEL: &str = "airlock_changes";
 
-/// Bytes of payload per notification, under PostgreSQL's limit of 8000.
-const CHUNK_BYTES: usize = 7000;
+/// The longest a listener goes without reading the outbox, wake-up or not.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// How long a skipped id is looked for again before it is taken for a rolled-back insert.
+pub const GAP_TTL: Duration = Duration::from_secs(30);
+
+/// Seconds an outbox row is kept (by the database's clock).
+pub const RETENTION_SECS: f64 = 300.0;
+
+/// How often a listener prunes the outbox.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(30);
+
+/// The `application_name` of a listener's connection (`pg_stat_activity`).
+pub const LISTENER_NAME: &str = "airlock-listen";
 
 /// How long the listener waits for a notification before checking whether to stop.
-const POLL: Duration = Duration::from_millis(100);
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
-/// Announces `changes` from `origin` inside `tx` (nothing when there are none).
+/// Ids below the newest at start that a new listener checks for writes still committing.
+const START_WINDOW: i64 = 256;
+
+/// Skipped ids a listener tracks at most (more means ids were burnt, not in flight).
+const MAX_GAPS: usize = 4096;
+
+/// Records `changes` from `origin` in the outbox inside `tx` (nothing when there are none).
 ///
 /// Errors: storage faults.
 pub(super) fn announce(tx: &mut Tx<'_>, origin: &str, changes: &[Change]) -> Result<()> {
-    let mut chunk = 0usize;
-    let mut payload = String::new();
-    for change in changes {
-        let token = encode(change);
-        if !payload.is_empty() && payload.len() + token.len() + 1 > CHUNK_BYTES {
-            send(tx, &payload)?;
-            payload.clear();
-        }
-        if payload.is_empty() {
-            chunk += 1;
-            payload = format!("{origin} {chunk}");
-        }
-        payload.push('|');
-        payload.push_str(&token);
+    if changes.is_empty() {
+        return Ok(());
     }
-    if !payload.is_empty() {
-        send(tx, &payload)?;
-    }
-    Ok(())
-}
-
-fn send(tx: &mut Tx<'_>, payload: &str) -> Result<()> {
-    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
-        .map_err(fault)?;
+    let payload = changes.iter().map(encode).collect::<Vec<_>>().join("|");
+    tx.execute(
+        "INSERT INTO changes (origin, payload) VALUES ($1, $2)",
+        &[&origin, &payload],
+    )
+    .map_err(fault)?;
     Ok(())
 }
 
@@ -97,17 +117,61 @@ fn decode(token: &str) -> Option<Change> {
     })
 }
 
-/// The changes of a payload, unless it came from `origin` (or does not parse).
-fn changes_of(payload: &str, origin: &str) -> Vec<Change> {
-    let mut parts = payload.split('|');
-    let from = parts
-        .next()
-        .and_then(|head| head.split_once(' '))
-        .map(|(from, _)| from);
-    if from.is_none_or(|from| from == origin) {
-        return Vec::new();
+/// The changes of a payload (tokens that do not parse are skipped).
+fn changes_of(payload: &str) -> impl Iterator<Item = Change> + '_ {
+    payload.split('|').filter_map(decode)
+}
+
+/// Sends the payload-less `NOTIFY` after commits, from a thread and connection of its own.
+#[derive(Debug)]
+pub(super) struct Waker {
+    signal: SyncSender<()>,
+}
+
+impl Waker {
+    /// Starts the thread (it connects on its first wake-up); it ends with the store.
+    ///
+    /// Errors: [`PgOpenError::Thread`].
+    pub(super) fn start(config: Config) -> std::result::Result<Self, PgOpenError> {
+        // One pending wake-up at most: a commit while one waits is covered by it.
+        let (signal, woken) = sync_channel(1);
+        std::thread::Builder::new()
+            .name("airlock-pg-wake".into())
+            .spawn(move || wake_loop(&config, &woken))
+            .map_err(PgOpenError::Thread)?;
+        Ok(Self { signal })
     }
-    parts.filter_map(decode).collect()
+
+    /// Asks for a `NOTIFY` after this point, without waiting for it.
+    pub(super) fn wake(&self) {
+        match self.signal.try_send(()) {
+            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+        }
+    }
+}
+
+fn wake_loop(config: &Config, woken: &Receiver<()>) {
+    let mut client: Option<Client> = None;
+    while woken.recv().is_ok() {
+        if client.as_ref().is_none_or(Client::is_closed) {
+            client = config
+                .connect(NoTls)
+                .and_then(|mut c| {
+                    // Nothing waits on the flush of a wake-up: the rows are durable already.
+                    c.batch_execute("SET synchronous_commit = off")?;
+                    Ok(c)
+                })
+                .ok();
+        }
+        let sent = client
+            .as_mut()
+            .map(|c| c.batch_execute(&format!("NOTIFY {CHANNEL}")));
+        if !matches!(sent, Some(Ok(()))) {
+            // The listeners' poll covers a lost wake-up; do not spin on a gone server.
+            client = None;
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
 }
 
 /// The listener thread of one store.
@@ -128,7 +192,7 @@ impl Listener {
     ) -> std::result::Result<Self, PgOpenError> {
         let origin = ulid::Ulid::new().to_string();
         let stop = Arc::new(AtomicBool::new(false));
-        let (ready, is_ready) = std::sync::mpsc::sync_channel(1);
+        let (ready, is_ready) = sync_channel(1);
         let thread = Follower {
             config,
             pool,
@@ -140,20 +204,56 @@ impl Listener {
             .name("airlock-pg-listen".into())
             .spawn(move || thread.run(ready))
             .map_err(PgOpenError::Thread)?;
-        // Wait (briefly) until LISTEN is in force, so a write made right after open by
-        // another process is heard.
+        // Wait (briefly) until LISTEN is in force and the cursor is set, so a write made
+        // right after open by another process is heard.
         let _ = is_ready.recv_timeout(Duration::from_secs(5));
         Ok(Self { origin, stop })
     }
 
-    /// This store's origin tag in payloads.
+    /// This store's origin tag in outbox rows.
     pub(super) fn origin(&self) -> &str {
         &self.origin
     }
 
-    /// Asks the thread to end (within [`POLL`]).
+    /// Asks the thread to end (within [`STOP_CHECK`]).
     pub(super) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Where a listener is in the outbox.
+#[derive(Debug, Default)]
+struct Cursor {
+    /// The newest id read.
+    last: i64,
+    /// Ids below `last` not read yet, with when they were first missed.
+    gaps: BTreeMap<i64, Instant>,
+    /// Whether `last` was set from the table.
+    started: bool,
+}
+
+impl Cursor {
+    /// Takes row `id` into account; whether it is new to this listener.
+    fn take(&mut self, id: i64, now: Instant) -> bool {
+        if id > self.last {
+            let skipped = (self.last + 1).max(id - MAX_GAPS as i64)..id;
+            for gap in skipped {
+                self.gaps.insert(gap, now);
+            }
+            while self.gaps.len() > MAX_GAPS {
+                self.gaps.pop_first();
+            }
+            self.last = id;
+            true
+        } else {
+            self.gaps.remove(&id).is_some()
+        }
+    }
+
+    /// Forgets the gaps missed for longer than [`GAP_TTL`].
+    fn expire(&mut self, now: Instant) {
+        self.gaps
+            .retain(|_, since| now.duration_since(*since) < GAP_TTL);
     }
 }
 
@@ -166,9 +266,10 @@ struct Follower {
 }
 
 impl Follower {
-    fn run(self, ready: std::sync::mpsc::SyncSender<()>) {
-        let mut first = true;
+    fn run(self, ready: SyncSender<()>) {
+        let mut cursor = Cursor::default();
         let mut quiet = false;
+        let mut heard = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
             let mut client = match self.listen() {
                 Ok(client) => client,
@@ -192,21 +293,80 @@ impl Follower {
                 }
             };
             quiet = false;
-            if first {
-                first = false;
-                let _ = ready.try_send(());
-            } else if let Err(error) = self.resync(&mut client) {
+            let resynced = if cursor.started {
+                self.catch_up(&mut client, &mut cursor, heard.elapsed())
+            } else {
+                self.start_cursor(&mut client, &mut cursor)
+            };
+            if let Err(error) = resynced {
                 warn(&format!("PostgreSQL listener cannot resync: {error}"));
+                std::thread::sleep(Duration::from_millis(250));
                 continue;
             }
-            self.follow(&mut client);
+            let _ = ready.try_send(());
+            self.follow(&mut client, &mut cursor, &mut heard);
         }
     }
 
     fn listen(&self) -> std::result::Result<Client, postgres::Error> {
         let mut client = self.config.connect(NoTls)?;
-        client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
+        // Its only writes are prunes of the outbox, which need no flush; its name tells an
+        // operator (and the tests) which connection listens.
+        client.batch_execute(&format!(
+            "SET synchronous_commit = off; SET application_name = '{LISTENER_NAME}'; LISTEN {CHANNEL}"
+        ))?;
         Ok(client)
+    }
+
+    /// Sets the cursor of a new listener: after the newest row, with the recent ids not
+    /// yet visible (writes still committing) as gaps. Rows before it are history.
+    fn start_cursor(
+        &self,
+        client: &mut Client,
+        cursor: &mut Cursor,
+    ) -> std::result::Result<(), postgres::Error> {
+        let newest: i64 = client
+            .query_one("SELECT COALESCE(max(id), 0) FROM changes", &[])?
+            .get(0);
+        let seen: Vec<i64> = client
+            .query(
+                "SELECT id FROM changes WHERE id > $1",
+                &[&(newest - START_WINDOW)],
+            )?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let now = Instant::now();
+        cursor.last = newest;
+        cursor.gaps = ((newest - START_WINDOW).max(0) + 1..newest)
+            .filter(|id| !seen.contains(id))
+            .map(|id| (id, now))
+            .collect();
+        cursor.started = true;
+        self.prune(client);
+        Ok(())
+    }
+
+    /// After a reconnect: reads on from the cursor, and announces what pruned or lost rows
+    /// could have said when the outage was long or the table's ids went back.
+    fn catch_up(
+        &self,
+        client: &mut Client,
+        cursor: &mut Cursor,
+        since_heard: Duration,
+    ) -> std::result::Result<(), postgres::Error> {
+        let newest: i64 = client
+            .query_one("SELECT COALESCE(max(id), 0) FROM changes", &[])?
+            .get(0);
+        if newest < cursor.last {
+            *cursor = Cursor::default();
+            self.start_cursor(client, cursor)?;
+            return self.resync(client);
+        }
+        if since_heard.as_secs_f64() > RETENTION_SECS / 2.0 {
+            self.resync(client)?;
+        }
+        self.read(client, cursor)
     }
 
     /// Announces what notifications lost during an outage could have said.
@@ -231,26 +391,79 @@ impl Follower {
         Ok(())
     }
 
-    /// Hands notifications on until the connection breaks or the store is dropped.
-    fn follow(&self, client: &mut Client) {
+    /// Reads the rows after the cursor and in its gaps, and hands other origins' changes on.
+    fn read(
+        &self,
+        client: &mut Client,
+        cursor: &mut Cursor,
+    ) -> std::result::Result<(), postgres::Error> {
+        let gaps: Vec<i64> = cursor.gaps.keys().copied().collect();
+        let rows = client.query(
+            "SELECT id, origin, payload FROM changes WHERE id > $1 OR id = ANY($2) ORDER BY id",
+            &[&cursor.last, &gaps],
+        )?;
+        let now = Instant::now();
+        let mut changes = Vec::new();
+        for row in &rows {
+            let (id, origin, payload): (i64, &str, &str) = (row.get(0), row.get(1), row.get(2));
+            if cursor.take(id, now) && origin != self.origin {
+                changes.extend(changes_of(payload));
+            }
+        }
+        cursor.expire(now);
+        self.notifier.send(changes);
+        Ok(())
+    }
+
+    /// Deletes outbox rows older than [`RETENTION_SECS`] (best effort: any listener may).
+    fn prune(&self, client: &mut Client) {
+        let _ = client.execute(
+            "DELETE FROM changes WHERE at < clock_timestamp() - make_interval(secs => $1)",
+            &[&RETENTION_SECS],
+        );
+    }
+
+    /// Reads on every wake-up and every [`POLL`] until the connection breaks or the store
+    /// is dropped.
+    fn follow(&self, client: &mut Client, cursor: &mut Cursor, heard: &mut Instant) {
+        let mut next_read = Instant::now() + POLL;
+        let mut next_prune = Instant::now() + PRUNE_EVERY;
         while !self.stop.load(Ordering::SeqCst) {
-            {
+            let woken = {
                 let mut notifications = client.notifications();
-                let mut heard = notifications.timeout_iter(POLL);
-                loop {
-                    match heard.next() {
-                        Ok(Some(note)) => {
-                            self.notifier.send(changes_of(note.payload(), &self.origin))
-                        }
-                        Ok(None) => break,
-                        Err(error) => {
-                            if !self.stop.load(Ordering::SeqCst) {
-                                warn(&format!("PostgreSQL listener lost its connection: {error}"));
-                            }
-                            break;
-                        }
-                    }
+                let first = notifications.timeout_iter(STOP_CHECK).next();
+                // Wake-ups that queued meanwhile are covered by one read.
+                let more = notifications.iter().count();
+                match (first, more) {
+                    (Err(error), _) | (_, Err(error)) => Err(error),
+                    (Ok(first), Ok(more)) => Ok(first.is_some() || more > 0),
                 }
+            };
+            let result = match woken {
+                Ok(woken) if woken || Instant::now() >= next_read => {
+                    next_read = Instant::now() + POLL;
+                    self.read(client, cursor)
+                }
+                Ok(_) => Ok(()),
+                Err(error) => Err(error),
+            };
+            match result {
+                Ok(()) => *heard = Instant::now(),
+                Err(error) => {
+                    if client.is_closed() {
+                        if !self.stop.load(Ordering::SeqCst) {
+                            warn(&format!("PostgreSQL listener lost its connection: {error}"));
+                        }
+                        return;
+                    }
+                    warn(&format!(
+                        "PostgreSQL listener cannot read the outbox: {error}"
+                    ));
+                }
+            }
+            if Instant::now() >= next_prune {
+                next_prune = Instant::now() + PRUNE_EVERY;
+                self.prune(client);
             }
             if client.is_closed() {
                 return;
@@ -272,7 +485,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn payloads_round_trip_and_skip_their_own_origin() {
+    fn payloads_round_trip() {
         let run = RunId::generate();
         let effect = EffectId::generate();
         let changes = vec![
@@ -285,11 +498,33 @@ mod tests {
             },
             Change::WorkspaceChanged(run),
         ];
-        let payload = format!(
-            "A 1|{}",
-            changes.iter().map(encode).collect::<Vec<_>>().join("|")
+        let payload = changes.iter().map(encode).collect::<Vec<_>>().join("|");
+        assert_eq!(changes_of(&payload).collect::<Vec<_>>(), changes);
+        assert_eq!(changes_of("q:1|r:not-a-run").count(), 0);
+    }
+
+    #[test]
+    fn a_cursor_takes_each_id_once_and_remembers_the_skipped_ones() {
+        let now = Instant::now();
+        let mut cursor = Cursor {
+            last: 10,
+            ..Cursor::default()
+        };
+        assert!(cursor.take(11, now));
+        assert!(cursor.take(14, now), "14 is new; 12 and 13 are gaps");
+        assert_eq!(
+            cursor.gaps.keys().copied().collect::<Vec<_>>(),
+            vec![12, 13]
         );
-        assert_eq!(changes_of(&payload, "B"), changes);
-        assert!(changes_of(&payload, "A").is_empty());
+        assert!(!cursor.take(14, now), "taken once");
+        assert!(!cursor.take(11, now), "taken once");
+        assert!(cursor.take(13, now), "a gap that commits late is new");
+        assert!(!cursor.take(13, now));
+        cursor.expire(now + GAP_TTL);
+        assert!(cursor.gaps.is_empty(), "12 is forgotten after GAP_TTL");
+        assert!(!cursor.take(12, now), "and not taken after that");
+        assert!(cursor.take(20_000, now));
+        assert_eq!(cursor.gaps.len(), MAX_GAPS, "bounded");
+        assert_eq!(cursor.gaps.keys().next(), Some(&(20_000 - MAX_GAPS as i64)));
     }
 }
