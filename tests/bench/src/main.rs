@@ -10,6 +10,7 @@
 mod fence;
 mod load;
 mod origin;
+mod pgstage;
 mod procs;
 mod rounds;
 mod sections;
@@ -31,7 +32,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const USAGE: &str = "usage: airlock-bench [--quick] [--rounds N] [--seconds S] [--connections N]
        [--airlock PATH] [--baseline-airlock PATH] [--hyper-origin] [--no-mitmdump] [--no-hudsucker]
-       [--skip-pass] [--skip-staging] [--skip-first-contact] [--skip-streaming]
+       [--skip-pass] [--skip-staging] [--skip-pg-staging] [--skip-first-contact] [--skip-streaming]
        [--skip-release] [--skip-idle] [--skip-fence] [--fence-runs N] [--fence-requests N]";
 
 /// Command-line options.
@@ -50,6 +51,8 @@ struct Options {
     hudsucker: bool,
     pass: bool,
     staging: bool,
+    /// Staging on a throwaway PostgreSQL through two airlock instances (when installed).
+    pg_staging: bool,
     first_contact: bool,
     streaming: bool,
     release: bool,
@@ -74,6 +77,7 @@ impl Options {
             hudsucker: true,
             pass: true,
             staging: true,
+            pg_staging: true,
             first_contact: true,
             streaming: true,
             release: true,
@@ -99,6 +103,7 @@ impl Options {
                 "--no-hudsucker" => options.hudsucker = false,
                 "--skip-pass" => options.pass = false,
                 "--skip-staging" => options.staging = false,
+                "--skip-pg-staging" => options.pg_staging = false,
                 "--skip-first-contact" => options.first_contact = false,
                 "--skip-streaming" => options.streaming = false,
                 "--skip-release" => options.release = false,
@@ -474,6 +479,20 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
         }
     }
 
+    if options.pg_staging {
+        pg_staging(
+            options,
+            airlock_binary,
+            dir,
+            &ca_path,
+            &origin.ports,
+            &target,
+            &shape,
+            &mut targets,
+        )
+        .await?;
+    }
+
     if options.first_contact {
         println!("\n### first contact (TCP + CONNECT + TLS handshake through airlock)\n");
         let contact =
@@ -599,5 +618,65 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
     targets.print((options.quick || debug).then_some(
         "not the targets' conditions (a debug build or --quick's reduced counts): the verdicts only show the table works",
     ));
+    Ok(())
+}
+
+/// Staging on PostgreSQL through two instances (issue #19's figure), beside the sled
+/// figures of the staging section above.
+#[allow(clippy::too_many_arguments)]
+async fn pg_staging(
+    options: &Options,
+    binary: &Path,
+    dir: &Path,
+    upstream_ca: &Path,
+    ports: &[u16],
+    target: &Target,
+    shape: &LoadShape,
+    targets: &mut Targets,
+) -> Result<(), BoxError> {
+    println!("\n### staging on PostgreSQL, through two instances (A --role all, B --role proxy)\n");
+    let Some(server) = pgstage::PgServer::start()? else {
+        println!("not measured: PostgreSQL (initdb, pg_ctl) is not installed");
+        return Ok(());
+    };
+    let fleet = pgstage::start_fleet(binary, dir, upstream_ca, ports, &server.url()).await?;
+    // The fleet's own CA (B holds a copy of A's).
+    let tls = &tls::client_config(std::slice::from_ref(&fleet.a.proxy.ca_pem))?;
+    println!("| clients | runs | effects/s (spread) | p50 ms | p99 ms | errors |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for (clients, run_each) in [(1, false), (64, false), (64, true)] {
+        let mut results = Vec::new();
+        for _ in 0..options.rounds {
+            results.push(pgstage::staging(&fleet, tls, target, clients, run_each, shape).await?);
+        }
+        let rates: Vec<f64> = results.iter().map(LoadResult::rate).collect();
+        let (rate, spread) = median_spread(&rates);
+        let p50 = median(
+            &mut results
+                .iter()
+                .map(|r| r.quantile_ms(0.5))
+                .collect::<Vec<_>>(),
+        );
+        let p99 = median(
+            &mut results
+                .iter()
+                .map(|r| r.quantile_ms(0.99))
+                .collect::<Vec<_>>(),
+        );
+        let errors: u64 = results.iter().map(|r| r.errors).sum();
+        let runs = if run_each { clients } else { 1 };
+        if run_each {
+            targets.record(name::PG_STAGE_64, rate);
+        }
+        println!(
+            "| {clients} | {runs} | {rate:.0} (±{:.0}%) | {p50:.2} | {p99:.2} | {errors} |",
+            spread / 2.0
+        );
+        if let Some(error) = results.iter().find_map(|r| r.first_error.clone()) {
+            println!("first error: {error}");
+        }
+    }
+    drop(fleet);
+    drop(server);
     Ok(())
 }

@@ -185,6 +185,18 @@ pub async fn start_airlock(
     upstream_ca: &Path,
     ports: &[u16],
 ) -> Result<Airlock, BoxError> {
+    start_airlock_with(binary, dir, data_name, upstream_ca, ports, &[]).await
+}
+
+/// [`start_airlock`] with `extra` arguments to `airlock serve` (a role, a store).
+pub async fn start_airlock_with(
+    binary: &Path,
+    dir: &Path,
+    data_name: &str,
+    upstream_ca: &Path,
+    ports: &[u16],
+    extra: &[&str],
+) -> Result<Airlock, BoxError> {
     let data = dir.join(data_name);
     std::fs::create_dir_all(&data)?;
     let policy = dir.join("policy.toml");
@@ -212,6 +224,7 @@ pub async fn start_airlock(
             "--max-connections-per-run",
             "20000",
         ])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
