@@ -112,6 +112,63 @@ fn mark_releasing_raced_from_two_instances_succeeds_once() {
 }
 
 #[test]
+fn staging_raced_with_an_abort_from_another_instance_leaves_no_staged_effect() {
+    let Some((_server, a, b)) = two_stores() else {
+        return;
+    };
+    for round in 0..3 {
+        let run = a.create_run(None).expect("run");
+        const THREADS: usize = 8;
+        let start = Arc::new(Barrier::new(THREADS + 1));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|n| {
+                let store = if n % 2 == 0 { a.clone() } else { b.clone() };
+                let (run, start) = (run.id.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let mut staged = 0u64;
+                    loop {
+                        match store.stage(new_effect(&run, b"x", Vec::new())) {
+                            Ok(_) => staged += 1,
+                            Err(LedgerError::Refused(Refused::RunNotOpen { .. })) => {
+                                return staged;
+                            }
+                            Err(other) => panic!("round {round}: {other:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        start.wait();
+        std::thread::sleep(Duration::from_millis(30));
+        b.abort(&run.id, "t").expect("abort");
+        let staged: u64 = handles
+            .into_iter()
+            .map(|h| h.join().expect("a staging thread"))
+            .sum();
+        let effects = a.effects(&run.id).expect("effects");
+        assert_eq!(
+            effects.len() as u64,
+            staged,
+            "round {round}: every acknowledged stage is listed"
+        );
+        let left: Vec<_> = effects
+            .iter()
+            .filter(|e| e.state != crate::EffectState::Discarded)
+            .map(|e| (e.seq, e.state))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "round {round}: staged after the abort: {left:?}"
+        );
+        assert!(
+            staged > 0,
+            "round {round}: something was staged before the abort"
+        );
+    }
+}
+
+#[test]
 fn a_write_through_one_instance_is_announced_to_the_other() {
     let Some((_server, a, b)) = two_stores() else {
         return;
