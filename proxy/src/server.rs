@@ -313,6 +313,8 @@ impl Server {
         let admin_addr = admin
             .local_addr()
             .map_err(|source| bind_err(config.admin, "--admin", source))?;
+        // Subscribed first: a run another instance closes while the runs are read is heard.
+        let changes = ledger.subscribe();
         let runs = ledger
             .runs()
             .map_err(|source| ledger::read_failed(&opened, source))?;
@@ -399,6 +401,7 @@ impl Server {
                 config.max_unauthenticated_connections,
             ),
             closed_runs: closed,
+            changes,
         });
         let control = Control::new(ControlInputs {
             data: data.clone(),

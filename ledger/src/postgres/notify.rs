@@ -475,9 +475,9 @@ impl Follower {
     }
 }
 
-/// The ledger crate does not log; a listener fault is reported on stderr.
+/// A listener fault, in the binary's log (target `airlock_ledger::postgres::notify`).
 fn warn(message: &str) {
-    eprintln!("airlock ledger: {message}");
+    tracing::warn!(component = "ledger", "{message}");
 }
 
 #[cfg(test)]

@@ -67,6 +67,9 @@ pub struct DataPlaneInputs {
     pub connections: Connections,
     /// Runs that accept no more requests at start (committing, committed or aborted).
     pub closed_runs: HashSet<RunId>,
+    /// The ledger's changes (`Store::subscribe`), subscribed before `closed_runs` was
+    /// read, so that a run closed by another instance in between is not missed.
+    pub changes: Receiver<Change>,
 }
 
 /// The data plane: the proxy listener's state and the request path's services.
@@ -104,7 +107,7 @@ impl DataPlane {
     /// Builds the data plane and starts its lineage worker (a Tokio runtime must be
     /// running).
     pub fn new(inputs: DataPlaneInputs) -> Arc<Self> {
-        let changes = inputs.ledger.subscribe();
+        let changes = inputs.changes;
         let plane = Arc::new(Self {
             lineage: LineageWorker::start(inputs.ledger.clone()),
             ledger: inputs.ledger,

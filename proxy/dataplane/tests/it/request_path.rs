@@ -88,6 +88,7 @@ async fn start(origin_port: u16) -> Plane {
         proxy_addr: proxy,
         connections: Connections::new(64, 16, 16),
         closed_runs: Default::default(),
+        changes: ledger.subscribe(),
     });
     tokio::spawn(airlock_dataplane::listener::serve(data, listener));
     Plane {
