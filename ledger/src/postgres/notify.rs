@@ -20,9 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, Config, NoTls};
+use postgres::Client;
 
 use super::pool::{fault, Pool, Tx};
+use super::tls::Config;
 use super::PgOpenError;
 use crate::change::{Change, Notifier};
 use crate::model::{EffectId, RunId};
@@ -204,7 +205,7 @@ impl Follower {
     }
 
     fn listen(&self) -> std::result::Result<Client, postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = self.config.connect()?;
         client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
         Ok(client)
     }
