@@ -10,7 +10,8 @@
 //! [`TestServer::start_tls`] starts one that speaks TLS only on TCP: a throwaway CA and a
 //! leaf for `localhost` and `127.0.0.1` (rcgen) in the temporary directory, `ssl=on`, and a
 //! `pg_hba.conf` whose TCP lines are all `hostssl` (a plain TCP connection is refused; the
-//! harness itself creates databases over the unix socket).
+//! harness itself creates databases over the unix socket); members of a role `scram`, when
+//! a test creates it, log in by password (`scram-sha-256`), everyone else by trust.
 //!
 //! Without PostgreSQL installed, [`TestServer::start`] prints why and returns `None` so the
 //! test can skip, unless the environment variable `CI` is set: then it panics.
@@ -163,7 +164,13 @@ impl TestServer {
             // Rewriting the file keeps its owner (postgres).
             std::fs::write(
                 data.join("pg_hba.conf"),
-                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+                concat!(
+                    "local all all trust\n",
+                    // A password login, for SCRAM over TLS (its channel binding).
+                    "hostssl all +scram 127.0.0.1/32 scram-sha-256\n",
+                    "hostssl all all 127.0.0.1/32 trust\n",
+                    "hostssl all all ::1/128 trust\n",
+                ),
             )
             .expect("write pg_hba.conf");
         }
@@ -225,19 +232,27 @@ impl TestServer {
     pub fn database(&self) -> String {
         let n = self.databases.fetch_add(1, Ordering::SeqCst);
         let name = format!("airlock_{}_{n}", std::process::id());
+        self.execute(&format!("CREATE DATABASE {name}"));
+        self.url_of(&name)
+    }
+
+    /// Runs `sql` (statements without parameters) as the superuser on database
+    /// `postgres`.
+    ///
+    /// Panics when the server refuses.
+    pub fn execute(&self, sql: &str) {
         let admin = self.admin_url();
-        let create = format!("CREATE DATABASE {name}");
+        let sql = sql.to_owned();
         // The sync client must not run inside a caller's async runtime: its own thread.
         std::thread::spawn(move || {
             let mut client = postgres::Client::connect(&admin, postgres::NoTls)
                 .expect("connect to the test PostgreSQL");
             client
-                .batch_execute(&create)
-                .expect("create a test database");
+                .batch_execute(&sql)
+                .unwrap_or_else(|e| panic!("the test PostgreSQL refuses {sql}: {e:?}"));
         })
         .join()
         .expect("the database thread");
-        self.url_of(&name)
     }
 
     /// Runs one of the server's binaries (as `postgres` when root), panicking on failure.

@@ -1,6 +1,7 @@
 //! TLS to a live server ([`TestServer::start_tls`]: TCP over TLS only): a verified store
 //! works and its connections are encrypted; a wrong CA, a wrong host name and plain TCP
-//! are refused; bad TLS parameters are refused at open without the password.
+//! are refused; a SCRAM password login binds to the TLS channel; bad TLS parameters are
+//! refused at open without the password.
 
 use crate::conformance::contracts::new_effect;
 use crate::conformance::postgres::TestServer;
@@ -243,4 +244,40 @@ fn bad_tls_parameters_are_refused_naming_them_without_the_password() {
             "{url}: {text}"
         );
     }
+}
+
+#[test]
+fn a_password_login_over_tls_binds_to_the_channel() {
+    let Some(server) = TestServer::start_tls() else {
+        return;
+    };
+    let url = server.database();
+    let database = url
+        .split('?')
+        .next()
+        .and_then(|s| s.rsplit('/').next())
+        .expect("a database name");
+    // Members of `scram` log in by scram-sha-256 (the harness's pg_hba.conf).
+    server.execute(&format!(
+        "CREATE ROLE scram NOLOGIN; CREATE ROLE airlock_pw LOGIN PASSWORD '{SECRET}' IN ROLE scram;
+         ALTER DATABASE {database} OWNER TO airlock_pw"
+    ));
+    let ca = server
+        .ca_file()
+        .expect("a TLS server")
+        .display()
+        .to_string();
+    let login = |password: &str| {
+        format!(
+            "postgres://airlock_pw:{password}@127.0.0.1:{}/{database}?sslmode=verify-full&sslrootcert={ca}&channel_binding=require",
+            server.port()
+        )
+    };
+    // channel_binding=require: SCRAM-SHA-256-PLUS with the certificate's hash, or no login.
+    let store = PgStore::open(&login(SECRET), 1).expect("a password login over TLS");
+    let run = store.create_run(None).expect("a run");
+    assert!(store.run(&run.id).expect("read").is_some());
+    let (error, text) = refusal(&login("wrong"));
+    assert!(matches!(error, PgOpenError::Connect { .. }), "{error:?}");
+    assert!(text.contains("password authentication failed"), "{text}");
 }
