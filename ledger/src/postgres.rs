@@ -27,9 +27,12 @@
 //!   [`crate::Store::health`] report `ledger_degraded` until a reconnect succeeds; calls
 //!   while the server cannot be reached answer [`crate::LedgerError::Degraded`]. The pool
 //!   reconnects by itself.
-//!
-//! TLS to the server is not supported yet: `sslmode=require` is refused at open
-//! ([`PgOpenError::Tls`]); `prefer` (the default) connects without TLS.
+//! - **TLS.** libpq's `sslmode` and `sslrootcert` (`postgres/tls.rs`, over rustls with
+//!   ring): `verify-full` and `verify-ca` verify against the root file (or the built-in
+//!   roots for `sslrootcert=system`); `require` and `prefer` with a root mean `verify-full`;
+//!   TLS without a root is refused ([`PgOpenError::Tls`]), never unverified; `prefer` (the
+//!   default) without a root and `disable` connect without TLS
+//!   (docs/fleet.md#postgresql-store).
 
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -51,6 +54,9 @@ mod runs;
 mod schema;
 #[cfg(test)]
 mod tests;
+mod tls;
+#[cfg(test)]
+mod tls_tests;
 mod workspace;
 
 pub use schema::SCHEMA_VERSION;
@@ -68,9 +74,17 @@ pub enum PgOpenError {
         /// The parser's complaint (it never contains the password).
         reason: String,
     },
-    /// The URL asks for TLS, which this build does not speak to PostgreSQL yet.
-    #[error("sslmode=require is not supported: airlock connects to PostgreSQL without TLS (use sslmode=disable, over a trusted network or a unix socket)")]
-    Tls,
+    /// The URL's TLS parameters (`sslmode`, `sslrootcert`) are refused: an unknown mode,
+    /// a mode that encrypts or verifies without `sslrootcert`, a contradictory pair, an
+    /// unreadable or empty root file, or TLS over a unix socket (the table in
+    /// docs/fleet.md#postgresql-store, after libpq's "SSL Mode Descriptions").
+    #[error("the PostgreSQL URL's {parameter} is refused: {reason}")]
+    Tls {
+        /// `sslmode` or `sslrootcert`.
+        parameter: &'static str,
+        /// What is wrong and what to write instead (never the password).
+        reason: String,
+    },
     /// The server cannot be reached or refused the login.
     #[error("cannot connect to PostgreSQL at {target}: {source}")]
     Connect {
@@ -117,8 +131,9 @@ impl PgStore {
     /// or libpq's `key=value` form), applies the schema, and starts `connections` pooled
     /// connections (at least 1) and a listener.
     ///
-    /// Errors: [`PgOpenError`]: a malformed URL, `sslmode=require`, an unreachable server,
-    /// a failed migration or a database newer than this binary.
+    /// Errors: [`PgOpenError`]: a malformed URL, refused TLS parameters, an unreachable
+    /// server or a failed TLS handshake, a failed migration or a database newer than this
+    /// binary.
     pub fn open(url: &str, connections: usize) -> std::result::Result<Self, PgOpenError> {
         let config = pool::parse_url(url)?;
         let target = pool::describe(&config);

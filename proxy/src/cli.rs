@@ -225,6 +225,12 @@ fn hint(error: &anyhow::Error, starts: &str) -> Option<String> {
         {
             return Some("fix the policy file; `docs/policy.md` lists every key".into());
         }
+        if let Some(crate::StartError::Store {
+            source: airlock_ledger::PgOpenError::Tls { .. },
+        }) = cause.downcast_ref::<crate::StartError>()
+        {
+            return Some("fix the URL's sslmode or sslrootcert: verified TLS is sslmode=verify-full&sslrootcert=FILE (the server's CA, PEM) or sslrootcert=system (docs/fleet.md, \"PostgreSQL store\", has every mode)".into());
+        }
         if let Some(crate::StartError::Store { .. } | crate::StartError::StoreRead { .. }) =
             cause.downcast_ref::<crate::StartError>()
         {

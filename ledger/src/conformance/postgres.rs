@@ -7,6 +7,12 @@
 //! a fresh database ([`TestServer::database`]). Dropping the server stops it
 //! (`pg_ctl stop -m immediate`) and removes its files.
 //!
+//! [`TestServer::start_tls`] starts one that speaks TLS only on TCP: a throwaway CA and a
+//! leaf for `localhost` and `127.0.0.1` (rcgen) in the temporary directory, `ssl=on`, and a
+//! `pg_hba.conf` whose TCP lines are all `hostssl` (a plain TCP connection is refused; the
+//! harness itself creates databases over the unix socket); members of a role `scram`, when
+//! a test creates it, log in by password (`scram-sha-256`), everyone else by trust.
+//!
 //! Without PostgreSQL installed, [`TestServer::start`] prints why and returns `None` so the
 //! test can skip, unless the environment variable `CI` is set: then it panics.
 
@@ -31,6 +37,16 @@ pub struct TestServer {
     as_postgres: bool,
     options: String,
     databases: AtomicU32,
+    tls: Option<TlsFiles>,
+}
+
+/// The PEM files of a TLS test server.
+#[derive(Debug)]
+struct TlsFiles {
+    /// The CA that signed the server's certificate.
+    ca: PathBuf,
+    /// A CA that signed nothing the server holds.
+    other_ca: PathBuf,
 }
 
 /// The directory of PostgreSQL's server binaries: `initdb` on `PATH`, else the newest
@@ -67,6 +83,18 @@ impl TestServer {
 
     /// [`TestServer::start`] with extra server settings (`name=value`, given as `-c`).
     pub fn start_with(settings: &[&str]) -> Option<Self> {
+        Self::start_inner(settings, false)
+    }
+
+    /// [`TestServer::start`] for a server that accepts TCP connections over TLS only
+    /// ([`TestServer::url_of`] asks for `sslmode=verify-full` with [`TestServer::ca_file`]).
+    ///
+    /// Panics as [`TestServer::start`], and when the certificates cannot be made.
+    pub fn start_tls() -> Option<Self> {
+        Self::start_inner(&[], true)
+    }
+
+    fn start_inner(settings: &[&str], tls: bool) -> Option<Self> {
         let Some(bin) = binaries() else {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -80,9 +108,10 @@ impl TestServer {
             .prefix("airlock-pg-")
             .tempdir()
             .expect("a temporary directory");
-        if as_postgres {
-            let (uid, gid) =
-                postgres_user().expect("a `postgres` user (Debian's postgresql package makes one)");
+        let owner = as_postgres.then(|| {
+            postgres_user().expect("a `postgres` user (Debian's postgresql package makes one)")
+        });
+        if let Some((uid, gid)) = owner {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
                 .expect("chown the temporary directory");
         }
@@ -97,6 +126,15 @@ impl TestServer {
         for setting in settings {
             options.push_str(&format!(" -c {setting}"));
         }
+        let tls = tls.then(|| {
+            let (files, cert, key) = write_tls(dir.path(), owner);
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                cert.display(),
+                key.display()
+            ));
+            files
+        });
         let server = Self {
             bin,
             dir,
@@ -104,6 +142,7 @@ impl TestServer {
             as_postgres,
             options,
             databases: AtomicU32::new(0),
+            tls,
         };
         let data = server.data();
         server.run(
@@ -121,6 +160,20 @@ impl TestServer {
                 "--no-sync",
             ],
         );
+        if server.tls.is_some() {
+            // Rewriting the file keeps its owner (postgres).
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                concat!(
+                    "local all all trust\n",
+                    // A password login, for SCRAM over TLS (its channel binding).
+                    "hostssl all +scram 127.0.0.1/32 scram-sha-256\n",
+                    "hostssl all all 127.0.0.1/32 trust\n",
+                    "hostssl all all ::1/128 trust\n",
+                ),
+            )
+            .expect("write pg_hba.conf");
+        }
         server.restart();
         Some(server)
     }
@@ -134,12 +187,43 @@ impl TestServer {
         self.port
     }
 
-    /// A URL of database `name` (which need not exist).
+    /// A URL of database `name` (which need not exist): `sslmode=disable`, or for a TLS
+    /// server `sslmode=verify-full` against [`TestServer::ca_file`].
     pub fn url_of(&self, name: &str) -> String {
-        format!(
-            "postgres://postgres@127.0.0.1:{}/{name}?sslmode=disable",
-            self.port
-        )
+        match &self.tls {
+            None => format!(
+                "postgres://postgres@127.0.0.1:{}/{name}?sslmode=disable",
+                self.port
+            ),
+            Some(files) => format!(
+                "postgres://postgres@127.0.0.1:{}/{name}?sslmode=verify-full&sslrootcert={}",
+                self.port,
+                files.ca.display()
+            ),
+        }
+    }
+
+    /// The CA certificate (PEM file) that signed a TLS server's certificate.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|files| files.ca.as_path())
+    }
+
+    /// A CA certificate (PEM file) that signed nothing of a TLS server's.
+    pub fn other_ca_file(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|files| files.other_ca.as_path())
+    }
+
+    /// A URL of the `postgres` database for the harness itself: over the unix socket for a
+    /// TLS server (which refuses plain TCP).
+    fn admin_url(&self) -> String {
+        match &self.tls {
+            None => self.url_of("postgres"),
+            Some(_) => format!(
+                "host={} port={} user=postgres dbname=postgres",
+                self.dir.path().display(),
+                self.port
+            ),
+        }
     }
 
     /// Creates a fresh database and returns its URL.
@@ -148,19 +232,27 @@ impl TestServer {
     pub fn database(&self) -> String {
         let n = self.databases.fetch_add(1, Ordering::SeqCst);
         let name = format!("airlock_{}_{n}", std::process::id());
-        let admin = self.url_of("postgres");
-        let create = format!("CREATE DATABASE {name}");
+        self.execute(&format!("CREATE DATABASE {name}"));
+        self.url_of(&name)
+    }
+
+    /// Runs `sql` (statements without parameters) as the superuser on database
+    /// `postgres`.
+    ///
+    /// Panics when the server refuses.
+    pub fn execute(&self, sql: &str) {
+        let admin = self.admin_url();
+        let sql = sql.to_owned();
         // The sync client must not run inside a caller's async runtime: its own thread.
         std::thread::spawn(move || {
             let mut client = postgres::Client::connect(&admin, postgres::NoTls)
                 .expect("connect to the test PostgreSQL");
             client
-                .batch_execute(&create)
-                .expect("create a test database");
+                .batch_execute(&sql)
+                .unwrap_or_else(|e| panic!("the test PostgreSQL refuses {sql}: {e:?}"));
         })
         .join()
         .expect("the database thread");
-        self.url_of(&name)
     }
 
     /// Runs one of the server's binaries (as `postgres` when root), panicking on failure.
@@ -236,6 +328,63 @@ impl Drop for TestServer {
 
 fn path(path: &Path) -> &str {
     path.to_str().expect("a UTF-8 temporary path")
+}
+
+/// Writes a CA, a second CA and a server leaf for `localhost` and `127.0.0.1` (ECDSA P-256)
+/// into `dir`, the key readable by `owner` only: the files, the leaf and its key.
+///
+/// Panics when rcgen or the file system fails.
+fn write_tls(dir: &Path, owner: Option<(u32, u32)>) -> (TlsFiles, PathBuf, PathBuf) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let ca = |name: &str| {
+        let key = KeyPair::generate().expect("a CA key");
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key).expect("a CA certificate");
+        (cert.pem(), Issuer::new(params, key))
+    };
+    let (ca_pem, issuer) = ca("airlock test PostgreSQL CA");
+    let (other_pem, _) = ca("airlock test unrelated CA");
+    let key = KeyPair::generate().expect("a server key");
+    let mut params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("server names");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    params.use_authority_key_identifier_extension = true;
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let leaf = params
+        .signed_by(&key, &issuer)
+        .expect("a server certificate");
+    let files = TlsFiles {
+        ca: dir.join("ca.pem"),
+        other_ca: dir.join("other-ca.pem"),
+    };
+    let (cert, key_file) = (dir.join("server.crt"), dir.join("server.key"));
+    for (file, text) in [
+        (&files.ca, ca_pem),
+        (&files.other_ca, other_pem),
+        (&cert, leaf.pem()),
+        (&key_file, key.serialize_pem()),
+    ] {
+        std::fs::write(file, text).expect("write a TLS file");
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(file, Some(uid), Some(gid)).expect("chown a TLS file");
+        }
+    }
+    // PostgreSQL refuses a key that others can read.
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600))
+        .expect("chmod the server key");
+    (files, cert, key_file)
 }
 
 /// The uid and gid of the `postgres` user, from /etc/passwd.

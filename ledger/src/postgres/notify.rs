@@ -37,9 +37,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, Config, NoTls};
+use postgres::Client;
 
 use super::pool::{fault, Pool, Tx};
+use super::tls::Config;
 use super::PgOpenError;
 use crate::change::{Change, Notifier};
 use crate::model::{EffectId, RunId};
@@ -155,7 +156,7 @@ fn wake_loop(config: &Config, woken: &Receiver<()>) {
     while woken.recv().is_ok() {
         if client.as_ref().is_none_or(Client::is_closed) {
             client = config
-                .connect(NoTls)
+                .connect()
                 .and_then(|mut c| {
                     // Nothing waits on the flush of a wake-up: the rows are durable already.
                     c.batch_execute("SET synchronous_commit = off")?;
@@ -309,7 +310,7 @@ impl Follower {
     }
 
     fn listen(&self) -> std::result::Result<Client, postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = self.config.connect()?;
         // Its only writes are prunes of the outbox, which need no flush; its name tells an
         // operator (and the tests) which connection listens.
         client.batch_execute(&format!(

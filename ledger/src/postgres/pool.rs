@@ -9,11 +9,12 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use postgres::config::{Host, SslMode};
+use postgres::config::Host;
 use postgres::error::SqlState;
 use postgres::types::ToSql;
-use postgres::{Client, Config, NoTls, Row, Statement, Transaction};
+use postgres::{Client, Row, Statement, Transaction};
 
+use super::tls::{self, Config};
 use super::{notify, PgOpenError};
 use crate::change::Change;
 use crate::store::Health;
@@ -26,11 +27,13 @@ pub const MAX_ATTEMPTS: u32 = 8;
 /// How long connecting may take before it counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Parses a connection string (URL or `key=value`), refusing TLS modes.
+/// Parses a connection string (URL or `key=value`) and its TLS parameters
+/// (`sslmode`, `sslrootcert`: postgres/tls.rs).
 ///
 /// Errors: [`PgOpenError::Url`], [`PgOpenError::Tls`].
 pub(super) fn parse_url(url: &str) -> std::result::Result<Config, PgOpenError> {
-    let mut config = Config::from_str(url).map_err(|e| PgOpenError::Url {
+    let (url, sslmode, sslrootcert) = tls::split(url);
+    let config = postgres::Config::from_str(&url).map_err(|e| PgOpenError::Url {
         reason: e.to_string(),
     })?;
     if config.get_hosts().is_empty() {
@@ -38,9 +41,12 @@ pub(super) fn parse_url(url: &str) -> std::result::Result<Config, PgOpenError> {
             reason: "no host given".into(),
         });
     }
-    if config.get_ssl_mode() == SslMode::Require {
-        return Err(PgOpenError::Tls);
-    }
+    let tls = tls::Tls::decide(
+        sslmode.as_deref(),
+        sslrootcert.as_deref(),
+        config.get_hosts(),
+    )?;
+    let mut config = Config::new(config, tls);
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
@@ -142,7 +148,7 @@ impl Conn {
             self.client = None;
             self.statements.clear();
             self.generation = generation;
-            let connected = self.config.connect(NoTls).and_then(|mut client| {
+            let connected = self.config.connect().and_then(|mut client| {
                 // Durable methods rely on it whatever the server's default.
                 client.batch_execute("SET synchronous_commit = on")?;
                 Ok(client)

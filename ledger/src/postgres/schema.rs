@@ -2,8 +2,7 @@
 //! transaction under an advisory lock (several instances may start at once), recorded in
 //! `airlock_schema_version`; a database newer than this binary is refused.
 
-use postgres::{Config, NoTls};
-
+use super::tls::Config;
 use super::PgOpenError;
 
 /// The migrations, in order: `(version, SQL)`. Version N is `ledger/migrations/000N_*.sql`.
@@ -32,12 +31,10 @@ pub(super) fn migrate_on_thread(config: Config, target: String) -> Result<(), Pg
     let handle = std::thread::Builder::new()
         .name("airlock-pg-migrate".into())
         .spawn(move || {
-            let mut client = config
-                .connect(NoTls)
-                .map_err(|source| PgOpenError::Connect {
-                    target: target.clone(),
-                    source,
-                })?;
+            let mut client = config.connect().map_err(|source| PgOpenError::Connect {
+                target: target.clone(),
+                source,
+            })?;
             migrate(&mut client, &target)
         })
         .map_err(PgOpenError::Thread)?;

@@ -250,7 +250,7 @@ fn bad_urls_and_tls_are_refused_without_the_password() {
     assert!(matches!(error, PgOpenError::Url { .. }), "{error:?}");
     assert!(!error.to_string().contains("s3cret"), "{error}");
     let error = PgStore::open("postgres://u@127.0.0.1/db?sslmode=require", 1).expect_err("tls");
-    assert!(matches!(error, PgOpenError::Tls), "{error:?}");
+    assert!(matches!(error, PgOpenError::Tls { .. }), "{error:?}");
     // A port nothing listens on: unreachable, named without the password.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -370,9 +370,9 @@ pub(super) struct ServeArgs {
     #[arg(long, env = ENV_DATA, default_value = "airlock-data", value_name = "DIR")]
     pub(super) data: PathBuf,
     /// Keep the ledger in this PostgreSQL database instead of DATA/ledger, shared by every
-    /// airlock given the same URL: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (no TLS
-    /// yet: sslmode=require is refused). The CA and tokens stay in --data; see
-    /// docs/fleet.md#postgresql-store
+    /// airlock given the same URL: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE; for
+    /// verified TLS add ?sslmode=verify-full&sslrootcert=CA.pem (or sslrootcert=system).
+    /// The CA and tokens stay in --data; see docs/fleet.md#postgresql-store
     #[arg(
         long,
         env = "AIRLOCK_STORE",

@@ -514,9 +514,11 @@ fn kubernetes_sidecar_fence_ruleset_matches_the_sidecar_and_redirects_in_nftable
 
 /// What every instance of a fleet must share (docs/fleet.md): each pod whose init
 /// container copies the `airlock-data` Secret copies the CA, the placeholder key and the
-/// admin token, and the example Secret holds each of them; the example store URL is one
-/// `airlock serve --store` accepts (it fails only on the connection, here to a closed
-/// loopback port, not on its form or its sslmode).
+/// admin token, and the example Secret holds each of them; the example store URL asks for
+/// `sslmode=verify-full` against an `sslrootcert` that every container given the URL
+/// mounts, and is one `airlock serve --store` accepts (it fails only on the connection,
+/// here to a closed loopback port with a real CA file in place of the mounted one, not on
+/// its form or its TLS parameters).
 #[test]
 fn kubernetes_every_instance_gets_the_shared_files_and_a_store_url_airlock_accepts() {
     const SHARED: [&str; 4] = ["ca.pem", "ca-key.pem", "placeholder.key", "admin.token"];
@@ -557,11 +559,50 @@ fn kubernetes_every_instance_gets_the_shared_files_and_a_store_url_airlock_accep
         .as_str()
         .expect("airlock-store url")
         .to_owned();
-    // The same URL, pointed at a closed port of this machine.
+    let query = url.split_once('?').map_or("", |(_, query)| query);
+    let param = |key: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    };
+    if param("sslmode") != Some("verify-full") {
+        problems.push(format!(
+            "secrets.example.yaml: the store URL does not ask for sslmode=verify-full: {url}"
+        ));
+    }
+    let root = param("sslrootcert").unwrap_or_default().to_owned();
+    let given_url = airlock_containers(&docs);
+    let given_url = given_url
+        .iter()
+        .filter(|c| c.env.iter().any(|name| name == "AIRLOCK_STORE"));
+    for container in given_url {
+        if root != "system"
+            && !container
+                .mounts
+                .iter()
+                .any(|m| Path::new(&root).starts_with(m))
+        {
+            problems.push(format!(
+                "{}: the store URL's sslrootcert {root} is on none of its volumeMounts {:?}",
+                container.at, container.mounts
+            ));
+        }
+    }
+    // The same URL, pointed at a closed port of this machine, its CA a real one here.
+    let data_dir = tempfile::tempdir().expect("temp dir");
     let (_, rest) = url.split_once('@').expect("USER@HOST in the url");
     let (_, path) = rest.split_once('/').expect("/DATABASE in the url");
+    let mut path = path.to_owned();
+    if !root.is_empty() && root != "system" {
+        let ca = data_dir.path().join("store-ca.pem");
+        let pem = airlock_origin::OriginCa::new()
+            .expect("a CA")
+            .cert_pem()
+            .to_owned();
+        std::fs::write(&ca, pem).expect("write the CA");
+        path = path.replace(&root, &ca.display().to_string());
+    }
     let probe = format!("postgres://airlock@127.0.0.1:1/{path}");
-    let data_dir = tempfile::tempdir().expect("temp dir");
     let policy = data_dir.path().join("policy.toml");
     std::fs::write(&policy, "version = 1\ndefault = \"deny\"\n").expect("policy");
     let out = Command::new(airlock_bin())

@@ -316,6 +316,10 @@ async fn a_bad_store_url_is_a_startup_error_naming_the_flag_without_the_password
             "postgres://u:hunter2@127.0.0.1:x/db".to_owned(),
             "does not parse".to_owned(),
         ),
+        (
+            format!("postgres://u:hunter2@127.0.0.1:{port}/db?sslmode=require"),
+            "sslmode=require needs sslrootcert".to_owned(),
+        ),
     ] {
         let output = std::process::Command::new(airlock_tests::airlock_bin())
             .args([
@@ -337,5 +341,52 @@ async fn a_bad_store_url_is_a_startup_error_naming_the_flag_without_the_password
         assert!(stderr.contains("--store"), "names the flag: {stderr}");
         assert!(stderr.contains(&expect), "names the problem: {stderr}");
         assert!(!stderr.contains("hunter2"), "no password: {stderr}");
+        if url.contains("sslmode") {
+            assert!(
+                stderr.contains("sslmode=verify-full&sslrootcert=FILE"),
+                "hints at the fix: {stderr}"
+            );
+        }
     }
+}
+
+/// issue #19: a fleet's store reached over verified TLS. The server refuses plain TCP, so
+/// both instances' connections are TLS (`sslmode=verify-full`, the harness's CA).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_a_tls_only_postgres_store_with_verify_full() {
+    let Some(pg) = TestServer::start_tls() else {
+        return;
+    };
+    let url = pg.database();
+    assert!(url.contains("sslmode=verify-full&sslrootcert="), "{url}");
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &Received| Reply::json(200, &json!({"ok": true}))),
+    )
+    .await
+    .expect("origin");
+    let port = origin.addr().port();
+    let x = fx.start(&policy(port), &["--store", &url]);
+    let y = start_second(&fx, &url);
+    let (run, env_x) = x.create_run().await;
+    let hook = curl(
+        &env_x,
+        &[
+            "-X",
+            "POST",
+            "--data",
+            "over tls",
+            &format!("https://127.0.0.1:{port}/hooks/t"),
+        ],
+    )
+    .await;
+    assert_eq!(hook.status, 202, "{}", String::from_utf8_lossy(&hook.body));
+    let effects = y.effects(&run).await;
+    assert_eq!(effects.len(), 1, "{effects:?}");
+    assert_eq!(
+        count(&origin.received(), "POST", "/hooks/t"),
+        0,
+        "staged, not sent"
+    );
 }
