@@ -8,7 +8,8 @@
 //!   small runtime, which must not start inside another. So a small pool of threads
 //!   (`postgres/pool.rs`) each owns one connection; a caller sends a job and blocks on its answer.
 //! - **One transaction per method.** Every method runs in one `READ COMMITTED`
-//!   transaction, all-or-nothing. Writes that touch a run lock its row first
+//!   transaction, all-or-nothing (`placeholder_count`, read on every inspected request,
+//!   is one statement in its own implicit transaction: `postgres/freshness.rs`). Writes that touch a run lock its row first
 //!   (`SELECT … FOR UPDATE`), then its effects, so writers of one run queue up and
 //!   per-run sequence numbers (kept in `run_counters`, locked by the upsert that bumps
 //!   them) are gap-free; `mark_releasing` re-reads the locked effect and so succeeds once
@@ -37,6 +38,7 @@ use crate::store::{Health, Store};
 use crate::Result;
 
 mod effects;
+mod freshness;
 mod journal;
 mod leases;
 mod notify;
