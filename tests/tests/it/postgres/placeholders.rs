@@ -158,11 +158,12 @@ async fn a_placeholder_issued_through_one_proxy_is_held_by_the_other_at_once() {
     }
 }
 
-/// Passed GETs through a PostgreSQL-backed proxy, one at a time on one kept-alive
-/// connection, in a run with one placeholder: the figure of the pass path with the
-/// per-request placeholder check. Prints figures; asserts nothing about time. Run with
+/// Passed GETs through a PostgreSQL-backed proxy in a run with one placeholder: the pass
+/// path with the per-request placeholder check, one request at a time on one kept-alive
+/// connection, then on `AIRLOCK_PASS_CONNECTIONS` connections at once (default 8). Prints
+/// figures; asserts nothing about time. Run with
 /// `cargo test -p airlock-tests --test it placeholder_check_cost -- --ignored --nocapture`
-/// (`AIRLOCK_PASS_GETS` sets how many, default 2,000).
+/// (`AIRLOCK_PASS_GETS` sets how many per line, default 2,000; `AIRLOCK_BIN` the binary).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: prints figures"]
 async fn placeholder_check_cost_on_the_pass_path() {
@@ -176,32 +177,60 @@ async fn placeholder_check_cost_on_the_pass_path() {
     let x = fx.start(&policy(origin.addr().port()), &["--store", &url]);
     let (run, _) = x.create_run().await;
     let token = x.run_token(&run).await;
-    let mut via_x = Through::open(&x, &run, &token, &authority).await;
-    let created = via_x.send("POST", "/items", r#"{"title":"t"}"#).await;
-    assert_eq!(created.status, 201, "{}", created.text());
-    let n: usize = std::env::var("AIRLOCK_PASS_GETS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000);
-    for _ in 0..100 {
-        assert_eq!(via_x.send("GET", "/ok", "").await.status, 200);
+    let setting = |name: &str, default: usize| -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let n = setting("AIRLOCK_PASS_GETS", 2_000);
+    let connections = setting("AIRLOCK_PASS_CONNECTIONS", 8).max(1);
+    let mut through = Vec::new();
+    for _ in 0..connections {
+        through.push(Through::open(&x, &run, &token, &authority).await);
     }
+    let created = through[0].send("POST", "/items", r#"{"title":"t"}"#).await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    for one in &mut through {
+        for _ in 0..50 {
+            assert_eq!(one.send("GET", "/ok", "").await.status, 200);
+        }
+    }
+    let micros = |d: Duration| d.as_secs_f64() * 1e6;
     let mut took = Vec::with_capacity(n);
     let started = Instant::now();
     for _ in 0..n {
         let one = Instant::now();
-        assert_eq!(via_x.send("GET", "/ok", "").await.status, 200);
+        assert_eq!(through[0].send("GET", "/ok", "").await.status, 200);
         took.push(one.elapsed());
     }
     let total = started.elapsed();
     took.sort();
     let at = |q: f64| took[((took.len() - 1) as f64 * q) as usize];
-    let micros = |d: Duration| d.as_secs_f64() * 1e6;
     eprintln!(
-        "figure: {n} passed GETs through a PostgreSQL-backed proxy: {:.0} requests/s, p50 {:.0} µs, p90 {:.0} µs, p99 {:.0} µs",
+        "figure: {n} passed GETs one at a time through a PostgreSQL-backed proxy: {:.0} requests/s, p50 {:.0} µs, p90 {:.0} µs, p99 {:.0} µs",
         n as f64 / total.as_secs_f64(),
         micros(at(0.5)),
         micros(at(0.9)),
         micros(at(0.99)),
+    );
+    let started = Instant::now();
+    let tasks: Vec<_> = through
+        .into_iter()
+        .map(|mut one| {
+            tokio::spawn(async move {
+                for _ in 0..n / connections {
+                    assert_eq!(one.send("GET", "/ok", "").await.status, 200);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a client task");
+    }
+    let sent = n / connections * connections;
+    eprintln!(
+        "figure: {sent} passed GETs on {connections} connections at once: {:.0} requests/s",
+        sent as f64 / started.elapsed().as_secs_f64()
     );
 }
