@@ -8,8 +8,10 @@
 //!   small runtime, which must not start inside another. So a small pool of threads
 //!   (`postgres/pool.rs`) each owns one connection; a caller sends a job and blocks on its answer.
 //! - **One transaction per method.** Every method runs in one `READ COMMITTED`
-//!   transaction, all-or-nothing. Writes that change a run or its effects lock the run's
-//!   row first (`SELECT … FOR UPDATE`), then its effects, so they queue up per run;
+//!   transaction, all-or-nothing (`placeholder_count`, read on inspected requests, is one
+//!   statement in its own implicit transaction: `postgres/freshness.rs`). Writes that
+//!   change a run or its effects lock the run's row first (`SELECT … FOR UPDATE`), then
+//!   its effects, so they queue up per run;
 //!   `mark_releasing` re-reads the locked effect and so succeeds once across every
 //!   process. Staging is the exception that keeps stagers of one run side by side: it
 //!   takes its numbers (sequence number, number placeholders, from `run_counters`) in a
@@ -46,6 +48,7 @@ use crate::store::{Health, Store};
 use crate::Result;
 
 mod effects;
+mod freshness;
 mod journal;
 mod leases;
 mod notify;

@@ -457,6 +457,28 @@ pub trait LineageStore: EffectStore {
     /// Every placeholder issued in `run`, in value order (bytewise).
     fn placeholders(&self, run: &RunId) -> Result<Vec<IssuedPlaceholder>>;
 
+    /// Whether other processes may issue placeholders in this store's runs, so a
+    /// process's copy of [`LineageStore::placeholders`] may be stale at any moment and
+    /// must be checked with [`LineageStore::placeholder_count`] before it is trusted.
+    /// `false` (the default) for a store with one writer process (sled, memory): every
+    /// placeholder was issued through this process, which then knows of it
+    /// (docs/fleet.md, "Bounds").
+    fn placeholders_shared(&self) -> bool {
+        false
+    }
+
+    /// How many placeholders `run` has now (0 for an unknown or pruned run), as of a
+    /// read that sees every write committed before the call began, or `None` when
+    /// [`LineageStore::placeholders_shared`] is `false`: then the caller's copy is
+    /// authoritative and nothing is read (no I/O).
+    ///
+    /// A run's placeholders are only ever added, with values unique in the run, until a
+    /// prune removes them all, so a copy of the list as long as this count is the list:
+    /// a caller reloads on any difference (more: issued elsewhere; fewer: pruned).
+    fn placeholder_count(&self, _run: &RunId) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// Stores the analysis of read `content.seq`'s response with its winnowed
     /// `fingerprints` (sorted; computed by the caller with [`crate::fingerprint`]),
     /// replacing an earlier one. Not durable on its own.

@@ -18,6 +18,7 @@ pub fn all(backend: &mut dyn Backend) {
     refusals_change_nothing(backend);
     changes_are_announced(backend);
     callable_through_dyn_store(backend);
+    placeholder_count_is_the_list_length_on_a_shared_store(backend);
     super::outcomes::all(backend);
     super::retention::all(backend);
     super::leases::all(backend);
@@ -360,4 +361,32 @@ pub fn callable_through_dyn_store(backend: &mut dyn Backend) {
         .is_empty());
     store.flush().expect("flush");
     store.size_on_disk().expect("size");
+}
+
+/// A shared store counts a run's placeholders as its list holds them (0 for an unknown
+/// run); a store with one writer answers `None` and reads nothing.
+pub fn placeholder_count_is_the_list_length_on_a_shared_store(backend: &mut dyn Backend) {
+    let store = backend.fresh();
+    let run = store.create_run(None).expect("run").id;
+    let check = |run: &RunId| {
+        let count = store.placeholder_count(run).expect("count");
+        if store.placeholders_shared() {
+            let listed = store.placeholders(run).expect("placeholders").len() as u64;
+            assert_eq!(count, Some(listed));
+        } else {
+            assert_eq!(count, None);
+        }
+    };
+    check(&run);
+    check(&RunId("run_unknown".into()));
+    for kind in [ValueKind::Number, ValueKind::String, ValueKind::Sha1] {
+        let spec = PlaceholderSpec {
+            pointer: "/id".into(),
+            kind,
+        };
+        store
+            .stage(new_effect(&run, b"x", vec![spec.clone(), spec]))
+            .expect("stage");
+        check(&run);
+    }
 }

@@ -110,6 +110,15 @@ impl LineageStore for PgStore {
         })
     }
 
+    /// Other processes issue placeholders in the same database.
+    fn placeholders_shared(&self) -> bool {
+        true
+    }
+
+    fn placeholder_count(&self, run: &RunId) -> Result<Option<u64>> {
+        self.count_placeholders(run).map(Some)
+    }
+
     fn store_read_content(
         &self,
         run: &RunId,

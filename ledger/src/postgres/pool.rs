@@ -248,6 +248,32 @@ impl Tx<'_> {
     }
 }
 
+/// A pooled connection outside a transaction ([`Pool::single`]), with the same prepared
+/// statements as its [`Tx`]s.
+pub(super) struct Single<'c> {
+    client: &'c mut Client,
+    statements: &'c mut HashMap<&'static str, Statement>,
+}
+
+impl Single<'_> {
+    /// The one row of `sql`, a statement of its own.
+    pub(super) fn query_one(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Row, postgres::Error> {
+        let statement = match self.statements.get(sql) {
+            Some(statement) => statement.clone(),
+            None => {
+                let statement = self.client.prepare(sql)?;
+                self.statements.insert(sql, statement.clone());
+                statement
+            }
+        };
+        self.client.query_one(&statement, params)
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     jobs: Mutex<Sender<Job>>,
@@ -413,6 +439,36 @@ impl Pool {
             Ok((read(tx)?, Vec::new()))
         })?;
         Ok(out)
+    }
+
+    /// Runs `read` on a pooled connection outside an explicit transaction: each statement
+    /// it runs is a transaction of its own (PostgreSQL's implicit one, `READ COMMITTED`,
+    /// so it sees every commit made before it started), in one round trip where
+    /// [`Pool::read`] takes three (`BEGIN`, the query, `COMMIT`). For the per-request
+    /// reads of the request path, which run one statement.
+    ///
+    /// Errors: what `read` returns; [`LedgerError::Storage`] for the driver's faults;
+    /// [`LedgerError::Degraded`] while the server cannot be reached.
+    pub(super) fn single<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&mut Single<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.call(move |conn| {
+            let result = conn.client().map(|_| ()).and_then(|()| {
+                let Conn {
+                    client, statements, ..
+                } = &mut *conn;
+                let client = client
+                    .as_mut()
+                    .ok_or_else(|| LedgerError::storage("no PostgreSQL connection"))?;
+                read(&mut Single { client, statements })
+            });
+            match &result {
+                Ok(_) => conn.health.ok(),
+                Err(error) => conn.check(error),
+            }
+            result
+        })
     }
 
     /// Asks a pooled connection to prove the server writable again (reconnecting), without

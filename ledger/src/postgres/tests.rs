@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use crate::conformance::contracts::new_effect;
 use crate::conformance::postgres::TestServer;
 use crate::{
-    Change, EffectStore, JournalStore, LedgerError, PgOpenError, PgStore, Refused, RunStore, Store,
-    Verdict,
+    Change, EffectStore, JournalStore, LedgerError, LineageStore, PgOpenError, PgStore, Refused,
+    RunStore, Store, Verdict,
 };
 
 fn two_stores() -> Option<(TestServer, Arc<PgStore>, Arc<PgStore>)> {
@@ -336,4 +336,90 @@ fn records_with_nul_characters_round_trip() {
         store.run(&run.id).expect("run").map(|r| r.profile),
         Some(Some("nul\u{0}profile".to_owned()))
     );
+}
+
+#[test]
+fn a_placeholder_staged_through_one_instance_is_counted_by_the_other_at_once() {
+    let Some((_server, a, b)) = two_stores() else {
+        return;
+    };
+    assert!(a.placeholders_shared() && b.placeholders_shared());
+    let run = a.create_run(None).expect("run").id;
+    assert_eq!(b.placeholder_count(&run).expect("count"), Some(0));
+    let specs = || {
+        vec![
+            crate::PlaceholderSpec {
+                pointer: "/id".into(),
+                kind: crate::ValueKind::Number,
+            },
+            crate::PlaceholderSpec {
+                pointer: "/node".into(),
+                kind: crate::ValueKind::String,
+            },
+        ]
+    };
+    for n in 1..=20u64 {
+        a.stage(new_effect(&run, b"x", specs())).expect("stage");
+        // No wait for the notification: the count is read from the database.
+        assert_eq!(b.placeholder_count(&run).expect("count"), Some(2 * n));
+    }
+    assert_eq!(b.placeholders(&run).expect("placeholders").len(), 40);
+    a.abort(&run, "t").expect("abort");
+    a.prune_run(&run).expect("prune");
+    assert_eq!(b.placeholder_count(&run).expect("count"), Some(0), "pruned");
+    assert_eq!(
+        b.placeholder_count(&crate::RunId("run_unknown".into()))
+            .expect("count"),
+        Some(0)
+    );
+}
+
+#[test]
+fn the_placeholder_count_is_read_from_the_primary_key() {
+    let Some(server) = TestServer::start() else {
+        return;
+    };
+    let url = server.database();
+    let store = PgStore::open(&url, 1).expect("open");
+    let run = store.create_run(None).expect("run").id;
+    let plans = std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        // 2,000 runs of 5 placeholders beside the one asked about, with statistics; the
+        // plan before and after VACUUM (which sets the visibility map, as autovacuum does
+        // for a long-lived ledger).
+        client
+            .batch_execute(
+                "INSERT INTO runs (id, state, record)
+                 SELECT 'run_' || r, 'open', '{}' FROM generate_series(1, 2000) r;
+                 INSERT INTO placeholders (run_id, value, effect_id, record)
+                 SELECT 'run_' || r, 'v' || p, 'eff', '{}'
+                 FROM generate_series(1, 2000) r, generate_series(1, 5) p;
+                 ANALYZE placeholders",
+            )
+            .expect("fill");
+        let explain = |client: &mut postgres::Client, run: &str| {
+            let rows = client
+                .query(
+                    &format!("EXPLAIN (ANALYZE, COSTS OFF) {}", super::freshness::COUNT),
+                    &[&run],
+                )
+                .expect("explain");
+            rows.iter()
+                .map(|row| row.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let mut plans = vec![explain(&mut client, &run.0), explain(&mut client, "run_7")];
+        client.batch_execute("VACUUM placeholders").expect("vacuum");
+        plans.push(explain(&mut client, "run_7"));
+        plans
+    })
+    .join()
+    .expect("thread");
+    for plan in &plans {
+        eprintln!("figure: the placeholder count's plan:\n{plan}");
+        assert!(plan.contains("placeholders_pkey"), "{plan}");
+        assert!(!plan.contains("Seq Scan"), "{plan}");
+    }
+    assert!(plans[2].contains("Index Only Scan"), "{}", plans[2]);
 }

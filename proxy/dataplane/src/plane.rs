@@ -85,9 +85,11 @@ pub struct DataPlane {
     /// Proxied requests being handled now (until their response has been sent).
     pub(crate) in_flight: AtomicUsize,
     pub(crate) metrics: Metrics,
-    /// Placeholders issued per run, cached for the per-request search. Loads and
-    /// invalidations both happen under this lock, so a load can never put back a list
-    /// older than an invalidation.
+    /// Placeholders issued per run, cached for the per-request search. On a store with
+    /// one writer, loads and invalidations both happen under this lock, so a load can
+    /// never put back a list older than an invalidation; on a shared store each request
+    /// checks its run's list against the store's count instead
+    /// (`handle/inspect.rs`, `issued_placeholders`).
     pub(crate) placeholders: Mutex<HashMap<RunId, Arc<Vec<IssuedPlaceholder>>>>,
     /// Runs that accept no more requests, reads included: a commit was decided or the run
     /// was aborted. (A sealed run still passes reads; it only refuses new effects.)

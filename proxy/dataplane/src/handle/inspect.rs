@@ -8,7 +8,7 @@ use airlock_ledger::{Dependency, IssuedPlaceholder, RunId};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{header, Response};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::request_body::{read_bounded, search_pass_body};
 use super::RequestCtx;
@@ -110,11 +110,74 @@ pub(super) async fn inspect_stage_body(
     Ok((body, depends_on))
 }
 
-/// The placeholders issued so far in `run`, from an in-memory cache (filled from the
-/// ledger on first use, refreshed whenever an effect that issues placeholders is staged):
-/// this runs on every request, so it must not hop threads or scan storage.
+/// The placeholders issued so far in `run`, from an in-memory cache filled from the
+/// ledger on first use and dropped whenever this process stages an effect that issues
+/// placeholders or hears (change notifications) that another did. This runs on every
+/// inspected request.
+///
+/// On a store with one writer (sled, memory) every placeholder was issued through this
+/// process, so the cache is authoritative: no I/O, no thread hop. On a shared store
+/// (PostgreSQL: other proxies issue placeholders in the same runs) a notification arrives
+/// milliseconds after the other proxy's commit, while the agent may send the placeholder
+/// here as soon as that proxy answered, so the cached list's length is first checked
+/// against the store's count, and the list reloaded on any difference (more: issued
+/// elsewhere; fewer: pruned). The other proxy commits the effect before its answer
+/// carries the placeholder, so the count read for a request carrying it includes it
+/// (docs/fleet.md, "Bounds").
+///
+/// Errors: the ledger's faults, as [`crate::stage::ledger_fault`] answers them: a request
+/// whose placeholders cannot be checked is not passed.
 async fn issued_placeholders(
     shared: &Arc<DataPlane>,
+    run: &RunId,
+) -> Result<Arc<Vec<IssuedPlaceholder>>, ProxyError> {
+    if !shared.ledger.placeholders_shared() {
+        return cached_placeholders(shared, run);
+    }
+    let cached = shared
+        .placeholders
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(run)
+        .cloned();
+    let (ledger, id) = (shared.ledger.clone(), run.clone());
+    let checked = tokio::task::spawn_blocking(move || {
+        if let Some(cached) = cached {
+            match ledger.placeholder_count(&id)? {
+                Some(count) if count != cached.len() as u64 => {
+                    debug!(run.id = %id, cached = cached.len(), count,
+                           "the run's placeholders changed in the shared store: reloaded");
+                }
+                _ => return Ok((cached, false)),
+            }
+        }
+        ledger.placeholders(&id).map(|list| (Arc::new(list), true))
+    })
+    .await
+    .map_err(|e| ProxyError::Internal {
+        reason: format!("the placeholder check failed: {e}"),
+    })?;
+    let (issued, loaded) =
+        checked.map_err(|e| crate::stage::ledger_fault("could not be read", e))?;
+    if loaded {
+        // Another request may have stored a list read earlier meanwhile (or later): the
+        // next request's count check corrects either, so the last writer may win.
+        remember(
+            &mut shared
+                .placeholders
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+            run,
+            &issued,
+        );
+    }
+    Ok(issued)
+}
+
+/// [`issued_placeholders`] on a store with one writer: the cache, loaded under its lock so
+/// a load can never put back a list older than an invalidation.
+fn cached_placeholders(
+    shared: &DataPlane,
     run: &RunId,
 ) -> Result<Arc<Vec<IssuedPlaceholder>>, ProxyError> {
     let mut cache = shared
@@ -130,11 +193,21 @@ async fn issued_placeholders(
             .placeholders(run)
             .map_err(|e| crate::stage::ledger_fault("could not be read", e))?,
     );
-    if cache.len() >= 10_000 {
+    remember(&mut cache, run, &issued);
+    Ok(issued)
+}
+
+/// Caches `issued` as `run`'s placeholders, emptying the cache first once it holds 10,000
+/// runs.
+fn remember(
+    cache: &mut std::collections::HashMap<RunId, Arc<Vec<IssuedPlaceholder>>>,
+    run: &RunId,
+    issued: &Arc<Vec<IssuedPlaceholder>>,
+) {
+    if cache.len() >= 10_000 && !cache.contains_key(run) {
         cache.clear();
     }
     cache.insert(run.clone(), issued.clone());
-    Ok(issued)
 }
 
 /// The earlier effects whose placeholders the request carries, in its URL, header values
