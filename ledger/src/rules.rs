@@ -19,7 +19,9 @@ use crate::{ReleaseOutcome, Verdict};
 
 pub mod outcome;
 pub mod retention;
+mod shapes;
 pub mod workspace;
+pub use shapes::may_hold_placeholder;
 
 /// Why an effect is `discarded` when its run is aborted.
 pub const ABORT_REASON: &str = "run aborted";

@@ -43,7 +43,7 @@ pub(super) async fn inspect_pass_body(
         plane, run, url, ..
     } = ctx;
     let body = search_pass_body(plane, run, &ctx.target, parts, body).await?;
-    let issued = issued_placeholders(plane, run).await?;
+    let issued = issued_placeholders(plane, run, has_body(parts) || head_may_carry(parts)).await?;
     if issued.is_empty() {
         return Ok(Inspected::Forward(body));
     }
@@ -93,7 +93,7 @@ pub(super) async fn inspect_stage_body(
     let RequestCtx {
         plane, run, target, ..
     } = ctx;
-    let issued = issued_placeholders(plane, run).await?;
+    let issued = issued_placeholders(plane, run, true).await?;
     let body = read_bounded(plane, parts, body).await?;
     if let Some(credential) =
         crate::credentials::find_off_host(policy, run, &target.host, parts, Some(&body))
@@ -123,13 +123,17 @@ pub(super) async fn inspect_stage_body(
 /// against the store's count, and the list reloaded on any difference (more: issued
 /// elsewhere; fewer: pruned). The other proxy commits the effect before its answer
 /// carries the placeholder, so the count read for a request carrying it includes it
-/// (docs/fleet.md, "Bounds").
+/// (docs/fleet.md, "Bounds"). The check is skipped when the cache holds the run and
+/// `may_carry` is false: a request whose URL and headers have no placeholder's shape
+/// ([`airlock_ledger::rules::may_hold_placeholder`]) and no body carries no placeholder
+/// issued since, on any proxy.
 ///
 /// Errors: the ledger's faults, as [`crate::stage::ledger_fault`] answers them: a request
 /// whose placeholders cannot be checked is not passed.
 async fn issued_placeholders(
     shared: &Arc<DataPlane>,
     run: &RunId,
+    may_carry: bool,
 ) -> Result<Arc<Vec<IssuedPlaceholder>>, ProxyError> {
     if !shared.ledger.placeholders_shared() {
         return cached_placeholders(shared, run);
@@ -140,6 +144,9 @@ async fn issued_placeholders(
         .unwrap_or_else(|e| e.into_inner())
         .get(run)
         .cloned();
+    if let Some(cached) = cached.as_ref().filter(|_| !may_carry) {
+        return Ok(cached.clone());
+    }
     let (ledger, id) = (shared.ledger.clone(), run.clone());
     let checked = tokio::task::spawn_blocking(move || {
         if let Some(cached) = cached {
@@ -172,6 +179,16 @@ async fn issued_placeholders(
         );
     }
     Ok(issued)
+}
+
+/// Whether the request's URL or a header value has a placeholder's shape.
+fn head_may_carry(parts: &Parts) -> bool {
+    use airlock_ledger::rules::may_hold_placeholder;
+    may_hold_placeholder(&parts.uri.to_string())
+        || parts
+            .headers
+            .values()
+            .any(|value| may_hold_placeholder(&String::from_utf8_lossy(value.as_bytes())))
 }
 
 /// [`issued_placeholders`] on a store with one writer: the cache, loaded under its lock so
