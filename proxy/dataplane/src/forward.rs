@@ -12,7 +12,7 @@ use tracing::warn;
 
 use crate::credentials::decode::Coding;
 use crate::credentials::scrub::Scrubber;
-use crate::lineage::{Job, LineageWorker, READ_CAPTURE_BYTES, ROUTINE_HEADERS};
+use crate::lineage::{Job, LineageWorker, READ_CAPTURE_BYTES};
 use crate::DataPlane;
 use airlock_net::body::{BoxError, MeteredBody, ProxyBody};
 use airlock_net::failure::Failure;
@@ -20,7 +20,7 @@ use airlock_net::headers::{strip_hop_by_hop, strip_reserved};
 use airlock_net::respond::ProxyError;
 
 /// What a finished response leaves for lineage analysis: captured body, the response
-/// headers analysis reads (copied: see [`analysed_headers`]), and whether the body's
+/// headers (a cheap clone: header values are reference-counted), and whether the body's
 /// digest is still to be taken from the captured body (it fit whole).
 type Content = (Vec<Bytes>, http::HeaderMap, bool);
 
@@ -84,7 +84,7 @@ pub async fn forward(
         }
     };
     let status = parts.status.as_u16();
-    let headers = analysed_headers(&parts.headers);
+    let headers = parts.headers.clone();
     let body: ProxyBody = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
     let body = decode_and_scrub(body, decode, scrubber)?;
     Ok(Response::from_parts(
@@ -175,29 +175,6 @@ fn decode_and_scrub(
         Some(scrubber) => crate::credentials::scrub::ScrubBody::new(body, scrubber).boxed(),
         None => body,
     })
-}
-
-/// The response headers a read's lineage analysis reads — `Content-Encoding`,
-/// `Content-Type` and every header not in [`ROUTINE_HEADERS`] — with their values copied.
-/// hyper parses header values as slices of the origin connection's read buffer (shared
-/// with the body's first frames): a clone kept in the lineage queue would keep that
-/// whole buffer resident until the worker's turn (docs/performance.md "Seventh round").
-fn analysed_headers(headers: &HeaderMap) -> HeaderMap {
-    let mut kept = HeaderMap::new();
-    for (name, value) in headers {
-        let analysed = name == http::header::CONTENT_ENCODING
-            || name == http::header::CONTENT_TYPE
-            || !ROUTINE_HEADERS.contains(&name.as_str());
-        if !analysed {
-            continue;
-        }
-        // A value hyper parsed is valid, so the copy is too.
-        if let Ok(mut copy) = http::HeaderValue::from_bytes(value.as_bytes()) {
-            copy.set_sensitive(value.is_sensitive());
-            kept.append(name.clone(), copy);
-        }
-    }
-    kept
 }
 
 /// The answer's body, metered and captured: when it ends the read is journaled.

@@ -21,7 +21,7 @@ pub const READ_CAPTURE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Response headers whose values are routine (protocol, caching, security policy) and
 /// never lineage.
-pub(crate) const ROUTINE_HEADERS: [&str; 36] = [
+const ROUTINE_HEADERS: [&str; 36] = [
     "referrer-policy",
     "x-robots-tag",
     "content-security-policy",

@@ -14,10 +14,6 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The one body type of proxied requests and responses.
 pub type ProxyBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 
-/// Captured frames up to this many bytes are copied rather than shared (see
-/// [`MeteredBody::capture`]): 16 KiB, one TLS record's plaintext (RFC 8446 §5.1).
-pub const CAPTURE_COPY_BYTES: usize = 16 * 1024;
-
 /// What a [`MeteredBody`] saw, handed to its completion callback.
 #[derive(Debug)]
 pub struct Metered {
@@ -27,9 +23,7 @@ pub struct Metered {
     pub blake3: Option<[u8; 32]>,
     /// Why the body stopped early, when it did.
     pub error: Option<String>,
-    /// The first bytes of the body, up to the capture limit: frames up to
-    /// [`CAPTURE_COPY_BYTES`] copied (so a capture waiting for analysis does not hold the
-    /// buffers they were cut from), longer ones shared (see [`MeteredBody::capture`]).
+    /// The first bytes of the body, up to the capture limit (shared, not copied).
     pub captured: Vec<Bytes>,
     /// The body was longer than the capture limit.
     pub capture_truncated: bool,
@@ -71,13 +65,8 @@ impl<B: Body> MeteredBody<B> {
         }
     }
 
-    /// Also keeps the first `limit` bytes of the body for analysis. A frame's `Bytes` is a
-    /// slice of the buffer hyper read it into (an origin connection's read buffer, 8 KiB
-    /// to ~400 KiB, shared by the head and every frame cut from it): a shared slice kept
-    /// for the lineage worker keeps that whole buffer resident until the worker's turn,
-    /// so a frame of up to [`CAPTURE_COPY_BYTES`] is copied (a 2-byte body otherwise kept
-    /// a whole read buffer), and a longer one, most of its buffer anyway, is shared
-    /// (docs/performance.md "Seventh round").
+    /// Also keeps the first `limit` bytes of the body for analysis (frames are
+    /// reference-counted, so this shares them rather than copying).
     pub fn capture(mut self, limit: usize) -> Self {
         self.capture_room = limit;
         self
@@ -160,11 +149,7 @@ where
                     }
                     if this.capture_room > 0 {
                         let take = data.len().min(this.capture_room);
-                        this.captured.push(if take <= CAPTURE_COPY_BYTES {
-                            Bytes::copy_from_slice(&data[..take])
-                        } else {
-                            data.slice(..take)
-                        });
+                        this.captured.push(data.slice(..take));
                         this.capture_room -= take;
                         this.capture_truncated |= take < data.len();
                     } else if !data.is_empty() && !this.captured.is_empty() {
@@ -312,19 +297,10 @@ mod tests {
     }
 
     fn metered(frames: &[&'static [u8]], capture: usize) -> Metered {
-        metered_frames(
-            frames.iter().map(|f| Bytes::from_static(f)).collect(),
-            capture,
-        )
-    }
-
-    /// Relays `frames` to their end (the relayed frames are dropped) and returns what the
-    /// body saw.
-    fn metered_frames(frames: VecDeque<Bytes>, capture: usize) -> Metered {
         let seen = Arc::new(Mutex::new(None));
         let slot = seen.clone();
         let body = MeteredBody::new(
-            Frames(frames),
+            Frames(frames.iter().map(|f| Bytes::from_static(f)).collect()),
             true,
             Box::new(move |m| *slot.lock().expect("lock") = Some(m)),
         )
@@ -355,36 +331,4 @@ mod tests {
         let expected: [u8; 32] = *blake3::hash(b"hello world").as_bytes();
         assert_eq!(m.blake3, Some(expected));
     }
-
-    /// A buffer standing for hyper's read buffer: every frame is a slice of it.
-    fn read_buffer() -> Bytes {
-        Bytes::from((0..64 * 1024).map(|i| (i % 251) as u8).collect::<Vec<u8>>())
-    }
-
-    #[test]
-    fn a_captured_short_frame_is_copied_and_does_not_keep_the_read_buffer() {
-        let buffer = read_buffer();
-        let frames = VecDeque::from([buffer.slice(100..102), buffer.slice(200..4_296)]);
-        let m = metered_frames(frames, READ_CAPTURE_FOR_TESTS);
-        // The relayed frames are gone; only the capture could still hold the buffer.
-        assert!(buffer.is_unique(), "the capture holds the read buffer");
-        let whole: Vec<u8> = m.captured.iter().flat_map(|b| b.to_vec()).collect();
-        let expected: Vec<u8> = [&buffer[100..102], &buffer[200..4_296]].concat();
-        assert_eq!(whole, expected);
-    }
-
-    #[test]
-    fn a_captured_frame_longer_than_the_copy_bound_is_shared() {
-        let buffer = read_buffer();
-        let long = CAPTURE_COPY_BYTES + 1;
-        let m = metered_frames(
-            VecDeque::from([buffer.slice(..long)]),
-            READ_CAPTURE_FOR_TESTS,
-        );
-        assert!(!buffer.is_unique(), "a long frame is shared, not copied");
-        assert_eq!(&m.captured[0][..], &buffer[..long]);
-    }
-
-    /// A capture larger than every frame above (the proxy's is 4 MiB).
-    const READ_CAPTURE_FOR_TESTS: usize = 1 << 20;
 }
