@@ -10,16 +10,11 @@
 //! - **One transaction per method.** Every method runs in one `READ COMMITTED`
 //!   transaction, all-or-nothing (`placeholder_count`, read on inspected requests, is one
 //!   statement in its own implicit transaction: `postgres/freshness.rs`). Writes that
-//!   change a run or its effects lock the run's row first (`SELECT … FOR UPDATE`), then
-//!   its effects, so they queue up per run;
-//!   `mark_releasing` re-reads the locked effect and so succeeds once across every
-//!   process. Staging is the exception that keeps stagers of one run side by side: it
-//!   takes its numbers (sequence number, number placeholders, from `run_counters`) in a
-//!   short transaction of their own, committed without waiting for a flush, then stages
-//!   under a `FOR SHARE` lock of the run's row, which a closing write waits for. So
-//!   sequence numbers are unique, and gap-free unless a fault or a refusal falls between
-//!   the two transactions. Deadlocks and serialization failures are retried 8 times,
-//!   then answered [`crate::LedgerError::Conflict`].
+//!   touch a run lock its row first (`SELECT … FOR UPDATE`), then its effects, so writers
+//!   of one run queue up and per-run sequence numbers (kept in `run_counters`, locked by
+//!   the upsert that bumps them) are gap-free; `mark_releasing` re-reads the locked effect
+//!   and so succeeds once across every process. Deadlocks and serialization failures are
+//!   retried 8 times, then answered [`crate::LedgerError::Conflict`].
 //! - **Durability.** Durable methods commit with `synchronous_commit` on (the server's
 //!   setting; set it `on` for airlock); journal methods set it `off` for their
 //!   transaction; [`crate::Store::flush`] forces a WAL flush.

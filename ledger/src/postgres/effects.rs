@@ -1,7 +1,6 @@
-//! [`EffectStore`] on PostgreSQL: staging under a shared lock of the run's row, with its
-//! numbers taken from the run's counters in a short transaction just before; verdicts and
-//! release bookkeeping on the locked effect; recovery over the index of `releasing`
-//! effects.
+//! [`EffectStore`] on PostgreSQL: staging under the run's row lock with its counters,
+//! verdicts and release bookkeeping on the locked effect, recovery over the index of
+//! `releasing` effects.
 
 use super::pool::Tx;
 
@@ -101,75 +100,39 @@ impl PgStore {
     }
 }
 
-/// A staged effect's numbers, taken before its transaction ([`allocate`]).
-#[derive(Debug, Clone, Copy)]
-struct Numbers {
-    /// Its staging order in the run.
-    seq: u64,
-    /// The run's base for number placeholders (0 when the effect has none).
-    base: u64,
-    /// Number placeholders the run issued before this effect's.
-    before: u64,
-}
-
-/// Takes `effect`'s sequence number and `numbers` number placeholders from the run's
-/// counters, refusing a run that is not open. It runs in a transaction of its own,
-/// committed without waiting for a flush: the counter row is locked for that short
-/// transaction only, so stagers of one run do not queue through each other's flushes.
-/// The staging commit's flush makes it durable (the WAL is flushed in order); a fault
-/// between the two leaves a gap in the run's sequence numbers.
-fn allocate(tx: &mut Tx<'_>, effect: &Effect, numbers: u64) -> Result<Numbers> {
-    let run =
-        records::run(tx, &effect.run_id, false)?.ok_or_else(|| records::no_run(&effect.run_id))?;
-    rules::check_stage(&run)?;
-    let seq = records::bump(tx, &effect.run_id, Counter::Effects, 1)?;
-    if numbers == 0 {
-        return Ok(Numbers {
-            seq,
-            base: 0,
-            before: 0,
-        });
-    }
-    let row = tx
-        .query_one(
-            "UPDATE run_counters
-             SET placeholder_base = COALESCE(placeholder_base, $2),
-                 placeholders = placeholders + $3
-             WHERE run_id = $1
-             RETURNING placeholder_base, placeholders - $3",
-            &[
-                &effect.run_id.0,
-                &big(rules::random_placeholder_base()),
-                &big(numbers),
-            ],
-        )
-        .map_err(fault)?;
-    Ok(Numbers {
-        seq,
-        base: count(row.get(0)),
-        before: count(row.get(1)),
-    })
-}
-
-/// How many of `specs` are number placeholders (which take numbers from the run).
-fn number_placeholders(specs: &[PlaceholderSpec]) -> u64 {
-    specs
+/// Numbers the staged effect and allocates its placeholders, under the run's lock.
+fn number(tx: &mut Tx<'_>, effect: &mut Effect, specs: &[PlaceholderSpec]) -> Result<()> {
+    effect.seq = records::bump(tx, &effect.run_id, Counter::Effects, 1)?;
+    let numbers = specs
         .iter()
         .filter(|spec| spec.kind == ValueKind::Number)
-        .count() as u64
-}
-
-/// Numbers the staged effect and makes its placeholders from `numbers`.
-fn number(effect: &mut Effect, specs: &[PlaceholderSpec], numbers: Numbers) {
-    effect.seq = numbers.seq;
-    let mut counted = numbers.before;
+        .count() as u64;
+    let (base, mut counted) = if numbers > 0 {
+        let row = tx
+            .query_one(
+                "UPDATE run_counters
+                 SET placeholder_base = COALESCE(placeholder_base, $2),
+                     placeholders = placeholders + $3
+                 WHERE run_id = $1
+                 RETURNING placeholder_base, placeholders - $3",
+                &[
+                    &effect.run_id.0,
+                    &big(rules::random_placeholder_base()),
+                    &big(numbers),
+                ],
+            )
+            .map_err(fault)?;
+        (count(row.get(0)), count(row.get(1)))
+    } else {
+        (0, 0)
+    };
     effect.placeholders = specs
         .iter()
         .map(|spec| {
             let (base, n) = match spec.kind {
                 ValueKind::Number => {
                     counted += 1;
-                    (numbers.base, counted)
+                    (base, counted)
                 }
                 ValueKind::String | ValueKind::SlackTs | ValueKind::Sha1 | ValueKind::Url => (0, 0),
             };
@@ -181,6 +144,7 @@ fn number(effect: &mut Effect, specs: &[PlaceholderSpec], numbers: Numbers) {
             }
         })
         .collect();
+    Ok(())
 }
 
 impl EffectStore for PgStore {
@@ -201,18 +165,10 @@ impl EffectStore for PgStore {
             Vec::new(),
             now_ms(),
         );
-        let wanted = number_placeholders(&specs);
-        let allocating = template.clone();
-        let numbers = self.write(template.run_id.0.clone(), true, move |tx| {
-            Ok((allocate(tx, &allocating, wanted)?, Vec::new()))
-        })?;
         self.write(template.run_id.0.clone(), false, move |tx| {
-            // Shared: stagers of one run commit side by side; closing the run (which
-            // locks it for update) waits for them, and a stager that waited for a close
-            // sees the closed run and is refused.
-            rules::check_stage(&records::shared_run(tx, &template.run_id)?)?;
+            rules::check_stage(&locked_run(tx, &template.run_id)?)?;
             let mut effect = template.clone();
-            number(&mut effect, &specs, numbers);
+            number(tx, &mut effect, &specs)?;
             put_body(tx, &digest, &body)?;
             records::insert_effect(tx, &effect)?;
             for placeholder in &effect.placeholders {

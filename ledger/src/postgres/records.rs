@@ -64,20 +64,6 @@ pub(super) fn run(tx: &mut Tx<'_>, id: &RunId, lock: bool) -> Result<Option<Run>
     row.map(|row| parse(&id.0, row.get(0))).transpose()
 }
 
-/// The run `id`, locked `FOR SHARE` until the transaction ends (writers that lock it for
-/// update wait, and are waited for); [`LedgerError::NotFound`] when there is none.
-pub(super) fn shared_run(tx: &mut Tx<'_>, id: &RunId) -> Result<Run> {
-    let row = tx
-        .query_opt(
-            "SELECT record::text FROM runs WHERE id = $1 FOR SHARE",
-            &[&id.0],
-        )
-        .map_err(fault)?;
-    row.map(|row| parse(&id.0, row.get(0)))
-        .transpose()?
-        .ok_or_else(|| no_run(id))
-}
-
 /// The run `id`, locked; [`LedgerError::NotFound`] when there is none.
 pub(super) fn locked_run(tx: &mut Tx<'_>, id: &RunId) -> Result<Run> {
     run(tx, id, true)?.ok_or_else(|| no_run(id))

@@ -440,9 +440,8 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
     .await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle_start_kib = status_kib(airlock.proxy.pid, "VmRSS").or(idle_start_kib);
-    let (_, airlock_route) = airlock.create_run().await?;
     roots.push(airlock.proxy.ca_pem.clone());
-    let client_tls = tls::client_config(&roots)?;
+    let mut client_tls = tls::client_config(&roots)?;
 
     if options.staging {
         println!("\n### staging (POST 1 KiB to a staged path, flushed before the 202)\n");
@@ -493,6 +492,23 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
         .await?;
     }
 
+    // First contact and streaming each get a fresh airlock and ledger, so that their
+    // memory figures are their own, not what staging left (docs/performance.md, "Seventh
+    // round").
+    let fresh = |name: &'static str| {
+        let (ca_path, ports) = (ca_path.clone(), origin.ports.clone());
+        async move {
+            let started = procs::start_airlock(airlock_binary, dir, name, &ca_path, &ports).await?;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<_, BoxError>(started)
+        }
+    };
+    if options.first_contact {
+        let _ = airlock.proxy.child.kill().await;
+        airlock = fresh("airlock-data-contact").await?;
+        roots.push(airlock.proxy.ca_pem.clone());
+        client_tls = tls::client_config(&roots)?;
+    }
     if options.first_contact {
         println!("\n### first contact (TCP + CONNECT + TLS handshake through airlock)\n");
         let contact =
@@ -528,6 +544,11 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
     }
 
     if options.streaming {
+        let _ = airlock.proxy.child.kill().await;
+        airlock = fresh("airlock-data-streaming").await?;
+        roots.push(airlock.proxy.ca_pem.clone());
+        client_tls = tls::client_config(&roots)?;
+        let (_, airlock_route) = airlock.create_run().await?;
         println!(
             "\n### streaming ({} MiB GET, one connection)\n",
             stream_bytes >> 20
