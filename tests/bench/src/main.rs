@@ -697,6 +697,9 @@ async fn pg_staging(
             println!("first error: {error}");
         }
     }
+    if let Some(report) = server.statement_report()? {
+        println!("\nPostgreSQL statements by server time (pg_stat_statements):\n{report}");
+    }
     drop(fleet);
     drop(server);
     Ok(())

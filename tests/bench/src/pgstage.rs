@@ -63,10 +63,13 @@ impl PgServer {
                 "--no-sync",
             ],
         )?;
-        let options = format!(
+        let mut options = format!(
             "-p {port} -c listen_addresses=127.0.0.1 -k {} -c max_connections=200",
             server.dir.display()
         );
+        if statement_stats() {
+            options.push_str(" -c shared_preload_libraries=pg_stat_statements");
+        }
         let log = server.dir.join("server.log");
         let log = log.to_str().ok_or("a UTF-8 temporary path")?;
         server.run(
@@ -76,6 +79,28 @@ impl PgServer {
             ],
         )?;
         Ok(Some(server))
+    }
+
+    /// With `AIRLOCK_BENCH_PG_STATEMENTS=1`: the statements that took the server's time,
+    /// from `pg_stat_statements` (calls, total ms, query), most first; else nothing.
+    pub fn statement_report(&self) -> Result<Option<String>, BoxError> {
+        if !statement_stats() {
+            return Ok(None);
+        }
+        let output = Command::new("psql")
+            .arg(self.url())
+            .args([
+                "-X",
+                "-A",
+                "-F",
+                " | ",
+                "-c",
+                "CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
+                "-c",
+                "SELECT calls, round(total_exec_time::numeric, 1) AS ms, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15",
+            ])
+            .output()?;
+        Ok(Some(String::from_utf8_lossy(&output.stdout).into_owned()))
     }
 
     /// The URL of its `postgres` database.
@@ -122,6 +147,11 @@ impl Drop for PgServer {
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Whether `AIRLOCK_BENCH_PG_STATEMENTS=1` asks for the statement report.
+fn statement_stats() -> bool {
+    std::env::var("AIRLOCK_BENCH_PG_STATEMENTS").is_ok_and(|v| v == "1")
 }
 
 /// `initdb` on `PATH`, else the newest `/usr/lib/postgresql/*/bin`.
