@@ -93,8 +93,11 @@ pub(super) async fn inspect_stage_body(
     let RequestCtx {
         plane, run, target, ..
     } = ctx;
-    let issued = issued_placeholders(plane, run, true).await?;
     let body = read_bounded(plane, parts, body).await?;
+    // Only a shared store reads the answer (and the body's decodings cost CPU).
+    let may_carry = plane.ledger.placeholders_shared()
+        && (head_may_carry(parts) || body_may_carry(parts, &body));
+    let issued = issued_placeholders(plane, run, may_carry).await?;
     if let Some(credential) =
         crate::credentials::find_off_host(policy, run, &target.host, parts, Some(&body))
     {
@@ -124,9 +127,10 @@ pub(super) async fn inspect_stage_body(
 /// elsewhere; fewer: pruned). The other proxy commits the effect before its answer
 /// carries the placeholder, so the count read for a request carrying it includes it
 /// (docs/fleet.md, "Bounds"). The check is skipped when the cache holds the run and
-/// `may_carry` is false: a request whose URL and headers have no placeholder's shape
-/// ([`airlock_ledger::rules::may_hold_placeholder`]) and no body carries no placeholder
-/// issued since, on any proxy.
+/// `may_carry` is false: a request whose URL, headers and body (when it has one, as every
+/// text it decodes to) have no placeholder's shape
+/// ([`airlock_ledger::rules::may_hold_placeholder`]) carries no placeholder issued since,
+/// on any proxy.
 ///
 /// Errors: the ledger's faults, as [`crate::stage::ledger_fault`] answers them: a request
 /// whose placeholders cannot be checked is not passed.
@@ -189,6 +193,18 @@ fn head_may_carry(parts: &Parts) -> bool {
             .headers
             .values()
             .any(|value| may_hold_placeholder(&String::from_utf8_lossy(value.as_bytes())))
+}
+
+/// Whether the body, as any text it can be read as (raw, gzip-, percent- or
+/// base64-decoded: what [`find_dependencies`] searches), has a placeholder's shape.
+fn body_may_carry(parts: &Parts, body: &Bytes) -> bool {
+    let encoding = parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok());
+    airlock_ledger::fingerprint::decoded_texts(body, encoding)
+        .iter()
+        .any(|text| airlock_ledger::rules::may_hold_placeholder(text))
 }
 
 /// [`issued_placeholders`] on a store with one writer: the cache, loaded under its lock so

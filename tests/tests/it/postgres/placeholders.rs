@@ -128,7 +128,23 @@ async fn a_placeholder_issued_through_one_proxy_is_held_by_the_other_at_once() {
         assert_eq!(created.status, 201, "{}", created.text());
         let placeholder = created.json()["id"].as_u64().expect("a number placeholder");
         let parent = created.header("airlock-effect").expect("effect");
-        // At once, on a connection already open: no wait for X's notification.
+        // At once, on a connection already open: no wait for X's notification. First a
+        // staged POST through Y carrying it in its body only (its URL has no placeholder's
+        // shape): it depends on X's effect.
+        let post = via_y
+            .send(
+                "POST",
+                &format!("/hooks/body-{n}"),
+                &format!(r#"{{"item":{placeholder}}}"#),
+            )
+            .await;
+        assert_eq!(post.status, 202, "{}", post.text());
+        held.push((parent, post.header("airlock-effect").expect("effect")));
+        // Then a read through Y carrying a second placeholder X issues now.
+        let created = via_x.send("POST", "/items", r#"{"title":"u"}"#).await;
+        assert_eq!(created.status, 201, "{}", created.text());
+        let placeholder = created.json()["id"].as_u64().expect("a number placeholder");
+        let parent = created.header("airlock-effect").expect("effect");
         let read = via_y
             .send("GET", &format!("/items/{placeholder}"), "")
             .await;
