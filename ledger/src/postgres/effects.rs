@@ -6,7 +6,7 @@ use super::pool::Tx;
 
 use super::records::{
     self, big, count, fault, locked_run, no_effect, parse, put_body, put_effects, put_run,
-    run_of_effect, Counter,
+    run_of_effect,
 };
 use super::PgStore;
 use crate::change::Change;
@@ -16,7 +16,7 @@ use crate::model::{
 };
 use crate::rules;
 use crate::store::EffectStore;
-use crate::{ReleaseOutcome, Result, Settlement, Verdict};
+use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
 impl PgStore {
     /// Locks effect `id`'s run and then the effect, lets `change` decide and change it,
@@ -100,9 +100,10 @@ impl PgStore {
     }
 }
 
-/// Numbers the staged effect and allocates its placeholders, under the run's lock.
-fn number(tx: &mut Tx<'_>, effect: &mut Effect, specs: &[PlaceholderSpec]) -> Result<()> {
-    effect.seq = records::bump(tx, &effect.run_id, Counter::Effects, 1)?;
+/// Numbers the staged effect `seq` (taken with the run's lock) and allocates its
+/// placeholders, under the run's lock.
+fn number(tx: &mut Tx<'_>, effect: &mut Effect, specs: &[PlaceholderSpec], seq: u64) -> Result<()> {
+    effect.seq = seq;
     let numbers = specs
         .iter()
         .filter(|spec| spec.kind == ValueKind::Number)
@@ -166,11 +167,14 @@ impl EffectStore for PgStore {
             now_ms(),
         );
         self.write(template.run_id.0.clone(), false, move |tx| {
-            rules::check_stage(&locked_run(tx, &template.run_id)?)?;
+            let (run, seq) = records::locked_run_and_seq(tx, &template.run_id)?;
+            rules::check_stage(&run)?;
+            let seq =
+                seq.ok_or_else(|| LedgerError::storage("an open run got no sequence number"))?;
             let mut effect = template.clone();
-            number(tx, &mut effect, &specs)?;
-            put_body(tx, &digest, &body)?;
-            records::insert_effect(tx, &effect)?;
+            number(tx, &mut effect, &specs, seq)?;
+            let changes = Change::of_staged(&effect);
+            records::insert_staged(tx, &effect, &digest, &body, &changes)?;
             for placeholder in &effect.placeholders {
                 let issued = IssuedPlaceholder {
                     value: placeholder.value.clone(),
@@ -191,7 +195,6 @@ impl EffectStore for PgStore {
                 )
                 .map_err(fault)?;
             }
-            let changes = Change::of_staged(&effect);
             Ok((effect, changes))
         })
     }

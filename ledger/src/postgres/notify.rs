@@ -80,13 +80,18 @@ pub(super) fn announce(tx: &mut Tx<'_>, origin: &str, changes: &[Change]) -> Res
     if changes.is_empty() {
         return Ok(());
     }
-    let payload = changes.iter().map(encode).collect::<Vec<_>>().join("|");
+    let payload = payload(changes);
     tx.execute(
         "INSERT INTO changes (origin, payload) VALUES ($1, $2)",
         &[&origin, &payload],
     )
     .map_err(fault)?;
     Ok(())
+}
+
+/// The outbox payload of `changes`: their tokens, `|`-separated.
+pub(super) fn payload(changes: &[Change]) -> String {
+    changes.iter().map(encode).collect::<Vec<_>>().join("|")
 }
 
 fn encode(change: &Change) -> String {

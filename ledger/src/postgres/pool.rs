@@ -190,9 +190,25 @@ type Job = Box<dyn FnOnce(&mut Conn) + Send>;
 pub(super) struct Tx<'t> {
     tx: Transaction<'t>,
     statements: &'t mut HashMap<&'static str, Statement>,
+    /// The writing store's origin tag, for a write that records its changes in the outbox
+    /// itself ([`Tx::announced`]).
+    origin: &'t str,
+    /// Set by a write that inserted its own outbox row (folded into another statement, to
+    /// save a round trip): the transaction then does not announce its changes again.
+    announced: bool,
 }
 
 impl Tx<'_> {
+    /// The writing store's origin tag (empty for reads).
+    pub(super) fn origin(&self) -> &str {
+        self.origin
+    }
+
+    /// Records that this write inserted its outbox row itself.
+    pub(super) fn mark_announced(&mut self) {
+        self.announced = true;
+    }
+
     fn statement(&mut self, sql: &'static str) -> std::result::Result<Statement, postgres::Error> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
@@ -508,13 +524,17 @@ fn attempt_once<T>(
     let mut tx = Tx {
         tx: client.transaction().map_err(fault)?,
         statements,
+        origin,
+        announced: false,
     };
     if journal {
         tx.batch_execute("SET LOCAL synchronous_commit = off")
             .map_err(fault)?;
     }
     let (out, changes) = write(&mut tx)?;
-    notify::announce(&mut tx, origin, &changes)?;
+    if !tx.announced {
+        notify::announce(&mut tx, origin, &changes)?;
+    }
     tx.tx.commit().map_err(fault)?;
     Ok((out, changes))
 }
