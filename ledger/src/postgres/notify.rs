@@ -12,8 +12,9 @@
 //! - **Reading.** A listener thread per store LISTENs on [`CHANNEL`] and, on each wake-up
 //!   and at least every [`POLL`], reads the rows after the newest id it has seen, plus the
 //!   ids it saw skipped: ids are taken at insert, and concurrent writers commit out of
-//!   order, so a skipped id is looked for again for [`GAP_TTL`] (then it is taken for a
-//!   rolled-back insert). The poll covers a writer that died between its commit and its
+//!   order, so a skipped id is looked for again until every transaction that was running
+//!   when it was first missed has ended (the snapshot's `xmin` passed that read's `xmax`;
+//!   then it was read, or it never commits), however long that takes. The poll covers a writer that died between its commit and its
 //!   `NOTIFY`. Rows of other origins are handed to the store's [`Notifier`]; a store hands
 //!   its own changes to its subscribers itself, right after the commit and before the
 //!   method returns, so they arrive promptly, in the order of its writes, and once.
@@ -51,9 +52,6 @@ pub const CHANNEL: &str = "airlock_changes";
 
 /// The longest a listener goes without reading the outbox, wake-up or not.
 pub const POLL: Duration = Duration::from_secs(1);
-
-/// How long a skipped id is looked for again before it is taken for a rolled-back insert.
-pub const GAP_TTL: Duration = Duration::from_secs(30);
 
 /// Seconds an outbox row is kept (by the database's clock).
 pub const RETENTION_SECS: f64 = 300.0;
@@ -232,19 +230,23 @@ impl Listener {
 struct Cursor {
     /// The newest id read.
     last: i64,
-    /// Ids below `last` not read yet, with when they were first missed.
-    gaps: BTreeMap<i64, Instant>,
+    /// Ids below `last` not read yet, each with its horizon: the `xmax` of the snapshot in
+    /// which it was first missed. The writer that took the id had its transaction id by
+    /// then, below the horizon; once a snapshot's `xmin` reaches the horizon that writer
+    /// has ended, so the id was either read in that snapshot or never commits.
+    gaps: BTreeMap<i64, i64>,
     /// Whether `last` was set from the table.
     started: bool,
 }
 
 impl Cursor {
-    /// Takes row `id` into account; whether it is new to this listener.
-    fn take(&mut self, id: i64, now: Instant) -> bool {
+    /// Takes row `id`, read in a snapshot whose `xmax` is `horizon`, into account;
+    /// whether it is new to this listener.
+    fn take(&mut self, id: i64, horizon: i64) -> bool {
         if id > self.last {
             let skipped = (self.last + 1).max(id - MAX_GAPS as i64)..id;
             for gap in skipped {
-                self.gaps.insert(gap, now);
+                self.gaps.insert(gap, horizon);
             }
             while self.gaps.len() > MAX_GAPS {
                 self.gaps.pop_first();
@@ -256,10 +258,10 @@ impl Cursor {
         }
     }
 
-    /// Forgets the gaps missed for longer than [`GAP_TTL`].
-    fn expire(&mut self, now: Instant) {
-        self.gaps
-            .retain(|_, since| now.duration_since(*since) < GAP_TTL);
+    /// After a read in a snapshot whose `xmin` is `xmin`: forgets the gaps whose writers
+    /// have all ended (their rows, if any, were in that read).
+    fn expire(&mut self, xmin: i64) {
+        self.gaps.retain(|_, horizon| *horizon > xmin);
     }
 }
 
@@ -331,9 +333,12 @@ impl Follower {
         client: &mut Client,
         cursor: &mut Cursor,
     ) -> std::result::Result<(), postgres::Error> {
-        let newest: i64 = client
-            .query_one("SELECT COALESCE(max(id), 0) FROM changes", &[])?
-            .get(0);
+        let row = client.query_one(
+            "SELECT COALESCE(max(id), 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint
+             FROM changes",
+            &[],
+        )?;
+        let (newest, horizon): (i64, i64) = (row.get(0), row.get(1));
         let seen: Vec<i64> = client
             .query(
                 "SELECT id FROM changes WHERE id > $1",
@@ -342,11 +347,10 @@ impl Follower {
             .iter()
             .map(|row| row.get(0))
             .collect();
-        let now = Instant::now();
         cursor.last = newest;
         cursor.gaps = ((newest - START_WINDOW).max(0) + 1..newest)
             .filter(|id| !seen.contains(id))
-            .map(|id| (id, now))
+            .map(|id| (id, horizon))
             .collect();
         cursor.started = true;
         self.prune(client);
@@ -404,19 +408,31 @@ impl Follower {
         cursor: &mut Cursor,
     ) -> std::result::Result<(), postgres::Error> {
         let gaps: Vec<i64> = cursor.gaps.keys().copied().collect();
+        // The rows and the bounds of the snapshot they were read in, in one statement (a
+        // row with no id when none is new).
         let rows = client.query(
-            "SELECT id, origin, payload FROM changes WHERE id > $1 OR id = ANY($2) ORDER BY id",
+            "WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s)
+             SELECT c.id, c.origin, c.payload,
+                    pg_snapshot_xmin(snap.s)::text::bigint, pg_snapshot_xmax(snap.s)::text::bigint
+             FROM snap LEFT JOIN changes c ON c.id > $1 OR c.id = ANY($2)
+             ORDER BY c.id",
             &[&cursor.last, &gaps],
         )?;
-        let now = Instant::now();
+        let Some(first) = rows.first() else {
+            return Ok(());
+        };
+        let (xmin, xmax): (i64, i64) = (first.get(3), first.get(4));
         let mut changes = Vec::new();
         for row in &rows {
-            let (id, origin, payload): (i64, &str, &str) = (row.get(0), row.get(1), row.get(2));
-            if cursor.take(id, now) && origin != self.origin {
+            let Some(id) = row.get::<_, Option<i64>>(0) else {
+                continue;
+            };
+            let (origin, payload): (&str, &str) = (row.get(1), row.get(2));
+            if cursor.take(id, xmax) && origin != self.origin {
                 changes.extend(changes_of(payload));
             }
         }
-        cursor.expire(now);
+        cursor.expire(xmin);
         self.notifier.send(changes);
         Ok(())
     }
@@ -510,26 +526,35 @@ mod tests {
     }
 
     #[test]
-    fn a_cursor_takes_each_id_once_and_remembers_the_skipped_ones() {
-        let now = Instant::now();
+    fn a_cursor_takes_each_id_once_and_looks_for_a_skipped_one_until_its_writer_ended() {
         let mut cursor = Cursor {
             last: 10,
             ..Cursor::default()
         };
-        assert!(cursor.take(11, now));
-        assert!(cursor.take(14, now), "14 is new; 12 and 13 are gaps");
+        // Read in a snapshot with xmin 500 and xmax 510: writers 500..510 may be running.
+        assert!(cursor.take(11, 510));
+        assert!(cursor.take(14, 510), "14 is new; 12 and 13 are gaps");
+        cursor.expire(500);
         assert_eq!(
             cursor.gaps.keys().copied().collect::<Vec<_>>(),
             vec![12, 13]
         );
-        assert!(!cursor.take(14, now), "taken once");
-        assert!(!cursor.take(11, now), "taken once");
-        assert!(cursor.take(13, now), "a gap that commits late is new");
-        assert!(!cursor.take(13, now));
-        cursor.expire(now + GAP_TTL);
-        assert!(cursor.gaps.is_empty(), "12 is forgotten after GAP_TTL");
-        assert!(!cursor.take(12, now), "and not taken after that");
-        assert!(cursor.take(20_000, now));
+        assert!(!cursor.take(14, 520), "taken once");
+        assert!(!cursor.take(11, 520), "taken once");
+        // However many reads later, while a transaction begun before xid 510 still runs.
+        for xmin in 501..510 {
+            cursor.expire(xmin);
+        }
+        assert_eq!(cursor.gaps.len(), 2, "kept while their writers may run");
+        assert!(cursor.take(13, 530), "a gap that commits late is new");
+        assert!(!cursor.take(13, 530));
+        cursor.expire(510);
+        assert!(
+            cursor.gaps.is_empty(),
+            "12's writer has ended without committing it"
+        );
+        assert!(!cursor.take(12, 540), "and it is not taken after that");
+        assert!(cursor.take(20_000, 540));
         assert_eq!(cursor.gaps.len(), MAX_GAPS, "bounded");
         assert_eq!(cursor.gaps.keys().next(), Some(&(20_000 - MAX_GAPS as i64)));
     }

@@ -181,3 +181,43 @@ fn outbox_rows_past_their_retention_are_pruned() {
     );
     drop(store);
 }
+
+/// A write whose commit takes longer than any fixed wait (a stalled disk, a lock, a
+/// paused process) is still heard: its skipped id is looked for until its transaction has
+/// ended. (With a 30 s forgetting time, a run aborted this slowly stayed open on every
+/// other instance for good.)
+#[test]
+fn a_change_whose_commit_is_held_for_35_s_is_still_heard() {
+    let Some(server) = TestServer::start() else {
+        return;
+    };
+    let url = server.database();
+    let b = PgStore::open(&url, 1).expect("open B");
+    let changes = b.subscribe();
+    let slow_run = RunId::generate();
+    let mut slow = client(&url);
+    let mut tx = slow.transaction().expect("begin");
+    tx.execute(
+        "INSERT INTO changes (origin, payload) VALUES ('elsewhere', $1)",
+        &[&format!("x:{slow_run}")],
+    )
+    .expect("insert");
+    // Others commit meanwhile, past the held id, and the listener reads again and again.
+    let mut fast = client(&url);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(35) {
+        let run = RunId::generate();
+        insert_row(&mut fast, &format!("x:{run}"));
+        fast.batch_execute("NOTIFY airlock_changes").expect("notify");
+        let heard = hear(&changes, &Change::RunClosed(run.clone()), POLL * 3);
+        assert!(heard.contains(&Change::RunClosed(run)), "{heard:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    tx.commit().expect("commit at last");
+    fast.batch_execute("NOTIFY airlock_changes").expect("notify");
+    let heard = hear(&changes, &Change::RunClosed(slow_run.clone()), POLL * 3);
+    assert!(
+        heard.contains(&Change::RunClosed(slow_run)),
+        "the held change is heard once it commits: {heard:?}"
+    );
+}
