@@ -208,13 +208,15 @@ fn a_change_whose_commit_is_held_for_35_s_is_still_heard() {
     while started.elapsed() < Duration::from_secs(35) {
         let run = RunId::generate();
         insert_row(&mut fast, &format!("x:{run}"));
-        fast.batch_execute("NOTIFY airlock_changes").expect("notify");
+        fast.batch_execute("NOTIFY airlock_changes")
+            .expect("notify");
         let heard = hear(&changes, &Change::RunClosed(run.clone()), POLL * 3);
         assert!(heard.contains(&Change::RunClosed(run)), "{heard:?}");
         std::thread::sleep(Duration::from_millis(500));
     }
     tx.commit().expect("commit at last");
-    fast.batch_execute("NOTIFY airlock_changes").expect("notify");
+    fast.batch_execute("NOTIFY airlock_changes")
+        .expect("notify");
     let heard = hear(&changes, &Change::RunClosed(slow_run.clone()), POLL * 3);
     assert!(
         heard.contains(&Change::RunClosed(slow_run)),
