@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use load::{LoadResult, LoadShape, Request, Route, Target};
+use load::{LoadShape, Request, Route, Target};
 use procs::{status_kib, Proxy};
-use rounds::{measure, median, median_spread, print_table, summarise, Sample, Summary};
+use rounds::{measure, print_table, summarise, Sample, Summary};
 use targets::{name, Targets};
 
 /// Errors of the benchmark: reported, never recovered from.
@@ -444,43 +444,20 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
     let mut client_tls = tls::client_config(&roots)?;
 
     if options.staging {
-        println!("\n### staging (POST 1 KiB to a staged path, flushed before the 202)\n");
-        let (fsync, fdatasync) = sections::raw_fsync_rate(&airlock.data, Duration::from_secs(2))?;
-        println!("raw disk, same file system as the ledger: {fsync:.0}/s appending 4 KiB + fsync; {fdatasync:.0}/s overwriting 4 KiB in a preallocated file + fdatasync\n");
-        println!(
-            "| clients | effects/s (spread) | p50 ms | p99 ms | effects per fdatasync-time | errors |"
-        );
-        println!("|---:|---:|---:|---:|---:|---:|");
-        for clients in [1, 64] {
-            let mut runs = Vec::new();
-            for _ in 0..options.rounds {
-                runs.push(
-                    sections::staging(&airlock, &client_tls, &target, clients, &shape).await?,
-                );
-            }
-            let rates: Vec<f64> = runs.iter().map(LoadResult::rate).collect();
-            let (rate, spread) = median_spread(&rates);
-            let p50 = median(&mut runs.iter().map(|r| r.quantile_ms(0.5)).collect::<Vec<_>>());
-            let p99 = median(&mut runs.iter().map(|r| r.quantile_ms(0.99)).collect::<Vec<_>>());
-            let errors: u64 = runs.iter().map(|r| r.errors).sum();
-            match clients {
-                1 => targets.record(name::STAGE_1_P50, p50),
-                _ => targets.record(name::STAGE_64, rate),
-            }
-            println!(
-                "| {clients} | {rate:.0} (±{:.0}%) | {p50:.2} | {p99:.2} | {:.1} | {errors} |",
-                spread / 2.0,
-                rate / fdatasync
-            );
-            if let Some(error) = runs.iter().find_map(|r| r.first_error.clone()) {
-                println!("first error: {error}");
-            }
-        }
+        sections::staging_section(
+            options.rounds,
+            &airlock,
+            &client_tls,
+            &target,
+            &shape,
+            &mut targets,
+        )
+        .await?;
     }
 
     if options.pg_staging {
-        pg_staging(
-            options,
+        pgstage::section(
+            options.rounds,
             airlock_binary,
             dir,
             &ca_path,
@@ -639,68 +616,5 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
     targets.print((options.quick || debug).then_some(
         "not the targets' conditions (a debug build or --quick's reduced counts): the verdicts only show the table works",
     ));
-    Ok(())
-}
-
-/// Staging on PostgreSQL through two instances (issue #19's figure), beside the sled
-/// figures of the staging section above.
-#[allow(clippy::too_many_arguments)]
-async fn pg_staging(
-    options: &Options,
-    binary: &Path,
-    dir: &Path,
-    upstream_ca: &Path,
-    ports: &[u16],
-    target: &Target,
-    shape: &LoadShape,
-    targets: &mut Targets,
-) -> Result<(), BoxError> {
-    println!("\n### staging on PostgreSQL, through two instances (A --role all, B --role proxy)\n");
-    let Some(server) = pgstage::PgServer::start()? else {
-        println!("not measured: PostgreSQL (initdb, pg_ctl) is not installed");
-        return Ok(());
-    };
-    let fleet = pgstage::start_fleet(binary, dir, upstream_ca, ports, &server.url()).await?;
-    // The fleet's own CA (B holds a copy of A's).
-    let tls = &tls::client_config(std::slice::from_ref(&fleet.a.proxy.ca_pem))?;
-    println!("| clients | runs | effects/s (spread) | p50 ms | p99 ms | errors |");
-    println!("|---:|---:|---:|---:|---:|---:|");
-    for (clients, run_each) in [(1, false), (64, false), (64, true)] {
-        let mut results = Vec::new();
-        for _ in 0..options.rounds {
-            results.push(pgstage::staging(&fleet, tls, target, clients, run_each, shape).await?);
-        }
-        let rates: Vec<f64> = results.iter().map(LoadResult::rate).collect();
-        let (rate, spread) = median_spread(&rates);
-        let p50 = median(
-            &mut results
-                .iter()
-                .map(|r| r.quantile_ms(0.5))
-                .collect::<Vec<_>>(),
-        );
-        let p99 = median(
-            &mut results
-                .iter()
-                .map(|r| r.quantile_ms(0.99))
-                .collect::<Vec<_>>(),
-        );
-        let errors: u64 = results.iter().map(|r| r.errors).sum();
-        let runs = if run_each { clients } else { 1 };
-        if run_each {
-            targets.record(name::PG_STAGE_64, rate);
-        }
-        println!(
-            "| {clients} | {runs} | {rate:.0} (±{:.0}%) | {p50:.2} | {p99:.2} | {errors} |",
-            spread / 2.0
-        );
-        if let Some(error) = results.iter().find_map(|r| r.first_error.clone()) {
-            println!("first error: {error}");
-        }
-    }
-    if let Some(report) = server.statement_report()? {
-        println!("\nPostgreSQL statements by server time (pg_stat_statements):\n{report}");
-    }
-    drop(fleet);
-    drop(server);
     Ok(())
 }

@@ -15,6 +15,8 @@ use bytes::Bytes;
 
 use crate::load::{self, LoadResult, LoadShape, Request, Route, Target};
 use crate::procs::{start_airlock_with, Airlock};
+use crate::rounds::{median, median_spread};
+use crate::targets::Targets;
 use crate::BoxError;
 
 /// A PostgreSQL server of this run; dropping it stops it and removes its files.
@@ -280,4 +282,68 @@ pub async fn staging(
     }
     merged.latencies_us.sort_unstable();
     Ok(merged)
+}
+
+/// The bench's section `### staging on PostgreSQL`: 1 client, then 64 clients in one run
+/// and in a run each, `rounds` times each (issue #19's figure), beside the sled figures
+/// of the staging section before it.
+#[allow(clippy::too_many_arguments)]
+pub async fn section(
+    rounds: usize,
+    binary: &Path,
+    dir: &Path,
+    upstream_ca: &Path,
+    ports: &[u16],
+    target: &Target,
+    shape: &LoadShape,
+    targets: &mut Targets,
+) -> Result<(), BoxError> {
+    println!("\n### staging on PostgreSQL, through two instances (A --role all, B --role proxy)\n");
+    let Some(server) = PgServer::start()? else {
+        println!("not measured: PostgreSQL (initdb, pg_ctl) is not installed");
+        return Ok(());
+    };
+    let fleet = start_fleet(binary, dir, upstream_ca, ports, &server.url()).await?;
+    // The fleet's own CA (B holds a copy of A's).
+    let tls = &crate::tls::client_config(std::slice::from_ref(&fleet.a.proxy.ca_pem))?;
+    println!("| clients | runs | effects/s (spread) | p50 ms | p99 ms | errors |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for (clients, run_each) in [(1, false), (64, false), (64, true)] {
+        let mut results = Vec::new();
+        for _ in 0..rounds {
+            results.push(staging(&fleet, tls, target, clients, run_each, shape).await?);
+        }
+        let rates: Vec<f64> = results.iter().map(LoadResult::rate).collect();
+        let (rate, spread) = median_spread(&rates);
+        let p50 = median(
+            &mut results
+                .iter()
+                .map(|r| r.quantile_ms(0.5))
+                .collect::<Vec<_>>(),
+        );
+        let p99 = median(
+            &mut results
+                .iter()
+                .map(|r| r.quantile_ms(0.99))
+                .collect::<Vec<_>>(),
+        );
+        let errors: u64 = results.iter().map(|r| r.errors).sum();
+        let runs = if run_each { clients } else { 1 };
+        if run_each {
+            targets.record(crate::targets::name::PG_STAGE_64, rate);
+        }
+        println!(
+            "| {clients} | {runs} | {rate:.0} (±{:.0}%) | {p50:.2} | {p99:.2} | {errors} |",
+            spread / 2.0
+        );
+        if let Some(error) = results.iter().find_map(|r| r.first_error.clone()) {
+            println!("first error: {error}");
+        }
+    }
+    if let Some(report) = server.statement_report()? {
+        println!("\nPostgreSQL statements by server time (pg_stat_statements):\n{report}");
+    }
+    drop(fleet);
+    drop(server);
+    Ok(())
 }

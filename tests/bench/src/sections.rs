@@ -33,6 +33,51 @@ pub async fn staging(
     Ok(load::run(route, target.clone(), tls.clone(), request, &shape, || {}).await)
 }
 
+/// The bench's section `### staging`: 1 and 64 clients, `rounds` times each, beside the
+/// raw sync rates of the ledger's disk; records the staging targets.
+pub async fn staging_section(
+    rounds: usize,
+    airlock: &Airlock,
+    client_tls: &Arc<rustls::ClientConfig>,
+    target: &Target,
+    shape: &LoadShape,
+    targets: &mut crate::targets::Targets,
+) -> Result<(), BoxError> {
+    use crate::rounds::{median, median_spread};
+    use crate::targets::name;
+    println!("\n### staging (POST 1 KiB to a staged path, flushed before the 202)\n");
+    let (fsync, fdatasync) = raw_fsync_rate(&airlock.data, Duration::from_secs(2))?;
+    println!("raw disk, same file system as the ledger: {fsync:.0}/s appending 4 KiB + fsync; {fdatasync:.0}/s overwriting 4 KiB in a preallocated file + fdatasync\n");
+    println!(
+        "| clients | effects/s (spread) | p50 ms | p99 ms | effects per fdatasync-time | errors |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for clients in [1, 64] {
+        let mut runs = Vec::new();
+        for _ in 0..rounds {
+            runs.push(staging(airlock, client_tls, target, clients, shape).await?);
+        }
+        let rates: Vec<f64> = runs.iter().map(load::LoadResult::rate).collect();
+        let (rate, spread) = median_spread(&rates);
+        let p50 = median(&mut runs.iter().map(|r| r.quantile_ms(0.5)).collect::<Vec<_>>());
+        let p99 = median(&mut runs.iter().map(|r| r.quantile_ms(0.99)).collect::<Vec<_>>());
+        let errors: u64 = runs.iter().map(|r| r.errors).sum();
+        match clients {
+            1 => targets.record(name::STAGE_1_P50, p50),
+            _ => targets.record(name::STAGE_64, rate),
+        }
+        println!(
+            "| {clients} | {rate:.0} (±{:.0}%) | {p50:.2} | {p99:.2} | {:.1} | {errors} |",
+            spread / 2.0,
+            rate / fdatasync
+        );
+        if let Some(error) = runs.iter().find_map(|r| r.first_error.clone()) {
+            println!("first error: {error}");
+        }
+    }
+    Ok(())
+}
+
 /// The raw sync rates of the disk under `dir`, per second: (appending 4 KiB + fsync,
 /// overwriting 4 KiB of a preallocated file + fdatasync), each for `duration`.
 pub fn raw_fsync_rate(dir: &std::path::Path, duration: Duration) -> Result<(f64, f64), BoxError> {
