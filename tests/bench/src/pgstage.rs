@@ -11,9 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
-use crate::load::{self, LoadResult, LoadShape, Request, Route, Target};
+use crate::load::{self, LoadResult, LoadShape, Route, Target};
 use crate::procs::{start_airlock_with, Airlock};
 use crate::rounds::{median, median_spread};
 use crate::targets::Targets;
@@ -242,13 +240,7 @@ pub async fn staging(
     run_each: bool,
     shape: &LoadShape,
 ) -> Result<LoadResult, BoxError> {
-    let body = format!("{{\"event\":\"bench\",\"pad\":\"{}\"}}", "x".repeat(1000));
-    let request = Request {
-        method: hyper::Method::POST,
-        path: "/stage".to_owned(),
-        body: Bytes::from(body),
-        status: 202,
-    };
+    let request = crate::sections::stage_request();
     let one = LoadShape {
         connections: 1,
         ..shape.clone()

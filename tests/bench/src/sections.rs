@@ -10,6 +10,18 @@ use crate::load::{self, LoadShape, Request, Route, Target};
 use crate::procs::{status_kib, Airlock};
 use crate::BoxError;
 
+/// The staging sections' request: a POST of a 1 KiB JSON body to the staged path
+/// `/stage`, answered 202.
+pub fn stage_request() -> Request {
+    let body = format!("{{\"event\":\"bench\",\"pad\":\"{}\"}}", "x".repeat(1000));
+    Request {
+        method: hyper::Method::POST,
+        path: "/stage".to_owned(),
+        body: Bytes::from(body),
+        status: 202,
+    }
+}
+
 /// Staging: `clients` concurrent clients POSTing 1 KiB bodies to a staged path.
 pub async fn staging(
     airlock: &Airlock,
@@ -19,13 +31,7 @@ pub async fn staging(
     shape: &LoadShape,
 ) -> Result<load::LoadResult, BoxError> {
     let (_, route) = airlock.create_run().await?;
-    let body = format!("{{\"event\":\"bench\",\"pad\":\"{}\"}}", "x".repeat(1000));
-    let request = Request {
-        method: hyper::Method::POST,
-        path: "/stage".to_owned(),
-        body: Bytes::from(body),
-        status: 202,
-    };
+    let request = stage_request();
     let shape = LoadShape {
         connections: clients,
         ..shape.clone()
