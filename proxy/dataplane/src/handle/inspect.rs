@@ -43,7 +43,10 @@ pub(super) async fn inspect_pass_body(
         plane, run, url, ..
     } = ctx;
     let body = search_pass_body(plane, run, &ctx.target, parts, body).await?;
-    let issued = issued_placeholders(plane, run, has_body(parts) || head_may_carry(parts)).await?;
+    // Only a shared store reads the answer: the sled pass path scans nothing for it.
+    let may_carry =
+        plane.ledger.placeholders_shared() && (has_body(parts) || head_may_carry(parts));
+    let issued = issued_placeholders(plane, run, may_carry).await?;
     if issued.is_empty() {
         return Ok(Inspected::Forward(body));
     }
