@@ -17,6 +17,7 @@ use serde_json::Value;
 pub mod git_http;
 pub mod lineage_corpus;
 pub mod strace;
+pub mod tunnel;
 
 /// The `airlock` binary under test: `$AIRLOCK_BIN`, or `target/<profile>/airlock` beside
 /// this test executable (built by `cargo test --workspace`, which builds the `airlock`

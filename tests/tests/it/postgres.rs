@@ -88,14 +88,9 @@ pub(super) fn count(received: &[Received], method: &str, path: &str) -> usize {
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_servers_on_one_postgres_store_share_effects_placeholders_closure_and_commit() {
-    let Some(pg) = TestServer::start() else {
-        return;
-    };
-    let url = pg.database();
-    let fx = Fixture::new();
-    let origin = Origin::start(
+/// An origin answering `POST /items` with id 4242 and anything else `{"ok": true}`.
+async fn items_origin(fx: &Fixture) -> Origin {
+    Origin::start(
         Some(&fx.origin_ca),
         Arc::new(
             |req: &Received| match (req.method.as_str(), req.path.as_str()) {
@@ -105,7 +100,17 @@ async fn two_servers_on_one_postgres_store_share_effects_placeholders_closure_an
         ),
     )
     .await
-    .expect("origin");
+    .expect("origin")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_postgres_store_share_effects_placeholders_closure_and_commit() {
+    let Some(pg) = TestServer::start() else {
+        return;
+    };
+    let url = pg.database();
+    let fx = Fixture::new();
+    let origin = items_origin(&fx).await;
     let port = origin.addr().port();
     let base = format!("https://127.0.0.1:{port}");
     let x = fx.start(&policy(port), &["--store", &url]);

@@ -17,16 +17,7 @@ struct Tunnel {
 impl Tunnel {
     async fn open(airlock: &airlock_tests::Airlock, run: &str, authority: &str) -> Tunnel {
         let token = airlock.run_token(run).await;
-        let stream = airlock_tests::connect_tunnel(&airlock.proxy, run, &token, authority).await;
-        let ca = std::fs::read_to_string(airlock.ca_file()).expect("ca");
-        let connector = airlock_tests::tls_trusting(&ca, &[b"http/1.1"]);
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-        let tls = connector.connect(name, stream).await.expect("tls");
-        let (sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-                .await
-                .expect("h1");
-        tokio::spawn(conn);
+        let sender = airlock_tests::tunnel::h1_through(airlock, run, &token, authority).await;
         Tunnel {
             sender,
             authority: authority.to_owned(),

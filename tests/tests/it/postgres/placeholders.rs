@@ -3,17 +3,16 @@
 //! answer it comes (no wait for the change notification), and what that check costs on
 //! the pass path (an ignored test that prints figures).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_ledger::conformance::postgres::TestServer;
-use airlock_tests::{Airlock, Fixture, Origin, Received, Reply};
+use airlock_tests::{Airlock, Fixture};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{policy, start_second};
+use super::{items_origin, policy, start_second};
 
 /// A kept-alive HTTP/1.1 connection through one airlock's proxy listener (a CONNECT
 /// tunnel, then TLS to airlock's leaf for the origin), so a request goes out without a
@@ -49,16 +48,7 @@ impl Answer {
 
 impl Through {
     async fn open(airlock: &Airlock, run: &str, token: &str, authority: &str) -> Self {
-        let stream = airlock_tests::connect_tunnel(&airlock.proxy, run, token, authority).await;
-        let ca = std::fs::read_to_string(airlock.ca_file()).expect("ca");
-        let connector = airlock_tests::tls_trusting(&ca, &[b"http/1.1"]);
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-        let tls = connector.connect(name, stream).await.expect("tls");
-        let (sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-                .await
-                .expect("h1");
-        tokio::spawn(conn);
+        let sender = airlock_tests::tunnel::h1_through(airlock, run, token, authority).await;
         Self {
             sender,
             authority: authority.to_owned(),
@@ -86,21 +76,6 @@ impl Through {
             body,
         }
     }
-}
-
-/// An origin answering `POST /items` with id 4242 and anything else `{"ok": true}`.
-async fn items_origin(fx: &Fixture) -> Origin {
-    Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(
-            |req: &Received| match (req.method.as_str(), req.path.as_str()) {
-                ("POST", "/items") => Reply::json(201, &json!({"id": 4242, "state": "open"})),
-                _ => Reply::json(200, &json!({"ok": true})),
-            },
-        ),
-    )
-    .await
-    .expect("origin")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
