@@ -7,6 +7,10 @@
 //! `fdatasync` of its files ([`files`]), so an acknowledged write survives power loss.
 //! [`HealingLedger`] reopens the store after a storage fault.
 //!
+//! Reads and their analyses are not in sled: since the read log (issue #22) they are
+//! appended to one file per run under `reads/` ([`read_log`]); the trees `reads`,
+//! `read_content` and `read_hashes` are only read, for a data directory written before it.
+//!
 //! Trees: `runs` (run id -> Run), `effects` (effect id -> Effect), `run_effects`, `reads`,
 //! `denials` (`run_id \0 seq(be u64)` -> effect id / Read or a JSON array of consecutive
 //! Reads / Denial), `bodies` (digest -> raw bytes), `counters` (`KIND/run_id` -> be u64),
@@ -33,6 +37,7 @@ mod healing;
 mod journal;
 mod leases;
 mod lineage;
+mod read_log;
 mod retention;
 mod runs;
 mod store_impl;
@@ -58,7 +63,8 @@ pub struct Ledger {
     effects: sled::Tree,
     /// `run_id \0 seq(be u64)` -> effect id
     run_effects: sled::Tree,
-    /// `run_id \0 seq(be u64)` -> Read
+    /// `run_id \0 seq(be u64)` -> Read: a data directory's reads from before the read log
+    /// (read, never written)
     reads: sled::Tree,
     /// digest -> bytes
     bodies: sled::Tree,
@@ -67,9 +73,13 @@ pub struct Ledger {
     /// `run_id \0 value` -> IssuedPlaceholder
     placeholders: sled::Tree,
     /// `run_id \0 read seq` -> read content meta (notable values); hashes in `read_hashes`
+    /// (from before the read log: read, never written)
     read_content: sled::Tree,
-    /// `run_id \0 read seq` -> winnowed fingerprints, little-endian u64s, sorted
+    /// `run_id \0 read seq` -> winnowed fingerprints, little-endian u64s, sorted (from
+    /// before the read log)
     read_hashes: sled::Tree,
+    /// Reads and their analyses, one append-only file per run ([`read_log`]).
+    read_log: read_log::ReadLog,
     /// effect id -> EffectLineage
     effect_lineage: sled::Tree,
     /// run id -> WorkspaceRecord (`airlock run`)
@@ -150,6 +160,22 @@ impl<T> OrStorage<T> for std::result::Result<T, sled::Error> {
     }
 }
 
+/// A read log result as the ledger's: a damaged or unparsable record is
+/// [`LedgerError::Corrupt`] under key `reads/RUN` (one run's journal is unreadable, the
+/// store is not at fault), any other I/O error [`LedgerError::Storage`].
+fn read_log_result<T>(run: &RunId, result: std::io::Result<T>) -> Result<T> {
+    result.map_err(|error| {
+        if error.kind() == std::io::ErrorKind::InvalidData {
+            LedgerError::Corrupt {
+                key: format!("reads/{run}"),
+                source: serde_json::Error::io(error),
+            }
+        } else {
+            LedgerError::storage(error)
+        }
+    })
+}
+
 impl<T> OrStorage<T> for std::io::Result<T> {
     fn or_storage(self) -> Result<T> {
         self.map_err(LedgerError::storage)
@@ -193,13 +219,15 @@ impl Ledger {
             .open()
             .or_storage()?;
         let files = files::DataFiles::open(path).or_storage()?;
+        let counters = db.open_tree("counters").or_storage()?;
         let ledger = Self {
+            read_log: read_log::ReadLog::new(path, counters.clone()),
             runs: db.open_tree("runs").or_storage()?,
             effects: db.open_tree("effects").or_storage()?,
             run_effects: db.open_tree("run_effects").or_storage()?,
             reads: db.open_tree("reads").or_storage()?,
             bodies: db.open_tree("bodies").or_storage()?,
-            counters: db.open_tree("counters").or_storage()?,
+            counters,
             placeholders: db.open_tree("placeholders").or_storage()?,
             read_content: db.open_tree("read_content").or_storage()?,
             read_hashes: db.open_tree("read_hashes").or_storage()?,
@@ -233,11 +261,11 @@ impl Ledger {
         self.notifier.subscribe()
     }
 
-    /// Bytes the ledger's files take on disk (sled's `size_on_disk`).
+    /// Bytes the ledger's files take on disk: sled's `size_on_disk` plus the read log's files.
     ///
-    /// Errors: [`LedgerError::Storage`] when sled cannot read its files' sizes.
+    /// Errors: [`LedgerError::Storage`] when sled or the read log cannot read its files' sizes.
     pub fn size_on_disk(&self) -> Result<u64> {
-        self.db.size_on_disk().or_storage()
+        Ok(self.db.size_on_disk().or_storage()? + self.read_log.size_on_disk().or_storage()?)
     }
 
     /// Flushes, then announces `changes`: the tail of every durable write.
@@ -276,7 +304,8 @@ impl Ledger {
                     .db
                     .flush()
                     .or_storage()
-                    .and_then(|_| self.files.sync().or_storage());
+                    .and_then(|_| self.files.sync().or_storage())
+                    .and_then(|()| self.read_log.sync().or_storage());
                 state = self.flushes.lock().unwrap_or_else(|e| e.into_inner());
                 state.running = false;
                 if result.is_ok() {

@@ -3,27 +3,28 @@
 use crate::model::{Read, RunId};
 use crate::Result;
 
-use super::{decode, encode, index_key, run_prefix, Ledger, OrStorage as _};
+use super::{decode, encode, index_key, read_log_result, run_prefix, Ledger, OrStorage as _};
 use crate::denials::{Denial, DENIALS_KEPT_PER_RUN};
+use crate::LedgerError;
 
 impl Ledger {
     // ----- reads ------------------------------------------------------------------------
 
-    /// Journals a read. Not flushed on its own (reads are lineage, not promises to a client);
-    /// sled flushes within 200 ms, and every staging flush carries it too.
-    pub fn journal_read(&self, mut read: Read) -> Result<Read> {
-        read.seq = self.next_seq("reads", &read.run_id)?;
-        self.reads
-            .insert(index_key(&read.run_id, read.seq), encode(&read))
-            .or_storage()?;
-        Ok(read)
+    /// Journals a read ([`Ledger::journal_reads`] with one).
+    pub fn journal_read(&self, read: Read) -> Result<Read> {
+        self.journal_reads(vec![read])?
+            .pop()
+            .ok_or_else(|| LedgerError::storage("the read log returned no read"))
     }
 
     /// Journals several reads at once and returns them, in the order given, with their
-    /// sequence numbers. The reads of one run get consecutive numbers and are stored as one record
-    /// (one JSON array under the first one's key): a busy agent's reads then cost one
-    /// counter update and one tree insert per batch instead of per read. Not flushed on
-    /// its own, like [`Ledger::journal_read`].
+    /// sequence numbers. The reads of one run get consecutive numbers and are appended to
+    /// the run's read log as one record ([`read_log`](super::read_log)): one `write(2)` per
+    /// run and batch, outside sled. Not flushed on its own (reads are lineage, not
+    /// promises to a client): a killed process loses none, and the next durable write's
+    /// flush makes them durable too.
+    ///
+    /// Errors: [`LedgerError::Storage`] with the I/O error of the read log.
     pub fn journal_reads(&self, reads: Vec<Read>) -> Result<Vec<Read>> {
         // Group by run (remembering each read's place), keeping each run's reads in order.
         let count = reads.len();
@@ -38,21 +39,8 @@ impl Ledger {
             }
         }
         let mut out: Vec<Option<Read>> = (0..count).map(|_| None).collect();
-        for (run, places, mut group) in groups {
-            if group.len() == 1 {
-                if let Some(read) = group.pop() {
-                    out[places[0]] = Some(self.journal_read(read)?);
-                }
-                continue;
-            }
-            let last = self.next_seqs("reads", &run, group.len() as u64)?;
-            let first = last + 1 - group.len() as u64;
-            for (i, read) in group.iter_mut().enumerate() {
-                read.seq = first + i as u64;
-            }
-            self.reads
-                .insert(index_key(&run, first), encode(&group))
-                .or_storage()?;
+        for (run, places, group) in groups {
+            let group = self.read_log.append_reads(&run, group).or_storage()?;
             for (place, read) in places.into_iter().zip(group) {
                 out[place] = Some(read);
             }
@@ -60,7 +48,11 @@ impl Ledger {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// A run's reads in order.
+    /// A run's reads in order: those a data directory from before the read log holds in
+    /// its `reads` tree, then the read log's.
+    ///
+    /// Errors: [`LedgerError::Storage`] for an I/O fault, [`LedgerError::Corrupt`] for a
+    /// damaged read log record or an old record that does not parse.
     pub fn reads(&self, run: &RunId) -> Result<Vec<Read>> {
         let mut out = Vec::new();
         for item in self.reads.scan_prefix(run_prefix(run)) {
@@ -72,7 +64,24 @@ impl Ledger {
                 out.push(decode(&key, &value)?);
             }
         }
+        out.extend(read_log_result(run, self.read_log.reads(run))?);
         Ok(out)
+    }
+
+    /// How many reads `run` has journaled.
+    ///
+    /// Errors: as [`Ledger::reads`].
+    pub(super) fn read_count(&self, run: &RunId) -> Result<u64> {
+        let mut old = 0u64;
+        for item in self.reads.scan_prefix(run_prefix(run)) {
+            let (key, value) = item.or_storage()?;
+            old += if value.first() == Some(&b'[') {
+                decode::<Vec<serde::de::IgnoredAny>>(&key, &value)?.len() as u64
+            } else {
+                1
+            };
+        }
+        Ok(old + read_log_result(run, self.read_log.read_count(run))?)
     }
 }
 

@@ -1,13 +1,9 @@
-//! Lineage on sled: placeholders, read content analyses and effect lineage.
+//! Lineage on sled: placeholders, read content analyses (in the read log) and effect lineage.
 
 use super::{decode, encode, run_prefix, Ledger, OrStorage as _};
 use crate::lineage::{Edge, EffectLineage, ReadContent};
 use crate::model::{EffectId, Placeholder, PlaceholderSpec, RunId, ValueKind};
 use crate::{rules, Result};
-
-fn seq_key(run: &RunId, seq: u64) -> Vec<u8> {
-    super::index_key(run, seq)
-}
 
 impl Ledger {
     /// Allocates placeholder values for a new effect ([`rules::placeholder_value`]): the
@@ -61,26 +57,28 @@ impl Ledger {
     }
 
     /// Stores the analysis of read `seq`'s response: its winnowed fingerprints (sorted) and
-    /// notable values.
+    /// notable values, appended to the run's read log ([`super::read_log`]), not flushed on
+    /// its own (like the reads).
+    ///
+    /// Errors: [`crate::LedgerError::Storage`] with the read log's I/O error.
     pub fn store_read_content(
         &self,
         run: &RunId,
         content: &ReadContent,
         fingerprints: &[u64],
     ) -> Result<()> {
-        let key = seq_key(run, content.seq);
-        let mut bytes = Vec::with_capacity(fingerprints.len() * 8);
-        for hash in fingerprints {
-            bytes.extend_from_slice(&hash.to_le_bytes());
-        }
-        self.read_hashes.insert(key.clone(), bytes).or_storage()?;
-        self.read_content
-            .insert(key, encode(content))
-            .or_storage()?;
-        Ok(())
+        self.read_log
+            .append_content(run, content, fingerprints)
+            .or_storage()
     }
 
-    /// The analyses of `run`'s reads with their fingerprints, in read order.
+    /// The analyses of `run`'s reads with their fingerprints, in read order: those a data
+    /// directory from before the read log holds in `read_content` and `read_hashes`, and
+    /// the read log's.
+    ///
+    /// Errors: [`crate::LedgerError::Storage`] for an I/O fault,
+    /// [`crate::LedgerError::Corrupt`] for a damaged read log record or an old record that
+    /// does not parse.
     pub fn read_contents(&self, run: &RunId) -> Result<Vec<(ReadContent, Vec<u64>)>> {
         let mut out = Vec::new();
         for item in self.read_content.scan_prefix(run_prefix(run)) {
@@ -100,6 +98,10 @@ impl Ledger {
                 .unwrap_or_default();
             out.push((content, hashes));
         }
+        out.extend(super::read_log_result(run, self.read_log.contents(run))?);
+        // The worker stores analyses in read order; a stable sort keeps that when another
+        // writer's came in between.
+        out.sort_by_key(|(content, _)| content.seq);
         Ok(out)
     }
 

@@ -100,7 +100,7 @@ impl Ledger {
     fn remove_run_records(&self, id: &RunId, effects: &[Effect]) -> Result<Pruned> {
         let prefix = run_prefix(id);
         let mut pruned = Pruned {
-            reads: self.reads(id)?.len() as u64,
+            reads: self.read_count(id)?,
             ..Pruned::default()
         };
         let mut digests = HashSet::new();
@@ -116,6 +116,7 @@ impl Ledger {
         remove_prefix(&self.reads, &prefix)?;
         remove_prefix(&self.read_content, &prefix)?;
         remove_prefix(&self.read_hashes, &prefix)?;
+        self.read_log.remove(id).or_storage()?;
         pruned.placeholders = remove_prefix(&self.placeholders, &prefix)?;
         pruned.denials = remove_prefix(&self.denials, &prefix)?;
         self.workspaces.remove(id.0.as_bytes()).or_storage()?;
