@@ -257,3 +257,94 @@ async fn sigterm_stops_accepting_lets_requests_in_flight_finish_and_keeps_the_le
     let effects = airlock.effects(&run).await;
     assert_eq!(effects.len(), 1, "the staged effect survived the stop");
 }
+
+/// SIGKILL while reads are being journaled (the sled store's read log, docs/architecture.md
+/// "Durability and recovery"): after the restart the run's reads parse, every read listed
+/// before the kill is still there, they are numbered 1..n with none repeated, and a new read
+/// numbers on after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_a_read_load_leaves_a_whole_read_journal_that_numbers_on() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt as _, Empty};
+
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let (mut airlock, run, _env) = fx
+        .start_run(&loopback_policy(origin.addr().port()), &[])
+        .await;
+    let authority = format!("127.0.0.1:{}", origin.addr().port());
+    let token = airlock.run_token(&run).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut loaders = Vec::new();
+    for _ in 0..4 {
+        let mut sender =
+            airlock_tests::tunnel::h1_through::<Empty<Bytes>>(&airlock, &run, &token, &authority)
+                .await;
+        let (stop, authority) = (Arc::clone(&stop), authority.clone());
+        loaders.push(tokio::spawn(async move {
+            while !stop.load(Relaxed) && sender.ready().await.is_ok() {
+                let request = http::Request::get(format!("https://{authority}/read"))
+                    .header("host", &authority)
+                    .body(Empty::new())
+                    .expect("request");
+                match sender.send_request(request).await {
+                    Ok(response) => drop(response.into_body().collect().await),
+                    Err(_) => break,
+                }
+            }
+        }));
+    }
+    let before = poll_until(Duration::from_secs(60), || async {
+        airlock.reads(&run).await.filter(|reads| reads.len() >= 300)
+    })
+    .await
+    .expect("reads are journaled under the load");
+    // Killed while the load goes on: the lineage worker is appending batches.
+    airlock.kill();
+    stop.store(true, Relaxed);
+    for loader in loaders {
+        let _ = loader.await;
+    }
+
+    airlock.restart().expect("restart");
+    let reads = airlock
+        .reads(&run)
+        .await
+        .expect("the run's reads parse after the kill");
+    let seqs: Vec<u64> = reads
+        .iter()
+        .map(|r| r["seq"].as_u64().expect("seq"))
+        .collect();
+    assert!(
+        seqs.len() >= before.len(),
+        "{} reads listed before the kill, {} after",
+        before.len(),
+        seqs.len()
+    );
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "numbered 1..n, none repeated"
+    );
+    // The restarted airlock listens on a new port: a new tunnel.
+    let token = airlock.run_token(&run).await;
+    let mut sender =
+        airlock_tests::tunnel::h1_through::<Empty<Bytes>>(&airlock, &run, &token, &authority).await;
+    let request = http::Request::get(format!("https://{authority}/after"))
+        .header("host", &authority)
+        .body(Empty::new())
+        .expect("request");
+    let response = sender.send_request(request).await.expect("answered");
+    assert_eq!(response.status(), 200);
+    let next = seqs.len() as u64 + 1;
+    let after = poll_until(Duration::from_secs(20), || async {
+        airlock.reads(&run).await.filter(|r| r.len() as u64 == next)
+    })
+    .await
+    .expect("the new read is journaled");
+    let last = after.last().expect("a read");
+    assert_eq!(last["seq"].as_u64(), Some(next));
+    assert!(last["url"].as_str().is_some_and(|u| u.ends_with("/after")));
+}
