@@ -415,3 +415,53 @@ fn root_scope_plan_overlays_writable_mounts_and_passes_the_rest_through() {
     assert_eq!(plan.workspace_key, key_of("/"));
     assert_eq!(plan.workspace_rel, "tmp/ws");
 }
+
+#[test]
+fn root_scope_savepoints_stack_layers_of_every_mount_and_roll_back_to_the_first() {
+    let _table = mount_table();
+    let fx = Fx::new();
+    let o = fx.outside.display();
+    let first = fx.take().expect("take a root-scope overlay snapshot");
+    fx.step(&format!("printf one > one.txt; printf 1 > {o}/one"));
+    let sp1 = fx.take().expect("savepoint 1");
+    fx.step(&format!(
+        "printf two > two.txt; printf 2 > {o}/two; rm {o}/one"
+    ));
+    // A second layer: the step's view stacks both over the host's files.
+    fx.take().expect("savepoint 2");
+    fx.step(&format!("printf 3 > {o}/three"));
+    assert_eq!(
+        fx.step(&format!("cat two.txt; ls {o} | tr '\\n' ' '")),
+        "start\ntwoold three two "
+    );
+    let store = fx.store();
+    store
+        .restore(&sp1, &[], &step("rollback"))
+        .expect("roll back to savepoint 1");
+    let residue = store
+        .residue(&sp1, &[], &Default::default(), &step("residue check"))
+        .expect("residue check");
+    assert_eq!(residue, Vec::<String>::new());
+    // Savepoint 1's writes, outside the workspace too, are the next step's again.
+    assert_eq!(
+        fx.step(&format!("cat one.txt; ls {o} | tr '\\n' ' '")),
+        "start\noneold one "
+    );
+    assert!(!fx.outside.join("one").exists() && !fx.outside.join("two").exists());
+    let kept = store
+        .keep(&first, &step("keep"))
+        .expect("keep")
+        .expect("an overlay keep");
+    assert!(kept.residue.is_empty(), "{:?}", kept.residue);
+    assert_eq!(
+        kept.outside,
+        vec![format!(
+            "not applied: {o}/one (written outside the workspace)"
+        )]
+    );
+    assert_eq!(
+        std::fs::read(fx.ws.join("one.txt")).expect("merged from the layer"),
+        b"one"
+    );
+    assert!(!fx.ws.join("two.txt").exists() && !fx.outside.join("one").exists());
+}

@@ -155,14 +155,39 @@ impl StepMount {
                         std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
                     }
                     // A layer frozen before this mount was there has nothing of it.
-                    let mut lowers: Vec<String> = stack
+                    let mut frozen: Vec<String> = stack
                         .iter()
                         .rev()
                         .map(|name| layout.layer(name).join(key))
                         .filter(|dir| dir.is_dir())
                         .map(|dir| dir.display().to_string())
                         .collect();
-                    lowers.push(mount.path.clone());
+                    let lowest = match frozen.pop() {
+                        None => mount.path.clone(),
+                        // The layers lie inside the mount (the data directory is on the
+                        // workspace's filesystem), and overlayfs refuses a lower layer
+                        // inside another ("overlapping lowerdir path"); an upper inside
+                        // its lower is allowed. So the oldest layer is the upper of a
+                        // read-only overlay of the mount, and that is the lowest layer.
+                        Some(oldest) => {
+                            let (view, work) = (
+                                layout.state().join("frozen-mnt").join(key),
+                                layout.state().join("frozen-work").join(key),
+                            );
+                            for dir in [&view, &work] {
+                                std::fs::create_dir_all(dir).map_err(io("cannot create", dir))?;
+                            }
+                            let data = format!(
+                                "ro,lowerdir={},upperdir={oldest},workdir={},{MOUNT_OPTIONS}",
+                                mount.path,
+                                work.display()
+                            );
+                            ops.push(["o".to_owned(), data, view.display().to_string()]);
+                            view.display().to_string()
+                        }
+                    };
+                    let mut lowers = frozen;
+                    lowers.push(lowest);
                     let data = format!(
                         "lowerdir={},upperdir={},workdir={},{MOUNT_OPTIONS}",
                         lowers.join(":"),
