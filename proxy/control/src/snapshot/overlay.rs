@@ -12,9 +12,11 @@
 //!   newest on top, over the workspace);
 //! - `lock`: held (shared) by `airlock run` while a step's mount is live; a savepoint, a
 //!   rollback and a keep take it exclusively, or refuse;
-//! - under `--scope root` (`root`): `root.json`, the plan of the machine's mounts, and
-//!   `root-mnt/`, where each step's view is assembled; `upper/`, `work/` and each layer
-//!   then hold one directory per overlaid mount (`m0` the root filesystem).
+//! - under `--scope root` (`root`): `root.json`, the plan of the machine's mounts,
+//!   `root-mnt/`, where each step's view is assembled, and `frozen-mnt/KEY`,
+//!   `frozen-work/KEY` for the read-only overlay of a mount's oldest frozen layer;
+//!   `upper/`, `work/` and each layer then hold one directory per overlaid mount (KEY,
+//!   `%2F` the root filesystem).
 //!
 //! A snapshot records the workspace by stamp (device, inode, size, modification and
 //! change time to the nanosecond; a change time cannot be set from user space) rather

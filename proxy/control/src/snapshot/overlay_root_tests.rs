@@ -277,6 +277,12 @@ fn root_scope_gives_another_writable_filesystem_an_overlay_of_its_own() {
         own.join("f").is_file(),
         "no upper directory of the tmpfs's own"
     );
+    // A savepoint's layer of the tmpfs lies on another filesystem: it stacks over it.
+    fx.take().expect("a savepoint");
+    assert_eq!(
+        fx.step(&format!("printf h > {t}/h; ls {t} | tr '\\n' ' '")),
+        "start\nf h "
+    );
     let store = fx.store();
     store
         .restore(&manifest, &[], &step("rollback"))

@@ -162,8 +162,19 @@ impl StepMount {
                         .filter(|dir| dir.is_dir())
                         .map(|dir| dir.display().to_string())
                         .collect();
+                    // Only where the layers lie on the mount's own filesystem (below).
+                    let same_fs = |a: &str, b: &Path| {
+                        use std::os::unix::fs::MetadataExt as _;
+                        let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+                        dev(Path::new(a)).is_some() && dev(Path::new(a)) == dev(b)
+                    };
+                    let inside = same_fs(&mount.path, layout.state());
                     let lowest = match frozen.pop() {
                         None => mount.path.clone(),
+                        Some(oldest) if !inside => {
+                            frozen.push(oldest);
+                            mount.path.clone()
+                        }
                         // The layers lie inside the mount (the data directory is on the
                         // workspace's filesystem), and overlayfs refuses a lower layer
                         // inside another ("overlapping lowerdir path"); an upper inside
