@@ -499,9 +499,16 @@ pub(super) fn keep(manifest: &Manifest, step: &Step) -> Result<Kept, SnapshotErr
     let (replaced, outside): (Vec<String>, Vec<String>) =
         outside.into_iter().partition(|l| l.starts_with("differs:"));
     kept.residue.extend(replaced);
+    let whole = layout.root_plan()?.is_some();
     kept.outside = outside;
     if kept.residue.is_empty() {
-        let _ = std::fs::remove_dir_all(&layout.state);
+        if whole {
+            // What the steps wrote elsewhere (caches, builds) goes by a rename, as a
+            // rollback's does.
+            layout.drop_dir(&layout.state)?;
+        } else {
+            let _ = std::fs::remove_dir_all(&layout.state);
+        }
     }
     Ok(kept)
 }

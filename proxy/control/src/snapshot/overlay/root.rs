@@ -276,15 +276,16 @@ pub(in crate::snapshot) fn plan_of(
             holder.fstype
         )));
     };
-    let rel = workspace
+    let workspace_rel = workspace
         .strip_prefix(&holder.path)
         .unwrap_or(workspace)
         .display()
         .to_string();
+    let workspace_key = key.clone();
     Ok(RootPlan {
-        workspace_key: key.clone(),
-        workspace_rel: rel,
-        mounts: mounts.clone(),
+        mounts,
+        workspace_key,
+        workspace_rel,
     })
 }
 
