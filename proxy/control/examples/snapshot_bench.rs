@@ -2,7 +2,9 @@
 //! figure beside its target (docs/performance.md, "Snapshots"). Not run by CI.
 //!
 //! `cargo run --release -p airlock-control --example snapshot_bench -- [FILES] [TOTAL_MB] [DIR] [DRIVERS]`
-//! (defaults 20000 files, 235 MB, under the system temporary directory, `dir,overlay`).
+//! (defaults 20000 files, 235 MB, under the system temporary directory, `dir,overlay`;
+//! `overlay-root` times the overlay driver under `--scope root`, every writable mount
+//! overlaid, with one write outside the workspace in each step).
 //! DIR on btrfs or XFS shows the reflink figures; on ext4 and tmpfs the driver copies.
 //! The overlay figures need root (the driver mounts overlayfs in a mount namespace of
 //! each step's own).
@@ -78,20 +80,43 @@ fn overlay_step(store: &Store, ws: &Path, run: &str, script: &str) {
 /// The overlay driver's figures: each round a fresh run snapshots (the checks and the
 /// probe mount; the stamp walk runs behind the step), a step rewrites files on the
 /// overlay, and the rollback drops them.
-fn overlay(store: &Store, ws: &Path, excludes: &[std::path::PathBuf], files: usize) {
-    println!("overlay driver: same workspace");
+fn overlay(
+    store: &Store,
+    ws: &Path,
+    excludes: &[std::path::PathBuf],
+    files: usize,
+    driver: Driver,
+) {
+    let root = driver == Driver::OverlayRoot;
+    println!(
+        "{} driver: same workspace",
+        if root {
+            "overlay --scope root"
+        } else {
+            "overlay"
+        }
+    );
+    // Stands for `/opt/cache`: each step of the root scope writes there too.
+    let outside = ws.with_file_name("opt-cache");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let also = match root {
+        true => format!(" && echo c > {}/c", outside.display()),
+        false => String::new(),
+    };
     for round in 0..3 {
-        let run = format!("run_bench_overlay{round}");
+        let run = format!("run_bench_{}{round}", driver.as_str());
         let (manifest, snap_ms) = timed_ms("overlay snapshot (checks + probe mount)", None, || {
             store
-                .take(Driver::Overlay, ws, &run, excludes, None, &step("snapshot"))
+                .take(driver, ws, &run, excludes, None, &step("snapshot"))
                 .expect("overlay snapshot")
         });
         let script = if round == 2 {
             // Every file rewritten: the rollback drops 20,000 copied-up files.
-            "for f in d*/f*.bin; do echo x >> \"$f\"; done".to_owned()
+            format!("for f in d*/f*.bin; do echo x >> \"$f\"; done{also}")
         } else {
-            "echo x >> d007/f7.bin && rm d008/f8.bin && mkdir -p new && echo n > new/n".to_owned()
+            format!(
+                "echo x >> d007/f7.bin && rm d008/f8.bin && mkdir -p new && echo n > new/n{also}"
+            )
         };
         let what = if round == 2 {
             format!("all {files} files")
@@ -140,10 +165,16 @@ fn overlay(store: &Store, ws: &Path, excludes: &[std::path::PathBuf], files: usi
                 );
             },
         );
+        if root {
+            assert!(
+                !outside.join("c").exists(),
+                "the root scope's write outside the workspace reached the host"
+            );
+        }
         if round == 0 {
             timed("overlay savepoint (freeze the upper)", None, || {
                 store
-                    .take(Driver::Overlay, ws, &run, excludes, None, &step("snapshot"))
+                    .take(driver, ws, &run, excludes, None, &step("snapshot"))
                     .expect("overlay savepoint")
             });
         }
@@ -158,7 +189,12 @@ fn main() {
         .get(2)
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
-    let drivers = args.get(3).map_or("dir,overlay", String::as_str).to_owned();
+    let drivers: Vec<String> = args
+        .get(3)
+        .map_or("dir,overlay", String::as_str)
+        .split(',')
+        .map(str::to_owned)
+        .collect();
     let dir = tempfile::tempdir_in(&base).expect("tempdir");
     let (data, ws) = (dir.path().join("data"), dir.path().join("ws"));
     std::fs::create_dir_all(&data).expect("mkdir");
@@ -177,16 +213,21 @@ fn main() {
     std::thread::sleep(RACY_MARGIN);
     let store = Store::new(&data);
     let excludes = [data.clone()];
-    if drivers.contains("overlay") {
-        // A real workspace was not written a second ago: its writeback is done first, so
-        // the first mount does not wait on the journal behind 235 MB of fresh data.
-        let _ = std::process::Command::new("sync").status();
-        overlay(&store, &ws, &excludes, files);
-        println!("dir driver: same workspace");
+    for (name, driver) in [
+        ("overlay", Driver::Overlay),
+        ("overlay-root", Driver::OverlayRoot),
+    ] {
+        if drivers.iter().any(|d| d == name) {
+            // A real workspace was not written a second ago: its writeback is done first,
+            // so the first mount does not wait on the journal behind 235 MB of fresh data.
+            let _ = std::process::Command::new("sync").status();
+            overlay(&store, &ws, &excludes, files, driver);
+        }
     }
-    if !drivers.contains("dir") {
+    if !drivers.iter().any(|d| d == "dir") {
         return;
     }
+    println!("dir driver: same workspace");
     let take = |what: &str, target| {
         timed(what, target, || {
             store

@@ -20,6 +20,8 @@ mod index_tests;
 mod objects;
 pub mod overlay;
 #[cfg(test)]
+mod overlay_root_tests;
+#[cfg(test)]
 mod overlay_tests;
 #[cfg(test)]
 mod reflink_tests;
@@ -56,6 +58,9 @@ pub enum Driver {
     /// Each step runs on an overlayfs mount over the workspace in its own mount
     /// namespace; keep merges the upper directory in, rollback drops it (`overlay`).
     Overlay,
+    /// `overlay` over every writable filesystem (`--scope root`, `overlay::root`): keep
+    /// merges the workspace's part and reports the rest. Its manifests say `overlay`.
+    OverlayRoot,
 }
 
 /// The `cmd` driver's commands, run with `sh -c` in the workspace.
@@ -75,6 +80,7 @@ impl Driver {
             "git" => Ok(Self::Git),
             "cmd" => Ok(Self::Cmd),
             "overlay" => Ok(Self::Overlay),
+            "overlay-root" => Ok(Self::OverlayRoot),
             "btrfs" => Err(SnapshotError::Unsupported(format!(
                 "the {name} snapshot driver is not available in this build; use dir, overlay, \
                  git, or cmd with your own --snapshot-cmd and --rollback-cmd"
@@ -92,6 +98,7 @@ impl Driver {
             Self::Git => "git",
             Self::Cmd => "cmd",
             Self::Overlay => "overlay",
+            Self::OverlayRoot => "overlay-root",
         }
     }
 }
@@ -332,7 +339,10 @@ impl Store {
         let manifest = match (driver, commands) {
             (Driver::Dir, _) => dir::take(self, workspace, &id, exclude, step)?,
             (Driver::Git, _) => git::take(self, workspace, run, &id, exclude, step)?,
-            (Driver::Overlay, _) => overlay::take(self, workspace, run, &id, exclude, step)?,
+            (Driver::Overlay | Driver::OverlayRoot, _) => {
+                let whole = driver == Driver::OverlayRoot;
+                overlay::take(self, workspace, run, &id, (exclude, whole), step)?
+            }
             (Driver::Cmd, Some(commands)) => {
                 cmd::take(workspace, run, &id, exclude, commands, step)?
             }

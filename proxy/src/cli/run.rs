@@ -36,6 +36,15 @@ pub enum OnPass {
     Commit,
 }
 
+/// `--scope`: what the `overlay` driver covers (docs/run.md, "The overlay driver").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scope {
+    /// The workspace alone (default).
+    Workspace,
+    /// Every writable filesystem: what the steps write anywhere is captured.
+    Root,
+}
+
 /// Arguments of `airlock run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -46,6 +55,11 @@ pub struct RunArgs {
     /// directory; needs root), git (a private ref), or cmd (your commands)
     #[arg(long, default_value = "dir", value_name = "DRIVER")]
     snapshot: String,
+    /// overlay driver: what each step sees through overlays: the workspace alone, or
+    /// root, every writable filesystem of the machine (a rollback then drops what the
+    /// steps wrote anywhere; a keep merges the workspace and reports the rest)
+    #[arg(long, value_enum, default_value = "workspace")]
+    scope: Scope,
     /// cmd driver: takes a snapshot named $AIRLOCK_SNAPSHOT (sh -c, in the workspace)
     #[arg(long, value_name = "CMD", requires = "rollback_cmd")]
     snapshot_cmd: Option<String>,
@@ -181,6 +195,16 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
             eprintln!("airlock: WARNING: {warning}");
         }
     }
+    let driver = match (args.scope, args.snapshot.as_str()) {
+        (Scope::Workspace, driver) => driver.to_owned(),
+        (Scope::Root, "overlay") => "overlay-root".to_owned(),
+        (Scope::Root, other) => {
+            return Err(anyhow!(
+                "--scope root needs --snapshot overlay (the {other} driver snapshots the \
+                 workspace only)"
+            ))
+        }
+    };
     let created = client
         .post("/v1/runs", Some(json!({ "profile": args.profile })))
         .await?;
@@ -191,7 +215,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
             &format!("/v1/runs/{run}/workspace"),
             Some(json!({
                 "path": workspace.display().to_string(),
-                "driver": args.snapshot,
+                "driver": driver,
                 "snapshot_cmd": args.snapshot_cmd,
                 "rollback_cmd": args.rollback_cmd,
             })),
@@ -429,9 +453,12 @@ fn conclude(json_output: bool, report: &Value) -> anyhow::Result<()> {
         }
         .into());
     }
-    let keep_residue = report["decision"]["residue"]
-        .as_array()
-        .is_some_and(|r| !r.is_empty());
+    // `not applied: …` lines (`--scope root`: writes outside the workspace, dropped by
+    // design) are reported, but do not make a keep fail.
+    let keep_residue = report["decision"]["residue"].as_array().is_some_and(|r| {
+        r.iter()
+            .any(|line| !line.as_str().unwrap_or("").starts_with("not applied: "))
+    });
     if report["decision"]["kind"] == "keep" && keep_residue {
         return Err(RunFailed {
             code: 1,

@@ -250,7 +250,7 @@ pub struct WorkspaceView {
     pub run: Option<RunId>,
     /// Absolute path of the workspace directory.
     pub path: String,
-    /// Snapshot driver: `dir`, `overlay`, `git` or `cmd`.
+    /// Snapshot driver: `dir`, `overlay`, `overlay-root` (`overlay` under `--scope root`), `git` or `cmd`.
     pub driver: String,
     /// The snapshot taken when the run started.
     pub snapshot: String,

@@ -81,7 +81,7 @@ async fn attach(
     };
     let (record, described) =
         crate::runs::workspace::attach(&shared, &run, &request.path, &driver, commands).await?;
-    let overlay = (record.driver == "overlay").then(|| {
+    let overlay = record.driver.starts_with("overlay").then(|| {
         // `airlock run` mounts each step from here (docs/run.md, "The overlay driver").
         crate::snapshot::Store::new(&shared.data_dir)
             .overlay_state(run.as_str())

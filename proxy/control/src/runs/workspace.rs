@@ -580,12 +580,20 @@ async fn apply(
         }
     }
     let outcome = match kept {
-        Some(kept) if kept.is_empty() => {
-            outcome + "; the overlay's changes were merged into the workspace and checked"
-        }
-        Some(kept) => {
+        Some((kept, outside)) => {
+            let merged = match kept.is_empty() {
+                true => "; the overlay's changes were merged into the workspace and checked",
+                false => "; the overlay's changes could NOT all be merged into the workspace",
+            };
+            // `--scope root`: what the steps wrote elsewhere is dropped with the overlay.
+            let dropped = match outside.is_empty() {
+                true => String::new(),
+                false => "; what the steps wrote outside the workspace was NOT applied (residue)"
+                    .to_owned(),
+            };
             residue = kept;
-            outcome + "; the overlay's changes could NOT all be merged into the workspace"
+            residue.extend(outside);
+            outcome + merged + &dropped
         }
         None => outcome,
     };

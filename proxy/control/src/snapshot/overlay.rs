@@ -11,7 +11,12 @@
 //! - `stack.json`: the frozen layers, oldest first (the mount's lower stack is these,
 //!   newest on top, over the workspace);
 //! - `lock`: held (shared) by `airlock run` while a step's mount is live; a savepoint, a
-//!   rollback and a keep take it exclusively, or refuse.
+//!   rollback and a keep take it exclusively, or refuse;
+//! - under `--scope root` (`root`): `root.json`, the plan of the machine's mounts,
+//!   `root-mnt/`, where each step's view is assembled, and `frozen-mnt/KEY`,
+//!   `frozen-work/KEY` for the read-only overlay of a mount's oldest frozen layer;
+//!   `upper/`, `work/` and each layer then hold one directory per overlaid mount (KEY,
+//!   `%2F` the root filesystem).
 //!
 //! A snapshot records the workspace by stamp (device, inode, size, modification and
 //! change time to the nanosecond; a change time cannot be set from user space) rather
@@ -21,6 +26,7 @@
 
 mod merge;
 mod mount;
+pub mod root;
 mod stamps;
 
 use std::collections::BTreeMap;
@@ -154,7 +160,8 @@ impl Layout {
         Ok(())
     }
 
-    /// Empties the upper and work directories (a rollback, a new layer).
+    /// Empties the upper and work directories (a rollback, a new layer); under the root
+    /// scope, each step's mount makes one of each per overlaid mount.
     fn fresh_upper(&self) -> Result<(), SnapshotError> {
         for dir in [self.upper(), self.work()] {
             self.drop_dir(&dir)?;
@@ -286,15 +293,16 @@ pub fn check(workspace: &Path, store_dir: &Path) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// Takes an `overlay` snapshot: the first of a run prepares its state directory, checks
-/// that the overlay can be made (a real mount over the workspace in a throwaway mount
-/// namespace); a later one (a savepoint) freezes the upper directory as a layer.
+/// Takes an `overlay` snapshot: the first of a run prepares its state directory (with
+/// `whole`, `--scope root`, the plan of every mount: [`root`]), checks that the overlay
+/// can be made (a real mount in a throwaway mount namespace); a later one (a savepoint)
+/// freezes the upper directory as a layer.
 pub(super) fn take(
     store: &Store,
     workspace: &Path,
     run: &str,
     id: &str,
-    exclude: &[PathBuf],
+    (exclude, whole): (&[PathBuf], bool),
     step: &Step,
 ) -> Result<Manifest, SnapshotError> {
     let layout = Layout::of(store, run);
@@ -313,7 +321,18 @@ pub(super) fn take(
         let parent = layout.state.parent().unwrap_or(&store.root).to_owned();
         std::fs::create_dir_all(&parent).map_err(io("cannot create", &parent))?;
         check(workspace, &parent)?;
+        let plan = match whole {
+            true => {
+                let plan = root::plan(workspace)?;
+                root::check(&plan, &parent)?;
+                Some(plan)
+            }
+            false => None,
+        };
         std::fs::create_dir_all(&layout.state).map_err(io("cannot create", &layout.state))?;
+        if let Some(plan) = &plan {
+            layout.write_root_plan(plan)?;
+        }
         layout.fresh_upper()?;
         if let Err(error) = StepMount::prepare(&layout.state, workspace).and_then(|m| m.probe()) {
             let _ = std::fs::remove_dir_all(&layout.state);
@@ -403,12 +422,26 @@ pub(super) fn leftovers(manifest: &Manifest, step: &Step) -> Result<Vec<String>,
         return Ok(residue);
     }
     let upper = layout.upper();
-    let walked = stamp_walk(&upper, &[], step)?;
-    residue.extend(
-        walked
-            .keys()
-            .map(|path| format!("left behind: {path} (in the overlay's upper directory)")),
-    );
+    match layout.root_plan()? {
+        Some(_) => {
+            for (mount, dir) in root::keyed(&upper)? {
+                residue.extend(stamp_walk(&dir, &[], step)?.keys().map(|path| {
+                    format!(
+                        "left behind: {} (in the overlay's upper directory)",
+                        Path::new(&mount).join(path).display()
+                    )
+                }));
+            }
+        }
+        None => {
+            let walked = stamp_walk(&upper, &[], step)?;
+            residue.extend(
+                walked
+                    .keys()
+                    .map(|path| format!("left behind: {path} (in the overlay's upper directory)")),
+            );
+        }
+    }
     let stack = layout.stack()?;
     if stack != wanted {
         residue.push(format!(
@@ -443,6 +476,8 @@ pub(super) fn discard(manifest: &Manifest) {
 
 /// Keeps what the steps wrote: merges every frozen layer (oldest first) and the upper
 /// directory into the workspace, checks the result, and removes the run's overlay state.
+/// Under `--scope root` only the workspace's part is merged: what the steps wrote
+/// anywhere else is [`Kept::outside`], and goes with the state.
 pub(super) fn keep(manifest: &Manifest, step: &Step) -> Result<Kept, SnapshotError> {
     let (layout, _) = state_of(manifest)?;
     if !layout.state.exists() {
@@ -450,9 +485,30 @@ pub(super) fn keep(manifest: &Manifest, step: &Step) -> Result<Kept, SnapshotErr
         return Ok(Kept::default());
     }
     let _lock = layout.exclusive("keep the files")?;
-    let kept = merge::keep(&layout, Path::new(&manifest.workspace), step)?;
+    let workspace = Path::new(&manifest.workspace);
+    let outside = match layout.root_plan()? {
+        Some(_) => {
+            let mut dirs: Vec<PathBuf> = layout.stack()?.iter().map(|n| layout.layer(n)).collect();
+            dirs.push(layout.upper());
+            root::outside(&dirs, workspace, step)?
+        }
+        None => Vec::new(),
+    };
+    let mut kept = merge::keep(&layout, workspace, step)?;
+    // The workspace replaced whole is the merge's residue; the rest is the outside's.
+    let (replaced, outside): (Vec<String>, Vec<String>) =
+        outside.into_iter().partition(|l| l.starts_with("differs:"));
+    kept.residue.extend(replaced);
+    let whole = layout.root_plan()?.is_some();
+    kept.outside = outside;
     if kept.residue.is_empty() {
-        let _ = std::fs::remove_dir_all(&layout.state);
+        if whole {
+            // What the steps wrote elsewhere (caches, builds) goes by a rename, as a
+            // rollback's does.
+            layout.drop_dir(&layout.state)?;
+        } else {
+            let _ = std::fs::remove_dir_all(&layout.state);
+        }
     }
     Ok(kept)
 }
@@ -465,13 +521,18 @@ pub(super) fn changes(
 ) -> Result<airlock_ledger::Changes, SnapshotError> {
     let (layout, wanted) = state_of(manifest)?;
     let stack = layout.stack()?;
+    let part = |dir: PathBuf| layout.workspace_part(dir);
     let mut above: Vec<PathBuf> = stack
         .iter()
         .filter(|name| !wanted.contains(name))
-        .map(|name| layout.layer(name))
-        .collect();
-    above.push(layout.upper());
-    let below: Vec<PathBuf> = wanted.iter().rev().map(|n| layout.layer(n)).collect();
+        .map(|name| part(layout.layer(name)))
+        .collect::<Result<_, _>>()?;
+    above.push(part(layout.upper())?);
+    let below: Vec<PathBuf> = wanted
+        .iter()
+        .rev()
+        .map(|n| part(layout.layer(n)))
+        .collect::<Result<_, _>>()?;
     let entries = stamps::entries(&layout, &manifest.id, step)?;
     merge::changes(&above, &below, &entries, step)
 }

@@ -12,21 +12,21 @@ use std::time::Duration;
 use super::overlay::{check, StepMount, OPAQUE_XATTR};
 use super::{Driver, Manifest, SnapshotError, Step, Store};
 
-fn step(name: &'static str) -> Step {
+pub(super) fn step(name: &'static str) -> Step {
     Step::new(name, Duration::from_secs(60))
 }
 
 /// A path of a tree as a test compares it: kind, permission bits, owner, and the content
 /// or link target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Node {
-    kind: &'static str,
-    mode: u32,
-    uid: u32,
-    bytes: Vec<u8>,
+pub(super) struct Node {
+    pub(super) kind: &'static str,
+    pub(super) mode: u32,
+    pub(super) uid: u32,
+    pub(super) bytes: Vec<u8>,
 }
 
-fn tree(root: &Path) -> BTreeMap<String, Node> {
+pub(super) fn tree(root: &Path) -> BTreeMap<String, Node> {
     let mut out = BTreeMap::new();
     let mut pending = vec![root.to_owned()];
     while let Some(dir) = pending.pop() {
@@ -71,7 +71,7 @@ fn tree(root: &Path) -> BTreeMap<String, Node> {
 /// What the step of the keep and rollback tests does: creates, modifies, deletes,
 /// changes a mode, replaces a directory (`rm -rf` then `mkdir`), replaces a symlink, and
 /// renames a directory (a redirect, if redirects were on).
-const STEP: &str = "set -e
+pub(super) const STEP: &str = "set -e
 printf 'new content\\n' > a.txt
 rm del.txt
 chmod 600 keep.txt
@@ -91,7 +91,7 @@ struct Fx {
     twin: PathBuf,
 }
 
-fn seed(ws: &Path) {
+pub(super) fn seed(ws: &Path) {
     std::fs::create_dir_all(ws.join("dir")).expect("the test's own setup or step");
     std::fs::create_dir_all(ws.join("sub/deep")).expect("the test's own setup or step");
     std::fs::create_dir_all(ws.join("moved/in")).expect("the test's own setup or step");
@@ -176,7 +176,7 @@ impl Fx {
     }
 }
 
-fn overlay_xattrs(root: &Path) -> Vec<String> {
+pub(super) fn overlay_xattrs(root: &Path) -> Vec<String> {
     let mut found = Vec::new();
     for (rel, _) in tree(root) {
         let path = root.join(&rel);
@@ -380,8 +380,18 @@ fn overlay_savepoint_and_rollback_are_refused_under_a_live_mount() {
     fx.take().expect("a savepoint once the step ended");
 }
 
+/// Held by every test that mounts in the test process's own namespace or reads its
+/// mount table (`--scope root` plans every mount), so neither sees the other's mount
+/// come and go.
+pub(super) static MOUNT_TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`MOUNT_TABLE`], whether or not a test that held it failed.
+pub(super) fn mount_table() -> std::sync::MutexGuard<'static, ()> {
+    MOUNT_TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Unmounts `0` when dropped (lazily, so a failed test leaves nothing mounted).
-struct Mounted(PathBuf);
+pub(super) struct Mounted(pub(super) PathBuf);
 
 impl Drop for Mounted {
     fn drop(&mut self) {
@@ -391,6 +401,7 @@ impl Drop for Mounted {
 
 #[test]
 fn overlay_check_refuses_another_filesystem_and_a_nested_overlay_naming_dir() {
+    let _table = mount_table();
     let dir = tempfile::tempdir().expect("the test's own setup or step");
     let (data, ws) = (dir.path().join("data"), dir.path().join("ws"));
     std::fs::create_dir_all(&data).expect("the test's own setup or step");

@@ -55,13 +55,18 @@ async fn run_step(
     env: &serde_json::Map<String, Value>,
     run: &str,
     json_output: bool,
-    overlay: Option<&OverlayRun>,
+    (overlay, pass): (Option<&OverlayRun>, &[&std::path::Path]),
 ) -> Step {
     let started = Instant::now();
     // On the overlay driver the step runs on the run's overlay, in a mount namespace of
-    // its own; the mount holds the run's lock until the step ends.
+    // its own; the mount holds the run's lock until the step ends. Under `--scope root`
+    // the fence's own files (`pass`) are shown as they are.
     let mounted = match overlay.map(|o| {
-        let mount = airlock_control::snapshot::overlay::StepMount::prepare(&o.state, &o.target)?;
+        let mut mount =
+            airlock_control::snapshot::overlay::StepMount::prepare(&o.state, &o.target)?;
+        for path in pass {
+            mount.pass_through(path);
+        }
         let line = mount.command_line(program, args)?;
         Ok::<_, airlock_control::snapshot::SnapshotError>((mount, line))
     }) {
@@ -211,7 +216,16 @@ pub(super) async fn contained_step(
     } = *cx;
     let before = fence::counts(client, run, chosen).await;
     if chosen.network == airlock_fence::Network::Env {
-        let step = run_step(program, args, workspace, env, run, json_output, overlay).await;
+        let step = run_step(
+            program,
+            args,
+            workspace,
+            env,
+            run,
+            json_output,
+            (overlay, &[]),
+        )
+        .await;
         let containment = fence::containment(client, run, chosen, None, &before).await;
         return (step, containment);
     }
@@ -242,6 +256,12 @@ pub(super) async fn contained_step(
         .into_iter()
         .map(|(name, value)| (name, Value::String(value)))
         .collect();
+    // Under `--scope root` the fence's directory (its report, written from inside) and
+    // airlock's fence socket (which overlayfs cannot pass a connection to) are the host's.
+    let socket = created["fence_socket"].as_str().map(std::path::Path::new);
+    let pass: Vec<&std::path::Path> = std::iter::once(prepared.dir())
+        .chain(socket.filter(|s| s.exists()))
+        .collect();
     let mut step = run_step(
         &unshare,
         &unshare_args,
@@ -249,7 +269,7 @@ pub(super) async fn contained_step(
         &spec_env,
         run,
         json_output,
-        overlay,
+        (overlay, &pass),
     )
     .await;
     let report = prepared.report();

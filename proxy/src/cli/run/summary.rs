@@ -85,6 +85,16 @@ pub fn summary(report: &Value) -> String {
             out.push_str(&format!("  ! {}\n", residue.as_str().unwrap_or("")));
         }
     }
+    let kept_residue = decision["residue"].as_array().cloned().unwrap_or_default();
+    if decision["kind"] == "keep" && !kept_residue.is_empty() {
+        out.push_str(&format!(
+            "RESIDUE   {} line(s): what the keep did not apply to the workspace (with --scope root, what the steps wrote outside it was dropped)\n",
+            kept_residue.len()
+        ));
+        for residue in &kept_residue {
+            out.push_str(&format!("  ! {}\n", residue.as_str().unwrap_or("")));
+        }
+    }
     if let Some(outside) = report.get("outside").filter(|o| o.is_object()) {
         let list = |key: &str| outside[key].as_array().cloned().unwrap_or_default();
         let (added, modified, deleted) = (list("added"), list("modified"), list("deleted"));

@@ -149,3 +149,83 @@ async fn run_overlay_driver_unavailable_says_why_and_names_dir_without_falling_b
         "the command ran without its overlay"
     );
 }
+
+/// `--scope root` (docs/run.md, "The whole filesystem: `--scope root`"): the agent also
+/// writes outside the workspace (a directory of the test standing for `/opt/cache`) and
+/// stages its webhook through the fence. A failed verify drops it all; a passing run
+/// merges the workspace and reports the outside write, unapplied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_overlay_root_scope_drops_writes_outside_the_workspace_and_reports_them_on_keep() {
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let policy = write_policy(&fx, &loopback_policy(origin.addr().port()));
+    let ws = workspace(&fx);
+    let before = tree(&ws);
+    let cache = fx.dir.path().join("opt-cache");
+    std::fs::create_dir_all(&cache).expect("the test's own setup or step");
+    let script = format!(
+        "echo cached > {}/x && {}",
+        cache.display(),
+        agent_script(origin.addr().port())
+    );
+    let root = ["--json", "--snapshot", "overlay", "--scope", "root"];
+    let verify = format!(
+        "test -f {}/x && test -f added.txt && exit 3",
+        cache.display()
+    );
+    let args: Vec<&str> = root.iter().copied().chain(["--verify", &verify]).collect();
+    let out = output(sh_command(&fx, &policy, &args, &ws, &script)).await;
+    let report = json_report(&out);
+    // Verify saw the command's write outside the workspace, and failed.
+    assert_eq!(out.status.code(), Some(3), "{report:#}");
+    assert_eq!(report["decision"]["kind"], "rollback", "{report:#}");
+    assert_eq!(report["rollback_unverified"], false, "{report:#}");
+    assert_eq!(report["containment"]["network"], "isolated", "{report:#}");
+    assert_eq!(tree(&ws), before, "the rollback left the workspace changed");
+    assert!(
+        !cache.join("x").exists(),
+        "the write outside the workspace reached the host"
+    );
+
+    let args: Vec<&str> = root
+        .iter()
+        .copied()
+        .chain(["--verify", "test -f added.txt"])
+        .collect();
+    let out = output(sh_command(&fx, &policy, &args, &ws, &script)).await;
+    let report = json_report(&out);
+    assert!(out.status.success(), "{report:#}");
+    assert_eq!(report["decision"]["kind"], "keep", "{report:#}");
+    let outcome = report["decision"]["outcome"].as_str().unwrap_or("");
+    assert!(
+        outcome.contains("merged into the workspace and checked"),
+        "{outcome}"
+    );
+    assert!(
+        outcome.contains("outside the workspace was NOT applied"),
+        "{outcome}"
+    );
+    let line = format!(
+        "not applied: {}/x (written outside the workspace)",
+        cache.display()
+    );
+    let residue = report["decision"]["residue"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        residue.contains(&line.clone().into()),
+        "{line} not in {residue:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("added.txt")).expect("merged"),
+        "new\n"
+    );
+    assert!(
+        !cache.join("x").exists(),
+        "the keep applied a write outside the workspace"
+    );
+    // The webhook went through the fence (its socket passed through the overlay).
+    let effects = report["effects"].as_array().cloned().unwrap_or_default();
+    assert_eq!(effects.len(), 1, "{report:#}");
+}

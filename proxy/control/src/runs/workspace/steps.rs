@@ -114,8 +114,12 @@ pub(super) async fn discard_snapshot(shared: &Arc<Control>, snapshot: &str) {
 /// The keep step's files, under the step's time limit: for the `overlay` driver, merges
 /// what the steps wrote into the workspace and checks it. Returns `None` for the other
 /// drivers (their steps wrote the workspace itself), else the keep's residue (empty when
-/// verified; a merge that failed or timed out is residue too: `keep failed: …`).
-pub(super) async fn keep_files(shared: &Arc<Control>, snapshot: &str) -> Option<Vec<String>> {
+/// verified; a merge that failed or timed out is residue too: `keep failed: …`) and,
+/// under `--scope root`, the steps' writes outside the workspace it did not apply.
+pub(super) async fn keep_files(
+    shared: &Arc<Control>,
+    snapshot: &str,
+) -> Option<(Vec<String>, Vec<String>)> {
     let (shared2, id) = (shared.clone(), snapshot.to_owned());
     let kept = bounded(shared, "keep", move |step| {
         let store = store(&shared2);
@@ -125,7 +129,7 @@ pub(super) async fn keep_files(shared: &Arc<Control>, snapshot: &str) -> Option<
     .await;
     match kept {
         Ok(None) => None,
-        Ok(Some(kept)) => Some(kept.residue),
-        Err(error) => Some(vec![format!("keep failed: {error}")]),
+        Ok(Some(kept)) => Some((kept.residue, kept.outside)),
+        Err(error) => Some((vec![format!("keep failed: {error}")], Vec::new())),
     }
 }

@@ -33,11 +33,15 @@ pub struct Kept {
     /// Where the workspace differs from what the layers said (`left behind: P`,
     /// `differs: P`, `missing: P`), or what was left in the layers; empty when verified.
     pub residue: Vec<String>,
+    /// Under `--scope root`: what the steps wrote outside the workspace, which a keep
+    /// does not apply (`not applied: /ABS/PATH (written outside the workspace)`, or
+    /// `(deleted outside the workspace)`); empty for the workspace scope.
+    pub outside: Vec<String>,
 }
 
 /// One entry of an upper directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Whiteout,
     Dir { opaque: bool, mode: u32 },
     Node { dev: u64, ino: u64 },
@@ -66,7 +70,7 @@ fn kind_of(path: &Path, metadata: &std::fs::Metadata) -> Kind {
 }
 
 /// Every entry of `layer`, parents before children, by `/`-separated relative path.
-fn scan(layer: &Path, step: &Step) -> Result<Vec<(String, Kind)>, SnapshotError> {
+pub(super) fn scan(layer: &Path, step: &Step) -> Result<Vec<(String, Kind)>, SnapshotError> {
     let mut out = Vec::new();
     if !layer.is_dir() {
         return Ok(out);
@@ -240,8 +244,12 @@ fn apply(
 /// `workspace`, and checks the result against what the layers said.
 pub(super) fn keep(layout: &Layout, workspace: &Path, step: &Step) -> Result<Kept, SnapshotError> {
     let mut stack = layout.stack()?;
-    let mut dirs: Vec<PathBuf> = stack.iter().map(|n| layout.layer(n)).collect();
-    dirs.push(layout.upper());
+    // Under `--scope root`, the workspace's part of each layer (`KEY/REL`).
+    let mut dirs: Vec<PathBuf> = stack
+        .iter()
+        .map(|n| layout.workspace_part(layout.layer(n)))
+        .collect::<Result<_, _>>()?;
+    dirs.push(layout.workspace_part(layout.upper())?);
     let scanned: Vec<Vec<(String, Kind)>> = dirs
         .iter()
         .map(|d| scan(d, step))
@@ -254,7 +262,7 @@ pub(super) fn keep(layout: &Layout, workspace: &Path, step: &Step) -> Result<Kep
         kept.merged += apply(dir, entries, workspace, &mut modes, step)?;
         if index < frozen {
             // This layer is merged: a keep run again starts at the next one.
-            let _ = std::fs::remove_dir_all(dir);
+            let _ = std::fs::remove_dir_all(layout.layer(&stack[0]));
             stack.remove(0);
             layout.write_stack(&stack)?;
         }
