@@ -8,7 +8,7 @@
 //! [`HealingLedger`] reopens the store after a storage fault.
 //!
 //! Reads and their analyses are not in sled: since the read log (issue #22) they are
-//! appended to one file per run under `reads/` ([`read_log`]); the trees `reads`,
+//! appended to one file per run under `reads/` and `read-analyses/` ([`read_log`]); the trees `reads`,
 //! `read_content` and `read_hashes` are only read, for a data directory written before it.
 //!
 //! Trees: `runs` (run id -> Run), `effects` (effect id -> Effect), `run_effects`, `reads`,
@@ -78,8 +78,10 @@ pub struct Ledger {
     /// `run_id \0 read seq` -> winnowed fingerprints, little-endian u64s, sorted (from
     /// before the read log)
     read_hashes: sled::Tree,
-    /// Reads and their analyses, one append-only file per run ([`read_log`]).
+    /// Reads, one append-only file per run ([`read_log`]).
     read_log: read_log::ReadLog,
+    /// Reads' lineage analyses, one append-only file per run ([`read_log`]).
+    analysis_log: read_log::ReadLog,
     /// effect id -> EffectLineage
     effect_lineage: sled::Tree,
     /// run id -> WorkspaceRecord (`airlock run`)
@@ -221,7 +223,8 @@ impl Ledger {
         let files = files::DataFiles::open(path).or_storage()?;
         let counters = db.open_tree("counters").or_storage()?;
         let ledger = Self {
-            read_log: read_log::ReadLog::new(path, counters.clone()),
+            read_log: read_log::ReadLog::new(path, read_log::READS, counters.clone()),
+            analysis_log: read_log::ReadLog::new(path, read_log::ANALYSES, counters.clone()),
             runs: db.open_tree("runs").or_storage()?,
             effects: db.open_tree("effects").or_storage()?,
             run_effects: db.open_tree("run_effects").or_storage()?,
@@ -265,7 +268,9 @@ impl Ledger {
     ///
     /// Errors: [`LedgerError::Storage`] when sled or the read log cannot read its files' sizes.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk().or_storage()? + self.read_log.size_on_disk().or_storage()?)
+        Ok(self.db.size_on_disk().or_storage()?
+            + self.read_log.size_on_disk().or_storage()?
+            + self.analysis_log.size_on_disk().or_storage()?)
     }
 
     /// Flushes, then announces `changes`: the tail of every durable write.
@@ -305,7 +310,8 @@ impl Ledger {
                     .flush()
                     .or_storage()
                     .and_then(|_| self.files.sync().or_storage())
-                    .and_then(|()| self.read_log.sync().or_storage());
+                    .and_then(|()| self.read_log.sync().or_storage())
+                    .and_then(|()| self.analysis_log.sync().or_storage());
                 state = self.flushes.lock().unwrap_or_else(|e| e.into_inner());
                 state.running = false;
                 if result.is_ok() {

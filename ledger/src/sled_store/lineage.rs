@@ -57,7 +57,7 @@ impl Ledger {
     }
 
     /// Stores the analysis of read `seq`'s response: its winnowed fingerprints (sorted) and
-    /// notable values, appended to the run's read log ([`super::read_log`]), not flushed on
+    /// notable values, appended to the run's analysis log ([`super::read_log`]), not flushed on
     /// its own (like the reads).
     ///
     /// Errors: [`crate::LedgerError::Storage`] with the read log's I/O error.
@@ -67,7 +67,7 @@ impl Ledger {
         content: &ReadContent,
         fingerprints: &[u64],
     ) -> Result<()> {
-        self.read_log
+        self.analysis_log
             .append_content(run, content, fingerprints)
             .or_storage()
     }
@@ -98,7 +98,10 @@ impl Ledger {
                 .unwrap_or_default();
             out.push((content, hashes));
         }
-        out.extend(super::read_log_result(run, self.read_log.contents(run))?);
+        out.extend(super::read_log_result(
+            run,
+            self.analysis_log.contents(run),
+        )?);
         // The worker stores analyses in read order; a stable sort keeps that when another
         // writer's came in between.
         out.sort_by_key(|(content, _)| content.seq);

@@ -8,8 +8,11 @@
 //! append to a file costs one `write(2)` per batch and leaves the bytes to the kernel's
 //! page cache, which gives them back under memory pressure.
 //!
-//! Layout: `DIR/reads/<run>.log` (a run id of other than `[A-Za-z0-9_-]` characters is
-//! hex-encoded, `x<hex>.log`). A file is a sequence of records:
+//! Layout: `DIR/reads/<run>.log` holds the reads, `DIR/read-analyses/<run>.log` their
+//! analyses (two [`ReadLog`]s: an effect's analysis reads every analysis of its run, and
+//! never needs the run's reads, which are many more bytes). A run id of other than
+//! `[A-Za-z0-9_-]` characters is hex-encoded, `x<hex>.log`. A file is a sequence of
+//! records:
 //!
 //! | bytes | field |
 //! |---:|---|
@@ -43,6 +46,10 @@ use std::sync::{Arc, Mutex};
 use crate::lineage::ReadContent;
 use crate::model::{Read, RunId};
 
+/// The directory of the reads' log.
+pub(super) const READS: &str = "reads";
+/// The directory of the analyses' log.
+pub(super) const ANALYSES: &str = "read-analyses";
 /// Record kind: a batch of reads.
 const KIND_READS: u8 = 1;
 /// Record kind: one read's analysis.
@@ -68,7 +75,7 @@ pub(super) struct ReadLog {
 #[derive(Debug, Default)]
 struct LogState {
     runs: HashMap<RunId, RunFile>,
-    /// The `reads` directory's entries changed since its last `fsync`.
+    /// The log directory's entries changed since its last `fsync`.
     dir_dirty: bool,
 }
 
@@ -93,11 +100,12 @@ struct Record {
 }
 
 impl ReadLog {
-    /// The read log under sled data directory `dir` (`dir/reads`, made when first
-    /// written), continuing the numbers of `counters` (the store's `counters` tree).
-    pub(super) fn new(dir: &Path, counters: sled::Tree) -> Self {
+    /// The log in directory `name` of sled data directory `dir` ([`READS`] or
+    /// [`ANALYSES`], made when first written), continuing the numbers of `counters` (the
+    /// store's `counters` tree).
+    pub(super) fn new(dir: &Path, name: &str, counters: sled::Tree) -> Self {
         Self {
-            dir: dir.join("reads"),
+            dir: dir.join(name),
             counters,
             state: Mutex::default(),
         }
@@ -355,7 +363,7 @@ impl ReadLog {
     }
 
     /// Makes every write so far durable: `fdatasync` of each file written since the last
-    /// sync, and `fsync` of the `reads` directory when its entries changed.
+    /// sync, and `fsync` of the log's directory when its entries changed.
     ///
     /// Errors: the first I/O error; the files not synced stay marked for the next sync.
     pub(super) fn sync(&self) -> io::Result<()> {

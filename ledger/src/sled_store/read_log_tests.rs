@@ -59,6 +59,11 @@ fn reads_keep_their_numbers_across_a_reopen_and_nothing_of_them_is_in_sled() {
             .expect("content");
         assert!(ledger.reads.is_empty(), "no read went into sled's tree");
         assert!(ledger.read_content.is_empty() && ledger.read_hashes.is_empty());
+        assert!(dir
+            .path()
+            .join(ANALYSES)
+            .join(format!("{run}.log"))
+            .exists());
     }
     let ledger = Ledger::open(dir.path()).expect("reopen");
     let third = ledger
@@ -205,6 +210,7 @@ fn removing_a_run_removes_its_file_and_a_flush_syncs_what_was_written() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = ReadLog::new(
         dir.path(),
+        READS,
         sled::Config::new()
             .temporary(true)
             .open()

@@ -117,6 +117,7 @@ impl Ledger {
         remove_prefix(&self.read_content, &prefix)?;
         remove_prefix(&self.read_hashes, &prefix)?;
         self.read_log.remove(id).or_storage()?;
+        self.analysis_log.remove(id).or_storage()?;
         pruned.placeholders = remove_prefix(&self.placeholders, &prefix)?;
         pruned.denials = remove_prefix(&self.denials, &prefix)?;
         self.workspaces.remove(id.0.as_bytes()).or_storage()?;
