@@ -82,7 +82,8 @@ pub enum PgOpenError {
     /// docs/fleet.md#postgresql-store, after libpq's "SSL Mode Descriptions").
     #[error("the PostgreSQL URL's {parameter} is refused: {reason}")]
     Tls {
-        /// `sslmode` or `sslrootcert`.
+        /// `sslmode` or `sslrootcert`, or a client-certificate parameter (`sslcert`,
+        /// `sslkey`, `sslpassword`, `sslcrl`, `sslcrldir`), which are not supported.
         parameter: &'static str,
         /// What is wrong and what to write instead (never the password).
         reason: String,

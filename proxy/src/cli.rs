@@ -226,9 +226,12 @@ fn hint(error: &anyhow::Error, starts: &str) -> Option<String> {
             return Some("fix the policy file; `docs/policy.md` lists every key".into());
         }
         if let Some(crate::StartError::Store {
-            source: airlock_ledger::PgOpenError::Tls { .. },
+            source: airlock_ledger::PgOpenError::Tls { parameter, .. },
         }) = cause.downcast_ref::<crate::StartError>()
         {
+            if !matches!(*parameter, "sslmode" | "sslrootcert") {
+                return Some("remove the client-certificate parameters from the URL and give the password in it (docs/fleet.md, \"PostgreSQL store\")".into());
+            }
             return Some("fix the URL's sslmode or sslrootcert: verified TLS is sslmode=verify-full&sslrootcert=FILE (the server's CA, PEM) or sslrootcert=system (docs/fleet.md, \"PostgreSQL store\", has every mode)".into());
         }
         if let Some(crate::StartError::Store { .. } | crate::StartError::StoreRead { .. }) =

@@ -28,10 +28,20 @@ pub const MAX_ATTEMPTS: u32 = 8;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Parses a connection string (URL or `key=value`) and its TLS parameters
-/// (`sslmode`, `sslrootcert`: postgres/tls.rs).
+/// (`sslmode`, `sslrootcert`: postgres/tls.rs); libpq's client-certificate parameters
+/// are refused by name.
 ///
 /// Errors: [`PgOpenError::Url`], [`PgOpenError::Tls`].
 pub(super) fn parse_url(url: &str) -> std::result::Result<Config, PgOpenError> {
+    if let Some(parameter) = tls::client_certificate_parameter(url) {
+        return Err(PgOpenError::Tls {
+            parameter,
+            reason: "client certificates are not supported by airlock's PostgreSQL store: \
+                     log in with a password (SCRAM) over sslmode=verify-full, and remove \
+                     sslcert, sslkey, sslpassword, sslcrl and sslcrldir"
+                .into(),
+        });
+    }
     let (url, sslmode, sslrootcert) = tls::split(url);
     let config = postgres::Config::from_str(&url).map_err(|e| PgOpenError::Url {
         reason: e.to_string(),

@@ -174,6 +174,30 @@ pub(super) fn split(url: &str) -> (String, Option<String>, Option<String>) {
     (rest, mode, root)
 }
 
+/// libpq's client-certificate parameters, which this store does not support.
+const CLIENT_CERTIFICATE: [&str; 5] = ["sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir"];
+
+/// The first of libpq's client-certificate parameters (`sslcert`, `sslkey`,
+/// `sslpassword`, `sslcrl`, `sslcrldir`) that `url` gives, in either form; `None` when it
+/// gives none. The driver would refuse them as unknown options; this names them.
+pub(super) fn client_certificate_parameter(url: &str) -> Option<&'static str> {
+    let mut found = None;
+    let mut look = |key: &str, _: Cow<'_, str>| {
+        if found.is_none() {
+            found = CLIENT_CERTIFICATE.iter().find(|k| **k == key).copied();
+        }
+        false
+    };
+    match ["postgres://", "postgresql://"]
+        .iter()
+        .find_map(|prefix| url.strip_prefix(prefix).map(|rest| (prefix, rest)))
+    {
+        Some((prefix, rest)) => drop(split_url(prefix, rest, &mut look)),
+        None => drop(split_keywords(url, &mut look)),
+    }
+    found
+}
+
 /// The URL form: the query starts at the first `?` after the credentials (`…@`); each
 /// parameter is `KEY=VALUE` up to the next `&`, percent-encoded.
 fn split_url(
@@ -463,6 +487,22 @@ mod tests {
 
     fn parts(url: &str) -> (String, Option<String>, Option<String>) {
         split(url)
+    }
+
+    #[test]
+    fn client_certificate_parameters_are_named_in_either_form() {
+        assert_eq!(
+            client_certificate_parameter("postgres://u@h/db?sslmode=verify-full&sslcert=%2Fc.pem"),
+            Some("sslcert")
+        );
+        assert_eq!(
+            client_certificate_parameter("host=h dbname=db sslkey='/k.pem' sslmode=require"),
+            Some("sslkey")
+        );
+        assert_eq!(
+            client_certificate_parameter("postgres://u:sslcert@h/db?application_name=sslkey"),
+            None
+        );
     }
 
     #[test]

@@ -230,6 +230,16 @@ fn bad_tls_parameters_are_refused_naming_them_without_the_password() {
             "sslmode",
             "unix socket",
         ),
+        (
+            format!("{base}?sslmode=verify-full&sslrootcert=system&sslcert=/c.pem&sslkey=/k.pem"),
+            "sslcert",
+            "client certificates are not supported",
+        ),
+        (
+            format!("host=127.0.0.1 password={SECRET} sslkey='/k.pem'"),
+            "sslkey",
+            "client certificates are not supported",
+        ),
     ];
     for (url, parameter, says) in cases {
         let (error, text) = refusal(&url);

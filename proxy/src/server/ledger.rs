@@ -28,6 +28,7 @@ pub(super) struct Opened {
 pub(super) fn open(config: &ServeConfig, data_dir: &Path) -> Result<Opened, StartError> {
     match &config.store_url {
         Some(url) => {
+            warn_of_libpq_environment(std::env::vars_os().map(|(k, _)| k));
             let store = PgStore::open(url, config.store_connections)
                 .map_err(|source| StartError::Store { source })?;
             let place = format!("postgres {}", store.target());
@@ -70,5 +71,54 @@ pub(super) fn read_failed(opened: &Opened, source: airlock_ledger::LedgerError) 
             path: opened.place.clone(),
             source,
         }
+    }
+}
+
+/// libpq's environment variables (PostgreSQL documentation, "Environment Variables"),
+/// which the driver does not read: `--store`'s URL is the whole connection.
+const LIBPQ_ENVIRONMENT: [&str; 12] = [
+    "PGHOST",
+    "PGHOSTADDR",
+    "PGPORT",
+    "PGDATABASE",
+    "PGUSER",
+    "PGPASSWORD",
+    "PGPASSFILE",
+    "PGSSLMODE",
+    "PGSSLROOTCERT",
+    "PGSSLCERT",
+    "PGSSLKEY",
+    "PGCHANNELBINDING",
+];
+
+/// The libpq variables among `names` (the environment's), which `--store` ignores.
+fn libpq_variables_set(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<String> {
+    names
+        .filter_map(|name| name.into_string().ok())
+        .filter(|name| LIBPQ_ENVIRONMENT.contains(&name.as_str()))
+        .collect()
+}
+
+/// Warns when libpq's variables are set: an operator who set `PGSSLMODE=verify-full`
+/// would otherwise believe it applies.
+fn warn_of_libpq_environment(names: impl Iterator<Item = std::ffi::OsString>) {
+    let set = libpq_variables_set(names);
+    if !set.is_empty() {
+        tracing::warn!(
+            variables = %set.join(", "),
+            "libpq's environment variables are not read: put the connection's settings (sslmode, sslrootcert, user, password, …) in the --store URL"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn libpq_variables_are_picked_out_of_the_environment() {
+        let names = ["PATH", "PGSSLMODE", "PGHOST", "PGX", "AIRLOCK_LOG"].map(Into::into);
+        assert_eq!(
+            super::libpq_variables_set(names.into_iter()),
+            ["PGSSLMODE", "PGHOST"]
+        );
     }
 }
