@@ -17,7 +17,12 @@ use crate::BoxError;
 
 /// CPU time (utime + stime) of `pid`, in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    cpu_seconds_of(&format!("/proc/{pid}/stat"))
+}
+
+/// utime + stime of a `stat` file (a process's or a thread's), in seconds.
+fn cpu_seconds_of(path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return f64::NAN;
     };
     // Fields after the command name, which is in parentheses and may hold spaces.
@@ -31,6 +36,35 @@ pub fn cpu_seconds(pid: u32) -> f64 {
         .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
         .sum();
     ticks / clock_ticks_per_second()
+}
+
+/// CPU time (utime + stime) of `pid`'s threads named `name` (`/proc/PID/task/*/comm`), in
+/// seconds; `NaN` when none has that name.
+pub fn thread_cpu_seconds(pid: u32, name: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return f64::NAN;
+    };
+    let mut total = f64::NAN;
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let seconds = cpu_seconds_of(&format!("/proc/{pid}/task/{tid}/stat"));
+        total = if total.is_nan() {
+            seconds
+        } else {
+            total + seconds
+        };
+    }
+    total
 }
 
 /// CPU time the whole machine spent busy (user, nice, system, irq, softirq and steal of

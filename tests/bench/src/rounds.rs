@@ -20,7 +20,15 @@ pub(crate) struct Sample {
     /// CPU the proxy spent after the window on work the window left behind (airlock's
     /// lineage worker), per request; and whether it finished within the cap.
     pub(crate) deferred_us: Option<(f64, bool)>,
+    /// The share (0..=1) of the proxy's CPU in the window spent by its thread named
+    /// [`LINEAGE_THREAD`] (airlock's read journal and lineage analysis, off the request
+    /// path); `None` for a proxy without that thread.
+    pub(crate) lineage_share: Option<f64>,
 }
+
+/// airlock's lineage worker thread (`proxy/dataplane/src/lineage.rs`): it journals every
+/// passed read and analyses it.
+pub(crate) const LINEAGE_THREAD: &str = "airlock-lineage";
 
 pub(crate) async fn measure(
     route: &Route,
@@ -31,13 +39,14 @@ pub(crate) async fn measure(
     pid: Option<u32>,
 ) -> Sample {
     // (proxy CPU, machine CPU) when the measured window starts.
-    let start_cpu = Arc::new(std::sync::Mutex::new((f64::NAN, f64::NAN)));
+    let start_cpu = Arc::new(std::sync::Mutex::new((f64::NAN, f64::NAN, f64::NAN)));
     let marker = {
         let start_cpu = start_cpu.clone();
         move || {
             let proxy = pid.map_or(f64::NAN, cpu_seconds);
+            let lineage = pid.map_or(f64::NAN, |p| procs::thread_cpu_seconds(p, LINEAGE_THREAD));
             *start_cpu.lock().unwrap_or_else(|e| e.into_inner()) =
-                (proxy, procs::machine_busy_seconds());
+                (proxy, procs::machine_busy_seconds(), lineage);
         }
     };
     let result = load::run(
@@ -50,9 +59,17 @@ pub(crate) async fn measure(
     )
     .await;
     let machine_end = procs::machine_busy_seconds();
-    let (start_proxy, start_machine) = *start_cpu.lock().unwrap_or_else(|e| e.into_inner());
+    let (start_proxy, start_machine, start_lineage) =
+        *start_cpu.lock().unwrap_or_else(|e| e.into_inner());
+    let end_proxy = pid.map_or(f64::NAN, cpu_seconds);
+    let lineage_share = pid
+        .map(|pid| {
+            (procs::thread_cpu_seconds(pid, LINEAGE_THREAD) - start_lineage)
+                / (end_proxy - start_proxy)
+        })
+        .filter(|share| share.is_finite());
     let cpu_per_request_us =
-        pid.map(|pid| (cpu_seconds(pid) - start_proxy) * 1e6 / result.requests.max(1) as f64);
+        pid.map(|_| (end_proxy - start_proxy) * 1e6 / result.requests.max(1) as f64);
     let machine_cpu = machine_end - start_machine;
     // No request completed: no per-request figure (rather than the whole window's CPU).
     let machine_us = if result.requests == 0 {
@@ -69,6 +86,7 @@ pub(crate) async fn measure(
         machine_us,
         machine_busy,
         deferred_us: None,
+        lineage_share,
     }
 }
 
@@ -103,6 +121,8 @@ pub(crate) struct Summary {
     /// Median CPU per request including deferred work; true when every round drained.
     pub(crate) cpu_total_us: Option<(f64, bool)>,
     pub(crate) peak_rss_mib: Option<f64>,
+    /// Median share of the proxy's CPU spent by its lineage thread (0..=1), with its spread.
+    pub(crate) lineage_share: Option<(f64, f64)>,
     /// Median CPU of the whole machine per request, µs, with its spread.
     pub(crate) machine_us: (f64, f64),
     /// Median fraction of the machine's cores busy (0..=1).
@@ -131,6 +151,10 @@ pub(crate) fn summarise(name: &str, samples: &[Sample]) -> Summary {
                 .collect();
             let drained = samples.iter().all(|s| s.deferred_us.is_none_or(|d| d.1));
             (!totals.is_empty()).then(|| (median_spread(&totals).0, drained))
+        },
+        lineage_share: {
+            let shares: Vec<f64> = samples.iter().filter_map(|s| s.lineage_share).collect();
+            (!shares.is_empty()).then(|| median_spread(&shares))
         },
         peak_rss_mib: samples
             .iter()
@@ -233,6 +257,16 @@ pub(crate) fn print_table(workload: &str, summaries: &[Summary]) {
             }
         }
         println!("\n{}", ratios.join("; "));
+        for s in summaries.iter().filter(|s| s.name.starts_with("airlock")) {
+            if let Some((share, spread)) = s.lineage_share {
+                println!(
+                    "\n{}: its `{LINEAGE_THREAD}` thread (the read journal and lineage analysis, off the request path) used {:.1}% (±{:.0}%) of its CPU in the window",
+                    s.name,
+                    share * 100.0,
+                    spread / 2.0
+                );
+            }
+        }
         if let Some(direct) = find("direct") {
             print_budget(direct, airlock);
         }

@@ -50,6 +50,12 @@ pub mod name {
     pub const PASS_2B_P99: &str = "pass 2 B: p99, airlock / hudsucker";
     pub const PASS_64K_CPU: &str = "pass 64 KiB: proxy CPU µs/request, airlock / hudsucker";
     pub const PASS_PEAK_RSS: &str = "pass load (16 connections): airlock peak RSS";
+    /// The read journal's work off the request path (airlock's lineage thread); its
+    /// capture and submission on the request path are not counted.
+    pub const JOURNAL_2B: &str =
+        "pass 2 B: airlock's lineage thread (read journal) share of its CPU";
+    pub const JOURNAL_64K: &str =
+        "pass 64 KiB: airlock's lineage thread (read journal) share of its CPU";
     pub const IDLE_TUNNEL: &str = "idle intercepted tunnel: RSS above the line before";
     pub const STREAM_RSS: &str = "streaming: airlock peak VmRSS";
     pub const CONTACT_RSS: &str = "first contact up to the leaf cache's bound: airlock VmRSS";
@@ -80,6 +86,8 @@ impl Default for Targets {
                 target(PASS_2B_P99, "×", AtMost, 1.0),
                 target(PASS_64K_CPU, "×", AtMost, 1.0),
                 target(PASS_PEAK_RSS, "MiB", AtMost, 40.0),
+                target(JOURNAL_2B, "%", AtMost, 10.0),
+                target(JOURNAL_64K, "%", AtMost, 10.0),
                 target(IDLE_TUNNEL, "KiB", AtMost, 20.0),
                 target(STREAM_RSS, "MiB", AtMost, 64.0),
                 target(CONTACT_RSS, "MiB", AtMost, 64.0),
@@ -132,6 +140,13 @@ impl Targets {
                 }
             }
         }
+        if let Some((share, _)) = airlock.lineage_share {
+            let what = match path {
+                "/small" => name::JOURNAL_2B,
+                _ => name::JOURNAL_64K,
+            };
+            self.record(what, share * 100.0);
+        }
         if let Some(rss) = airlock.peak_rss_mib {
             // The worst of the two workloads.
             let target = self.target_mut(name::PASS_PEAK_RSS);
@@ -182,6 +197,7 @@ fn format_figure(value: f64, unit: &str) -> String {
         "×" => format!("{value:.2}×"),
         "/s" => format!("{value:.0}/s"),
         "ms" => format!("{value:.3} ms"),
+        "%" => format!("{value:.1}%"),
         _ => format!("{value:.1} {unit}"),
     }
 }
