@@ -165,6 +165,16 @@ pub enum ProxyError {
         /// The limit in bytes.
         limit: u64,
     },
+    /// A passed body over the staging limit in a run that has handed out placeholders:
+    /// too large to search for them, so it was not sent (docs/lineage.md, "Where
+    /// placeholders are searched").
+    #[error("request body too large to search for placeholders")]
+    BodyUnsearchable {
+        /// The limit in bytes (`--stage-body-limit`).
+        limit: u64,
+        /// What happened, naming the limit.
+        reason: String,
+    },
     /// The request's header section is over a limit (docs/cases.md C08).
     #[error("request header fields too large")]
     HeadersTooLarge {
@@ -254,7 +264,9 @@ impl ProxyError {
             Self::Denied { .. } | Self::DestinationRefused { .. } => StatusCode::FORBIDDEN,
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::AuthorityMismatch { .. } => StatusCode::MISDIRECTED_REQUEST,
-            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTooLarge { .. } | Self::BodyUnsearchable { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::RunNotOpen { .. } => StatusCode::CONFLICT,
@@ -277,6 +289,7 @@ impl ProxyError {
             | Self::BadRequest { .. }
             | Self::AuthorityMismatch { .. }
             | Self::BodyTooLarge { .. }
+            | Self::BodyUnsearchable { .. }
             | Self::HeadersTooLarge { .. }
             | Self::BodyTimeout { .. }
             | Self::RunNotOpen { .. }
@@ -319,6 +332,7 @@ impl ProxyError {
             Self::BadRequest { code, .. } | Self::DestinationRefused { code, .. } => code,
             Self::AuthorityMismatch { .. } => "authority_mismatch",
             Self::BodyTooLarge { .. } => "body_too_large",
+            Self::BodyUnsearchable { .. } => "body_unsearchable",
             Self::HeadersTooLarge { .. } => "header_fields_too_large",
             Self::BodyTimeout { .. } => "body_timeout",
             Self::RunNotOpen { .. } => "run_not_open",
@@ -374,6 +388,14 @@ impl ProxyError {
                 reason.clone(),
                 "send requests only for the host named in CONNECT; open a new tunnel for another host",
             ),
+            Self::BodyUnsearchable { limit, reason } => {
+                body["limit"] = serde_json::json!(limit);
+                body["limit_name"] = serde_json::json!("stage_body_limit");
+                (
+                    reason.clone(),
+                    "send a body within the limit (in parts, if the API allows), or ask the operator to raise --stage-body-limit",
+                )
+            }
             Self::BodyTooLarge { limit } => {
                 body["limit"] = serde_json::json!(limit);
                 (

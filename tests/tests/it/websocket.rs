@@ -328,3 +328,109 @@ inject = "ws-bot"
         seen[0]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_handshake_carrying_a_placeholder_never_reaches_the_origin() {
+    let fx = Fixture::new();
+    let (ws_port, ws_seen) = echo_origin(None).await;
+    let items = airlock_tests::Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(|_: &airlock_tests::Received| {
+            airlock_tests::Reply::json(201, &serde_json::json!({"id": 1}))
+        }),
+    )
+    .await
+    .expect("origin");
+    let items_port = items.addr().port();
+    let policy = format!(
+        r#"version = 1
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "create-room"
+host = "127.0.0.1"
+port = {items_port}
+method = ["POST"]
+path = "/rooms"
+action = "stage"
+[rule.respond]
+status = 201
+body = '{{"room": "{{{{placeholder:string:/room}}}}"}}'
+
+[[rule]]
+id = "ws-pass"
+host = "127.0.0.1"
+port = {ws_port}
+method = "read"
+action = "pass"
+"#
+    );
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
+    let created = airlock_tests::curl(
+        &env,
+        &[
+            "-X",
+            "POST",
+            "--data",
+            "{}",
+            &format!("https://127.0.0.1:{items_port}/rooms"),
+        ],
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let room = created.json()["room"].as_str().expect("room").to_owned();
+    let token = airlock.run_token(&run).await;
+    let authority = format!("127.0.0.1:{ws_port}");
+    // In the URL, percent-encoded, and in a header.
+    let encoded: String = room.bytes().map(|b| format!("%{b:02X}")).collect();
+    for (path, header) in [
+        (format!("/chat?room={room}"), None),
+        (format!("/chat?room={encoded}"), None),
+        ("/chat".to_owned(), Some(room.clone())),
+    ] {
+        let stream = tunnel(&airlock, &run, &token, &authority).await;
+        let mut request = tokio_tungstenite::tungstenite::http::Request::builder()
+            .uri(format!("ws://{authority}{path}"))
+            .header("host", &authority)
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header(
+                "sec-websocket-key",
+                tokio_tungstenite::tungstenite::handshake::client::generate_key(),
+            );
+        if let Some(value) = &header {
+            request = request.header("x-room", value);
+        }
+        let request = request.body(()).expect("request");
+        match tokio_tungstenite::client_async(request, stream).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                assert_eq!(response.status(), 403, "{path}");
+                let body: serde_json::Value =
+                    serde_json::from_slice(response.body().as_deref().unwrap_or(b"{}"))
+                        .expect("json");
+                assert_eq!(
+                    body["reason_code"], "placeholder_in_upgrade",
+                    "{path}: {body}"
+                );
+                assert!(
+                    body["reason"].as_str().unwrap_or("").contains(&room),
+                    "{body}"
+                );
+            }
+            other => panic!(
+                "{path}: expected 403, got {:?}",
+                other.map(|(_, r)| r.status())
+            ),
+        }
+    }
+    assert!(
+        ws_seen.lock().expect("seen").is_empty(),
+        "no handshake carrying a placeholder reached the origin"
+    );
+    // A handshake without one is relayed as before.
+    let stream = tunnel(&airlock, &run, &token, &authority).await;
+    exercise(stream, &format!("ws://{authority}/chat")).await;
+    assert_eq!(ws_seen.lock().expect("seen").len(), 1);
+    assert!(items.received().is_empty(), "the room is still staged");
+}
