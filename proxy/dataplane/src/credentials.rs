@@ -329,18 +329,37 @@ pub fn find_off_host<'p>(
             .map(|(n, v)| (n.as_str(), v.as_bytes())),
         body.map(|b| (b, encoding)),
     );
-    // Placeholders are lower-case: an upper-cased copy is found too.
-    let texts: Vec<String> = readings
-        .texts
-        .into_iter()
-        .map(|(_, t)| t.to_ascii_lowercase())
-        .collect();
+    let texts = readings.texts.iter().map(|(_, t)| t.as_str());
+    find_off_host_in(
+        policy,
+        run,
+        host,
+        body.into_iter().chain(texts.map(str::as_bytes)),
+    )
+}
+
+/// The credential (with `placeholder = true`, not bound to `host`) whose run placeholder
+/// one of `texts` holds, in any casing (placeholders are lower-case: an upper-cased copy
+/// is found too). The texts are what the caller read the request or message as.
+pub fn find_off_host_in<'p, 't>(
+    policy: &'p Snapshot,
+    run: &RunId,
+    host: &str,
+    texts: impl Iterator<Item = &'t [u8]>,
+) -> Option<&'p Credential> {
+    let mut candidates = policy
+        .credentials()
+        .filter(|c| c.placeholder() && !c.binds_host(host))
+        .peekable();
+    candidates.peek()?;
+    let texts: Vec<Vec<u8>> = texts.map(|t| t.to_ascii_lowercase()).collect();
     candidates.find(|credential| {
         let placeholder = policy.credentials.placeholder(run, credential.name());
         let needle = placeholder.to_ascii_lowercase();
         let needle = needle.as_bytes();
-        let contains = |hay: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
-        body.is_some_and(contains) || texts.iter().any(|t| contains(t.as_bytes()))
+        texts
+            .iter()
+            .any(|hay| hay.windows(needle.len()).any(|w| w == needle))
     })
 }
 

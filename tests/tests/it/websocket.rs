@@ -16,11 +16,24 @@ use tokio_tungstenite::tungstenite::Message;
 /// The handshake headers each connection to an echo origin brought.
 type Handshakes = Arc<Mutex<Vec<Vec<(String, String)>>>>;
 
+/// The text and binary messages an echo origin received, in order (binary ones lossily).
+type Messages = Arc<Mutex<Vec<String>>>;
+
 /// A WebSocket echo origin on 127.0.0.1 (wss when `tls` is given); records each
 /// handshake's headers.
 async fn echo_origin(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> (u16, Arc<Mutex<Vec<Vec<(String, String)>>>>) {
+    let (port, seen, _) = echo_origin_logging(tls).await;
+    (port, seen)
+}
+
+/// [`echo_origin`], also recording every message it received.
+async fn echo_origin_logging(
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> (u16, Handshakes, Messages) {
+    let messages: Messages = Arc::default();
+    let received = messages.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -31,22 +44,27 @@ async fn echo_origin(
         while let Ok((stream, _)) = listener.accept().await {
             let tls = tls.clone();
             let log = log.clone();
+            let received = received.clone();
             tokio::spawn(async move {
                 match tls {
                     Some(tls) => {
                         if let Ok(stream) = tls.accept(stream).await {
-                            serve_echo(stream, log).await;
+                            serve_echo(stream, log, received).await;
                         }
                     }
-                    None => serve_echo(stream, log).await,
+                    None => serve_echo(stream, log, received).await,
                 }
             });
         }
     });
-    (port, seen)
+    (port, seen, messages)
 }
 
-async fn serve_echo<S: AsyncRead + AsyncWrite + Unpin>(stream: S, log: Handshakes) {
+async fn serve_echo<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    log: Handshakes,
+    received: Messages,
+) {
     #[expect(
         clippy::result_large_err,
         reason = "the signature is tungstenite's callback type"
@@ -84,6 +102,12 @@ async fn serve_echo<S: AsyncRead + AsyncWrite + Unpin>(stream: S, log: Handshake
             }
             Message::Ping(_) | Message::Pong(_) => {}
             other => {
+                let text = match &other {
+                    Message::Text(text) => text.to_string(),
+                    Message::Binary(data) => String::from_utf8_lossy(data).into_owned(),
+                    _ => String::new(),
+                };
+                received.lock().expect("messages").push(text);
                 if ws.send(other).await.is_err() {
                     break;
                 }
@@ -330,9 +354,9 @@ inject = "ws-bot"
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_websocket_handshake_carrying_a_placeholder_never_reaches_the_origin() {
+async fn a_websocket_handshake_or_message_carrying_a_placeholder_never_reaches_the_origin() {
     let fx = Fixture::new();
-    let (ws_port, ws_seen) = echo_origin(None).await;
+    let (ws_port, ws_seen, ws_messages) = echo_origin_logging(None).await;
     let items = airlock_tests::Origin::start(
         Some(&fx.origin_ca),
         Arc::new(|_: &airlock_tests::Received| {
@@ -432,5 +456,53 @@ action = "pass"
     let stream = tunnel(&airlock, &run, &token, &authority).await;
     exercise(stream, &format!("ws://{authority}/chat")).await;
     assert_eq!(ws_seen.lock().expect("seen").len(), 1);
+    // After the handshake: an ordinary message is echoed; one carrying the placeholder
+    // (here spelt in JSON escapes, split over two fragments) is never forwarded, and the
+    // client is told why with a Close 1008.
+    ws_messages.lock().expect("messages").clear();
+    let stream = tunnel(&airlock, &run, &token, &authority).await;
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{authority}/chat"), stream)
+        .await
+        .expect("handshake");
+    ws.send(Message::text("hello")).await.expect("send");
+    assert_eq!(
+        ws.next().await.and_then(Result::ok),
+        Some(Message::text("hello"))
+    );
+    let escaped: String = room
+        .chars()
+        .map(|c| format!("\\u{:04x}", c as u32))
+        .collect();
+    let json = format!(r#"{{"room":"{escaped}"}}"#);
+    let (first, second) = json.split_at(json.len() / 2);
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let start = Frame::message(first.as_bytes().to_vec(), OpCode::Data(Data::Text), false);
+    ws.send(Message::Frame(start))
+        .await
+        .expect("first fragment");
+    let end = Frame::message(
+        second.as_bytes().to_vec(),
+        OpCode::Data(Data::Continue),
+        true,
+    );
+    ws.send(Message::Frame(end)).await.expect("last fragment");
+    match ws.next().await {
+        Some(Ok(Message::Close(Some(frame)))) => {
+            assert_eq!(u16::from(frame.code), 1008);
+            assert!(
+                frame.reason.starts_with("placeholder_in_websocket_message"),
+                "{}",
+                frame.reason
+            );
+        }
+        other => panic!("expected a Close 1008, got {other:?}"),
+    }
+    // The origin got the ordinary message only.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        *ws_messages.lock().expect("messages"),
+        vec!["hello".to_owned()]
+    );
     assert!(items.received().is_empty(), "the room is still staged");
 }

@@ -45,8 +45,16 @@ async fn upgrade(
     match decision.action {
         Action::Pass => {
             inspect_upgrade(ctx, policy, &parts, decision.rule.as_deref()).await?;
-            crate::upgrade::relay(ctx.plane, &ctx.run, &ctx.url, decision.rule, protocol, parts)
-                .await
+            crate::upgrade::relay(
+                ctx.plane,
+                &ctx.run,
+                &ctx.target.host,
+                &ctx.url,
+                decision.rule,
+                protocol,
+                parts,
+            )
+            .await
         }
         Action::Stage => Err(ProxyError::Denied {
             rule: decision.rule,

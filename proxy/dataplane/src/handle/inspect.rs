@@ -201,6 +201,64 @@ pub(super) async fn inspect_upgrade(
     })
 }
 
+/// Why a WebSocket message (or control frame payload) a client sent after a passed
+/// handshake must not reach the origin `host` ([`crate::upgrade`]): it carries, in any of
+/// its readings ([`airlock_ledger::fingerprint::readings::body`]), a credential
+/// placeholder not bound to `host` (alerted as [`crate::credentials::refuse_off_host`]
+/// does) or a placeholder of a staged effect. `None` when it may go; nothing is read when
+/// the run has no placeholder out and no credential placeholder is bound elsewhere.
+///
+/// Errors: the ledger's faults reading the run's placeholders (the caller refuses the
+/// message: it cannot be checked).
+pub(crate) async fn message_refusal(
+    plane: &Arc<DataPlane>,
+    run: &RunId,
+    host: &str,
+    message: &[u8],
+) -> Result<Option<String>, ProxyError> {
+    let policy = plane.policy.current();
+    let off_host = crate::credentials::any_off_host(&policy, host);
+    let shared = plane.ledger.placeholders_shared();
+    if !off_host && !shared && issued_placeholders(plane, run, false).await?.is_empty() {
+        return Ok(None);
+    }
+    let readings = airlock_ledger::fingerprint::readings::body(message, None);
+    if let Some(credential) = crate::credentials::find_off_host_in(
+        &policy,
+        run,
+        host,
+        readings.texts.iter().map(|t| t.as_bytes()),
+    ) {
+        let _ = crate::credentials::refuse_off_host(plane, &policy, run, host, credential);
+        return Ok(Some(format!(
+            "{}: credential \"{}\"",
+            crate::credentials::OFF_HOST_CODE,
+            credential.name()
+        )));
+    }
+    let may_carry = shared
+        && readings
+            .texts
+            .iter()
+            .any(|t| airlock_ledger::rules::may_hold_placeholder(t));
+    let issued = issued_placeholders(plane, run, may_carry).await?;
+    for text in &readings.texts {
+        if let Some(found) = find_placeholders(&issued, text).first() {
+            warn!(run.id = %run, origin.host = host, effect = %found.effect,
+                  "a WebSocket message carries a placeholder of a staged effect: refused unsent");
+            return Ok(Some(format!(
+                "{PLACEHOLDER_IN_MESSAGE_CODE}: a placeholder of staged effect {}",
+                found.effect
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// The reason code of a WebSocket message refused for carrying a placeholder of a staged
+/// effect (the Close status is 1008, RFC 6455 §7.4.1).
+pub const PLACEHOLDER_IN_MESSAGE_CODE: &str = "placeholder_in_websocket_message";
+
 /// The reason code of an upgrade handshake refused for carrying a placeholder of a
 /// staged effect (docs/policy.md, "Synthetic responses and placeholders").
 pub const PLACEHOLDER_IN_UPGRADE_CODE: &str = "placeholder_in_upgrade";
