@@ -35,8 +35,24 @@ pub struct Readings {
     pub texts: Vec<String>,
     /// The body's decoding was cut short (gzip or deflate expanding past
     /// [`MAX_DECODED_BYTES`], a Content-Encoding that cannot be decoded here, a stream that
-    /// does not decode): the texts do not cover everything the origin may read.
+    /// does not decode, decodings adding up past [`BUDGET_FACTOR`] times the input): the
+    /// texts do not cover everything the origin may read.
     pub cut: bool,
+    /// Bytes the texts may still take.
+    budget: usize,
+}
+
+/// The texts of one part may add up to this many times its own size (plus 64 KiB), so a
+/// body crafted to decode many times over costs bounded memory.
+pub const BUDGET_FACTOR: usize = 16;
+
+impl Readings {
+    fn for_input(len: usize) -> Self {
+        Readings {
+            budget: len.saturating_mul(BUDGET_FACTOR).saturating_add(64 * 1024),
+            ..Readings::default()
+        }
+    }
 }
 
 impl Readings {
@@ -49,6 +65,11 @@ impl Readings {
         if self.texts.contains(&text) {
             return false;
         }
+        if text.len() > self.budget {
+            self.cut = true;
+            return false;
+        }
+        self.budget -= text.len();
         if self.texts.len() >= MAX_READINGS {
             return false;
         }
@@ -59,18 +80,13 @@ impl Readings {
 
 /// Every text a body with `content_encoding` (its `Content-Encoding` header) reads as.
 pub fn body(bytes: &[u8], content_encoding: Option<&str>) -> Readings {
-    let mut out = Readings::default();
-    out.texts.push(String::from_utf8_lossy(bytes).into_owned());
-    let decoded = match content_decode(bytes, content_encoding) {
-        Ok((decoded, cut)) => {
-            out.cut |= cut;
-            decoded
-        }
-        Err(()) => {
-            out.cut = true;
-            Cow::Borrowed(bytes)
-        }
+    let (decoded, cut) = match content_decode(bytes, content_encoding) {
+        Ok(decoded) => decoded,
+        Err(()) => (Cow::Borrowed(bytes), true),
     };
+    let mut out = Readings::for_input(bytes.len().max(decoded.len()));
+    out.cut = cut;
+    out.push(String::from_utf8_lossy(bytes).into_owned());
     let text = String::from_utf8_lossy(&decoded).into_owned();
     if text == out.texts[0] {
         expand(&mut out, &text, 0);
@@ -82,7 +98,7 @@ pub fn body(bytes: &[u8], content_encoding: Option<&str>) -> Readings {
 
 /// Every text a URL (or a header value) reads as: raw, percent-decoded, base64 runs, JSON.
 pub fn text(text: &str) -> Readings {
-    let mut out = Readings::default();
+    let mut out = Readings::for_input(text.len());
     add(&mut out, text.to_owned(), 0);
     out
 }
@@ -161,7 +177,8 @@ fn add(out: &mut Readings, text: String, depth: u8) {
 
 /// Adds what `text` (already added) decodes to.
 fn expand(out: &mut Readings, text: &str, depth: u8) {
-    if text.contains('%') || text.contains('+') {
+    // Only `%` can hide a placeholder (`+` decodes to a space, which none holds).
+    if text.contains('%') {
         add(out, percent_decode(text), depth + 1);
     }
     for decoded in base64_runs(text).into_iter().filter_map(decode_base64) {
@@ -299,6 +316,10 @@ mod tests {
 
     const PH: &str = "ph_abcdefghijkmnopqrstuvwxy";
 
+    fn percent_all(text: &str) -> String {
+        text.bytes().map(|b| format!("%{b:02X}")).collect()
+    }
+
     fn finds(readings: &Readings, needle: &str) -> bool {
         readings.texts.iter().any(|t| t.contains(needle))
     }
@@ -342,6 +363,16 @@ mod tests {
         let deflated = zlib.finish().expect("zlib");
         assert!(finds(&body(&deflated, Some("deflate")), PH));
         assert!(body(b"x", Some("br")).cut);
+        // A body that decodes to ever more text stops at its budget, saying so.
+        let mut nested = PH.to_owned();
+        for _ in 0..4 {
+            nested = format!("{nested}{}", percent_all(&nested));
+        }
+        assert!(!body(nested.as_bytes(), None).cut);
+        let big = "%25".repeat(200_000);
+        let readings = body(big.as_bytes(), None);
+        let total: usize = readings.texts.iter().map(String::len).sum();
+        assert!(total <= big.len() * BUDGET_FACTOR + 64 * 1024);
         assert!(!body(b"{}", None).cut);
     }
 }

@@ -118,9 +118,8 @@ pub(super) fn substituted(
             ));
         }
     }
-    if readings.cut && !issued.is_empty() {
-        return Err("the body cannot be decoded whole to check that no placeholder of the run reaches the origin (a Content-Encoding airlock cannot decode, or one expanding past 8 MiB)".into());
-    }
+    // A body that cannot be decoded whole (`readings.cut`) was refused at staging while the
+    // run had placeholders out; one staged before any was issued cannot carry one.
     // The policy decides the request as it will now be sent: a substituted request, and a
     // retried one (the policy may have changed since it was staged).
     let retried = effect.decisions.iter().any(|d| d.kind == kinds::RETRY);
