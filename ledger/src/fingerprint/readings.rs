@@ -8,15 +8,18 @@
 //! Content-Encoding `gzip`/`x-gzip`/`deflate` (RFC 9110 §8.4.1) for a body; percent-encoding
 //! (RFC 3986 §2.1, and `+` as a space, WHATWG `application/x-www-form-urlencoded`); base64
 //! runs of 24 characters or more and the credentials of `Basic` (RFC 7617 §2, any length);
-//! and JSON (RFC 8259 §7): the string values and object keys with every escape (`\uXXXX`)
+//! JSON (RFC 8259 §7): the string values and object keys with every escape (`\uXXXX`)
 //! resolved, and integral numbers in their shortest integer spelling (`1.5e3` reads as
-//! `1500`).
+//! `1500`); XML and HTML character references (`&#112;`, `&#x70;`, the five XML named
+//! entities; XML 1.0 §4.1); and the parts of a `multipart/*` body (RFC 2046 §5.1), each
+//! base64-decoded whole when its `Content-Transfer-Encoding` says so (its lines joined).
 
 use std::borrow::Cow;
 use std::io::Read as _;
 
 use base64::Engine as _;
 
+use super::containers::multipart_parts;
 use super::decode::{base64_runs, decode_base64, percent_decode};
 use super::MAX_DECODED_BYTES;
 
@@ -202,6 +205,59 @@ fn expand(out: &mut Readings, text: &str, depth: u8) {
     for json in json_texts(text) {
         add(out, json, depth + 1);
     }
+    if text.contains("&#") || text.contains("&amp;") {
+        add(out, character_references(text), depth + 1);
+    }
+    if text.trim_start().starts_with("--") {
+        for part in multipart_parts(text.as_bytes()) {
+            add(out, String::from_utf8_lossy(&part).into_owned(), depth + 1);
+        }
+    }
+}
+
+/// `text` with XML/HTML character references resolved: `&#DDD;`, `&#xHH;` and `&amp;`,
+/// `&lt;`, `&gt;`, `&quot;`, `&apos;` (others are left as they are).
+fn character_references(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let end = rest.as_bytes()[..rest.len().min(12)]
+            .iter()
+            .position(|b| *b == b';');
+        let resolved = end.and_then(|end| {
+            let name = &rest[1..end];
+            let c = match name {
+                "amp" => Some('&'),
+                "lt" => Some('<'),
+                "gt" => Some('>'),
+                "quot" => Some('"'),
+                "apos" => Some('\''),
+                _ => {
+                    let number = name.strip_prefix('#')?;
+                    let code = match number.strip_prefix(['x', 'X']) {
+                        Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+                        None => number.parse().ok()?,
+                    };
+                    char::from_u32(code)
+                }
+            }?;
+            Some((c, end + 1))
+        });
+        match resolved {
+            Some((c, len)) => {
+                out.push(c);
+                rest = &rest[len..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// When `text` is a JSON document: its keys and string values, escapes resolved, and its
@@ -363,6 +419,25 @@ mod tests {
         let deflated = zlib.finish().expect("zlib");
         assert!(finds(&body(&deflated, Some("deflate")), PH));
         assert!(body(b"x", Some("br")).cut);
+        let xml = format!("<q>&#x70;&#104;_{}</q>", &PH[3..]);
+        assert_eq!(
+            character_references("é&amp;ü&#x20AC;&bogus;&"),
+            "é&ü€&bogus;&"
+        );
+        assert!(finds(&body(xml.as_bytes(), None), PH));
+        let wrapped = base64::engine::general_purpose::STANDARD.encode(format!(
+            "a file that holds {PH} somewhere past the first line"
+        ));
+        let wrapped: Vec<String> = wrapped
+            .as_bytes()
+            .chunks(20)
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .collect();
+        let multipart = format!(
+            "--xyz\r\ncontent-disposition: form-data; name=\"f\"\r\ncontent-transfer-encoding: base64\r\n\r\n{}\r\n--xyz--\r\n",
+            wrapped.join("\r\n")
+        );
+        assert!(finds(&body(multipart.as_bytes(), None), PH));
         // A body that decodes to ever more text stops at its budget, saying so.
         let mut nested = PH.to_owned();
         for _ in 0..4 {

@@ -1,7 +1,7 @@
 //! The shapes of the placeholder values airlock issues, as a quick test on text.
 
 /// Whether `text` may hold a placeholder value of the shapes [`super::placeholder_value`] makes:
-/// `ph_`, `ffffffff` or `airlock.invalid/p/` anywhere, a run of 16 digits after any
+/// `ph_`, `ffffffff` (in any casing) or `airlock.invalid/p/` anywhere, a run of 16 digits after any
 /// leading zeros (a number: the run's base is in [10^15, 9 * 10^15), and an origin reads
 /// `01234…` as `1234…`), or a run of 10 digits starting with `9` and followed by `.` (a
 /// Slack timestamp). False positives only cost a check; a text for which this is false
@@ -10,10 +10,17 @@
 /// to every reading of a request ([`crate::fingerprint::readings`]), the same texts the
 /// placeholder search reads, so an encoded placeholder is seen once decoded.
 pub fn may_hold_placeholder(text: &str) -> bool {
-    if text.contains("ph_") || text.contains("ffffffff") || text.contains("airlock.invalid/p/") {
+    if text.contains("ph_") || text.contains("airlock.invalid/p/") {
         return true;
     }
     let bytes = text.as_bytes();
+    // A SHA-1 placeholder in any casing (the search finds it so).
+    if bytes
+        .windows(8)
+        .any(|w| w.eq_ignore_ascii_case(b"ffffffff"))
+    {
+        return true;
+    }
     let mut at = 0;
     while at < bytes.len() {
         if !bytes[at].is_ascii_digit() {
@@ -62,6 +69,9 @@ mod tests {
                 }
                 if kind == ValueKind::Number {
                     assert!(may_hold_placeholder(&format!("/items/00{value}")));
+                }
+                if kind == ValueKind::Sha1 {
+                    assert!(may_hold_placeholder(&value.to_ascii_uppercase()));
                 }
             }
         }

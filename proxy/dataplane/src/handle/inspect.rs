@@ -109,11 +109,12 @@ fn unsearchable(limit: u64, how: &str) -> ProxyError {
 }
 
 /// The refusal of a body whose decoding airlock cannot complete (a Content-Encoding it
-/// cannot decode, gzip expanding past its cap) while the run has placeholders out.
+/// cannot decode, gzip expanding past its cap, decodings past their byte budget) while
+/// the run has placeholders out: 400 `body_unsearchable`.
 fn undecodable() -> ProxyError {
     ProxyError::BadRequest {
         code: "body_unsearchable",
-        reason: "the request body was not sent: airlock cannot decode it whole (its Content-Encoding is not gzip or deflate, or it expands past 8 MiB) to search it for this run's placeholders of staged effects, which must never reach an origin; send it uncompressed or gzip-compressed".into(),
+        reason: "the request body was not sent: airlock cannot decode it whole (its Content-Encoding is not gzip or deflate, it expands past 8 MiB, or its decodings add up past 16 times its size) to search it for this run's placeholders of staged effects, which must never reach an origin; send it uncompressed or gzip-compressed".into(),
     }
 }
 

@@ -6,13 +6,24 @@
 use airlock_ledger::{IssuedPlaceholder, ValueKind};
 
 /// Placeholders of `issued` that occur in `text`, at the boundaries of their kind.
+///
+/// A SHA-1 placeholder is found in any casing (an origin may read hex either way); the
+/// others as issued.
 pub fn find_placeholders<'a>(
     issued: &'a [IssuedPlaceholder],
     text: &str,
 ) -> Vec<&'a IssuedPlaceholder> {
+    let mut lower: Option<String> = None;
     issued
         .iter()
         .filter(|placeholder| {
+            let text = if placeholder.kind == ValueKind::Sha1 {
+                lower
+                    .get_or_insert_with(|| text.to_ascii_lowercase())
+                    .as_str()
+            } else {
+                text
+            };
             occurrences(text, &placeholder.value, placeholder.kind)
                 .next()
                 .is_some()
@@ -77,6 +88,7 @@ mod tests {
         let text = format!(r#"{{"ts":"{ts}","sha":"{sha}"}}"#);
         assert_eq!(find_placeholders(&all, &text).len(), 2);
         assert!(find_placeholders(&all, &format!("{ts}7 a{sha}")).is_empty());
+        assert_eq!(find_placeholders(&all, &sha.to_ascii_uppercase()).len(), 1);
         let number = [issued("1234567890123456", ValueKind::Number)];
         assert_eq!(
             find_placeholders(&number, "/items/001234567890123456").len(),

@@ -265,3 +265,49 @@ async fn a_passed_body_too_large_to_search_is_refused_while_placeholders_are_out
     let sizes: Vec<usize> = out.origin.received().iter().map(|r| r.body.len()).collect();
     assert_eq!(sizes, vec![10, 4096]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placeholder_in_xml_character_references_or_a_wrapped_base64_part_never_reaches_the_origin(
+) {
+    use base64::Engine as _;
+    let out = placeholders_out(&[]).await;
+    let url = format!("{}/search", out.base);
+    let referenced: String = out
+        .string
+        .chars()
+        .map(|c| format!("&#{};", c as u32))
+        .collect();
+    let xml = format!("<search><q>{referenced}</q></search>");
+    let sent = curl(
+        &out.env,
+        &["-H", "content-type: application/xml", "--data", &xml, &url],
+    )
+    .await;
+    out.staged(&sent, "body (encoded)").await;
+    // A file part in base64 wrapped at 76 columns (RFC 2045 §6.8), the placeholder across
+    // a line break.
+    let file = format!("{}{}", "line of a file ".repeat(3), out.string);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(file);
+    let wrapped: Vec<&str> = encoded
+        .as_bytes()
+        .chunks(76)
+        .map(|c| std::str::from_utf8(c).expect("base64"))
+        .collect();
+    let multipart = format!(
+        "--b0undary\r\ncontent-disposition: form-data; name=\"file\"; filename=\"f.txt\"\r\ncontent-transfer-encoding: base64\r\n\r\n{}\r\n--b0undary--\r\n",
+        wrapped.join("\r\n")
+    );
+    let sent = curl(
+        &out.env,
+        &[
+            "-H",
+            "content-type: multipart/form-data; boundary=b0undary",
+            "--data-binary",
+            &multipart,
+            &url,
+        ],
+    )
+    .await;
+    out.staged(&sent, "body (encoded)").await;
+    out.origin_saw_nothing();
+}
