@@ -319,7 +319,7 @@ fn inflate(
         }
         let before_in = inflater.total_in();
         let before_out = inflater.total_out();
-        inflater
+        let status = inflater
             .decompress_vec(&input[at..], &mut out, flate2::FlushDecompress::Sync)
             .map_err(|_| {
                 "message_undecodable: its permessage-deflate data did not inflate".to_owned()
@@ -327,6 +327,12 @@ fn inflate(
         at += (inflater.total_in() - before_in) as usize;
         if out.len() as u64 > limit {
             return Err(too_big(limit));
+        }
+        if status == flate2::Status::StreamEnd {
+            // A final block (BFINAL) ends this sender's stream: its next message starts a
+            // new one (RFC 7692 §7.2.3.4).
+            inflater.reset(false);
+            return Ok(out);
         }
         let progressed = inflater.total_out() > before_out || inflater.total_in() > before_in;
         if at >= input.len() && out.len() < out.capacity() {
@@ -380,6 +386,23 @@ mod tests {
             b"hello ph_abc again"
         );
         assert!(inflate(&mut flate2::Decompress::new(false), &messages[1], 4).is_err());
+        // A message ended by a final block, then one from a fresh stream.
+        let mut ended = Vec::new();
+        for text in ["first ph_abc", "second ph_abc"] {
+            let mut one =
+                flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+            one.write_all(text.as_bytes()).expect("deflate");
+            ended.push(one.finish().expect("finish"));
+        }
+        let mut inflater = flate2::Decompress::new(false);
+        assert_eq!(
+            inflate(&mut inflater, &ended[0], 1024).expect("first"),
+            b"first ph_abc"
+        );
+        assert_eq!(
+            inflate(&mut inflater, &ended[1], 1024).expect("second"),
+            b"second ph_abc"
+        );
         assert_eq!(close_frame(1008, "x"), vec![0x88, 3, 0x03, 0xf0, b'x']);
     }
 }
