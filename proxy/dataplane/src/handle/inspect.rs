@@ -155,9 +155,9 @@ pub(super) async fn inspect_stage_body(
 
 /// Inspects an upgrade handshake about to be relayed (RFC 6455 §4.1): a handshake has no
 /// body and cannot be staged (its messages flow both ways after it), so one that carries
-/// a credential placeholder bound elsewhere is refused as any request would be, and one
-/// that carries a placeholder of a staged effect is refused 403
-/// `placeholder_in_upgrade`: a staged effect's placeholder never reaches an origin.
+/// a placeholder of a staged effect is refused 403 `placeholder_in_upgrade`: a staged
+/// effect's placeholder never reaches an origin. (One carrying a credential placeholder
+/// bound elsewhere was refused, as any request is, when it was decided.)
 pub(super) async fn inspect_upgrade(
     ctx: &RequestCtx<'_>,
     policy: &Snapshot,
@@ -165,23 +165,8 @@ pub(super) async fn inspect_upgrade(
     rule: Option<&str>,
 ) -> Result<(), ProxyError> {
     let RequestCtx {
-        plane,
-        run,
-        target,
-        url,
-        ..
+        plane, run, url, ..
     } = ctx;
-    if let Some(credential) =
-        crate::credentials::find_off_host(policy, run, &target.host, parts, None)
-    {
-        return Err(crate::credentials::refuse_off_host(
-            plane,
-            policy,
-            run,
-            &target.host,
-            credential,
-        ));
-    }
     let may_carry = plane.ledger.placeholders_shared() && head_may_carry(parts);
     let issued = issued_placeholders(plane, run, may_carry).await?;
     let (depends_on, _) = find_dependencies(&issued, parts, None);
