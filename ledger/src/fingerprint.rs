@@ -518,6 +518,7 @@ mod common;
 mod containers;
 mod decode;
 mod overlap;
+pub mod readings;
 
 use containers::{
     decode_hex, delimited_cells, delimited_header, hex_runs, multipart_parts, pack_objects,

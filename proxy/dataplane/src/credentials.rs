@@ -300,8 +300,11 @@ pub fn apply_release(
 }
 
 /// The credential (with `placeholder = true`, not bound to `host`) whose run placeholder
-/// `parts` (URL, header values) or `body` (when given; also under gzip, base64 and
-/// percent-encoding) carry, if any.
+/// `parts` (URL, header names and values) or `body` (when given) carry, if any: raw, in
+/// any casing, or in any encoding the origin may decode — the readings of
+/// [`airlock_ledger::fingerprint::readings::request`] (percent-encoding, base64 runs and
+/// `Basic` credentials, JSON escapes, gzip and deflate), the same the search for staged
+/// effects' placeholders reads.
 pub fn find_off_host<'p>(
     policy: &'p Snapshot,
     run: &RunId,
@@ -314,47 +317,50 @@ pub fn find_off_host<'p>(
         .filter(|c| c.placeholder() && !c.binds_host(host))
         .peekable();
     candidates.peek()?;
-    let uri = parts.uri.to_string();
     let encoding = parts
         .headers
         .get(http::header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
-    // Every reading of the request a tool could use to smuggle the placeholder: the URL
-    // and each header value raw, percent-decoded and with base64 runs decoded (a Basic
-    // `authorization` carries it as base64(user:placeholder)); the body likewise, after
-    // its Content-Encoding, plus the string values of a JSON body (\u escapes).
-    let mut texts: Vec<String> = airlock_ledger::fingerprint::decoded_texts(uri.as_bytes(), None);
-    for value in parts.headers.values() {
-        texts.extend(airlock_ledger::fingerprint::decoded_texts(
-            value.as_bytes(),
-            None,
-        ));
-    }
-    if let Some(body) = body {
-        texts.extend(airlock_ledger::fingerprint::decoded_texts(body, encoding));
-        if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
-            json_strings(&json, &mut texts);
-        }
-    }
-    // Placeholders are lower-case: an upper-cased copy is found too.
-    let texts: Vec<String> = texts.into_iter().map(|t| t.to_ascii_lowercase()).collect();
+    let readings = airlock_ledger::fingerprint::readings::request(
+        &parts.uri.to_string(),
+        parts
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_bytes())),
+        body.map(|b| (b, encoding)),
+    );
+    let texts = readings.texts.iter().map(|(_, t)| t.as_str());
+    find_off_host_in(
+        policy,
+        run,
+        host,
+        body.into_iter().chain(texts.map(str::as_bytes)),
+    )
+}
+
+/// The credential (with `placeholder = true`, not bound to `host`) whose run placeholder
+/// one of `texts` holds, in any casing (placeholders are lower-case: an upper-cased copy
+/// is found too). The texts are what the caller read the request or message as.
+pub fn find_off_host_in<'p, 't>(
+    policy: &'p Snapshot,
+    run: &RunId,
+    host: &str,
+    texts: impl Iterator<Item = &'t [u8]>,
+) -> Option<&'p Credential> {
+    let mut candidates = policy
+        .credentials()
+        .filter(|c| c.placeholder() && !c.binds_host(host))
+        .peekable();
+    candidates.peek()?;
+    let texts: Vec<Vec<u8>> = texts.map(|t| t.to_ascii_lowercase()).collect();
     candidates.find(|credential| {
         let placeholder = policy.credentials.placeholder(run, credential.name());
         let needle = placeholder.to_ascii_lowercase();
         let needle = needle.as_bytes();
-        let contains = |hay: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
-        body.is_some_and(contains) || texts.iter().any(|t| contains(t.as_bytes()))
+        texts
+            .iter()
+            .any(|hay| hay.windows(needle.len()).any(|w| w == needle))
     })
-}
-
-/// Every string value in `json`, depth-first.
-fn json_strings(json: &serde_json::Value, out: &mut Vec<String>) {
-    match json {
-        serde_json::Value::String(text) => out.push(text.clone()),
-        serde_json::Value::Array(items) => items.iter().for_each(|i| json_strings(i, out)),
-        serde_json::Value::Object(map) => map.values().for_each(|v| json_strings(v, out)),
-        _ => {}
-    }
 }
 
 /// Whether any credential has a placeholder not bound to `host` (then bodies to `host`

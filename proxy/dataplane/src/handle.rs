@@ -53,6 +53,7 @@ mod decide;
 mod inspect;
 mod journal;
 mod line;
+pub(crate) use inspect::message_refusal;
 pub use line::millis;
 pub(crate) use line::{refused_inside, ConnectLine};
 mod near_miss;

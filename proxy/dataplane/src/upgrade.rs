@@ -1,7 +1,12 @@
 //! Protocol upgrades (WebSocket, RFC 6455 §4) through the proxy: the handshake is decided
-//! by policy like any request; a passed handshake is relayed to the origin over HTTP/1.1
-//! with its `Upgrade` headers, and after `101 Switching Protocols` bytes flow both ways
-//! unchanged. An upgrade cannot be staged: a stage rule that matches one is answered 403.
+//! by policy like any request (and refused when it carries a placeholder, as any request
+//! that carries one would be staged); a passed handshake is relayed to the origin over
+//! HTTP/1.1 with its `Upgrade` headers, and after `101 Switching Protocols` the origin's
+//! bytes flow to the client unchanged while the client's messages are searched on their
+//! way ([`frames`]). An upgrade cannot be staged: a stage rule that matches one is
+//! answered 403.
+
+mod frames;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +51,7 @@ pub fn requested(headers: &HeaderMap) -> Option<String> {
 pub async fn relay(
     shared: &Arc<DataPlane>,
     run: &RunId,
+    host: &str,
     url: &str,
     rule: Option<String>,
     protocol: String,
@@ -111,7 +117,19 @@ pub async fn relay(
     let origin_upgrade = hyper::upgrade::on(Response::from_parts(head.clone(), body));
     info!(run.id = %run, url = %url, protocol = %protocol, "upgrade relayed");
     let idle = shared.limits.idle_timeout;
-    tokio::spawn(splice(client_upgrade, origin_upgrade, guard, idle));
+    let inspector = frames::Inspector {
+        plane: shared.clone(),
+        run: run.clone(),
+        host: host.to_owned(),
+        limit: shared.limits.stage_body_bytes,
+    };
+    tokio::spawn(splice(
+        client_upgrade,
+        origin_upgrade,
+        guard,
+        idle,
+        inspector,
+    ));
     // The 101 keeps the origin's handshake headers (Upgrade, Connection,
     // Sec-WebSocket-Accept, -Protocol, -Extensions) unchanged.
     Ok(Response::from_parts(
@@ -143,14 +161,16 @@ fn prepare_handshake(parts: &mut Parts, url: &str) -> Result<Option<Scrubber>, P
     crate::credentials::apply(parts)
 }
 
-/// Joins the upgraded client and origin connections until either closes or both are idle
-/// past `idle`; `guard` is held until then (the upgraded connection counts against the
-/// run's).
+/// Joins the upgraded client and origin connections ([`frames::relay`]: the client's
+/// messages searched on their way) until either closes, a message is refused, or both are
+/// idle past `idle`; `guard` is held until then (the upgraded connection counts against
+/// the run's).
 async fn splice(
     client_upgrade: OnUpgrade,
     origin_upgrade: OnUpgrade,
     guard: Option<Arc<ConnectionGuard>>,
     idle: Duration,
+    inspector: frames::Inspector,
 ) {
     let _guard = guard;
     let (client, origin) = match tokio::try_join!(client_upgrade, origin_upgrade) {
@@ -160,21 +180,24 @@ async fn splice(
             return;
         }
     };
-    let spliced =
-        airlock_net::limits::splice(TokioIo::new(client), TokioIo::new(origin), idle).await;
-    if spliced.idle {
+    let run = inspector.run.clone();
+    let relayed = frames::relay(TokioIo::new(client), TokioIo::new(origin), idle, inspector).await;
+    if let Some((code, reason)) = &relayed.refused {
+        warn!(run.id = %run, close.code = code, reason = %reason,
+              "a WebSocket message from the client was refused unsent; closed both sides");
+    } else if relayed.idle {
         info!(
-            bytes.up = spliced.up,
-            bytes.down = spliced.down,
+            bytes.up = relayed.up,
+            bytes.down = relayed.down,
             idle_secs = idle.as_secs(),
             "upgraded connection idle past --idle-timeout; closed both sides"
         );
-    } else if let Some(error) = spliced.error {
+    } else if let Some(error) = relayed.error {
         debug!(error = %error, "upgraded connection ended with an error");
     } else {
         debug!(
-            bytes.up = spliced.up,
-            bytes.down = spliced.down,
+            bytes.up = relayed.up,
+            bytes.down = relayed.down,
             "upgraded connection closed"
         );
     }

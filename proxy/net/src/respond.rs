@@ -165,6 +165,16 @@ pub enum ProxyError {
         /// The limit in bytes.
         limit: u64,
     },
+    /// A passed body over the staging limit in a run that has handed out placeholders:
+    /// too large to search for them, so it was not sent (docs/lineage.md, "Where
+    /// placeholders are searched").
+    #[error("request body too large to search for placeholders")]
+    BodyUnsearchable {
+        /// The limit in bytes (`--stage-body-limit`).
+        limit: u64,
+        /// What happened, naming the limit.
+        reason: String,
+    },
     /// The request's header section is over a limit (docs/cases.md C08).
     #[error("request header fields too large")]
     HeadersTooLarge {
@@ -254,7 +264,9 @@ impl ProxyError {
             Self::Denied { .. } | Self::DestinationRefused { .. } => StatusCode::FORBIDDEN,
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::AuthorityMismatch { .. } => StatusCode::MISDIRECTED_REQUEST,
-            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTooLarge { .. } | Self::BodyUnsearchable { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::RunNotOpen { .. } => StatusCode::CONFLICT,
@@ -277,6 +289,7 @@ impl ProxyError {
             | Self::BadRequest { .. }
             | Self::AuthorityMismatch { .. }
             | Self::BodyTooLarge { .. }
+            | Self::BodyUnsearchable { .. }
             | Self::HeadersTooLarge { .. }
             | Self::BodyTimeout { .. }
             | Self::RunNotOpen { .. }
@@ -319,6 +332,7 @@ impl ProxyError {
             Self::BadRequest { code, .. } | Self::DestinationRefused { code, .. } => code,
             Self::AuthorityMismatch { .. } => "authority_mismatch",
             Self::BodyTooLarge { .. } => "body_too_large",
+            Self::BodyUnsearchable { .. } => "body_unsearchable",
             Self::HeadersTooLarge { .. } => "header_fields_too_large",
             Self::BodyTimeout { .. } => "body_timeout",
             Self::RunNotOpen { .. } => "run_not_open",
@@ -374,6 +388,14 @@ impl ProxyError {
                 reason.clone(),
                 "send requests only for the host named in CONNECT; open a new tunnel for another host",
             ),
+            Self::BodyUnsearchable { limit, reason } => {
+                body["limit"] = serde_json::json!(limit);
+                body["limit_name"] = serde_json::json!("stage_body_limit");
+                (
+                    reason.clone(),
+                    "send a body within the limit (in parts, if the API allows), or ask the operator to raise --stage-body-limit",
+                )
+            }
             Self::BodyTooLarge { limit } => {
                 body["limit"] = serde_json::json!(limit);
                 (
@@ -539,51 +561,4 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> Option<String> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_rate_limit_is_429_with_retry_after_and_the_limits_fields() {
-        let error = ProxyError::OverLimit {
-            rule: "slow".into(),
-            limit: RuleLimit::RequestsPerMinute,
-            value: 2,
-            reason: "too many".into(),
-            policy_revision: "rev".into(),
-        };
-        assert_eq!(error.side(), Side::Policy);
-        let body = error.body();
-        assert_eq!(body["limit"], "requests_per_minute");
-        assert_eq!(body["limit_value"], 2);
-        assert_eq!(body["reason_code"], "limit_requests_per_minute");
-        assert_eq!(body["rule"], "slow");
-        assert_eq!(body["policy_revision"], "rev");
-        assert_eq!(body["manifest"], MANIFEST_URL);
-        let response = error.into_response();
-        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(response.headers()[header::RETRY_AFTER], "60");
-        assert_eq!(
-            response.headers()[ERROR_HEADER],
-            "limit_requests_per_minute"
-        );
-    }
-
-    #[test]
-    fn upstream_codes_and_hints_follow_the_failure_not_the_text() {
-        let error = ProxyError::Upstream {
-            failure: Failure::HeadTooLarge,
-            reason: "anything".into(),
-        };
-        assert_eq!(error.code(), "upstream_head_too_large");
-        assert_eq!(error.side(), Side::Origin);
-        let error = ProxyError::Upstream {
-            failure: Failure::Other,
-            reason: "message head is too large, certificate".into(),
-        };
-        assert_eq!(error.code(), "upstream_unreachable");
-        assert_eq!(
-            error.body()["hint"],
-            "check that the origin is up and reachable"
-        );
-    }
-}
+mod tests;

@@ -126,11 +126,22 @@ async fn connect_raw(
 }
 
 /// Echoes `ping` through `stream`, then waits (at most 60 s) for airlock to close it.
+/// A masked text frame carrying "ping" (RFC 6455 §5.2): through a tunnel it is bytes like
+/// any other, and an upgraded connection reads it as the client's message it is.
+fn ping_frame() -> Vec<u8> {
+    let mask = [0x11, 0x22, 0x33, 0x44];
+    let mut frame = vec![0x81, 0x84];
+    frame.extend_from_slice(&mask);
+    frame.extend(b"ping".iter().zip(mask.iter().cycle()).map(|(b, m)| b ^ m));
+    frame
+}
+
 async fn ping_then_expect_close(stream: &mut TcpStream) {
-    stream.write_all(b"ping").await.expect("send");
-    let mut echo = [0u8; 4];
+    let frame = ping_frame();
+    stream.write_all(&frame).await.expect("send");
+    let mut echo = vec![0u8; frame.len()];
     stream.read_exact(&mut echo).await.expect("the echo");
-    assert_eq!(&echo, b"ping");
+    assert_eq!(echo, frame);
     let mut rest = [0u8; 16];
     let ended = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut rest))
         .await
@@ -364,10 +375,12 @@ async fn a_websocket_in_a_plain_http_tunnel_counts_against_the_run_until_it_ends
     ws.write_all(head.as_bytes()).await.expect("handshake");
     let answer = read_head(&mut ws).await;
     assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
-    ws.write_all(b"ping").await.expect("send");
-    let mut echo = [0u8; 4];
+    // A WebSocket frame, echoed byte for byte by the origin.
+    let frame = ping_frame();
+    ws.write_all(&frame).await.expect("send");
+    let mut echo = vec![0u8; frame.len()];
     ws.read_exact(&mut echo).await.expect("the echo");
-    assert_eq!(&echo, b"ping");
+    assert_eq!(echo, frame);
 
     // The upgraded connection holds the run's one slot.
     let (_refused, status, body) = connect_raw(&airlock.proxy, &run, &token, &authority).await;

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 mod corpus;
 mod edges;
 mod encoded;
+mod hidden;
 
 fn items_policy(port: u16) -> String {
     format!(

@@ -13,14 +13,29 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
+mod placeholders;
+
 /// The handshake headers each connection to an echo origin brought.
 type Handshakes = Arc<Mutex<Vec<Vec<(String, String)>>>>;
+
+/// The text and binary messages an echo origin received, in order (binary ones lossily).
+type Messages = Arc<Mutex<Vec<String>>>;
 
 /// A WebSocket echo origin on 127.0.0.1 (wss when `tls` is given); records each
 /// handshake's headers.
 async fn echo_origin(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> (u16, Arc<Mutex<Vec<Vec<(String, String)>>>>) {
+    let (port, seen, _) = echo_origin_logging(tls).await;
+    (port, seen)
+}
+
+/// [`echo_origin`], also recording every message it received.
+async fn echo_origin_logging(
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> (u16, Handshakes, Messages) {
+    let messages: Messages = Arc::default();
+    let received = messages.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -31,22 +46,27 @@ async fn echo_origin(
         while let Ok((stream, _)) = listener.accept().await {
             let tls = tls.clone();
             let log = log.clone();
+            let received = received.clone();
             tokio::spawn(async move {
                 match tls {
                     Some(tls) => {
                         if let Ok(stream) = tls.accept(stream).await {
-                            serve_echo(stream, log).await;
+                            serve_echo(stream, log, received).await;
                         }
                     }
-                    None => serve_echo(stream, log).await,
+                    None => serve_echo(stream, log, received).await,
                 }
             });
         }
     });
-    (port, seen)
+    (port, seen, messages)
 }
 
-async fn serve_echo<S: AsyncRead + AsyncWrite + Unpin>(stream: S, log: Handshakes) {
+async fn serve_echo<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    log: Handshakes,
+    received: Messages,
+) {
     #[expect(
         clippy::result_large_err,
         reason = "the signature is tungstenite's callback type"
@@ -84,6 +104,12 @@ async fn serve_echo<S: AsyncRead + AsyncWrite + Unpin>(stream: S, log: Handshake
             }
             Message::Ping(_) | Message::Pong(_) => {}
             other => {
+                let text = match &other {
+                    Message::Text(text) => text.to_string(),
+                    Message::Binary(data) => String::from_utf8_lossy(data).into_owned(),
+                    _ => String::new(),
+                };
+                received.lock().expect("messages").push(text);
                 if ws.send(other).await.is_err() {
                     break;
                 }

@@ -14,8 +14,10 @@ use airlock_net::authority::Target;
 /// Replaces every placeholder `effect` carries with the real value from its parent,
 /// encoded for where it stands: percent-encoded in the URL, JSON-escaped in a JSON body,
 /// form-encoded in a form body. Then checks that no placeholder of the run is left
-/// anywhere (also under gzip, percent-encoding or base64) and that the policy still lets
-/// the substituted request go where it now points.
+/// anywhere, in any encoding the origin may decode
+/// ([`airlock_ledger::fingerprint::readings::request`]: a placeholder written encoded is
+/// found at staging but not substituted, so such an effect fails here unsent), and that
+/// the policy still lets the substituted request go where it now points.
 ///
 /// Errors with a reason, and nothing is sent, when a parent gave no real value, a number
 /// placeholder's real value is not an integer, a value cannot stand in a header, a
@@ -97,26 +99,27 @@ pub(super) fn substituted(
             body = substitute(text, &dependency.value, placeholder.kind, &in_body).into_bytes();
         }
     }
-    // No placeholder may reach an origin, wherever it hides.
+    // No placeholder may reach an origin, wherever it hides: every reading of the URL,
+    // header names and values and body the search at staging reads.
     let encoding = headers
         .iter()
         .find(|(n, _)| n == "content-encoding")
         .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
-    let mut texts = airlock_ledger::fingerprint::decoded_texts(&body, encoding.as_deref());
-    texts.push(url.clone());
-    texts.extend(
-        headers
-            .iter()
-            .map(|(_, v)| String::from_utf8_lossy(v).into_owned()),
+    let readings = airlock_ledger::fingerprint::readings::request(
+        &url,
+        headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        Some((&body, encoding.as_deref())),
     );
-    for text in &texts {
+    for (place, text) in &readings.texts {
         if let Some(left) = find_placeholders(issued, text).first() {
             return Err(format!(
-                "placeholder {} of {} would reach the origin: it stands where airlock cannot substitute it (an encoded body?)",
+                "placeholder {} of {} would reach the origin: it stands where airlock cannot substitute it (in the {place})",
                 left.value, left.effect
             ));
         }
     }
+    // A body that cannot be decoded whole (`readings.cut`) was refused at staging while the
+    // run had placeholders out; one staged before any was issued cannot carry one.
     // The policy decides the request as it will now be sent: a substituted request, and a
     // retried one (the policy may have changed since it was staged).
     let retried = effect.decisions.iter().any(|d| d.kind == kinds::RETRY);

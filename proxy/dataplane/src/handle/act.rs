@@ -6,7 +6,7 @@ use http::request::Parts;
 use http::Response;
 use tracing::debug;
 
-use super::inspect::{inspect_pass_body, inspect_stage_body, Inspected};
+use super::inspect::{inspect_pass_body, inspect_stage_body, inspect_upgrade, Inspected};
 use super::{RequestCtx, Target};
 use crate::policy_store::Snapshot;
 use crate::DataPlane;
@@ -33,7 +33,8 @@ pub(super) async fn act(
     }
 }
 
-/// An upgrade handshake: relayed when passed; it cannot be staged.
+/// An upgrade handshake: relayed when passed and it carries no placeholder (refused
+/// otherwise, [`inspect_upgrade`]); it cannot be staged.
 async fn upgrade(
     ctx: &RequestCtx<'_>,
     policy: &Snapshot,
@@ -43,8 +44,17 @@ async fn upgrade(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     match decision.action {
         Action::Pass => {
-            crate::upgrade::relay(ctx.plane, &ctx.run, &ctx.url, decision.rule, protocol, parts)
-                .await
+            inspect_upgrade(ctx, policy, &parts, decision.rule.as_deref()).await?;
+            crate::upgrade::relay(
+                ctx.plane,
+                &ctx.run,
+                &ctx.target.host,
+                &ctx.url,
+                decision.rule,
+                protocol,
+                parts,
+            )
+            .await
         }
         Action::Stage => Err(ProxyError::Denied {
             rule: decision.rule,

@@ -50,7 +50,7 @@ pub(super) async fn inspect_pass_body(
     if issued.is_empty() {
         return Ok(Inspected::Forward(body));
     }
-    let mut depends_on = find_dependencies(&issued, parts, None);
+    let (mut depends_on, _) = find_dependencies(&issued, parts, None);
     if !depends_on.is_empty() && !has_body(parts) {
         // Read-your-staged-writes: the adapter of the staged effect may answer
         // from staged state (docs/adapters.md).
@@ -70,18 +70,52 @@ pub(super) async fn inspect_pass_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if depends_on.is_empty() && declared.is_some_and(|n| n > plane.limits.stage_body_bytes) {
-        // Too large to hold and search: a passed upload streams on unsearched.
-        warn!(run.id = %run, url = %url, "a passed body over the staging limit was not searched for placeholders");
-        return Ok(Inspected::Forward(body));
+    let limit = plane.limits.stage_body_bytes;
+    if depends_on.is_empty() && declared.is_some_and(|n| n > limit) {
+        // Too large to hold and search, and the run has placeholders out: refused rather
+        // than streamed on unsearched (docs/lineage.md, "Where placeholders are searched").
+        warn!(run.id = %run, url = %url, limit, "a passed body over the staging limit cannot be searched for the run's placeholders: refused");
+        return Err(unsearchable(limit, "its declared length is over"));
     }
-    let body = read_bounded(plane, parts, body).await?;
-    depends_on = find_dependencies(&issued, parts, Some(&body));
+    let body = read_bounded(plane, parts, body)
+        .await
+        .map_err(|error| match error {
+            ProxyError::BodyTooLarge { limit } => unsearchable(limit, "it grew past"),
+            other => other,
+        })?;
+    let (found, cut) = find_dependencies(&issued, parts, Some(&body));
+    depends_on = found;
     if depends_on.is_empty() {
+        if cut {
+            warn!(run.id = %run, url = %url, "a passed body could not be decoded whole to search it for the run's placeholders: refused");
+            return Err(undecodable());
+        }
         return Ok(Inspected::Forward(full_body(body)));
     }
     info!(run.id = %run, url = %url, "the request carries a placeholder of a staged effect: staged instead of passed");
     Ok(Inspected::Stage(body, depends_on))
+}
+
+/// The refusal of a passed body too large to search for the run's placeholders: 413
+/// `body_unsearchable`, naming `limit` (`--stage-body-limit`); `how` says how the body
+/// passed it.
+fn unsearchable(limit: u64, how: &str) -> ProxyError {
+    ProxyError::BodyUnsearchable {
+        limit,
+        reason: format!(
+            "the request body was not sent: {how} the staging limit of {limit} bytes (--stage-body-limit), and this run has handed out placeholders of staged effects, which must never reach an origin; airlock cannot search a body that large for them"
+        ),
+    }
+}
+
+/// The refusal of a body whose decoding airlock cannot complete (a Content-Encoding it
+/// cannot decode, gzip expanding past its cap, decodings past their byte budget) while
+/// the run has placeholders out: 400 `body_unsearchable`.
+fn undecodable() -> ProxyError {
+    ProxyError::BadRequest {
+        code: "body_unsearchable",
+        reason: "the request body was not sent: airlock cannot decode it whole (its Content-Encoding is not gzip or deflate, it expands past 8 MiB, or its decodings add up past 16 times its size) to search it for this run's placeholders of staged effects, which must never reach an origin; send it uncompressed or gzip-compressed".into(),
+    }
 }
 
 /// Inspects a request about to be staged: its body is read whole (within the staging
@@ -112,9 +146,108 @@ pub(super) async fn inspect_stage_body(
             credential,
         ));
     }
-    let depends_on = find_dependencies(&issued, parts, Some(&body));
+    let (depends_on, cut) = find_dependencies(&issued, parts, Some(&body));
+    if cut && !issued.is_empty() {
+        return Err(undecodable());
+    }
     Ok((body, depends_on))
 }
+
+/// Inspects an upgrade handshake about to be relayed (RFC 6455 §4.1): a handshake has no
+/// body and cannot be staged (its messages flow both ways after it), so one that carries
+/// a placeholder of a staged effect is refused 403 `placeholder_in_upgrade`: a staged
+/// effect's placeholder never reaches an origin. (One carrying a credential placeholder
+/// bound elsewhere was refused, as any request is, when it was decided.)
+pub(super) async fn inspect_upgrade(
+    ctx: &RequestCtx<'_>,
+    policy: &Snapshot,
+    parts: &Parts,
+    rule: Option<&str>,
+) -> Result<(), ProxyError> {
+    let RequestCtx {
+        plane, run, url, ..
+    } = ctx;
+    let may_carry = plane.ledger.placeholders_shared() && head_may_carry(parts);
+    let issued = issued_placeholders(plane, run, may_carry).await?;
+    let (depends_on, _) = find_dependencies(&issued, parts, None);
+    let Some(found) = depends_on.first() else {
+        return Ok(());
+    };
+    warn!(run.id = %run, url = %url, effect = %found.effect, found_in = %found.found_in,
+          "an upgrade handshake carries a placeholder of a staged effect: refused");
+    Err(ProxyError::Denied {
+        rule: rule.map(str::to_owned),
+        reason: format!(
+            "the upgrade handshake carries placeholder {} of staged effect {} (in its {}): an upgrade cannot be staged, and a placeholder never reaches an origin",
+            found.value, found.effect, found.found_in
+        ),
+        reason_code: PLACEHOLDER_IN_UPGRADE_CODE.to_owned(),
+        policy_revision: policy.revision().to_owned(),
+        hint: Some("open the connection once the effect is committed and its real value is known, or use a value that is not a placeholder".into()),
+    })
+}
+
+/// Why a WebSocket message (or control frame payload) a client sent after a passed
+/// handshake must not reach the origin `host` ([`crate::upgrade`]): it carries, in any of
+/// its readings ([`airlock_ledger::fingerprint::readings::body`]), a credential
+/// placeholder not bound to `host` (alerted as [`crate::credentials::refuse_off_host`]
+/// does) or a placeholder of a staged effect. `None` when it may go; nothing is read when
+/// the run has no placeholder out and no credential placeholder is bound elsewhere.
+///
+/// Errors: the ledger's faults reading the run's placeholders (the caller refuses the
+/// message: it cannot be checked).
+pub(crate) async fn message_refusal(
+    plane: &Arc<DataPlane>,
+    run: &RunId,
+    host: &str,
+    message: &[u8],
+) -> Result<Option<String>, ProxyError> {
+    let policy = plane.policy.current();
+    let off_host = crate::credentials::any_off_host(&policy, host);
+    let shared = plane.ledger.placeholders_shared();
+    if !off_host && !shared && issued_placeholders(plane, run, false).await?.is_empty() {
+        return Ok(None);
+    }
+    let readings = airlock_ledger::fingerprint::readings::body(message, None);
+    if let Some(credential) = crate::credentials::find_off_host_in(
+        &policy,
+        run,
+        host,
+        readings.texts.iter().map(|t| t.as_bytes()),
+    ) {
+        let _ = crate::credentials::refuse_off_host(plane, &policy, run, host, credential);
+        return Ok(Some(format!(
+            "{}: credential \"{}\"",
+            crate::credentials::OFF_HOST_CODE,
+            credential.name()
+        )));
+    }
+    let may_carry = shared
+        && readings
+            .texts
+            .iter()
+            .any(|t| airlock_ledger::rules::may_hold_placeholder(t));
+    let issued = issued_placeholders(plane, run, may_carry).await?;
+    for text in &readings.texts {
+        if let Some(found) = find_placeholders(&issued, text).first() {
+            warn!(run.id = %run, origin.host = host, effect = %found.effect,
+                  "a WebSocket message carries a placeholder of a staged effect: refused unsent");
+            return Ok(Some(format!(
+                "{PLACEHOLDER_IN_MESSAGE_CODE}: a placeholder of staged effect {}",
+                found.effect
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// The reason code of a WebSocket message refused for carrying a placeholder of a staged
+/// effect (the Close status is 1008, RFC 6455 §7.4.1).
+pub const PLACEHOLDER_IN_MESSAGE_CODE: &str = "placeholder_in_websocket_message";
+
+/// The reason code of an upgrade handshake refused for carrying a placeholder of a
+/// staged effect (docs/policy.md, "Synthetic responses and placeholders").
+pub const PLACEHOLDER_IN_UPGRADE_CODE: &str = "placeholder_in_upgrade";
 
 /// The placeholders issued so far in `run`, from an in-memory cache filled from the
 /// ledger on first use and dropped whenever this process stages an effect that issues
@@ -188,26 +321,46 @@ async fn issued_placeholders(
     Ok(issued)
 }
 
-/// Whether the request's URL or a header value has a placeholder's shape.
+/// Whether any reading of the request's URL or headers (names, values, and what they
+/// decode to: the texts [`find_dependencies`] searches) has a placeholder's shape.
 fn head_may_carry(parts: &Parts) -> bool {
-    use airlock_ledger::rules::may_hold_placeholder;
-    may_hold_placeholder(&parts.uri.to_string())
-        || parts
-            .headers
-            .values()
-            .any(|value| may_hold_placeholder(&String::from_utf8_lossy(value.as_bytes())))
+    readings(parts, None)
+        .texts
+        .iter()
+        .any(|(_, text)| airlock_ledger::rules::may_hold_placeholder(text))
 }
 
-/// Whether the body, as any text it can be read as (raw, gzip-, percent- or
-/// base64-decoded: what [`find_dependencies`] searches), has a placeholder's shape.
+/// Whether any reading of the body (raw and every decoding [`find_dependencies`]
+/// searches) has a placeholder's shape.
 fn body_may_carry(parts: &Parts, body: &Bytes) -> bool {
     let encoding = parts
         .headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
-    airlock_ledger::fingerprint::decoded_texts(body, encoding)
+    airlock_ledger::fingerprint::readings::body(body, encoding)
+        .texts
         .iter()
         .any(|text| airlock_ledger::rules::may_hold_placeholder(text))
+}
+
+/// Every text the request's URL, headers and (when given) body read as
+/// ([`airlock_ledger::fingerprint::readings::request`]).
+fn readings(
+    parts: &Parts,
+    body: Option<&Bytes>,
+) -> airlock_ledger::fingerprint::readings::RequestReadings {
+    let encoding = parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok());
+    airlock_ledger::fingerprint::readings::request(
+        &parts.uri.to_string(),
+        parts
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_bytes())),
+        body.map(|b| (b.as_ref(), encoding)),
+    )
 }
 
 /// [`issued_placeholders`] on a store with one writer: the cache, loaded under its lock so
@@ -246,19 +399,22 @@ fn remember(
     cache.insert(run.clone(), issued.clone());
 }
 
-/// The earlier effects whose placeholders the request carries, in its URL, header values
-/// or (when given) body.
+/// The earlier effects whose placeholders the request carries, in its URL, header names
+/// and values or (when given) body, raw or in any encoding the origin may decode
+/// ([`airlock_ledger::fingerprint::readings`]); and whether a decoding was cut short (the
+/// search did not cover everything). Nothing is read when no placeholder was issued.
 fn find_dependencies(
     issued: &[IssuedPlaceholder],
     parts: &Parts,
     body: Option<&Bytes>,
-) -> Vec<Dependency> {
+) -> (Vec<Dependency>, bool) {
     if issued.is_empty() {
-        return Vec::new();
+        return (Vec::new(), false);
     }
+    let readings = readings(parts, body);
     let mut out: Vec<Dependency> = Vec::new();
-    let mut add = |found: Vec<&IssuedPlaceholder>, place: String| {
-        for placeholder in found {
+    for (place, text) in &readings.texts {
+        for placeholder in find_placeholders(issued, text) {
             if !out.iter().any(|d| d.value == placeholder.value) {
                 out.push(Dependency {
                     effect: placeholder.effect.clone(),
@@ -267,34 +423,6 @@ fn find_dependencies(
                 });
             }
         }
-    };
-    add(
-        find_placeholders(issued, &parts.uri.to_string()),
-        "url".into(),
-    );
-    for (name, value) in &parts.headers {
-        add(
-            find_placeholders(issued, &String::from_utf8_lossy(value.as_bytes())),
-            format!("header:{name}"),
-        );
     }
-    if let Some(body) = body {
-        add(
-            find_placeholders(issued, &String::from_utf8_lossy(body)),
-            "body".into(),
-        );
-        // Also under gzip, percent-encoding and base64: a placeholder must not slip past
-        // in an encoded body.
-        let encoding = parts
-            .headers
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok());
-        for text in airlock_ledger::fingerprint::decoded_texts(body, encoding)
-            .iter()
-            .skip(1)
-        {
-            add(find_placeholders(issued, text), "body (encoded)".into());
-        }
-    }
-    out
+    (out, readings.cut)
 }

@@ -17,9 +17,9 @@ use airlock_net::body::ProxyBody;
 use airlock_net::respond::ProxyError;
 
 /// Searches a passed body headed to `target` for credential placeholders bound elsewhere:
-/// read whole when some credential's placeholder is not bound to the host and the body
-/// is within the staging limit (a larger declared body streams on unsearched). Refuses
-/// the request when one is found.
+/// read whole when some credential's placeholder is not bound to the host. Refuses the
+/// request when one is found, and a body over the staging limit, which cannot be searched
+/// (413 `body_unsearchable`, docs/policy.md "Credentials").
 pub(super) async fn search_pass_body(
     shared: &Arc<DataPlane>,
     run: &RunId,
@@ -36,11 +36,26 @@ pub(super) async fn search_pass_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > shared.limits.stage_body_bytes) {
-        debug!(run.id = %run, "a passed body over the staging limit was not searched for credential placeholders");
-        return Ok(body);
+    let limit = shared.limits.stage_body_bytes;
+    let unsearchable = |how: &str| {
+        ProxyError::BodyUnsearchable {
+        limit,
+        reason: format!(
+            "the request body was not sent: {how} the staging limit of {limit} bytes (--stage-body-limit), and a credential placeholder of this run is not bound to {}; airlock cannot search a body that large for it",
+            target.host
+        ),
     }
-    let bytes = read_bounded(shared, parts, body).await?;
+    };
+    if declared.is_some_and(|n| n > limit) {
+        debug!(run.id = %run, "a passed body over the staging limit cannot be searched for credential placeholders: refused");
+        return Err(unsearchable("its declared length is over"));
+    }
+    let bytes = read_bounded(shared, parts, body)
+        .await
+        .map_err(|error| match error {
+            ProxyError::BodyTooLarge { .. } => unsearchable("it grew past"),
+            other => other,
+        })?;
     if let Some(credential) =
         crate::credentials::find_off_host(&policy, run, &target.host, parts, Some(&bytes))
     {

@@ -6,13 +6,24 @@
 use airlock_ledger::{IssuedPlaceholder, ValueKind};
 
 /// Placeholders of `issued` that occur in `text`, at the boundaries of their kind.
+///
+/// A SHA-1 placeholder is found in any casing (an origin may read hex either way); the
+/// others as issued.
 pub fn find_placeholders<'a>(
     issued: &'a [IssuedPlaceholder],
     text: &str,
 ) -> Vec<&'a IssuedPlaceholder> {
+    let mut lower: Option<String> = None;
     issued
         .iter()
         .filter(|placeholder| {
+            let text = if placeholder.kind == ValueKind::Sha1 {
+                lower
+                    .get_or_insert_with(|| text.to_ascii_lowercase())
+                    .as_str()
+            } else {
+                text
+            };
             occurrences(text, &placeholder.value, placeholder.kind)
                 .next()
                 .is_some()
@@ -20,14 +31,20 @@ pub fn find_placeholders<'a>(
         .collect()
 }
 
-/// Start offsets of `value` in `text` that stand alone for `kind`.
+/// Start offsets of `value` in `text` that stand alone for `kind`. A number placeholder
+/// after leading zeros stands alone (`/items/0042` is item 42 to an origin that parses
+/// it), so it is found and substituted there too.
 fn occurrences<'t>(
     text: &'t str,
     value: &'t str,
     kind: ValueKind,
 ) -> impl Iterator<Item = usize> + 't {
     text.match_indices(value).filter_map(move |(start, _)| {
-        let before = text[..start].chars().next_back();
+        let head = match kind {
+            ValueKind::Number => text[..start].trim_end_matches('0'),
+            _ => &text[..start],
+        };
+        let before = head.chars().next_back();
         let after = text[start + value.len()..].chars().next();
         let joined =
             before.is_some_and(|c| kind.continues(c)) || after.is_some_and(|c| kind.continues(c));
@@ -71,6 +88,22 @@ mod tests {
         let text = format!(r#"{{"ts":"{ts}","sha":"{sha}"}}"#);
         assert_eq!(find_placeholders(&all, &text).len(), 2);
         assert!(find_placeholders(&all, &format!("{ts}7 a{sha}")).is_empty());
+        assert_eq!(find_placeholders(&all, &sha.to_ascii_uppercase()).len(), 1);
+        let number = [issued("1234567890123456", ValueKind::Number)];
+        assert_eq!(
+            find_placeholders(&number, "/items/001234567890123456").len(),
+            1
+        );
+        assert!(find_placeholders(&number, "/items/101234567890123456").is_empty());
+        assert_eq!(
+            substitute(
+                "/i/01234567890123456",
+                "1234567890123456",
+                ValueKind::Number,
+                "7"
+            ),
+            "/i/07"
+        );
         assert_eq!(
             substitute(&text, ts, ValueKind::SlackTs, "1712345678.000100"),
             format!(r#"{{"ts":"1712345678.000100","sha":"{sha}"}}"#)
