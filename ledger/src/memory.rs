@@ -9,22 +9,22 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::change::{Change, Notifier};
-use crate::denials::{Denial, DENIALS_KEPT_PER_RUN};
+use crate::denials::Denial;
 use crate::lineage::{EffectLineage, ReadContent};
 use crate::model::{
     now_ms, Digest, Effect, EffectId, EffectNotes, EffectState, IssuedPlaceholder, NewEffect,
     Placeholder, Read, Run, RunFlag, RunId, ValueKind,
 };
-use crate::rules::{self, workspace as workspace_rules, CommitStart};
-use crate::store::{
-    EffectStore, JournalStore, LineageStore, Pruned, RunPage, RunStore, Store, WorkspaceStore,
-};
-use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
+use crate::rules::{self, CommitStart};
+use crate::store::{EffectStore, Pruned, RunPage, RunStore, Store};
+use crate::workspace::WorkspaceRecord;
 use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
+mod journal;
 mod leases;
 mod outcomes;
 mod retention;
+mod workspace;
 
 /// The in-memory store. Clones are handles on one store (as reopening is for sled): they
 /// share its records and its subscribers.
@@ -418,196 +418,6 @@ impl EffectStore for MemoryStore {
     fn settle(&self, id: &EffectId, settlement: &Settlement, by: &str) -> Result<Vec<Effect>> {
         self.update_run_effects(id, |run, effects| {
             rules::outcome::settle(run, effects, id, settlement, by, now_ms())
-        })
-    }
-}
-
-impl JournalStore for MemoryStore {
-    fn journal_read(&self, read: Read) -> Result<Read> {
-        Ok(self.lock().journal_read(read))
-    }
-
-    fn journal_reads(&self, reads: Vec<Read>) -> Result<Vec<Read>> {
-        let mut state = self.lock();
-        Ok(reads
-            .into_iter()
-            .map(|read| state.journal_read(read))
-            .collect())
-    }
-
-    fn reads(&self, run: &RunId) -> Result<Vec<Read>> {
-        Ok(run_range(&self.lock().reads, run).cloned().collect())
-    }
-
-    fn journal_denial(&self, mut denial: Denial) -> Result<u64> {
-        let mut state = self.lock();
-        let counters = state.counters(&denial.run_id);
-        counters.denials += 1;
-        denial.seq = counters.denials;
-        let seq = denial.seq;
-        if seq <= DENIALS_KEPT_PER_RUN {
-            state.denials.insert((denial.run_id.clone(), seq), denial);
-        }
-        Ok(seq)
-    }
-
-    fn denials(&self, run: &RunId) -> Result<Vec<Denial>> {
-        Ok(run_range(&self.lock().denials, run).cloned().collect())
-    }
-}
-
-impl LineageStore for MemoryStore {
-    fn placeholders(&self, run: &RunId) -> Result<Vec<IssuedPlaceholder>> {
-        let state = self.lock();
-        Ok(state
-            .placeholders
-            .iter()
-            .filter(|((of, _), _)| of == run)
-            .map(|(_, issued)| issued.clone())
-            .collect())
-    }
-
-    fn store_read_content(
-        &self,
-        run: &RunId,
-        content: &ReadContent,
-        fingerprints: &[u64],
-    ) -> Result<()> {
-        self.lock().read_content.insert(
-            (run.clone(), content.seq),
-            (content.clone(), fingerprints.to_vec()),
-        );
-        Ok(())
-    }
-
-    fn read_contents(&self, run: &RunId) -> Result<Vec<(ReadContent, Vec<u64>)>> {
-        Ok(run_range(&self.lock().read_content, run).cloned().collect())
-    }
-
-    fn store_effect_lineage(&self, effect: &EffectId, lineage: &EffectLineage) -> Result<()> {
-        self.lock()
-            .effect_lineage
-            .insert(effect.clone(), lineage.clone());
-        Ok(())
-    }
-
-    fn effect_lineage(&self, effect: &EffectId) -> Result<Option<EffectLineage>> {
-        Ok(self.lock().effect_lineage.get(effect).cloned())
-    }
-}
-
-impl WorkspaceStore for MemoryStore {
-    fn workspace(&self, run: &RunId) -> Result<Option<WorkspaceRecord>> {
-        Ok(self.lock().workspaces.get(run).cloned())
-    }
-
-    fn attach_workspace(&self, run: &RunId, record: WorkspaceRecord) -> Result<WorkspaceRecord> {
-        self.write(|state| {
-            state.must_run(run)?;
-            if let Some(existing) = state.workspaces.get(run) {
-                return Ok((existing.clone(), Vec::new()));
-            }
-            state.workspaces.insert(run.clone(), record.clone());
-            Ok((record, vec![Change::WorkspaceChanged(run.clone())]))
-        })
-    }
-
-    fn record_step(&self, run: &RunId, step: StepRecord) -> Result<WorkspaceRecord> {
-        self.write(|state| {
-            let mut record = state.must_workspace(run)?.clone();
-            record.steps.push(step);
-            state.workspaces.insert(run.clone(), record.clone());
-            Ok((record, vec![Change::WorkspaceChanged(run.clone())]))
-        })
-    }
-
-    fn last_effect_seq(&self, run: &RunId) -> Result<u64> {
-        Ok(self.lock().counters.get(run).map_or(0, |c| c.effects))
-    }
-
-    fn add_savepoint(&self, run: &RunId, name: &str, snapshot: &str) -> Result<Savepoint> {
-        self.write(|state| {
-            let run_record = state.must_run(run)?;
-            let mut record = state.must_workspace(run)?.clone();
-            let position = state.counters.get(run).map_or(0, |c| c.effects);
-            let savepoint = workspace_rules::add_savepoint(
-                run_record,
-                &mut record,
-                name,
-                snapshot,
-                position,
-                now_ms(),
-            )?;
-            state.workspaces.insert(run.clone(), record);
-            Ok((savepoint, vec![Change::WorkspaceChanged(run.clone())]))
-        })
-    }
-
-    fn decide_workspace(
-        &self,
-        run: &RunId,
-        decision: WorkspaceDecision,
-    ) -> Result<(WorkspaceDecision, bool)> {
-        self.write(|state| {
-            let mut run_record = state.must_run(run)?.clone();
-            let mut record = state.must_workspace(run)?.clone();
-            let (decision, fresh) =
-                workspace_rules::decide_workspace(&mut run_record, &mut record, decision)?;
-            if !fresh {
-                return Ok(((decision, false), Vec::new()));
-            }
-            state.workspaces.insert(run.clone(), record);
-            state.runs.insert(run.clone(), run_record);
-            let changes = vec![
-                Change::WorkspaceChanged(run.clone()),
-                Change::RunChanged(run.clone()),
-            ];
-            Ok(((decision, true), changes))
-        })
-    }
-
-    fn finish_workspace_decision(
-        &self,
-        run: &RunId,
-        residue: Vec<String>,
-        unverified: bool,
-        outcome: &str,
-    ) -> Result<WorkspaceRecord> {
-        self.write(|state| {
-            let mut record = state.must_workspace(run)?.clone();
-            if !workspace_rules::finish_workspace_decision(
-                &mut record,
-                residue,
-                unverified,
-                outcome,
-                now_ms(),
-            ) {
-                return Ok((record, Vec::new()));
-            }
-            state.workspaces.insert(run.clone(), record.clone());
-            Ok((record, vec![Change::WorkspaceChanged(run.clone())]))
-        })
-    }
-
-    fn discard_effects_after(
-        &self,
-        run: &RunId,
-        after_seq: u64,
-        reason: &str,
-    ) -> Result<Vec<Effect>> {
-        self.write(|state| {
-            let run_record = state.must_run(run)?;
-            let effects = state.effects_of(run);
-            let discarded = workspace_rules::discard_effects_after(
-                run_record,
-                &effects,
-                after_seq,
-                reason,
-                now_ms(),
-            )?;
-            state.put_effects(&discarded);
-            let changes = discarded.iter().map(Change::of_effect).collect();
-            Ok((discarded, changes))
         })
     }
 }

@@ -9,6 +9,7 @@
 
 mod fence;
 mod load;
+mod options;
 mod origin;
 mod pgstage;
 mod procs;
@@ -22,128 +23,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use load::{LoadShape, Request, Route, Target};
+use load::{Request, Route, Target};
+use options::Options;
 use procs::{status_kib, Proxy};
 use rounds::{measure, print_table, summarise, Sample, Summary};
 use targets::{name, Targets};
 
 /// Errors of the benchmark: reported, never recovered from.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-const USAGE: &str = "usage: airlock-bench [--quick] [--rounds N] [--seconds S] [--connections N]
-       [--airlock PATH] [--baseline-airlock PATH] [--hyper-origin] [--no-mitmdump] [--no-hudsucker]
-       [--skip-pass] [--skip-staging] [--skip-pg-staging] [--skip-first-contact] [--skip-streaming]
-       [--skip-release] [--skip-idle] [--skip-fence] [--fence-runs N] [--fence-requests N]";
-
-/// Command-line options.
-#[derive(Clone, Debug)]
-struct Options {
-    quick: bool,
-    rounds: usize,
-    seconds: f64,
-    connections: usize,
-    airlock: Option<PathBuf>,
-    /// A second airlock binary measured in the same pass rounds ("airlock baseline"), so
-    /// that two builds compare within one run.
-    baseline: Option<PathBuf>,
-    hyper_origin: bool,
-    mitmdump: bool,
-    hudsucker: bool,
-    pass: bool,
-    staging: bool,
-    /// Staging on a throwaway PostgreSQL through two airlock instances (when installed).
-    pg_staging: bool,
-    first_contact: bool,
-    streaming: bool,
-    release: bool,
-    idle: bool,
-    fence: bool,
-    /// `airlock run -- true` per mode, and requests per path per round (fence section).
-    fence_runs: Option<usize>,
-    fence_requests: Option<usize>,
-}
-
-impl Options {
-    fn parse(args: &[String]) -> Result<Self, BoxError> {
-        let mut options = Options {
-            quick: false,
-            rounds: 3,
-            seconds: 10.0,
-            connections: 16,
-            airlock: None,
-            baseline: None,
-            hyper_origin: false,
-            mitmdump: true,
-            hudsucker: true,
-            pass: true,
-            staging: true,
-            pg_staging: true,
-            first_contact: true,
-            streaming: true,
-            release: true,
-            idle: true,
-            fence: true,
-            fence_runs: None,
-            fence_requests: None,
-        };
-        let mut rounds = None;
-        let mut seconds = None;
-        let mut iter = args.iter();
-        while let Some(arg) = iter.next() {
-            let mut value = || iter.next().ok_or_else(|| format!("{arg} needs a value"));
-            match arg.as_str() {
-                "--quick" => options.quick = true,
-                "--rounds" => rounds = Some(value()?.parse()?),
-                "--seconds" => seconds = Some(value()?.parse()?),
-                "--connections" => options.connections = value()?.parse()?,
-                "--airlock" => options.airlock = Some(PathBuf::from(value()?)),
-                "--baseline-airlock" => options.baseline = Some(PathBuf::from(value()?)),
-                "--hyper-origin" => options.hyper_origin = true,
-                "--no-mitmdump" => options.mitmdump = false,
-                "--no-hudsucker" => options.hudsucker = false,
-                "--skip-pass" => options.pass = false,
-                "--skip-staging" => options.staging = false,
-                "--skip-pg-staging" => options.pg_staging = false,
-                "--skip-first-contact" => options.first_contact = false,
-                "--skip-streaming" => options.streaming = false,
-                "--skip-release" => options.release = false,
-                "--skip-idle" => options.idle = false,
-                "--skip-fence" => options.fence = false,
-                "--fence-runs" => options.fence_runs = Some(value()?.parse()?),
-                "--fence-requests" => options.fence_requests = Some(value()?.parse()?),
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
-                }
-                other => return Err(format!("unknown argument {other:?}\n{USAGE}").into()),
-            }
-        }
-        options.rounds = rounds.unwrap_or(if options.quick { 1 } else { 3 });
-        options.seconds = seconds.unwrap_or(if options.quick { 0.5 } else { 10.0 });
-        Ok(options)
-    }
-
-    fn shape(&self) -> LoadShape {
-        LoadShape {
-            connections: self.connections,
-            warmup: if self.quick {
-                Duration::from_millis(200)
-            } else {
-                Duration::from_secs(2)
-            },
-            duration: Duration::from_secs_f64(self.seconds),
-        }
-    }
-
-    /// (first-contact names, streamed bytes, released effects, idle tunnels)
-    fn counts(&self) -> (usize, u64, usize, usize) {
-        if self.quick {
-            (20, 16 << 20, 16, 50)
-        } else {
-            (12_000, 1 << 30, 1_000, 5_000)
-        }
-    }
-}
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
