@@ -499,3 +499,7 @@ fn recover_tail(file: &mut File) -> io::Result<(u64, Option<u64>)> {
 #[cfg(test)]
 #[path = "read_log_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "read_log_race_tests.rs"]
+mod race_tests;
