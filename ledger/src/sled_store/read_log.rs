@@ -37,6 +37,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -235,9 +236,10 @@ impl ReadLog {
                 }
             }
         };
-        let mut bytes = Vec::with_capacity(len as usize);
-        (&*file).seek(SeekFrom::Start(0))?;
-        (&*file).take(len).read_to_end(&mut bytes)?;
+        // A positioned read (`pread`): the descriptor is shared with the writer and other
+        // readers, whose appends and reads move its offset.
+        let mut bytes = vec![0u8; len as usize];
+        file.read_exact_at(&mut bytes, 0)?;
         let mut out = Vec::new();
         let mut at = 0;
         while at < bytes.len() {
