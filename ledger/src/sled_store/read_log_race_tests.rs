@@ -119,3 +119,177 @@ fn readers_of_a_run_being_written_see_a_whole_growing_prefix() {
         200 * 20 + 5000 * 4
     );
 }
+
+/// Writers on more runs than stay open ([`OPEN_RUNS`]), several of them on the same runs
+/// at once (the lineage worker and a `submit` that journals itself when the queue is
+/// full), while readers read runs whose files are closed and reopened under them: every
+/// run ends numbered 1..=n with each read once, and no read of the journal fails.
+#[test]
+fn writers_and_readers_on_more_runs_than_stay_open_number_every_run_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(dir.path()).expect("open");
+    let runs: Vec<RunId> = (0..OPEN_RUNS + 64).map(|_| RunId::generate()).collect();
+    let (writers, rounds) = (3usize, 6usize);
+    let done = AtomicBool::new(false);
+    let failures = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..writers)
+            .map(|w| {
+                let (ledger, runs) = (&ledger, &runs);
+                s.spawn(move || {
+                    for round in 0..rounds {
+                        for (i, run) in runs.iter().enumerate() {
+                            // Batches of 1..=3 of two runs at once, in a different order per writer.
+                            let other = &runs[(i * 7 + w + round) % runs.len()];
+                            let batch = vec![
+                                read(run, &format!("https://o.test/{w}/{round}/a")),
+                                read(other, &format!("https://o.test/{w}/{round}/b")),
+                                read(run, &format!("https://o.test/{w}/{round}/c")),
+                            ];
+                            ledger.journal_reads(batch).expect("journal");
+                        }
+                    }
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..2)
+            .map(|r| {
+                let (ledger, runs, done) = (&ledger, &runs, &done);
+                s.spawn(move || {
+                    let mut failures = Vec::new();
+                    let mut i = r;
+                    while !done.load(Ordering::SeqCst) {
+                        let run = &runs[(i * 13) % runs.len()];
+                        i += 1;
+                        match ledger.reads(run) {
+                            Ok(reads) => {
+                                if !reads.iter().enumerate().all(|(i, r)| r.seq == i as u64 + 1) {
+                                    failures.push(format!("{run}: a gap or a repeat"));
+                                }
+                            }
+                            Err(e) => failures.push(format!("reads: {}", chain(&e))),
+                        }
+                        if let Err(e) = ledger.read_count(run) {
+                            failures.push(format!("read_count: {}", chain(&e)));
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().expect("writer");
+        }
+        done.store(true, Ordering::SeqCst);
+        readers
+            .into_iter()
+            .flat_map(|r| r.join().expect("reader"))
+            .collect::<Vec<_>>()
+    });
+    assert!(failures.is_empty(), "{failures:?}");
+    let mut total = 0;
+    for run in &runs {
+        let reads = ledger.reads(run).expect("reads");
+        let seqs: Vec<u64> = reads.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{run}");
+        assert_eq!(ledger.read_count(run).expect("count"), seqs.len() as u64);
+        total += seqs.len();
+    }
+    assert_eq!(total, writers * rounds * runs.len() * 3);
+    assert!(ledger.read_log.lock().runs.len() <= OPEN_RUNS);
+}
+
+/// Two different run ids never share a file: `x2f` is a plain id, `/` is hex-encoded as
+/// `x2f`.
+#[test]
+fn a_plain_id_that_looks_like_a_hex_name_has_a_journal_of_its_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(dir.path()).expect("open");
+    let (plain, odd) = (RunId("x2f".into()), RunId("/".into()));
+    ledger
+        .journal_read(read(&plain, "https://plain/"))
+        .expect("journal");
+    ledger
+        .journal_read(read(&odd, "https://odd/"))
+        .expect("journal");
+    let plain_reads = ledger.reads(&plain).expect("reads");
+    assert_eq!(
+        plain_reads
+            .iter()
+            .map(|r| r.url.as_str())
+            .collect::<Vec<_>>(),
+        ["https://plain/"]
+    );
+    let odd_reads = ledger.reads(&odd).expect("reads");
+    assert_eq!(
+        odd_reads
+            .iter()
+            .map(|r| (r.seq, r.url.as_str()))
+            .collect::<Vec<_>>(),
+        [(1, "https://odd/")]
+    );
+}
+
+/// A long run id (RunId is a plain `String`) is journaled like any other: its file name
+/// stays within a file system's 255 bytes.
+#[test]
+fn a_long_run_id_is_journaled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(dir.path()).expect("open");
+    for id in ["r".repeat(129), "é".repeat(100), "a/".repeat(200)] {
+        let run = RunId(id);
+        let journaled = ledger
+            .journal_read(read(&run, "https://a/"))
+            .expect("journal");
+        assert_eq!(journaled.seq, 1);
+        assert_eq!(ledger.reads(&run).expect("reads").len(), 1);
+    }
+}
+
+/// Odd files found at open: empty, only garbage, and one whose last record is an
+/// analysis: each numbers on from its last whole record.
+#[test]
+fn an_empty_a_garbage_and_an_analysis_last_file_number_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (empty, garbage, analysed) = (RunId::generate(), RunId::generate(), RunId::generate());
+    {
+        let ledger = Ledger::open(dir.path()).expect("open");
+        for run in [&empty, &garbage, &analysed] {
+            ledger
+                .journal_read(read(run, "https://a/1"))
+                .expect("journal");
+        }
+        ledger
+            .store_read_content(&analysed, &content(1), &[5])
+            .expect("content");
+    }
+    let file = |run: &RunId| dir.path().join("reads").join(format!("{run}.log"));
+    std::fs::write(file(&empty), b"").expect("empty");
+    std::fs::write(file(&garbage), vec![0xa5u8; 3000]).expect("garbage");
+    let ledger = Ledger::open(dir.path()).expect("reopen");
+    assert!(ledger.reads(&empty).expect("reads").is_empty());
+    assert!(ledger.reads(&garbage).expect("reads").is_empty());
+    assert_eq!(ledger.read_count(&garbage).expect("count"), 0);
+    assert_eq!(
+        ledger
+            .journal_read(read(&empty, "https://a/"))
+            .expect("j")
+            .seq,
+        1
+    );
+    assert_eq!(
+        ledger
+            .journal_read(read(&garbage, "https://a/"))
+            .expect("j")
+            .seq,
+        1
+    );
+    assert_eq!(
+        ledger
+            .journal_read(read(&analysed, "https://a/2"))
+            .expect("j")
+            .seq,
+        2
+    );
+    assert_eq!(ledger.read_contents(&analysed).expect("contents").len(), 1);
+    assert_eq!(ledger.read_count(&analysed).expect("count"), 2);
+}
