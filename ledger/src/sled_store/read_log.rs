@@ -8,8 +8,9 @@
 //! append to a file costs one `write(2)` per batch and leaves the bytes to the kernel's
 //! page cache, which gives them back under memory pressure.
 //!
-//! Layout: `DIR/reads/<run>.log` (a run id of other than `[A-Za-z0-9_-]` characters is
-//! hex-encoded, `x<hex>.log`). A file is a sequence of records:
+//! Layout: `DIR/reads/<run>.log` (a run id of other than `[A-Za-z0-9_-]` characters, or
+//! starting with `x`, is hex-encoded, `x<hex>.log`, and one too long for that is named by
+//! its SHA-256, `x<hex>.sha256.log`). A file is a sequence of records:
 //!
 //! | bytes | field |
 //! |---:|---|
@@ -52,6 +53,9 @@ const KIND_CONTENT: u8 = 2;
 const HEADER: usize = 1 + 8 + 4 + 4 + 4;
 /// Trailer bytes after the payload: the record's length.
 const TRAILER: usize = 4;
+/// Longest run id (bytes) whose file is named by its hex encoding: `x`, 250 hex digits and
+/// `.log` make 255 bytes, Linux's `NAME_MAX`.
+const MAX_HEX_ID: usize = 125;
 /// Most runs whose files stay open at once; past it one is closed (synced first when it
 /// has unsynced writes) and reopened when next written.
 const OPEN_RUNS: usize = 256;
@@ -118,16 +122,24 @@ impl ReadLog {
 
     fn path(&self, run: &RunId) -> PathBuf {
         let id = run.as_str();
+        // A plain id never starts with `x`, so it never takes another id's hex name.
         let plain = !id.is_empty()
             && id.len() <= 128
+            && !id.starts_with('x')
             && id
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         let name = if plain {
             format!("{id}.log")
-        } else {
+        } else if id.len() <= MAX_HEX_ID {
             let hex: String = id.bytes().map(|b| format!("{b:02x}")).collect();
             format!("x{hex}.log")
+        } else {
+            // Too long to hex-encode within a file name's 255 bytes: its SHA-256.
+            use sha2::Digest as _;
+            let digest = sha2::Sha256::digest(id.as_bytes());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            format!("x{hex}.sha256.log")
         };
         self.dir.join(name)
     }
