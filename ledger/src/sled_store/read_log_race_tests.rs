@@ -293,3 +293,90 @@ fn an_empty_a_garbage_and_an_analysis_last_file_number_on() {
     assert_eq!(ledger.read_contents(&analysed).expect("contents").len(), 1);
     assert_eq!(ledger.read_count(&analysed).expect("count"), 2);
 }
+
+/// A full disk in the middle of an append (a small tmpfs; needs root to mount, skipped
+/// otherwise): the append fails, nothing of the record stays, and once space returns the
+/// next reads take the numbers the failed ones would have had, before and after a reopen.
+#[test]
+fn a_full_disk_in_the_middle_of_an_append_leaves_whole_records_that_number_on() {
+    use std::process::Command;
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+    if !root {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .expect("run mount");
+    assert!(status.success(), "mount tmpfs at {}", mnt.display());
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(&mnt);
+    let counters = || {
+        sled::Config::new()
+            .temporary(true)
+            .open()
+            .expect("sled")
+            .open_tree("counters")
+            .expect("tree")
+    };
+    let run = RunId::generate();
+    let log = ReadLog::new(&mnt, counters());
+    log.append_reads(&run, vec![read(&run, "https://a/1")])
+        .expect("first");
+    let whole = std::fs::metadata(log.path(&run)).expect("stat").len();
+    // Fill the file system, then give 8 KiB back: the next record (bigger) is written in
+    // part before the disk refuses the rest.
+    let filler = mnt.join("filler");
+    {
+        let mut file = File::create(&filler).expect("filler");
+        let chunk = vec![0u8; 4096];
+        while file.write_all(&chunk).is_ok() {}
+        let len = file.metadata().expect("stat").len();
+        file.set_len(len.saturating_sub(8192)).expect("give back");
+    }
+    let big: Vec<Read> = (0..200)
+        .map(|i| read(&run, &format!("https://a/big/{i}/{}", "p".repeat(200))))
+        .collect();
+    let error = log
+        .append_reads(&run, big.clone())
+        .expect_err("the disk is full");
+    assert_eq!(error.raw_os_error(), Some(28), "ENOSPC: {error}");
+    assert_eq!(
+        std::fs::metadata(log.path(&run)).expect("stat").len(),
+        whole,
+        "the part written was cut off"
+    );
+    assert_eq!(log.reads(&run).expect("reads").len(), 1);
+    std::fs::remove_file(&filler).expect("space returns");
+    let again = log.append_reads(&run, big).expect("space again");
+    assert_eq!((again[0].seq, again[199].seq), (2, 201));
+    drop(log);
+    let log = ReadLog::new(&mnt, counters());
+    let seqs: Vec<u64> = log
+        .reads(&run)
+        .expect("reads")
+        .iter()
+        .map(|r| r.seq)
+        .collect();
+    assert_eq!(seqs, (1..=201).collect::<Vec<_>>());
+    let next = log
+        .append_reads(&run, vec![read(&run, "https://a/next")])
+        .expect("next");
+    assert_eq!(next[0].seq, 202);
+}
