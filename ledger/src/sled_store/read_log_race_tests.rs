@@ -380,3 +380,76 @@ fn a_full_disk_in_the_middle_of_an_append_leaves_whole_records_that_number_on() 
         .expect("next");
     assert_eq!(next[0].seq, 202);
 }
+
+/// A run's file removed (a prune) while writers journal to it and readers read it: no
+/// read of the journal fails, and whatever the file holds at any time is numbered
+/// 1, 2, 3, … from its last removal, without a gap or a repeat.
+#[test]
+fn removing_a_run_under_writers_and_readers_leaves_a_journal_numbered_from_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ledger = Ledger::open(dir.path()).expect("open");
+    let run = RunId::generate();
+    let done = AtomicBool::new(false);
+    let failures = std::thread::scope(|s| {
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let (ledger, run) = (&ledger, &run);
+                s.spawn(move || {
+                    for i in 0..2000 {
+                        let batch = (0..3)
+                            .map(|j| read(run, &format!("https://o.test/{w}/{i}/{j}")))
+                            .collect();
+                        ledger.journal_reads(batch).expect("journal");
+                        if i % 5 == 0 {
+                            ledger
+                                .store_read_content(run, &content(1), &[9])
+                                .expect("content");
+                        }
+                    }
+                })
+            })
+            .collect();
+        let remover = s.spawn(|| {
+            let mut removed = 0;
+            while !done.load(Ordering::SeqCst) {
+                ledger.read_log.remove(&run).expect("remove");
+                removed += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            removed
+        });
+        let reader = s.spawn(|| {
+            let mut failures = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                match ledger.reads(&run) {
+                    Ok(reads) => {
+                        if !reads.iter().enumerate().all(|(i, r)| r.seq == i as u64 + 1) {
+                            failures.push("a gap or a repeat".to_owned());
+                        }
+                    }
+                    Err(e) => failures.push(format!("reads: {}", chain(&e))),
+                }
+                if let Err(e) = ledger.read_contents(&run) {
+                    failures.push(format!("read_contents: {}", chain(&e)));
+                }
+                let _ = ledger.read_log.sync();
+            }
+            failures
+        });
+        for writer in writers {
+            writer.join().expect("writer");
+        }
+        done.store(true, Ordering::SeqCst);
+        assert!(remover.join().expect("remover") > 0);
+        reader.join().expect("reader")
+    });
+    assert!(failures.is_empty(), "{failures:?}");
+    let seqs: Vec<u64> = ledger
+        .reads(&run)
+        .expect("reads")
+        .iter()
+        .map(|r| r.seq)
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    ledger.flush().expect("flush");
+}
