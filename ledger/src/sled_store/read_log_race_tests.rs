@@ -294,39 +294,68 @@ fn an_empty_a_garbage_and_an_analysis_last_file_number_on() {
     assert_eq!(ledger.read_count(&analysed).expect("count"), 2);
 }
 
+/// A tmpfs mounted for one test (`None` unless root), unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(parent: &Path, size: &str) -> Option<Self> {
+        use std::process::Command;
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+        if !root {
+            return None;
+        }
+        let at = parent.join("mnt");
+        std::fs::create_dir_all(&at).expect("mount point");
+        let status = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(&at)
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "mount tmpfs at {}", at.display());
+        Some(Self(at))
+    }
+
+    /// Fills it with `filler` until it refuses another byte, then gives `back` bytes back.
+    fn fill(&self, back: u64) -> PathBuf {
+        let filler = self.0.join("filler");
+        let mut file = File::create(&filler).expect("filler");
+        let chunk = vec![0u8; 4096];
+        while file.write_all(&chunk).is_ok() {}
+        let len = file.metadata().expect("stat").len();
+        file.set_len(len.saturating_sub(back)).expect("give back");
+        filler
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
 /// A full disk in the middle of an append (a small tmpfs; needs root to mount, skipped
 /// otherwise): the append fails, nothing of the record stays, and once space returns the
 /// next reads take the numbers the failed ones would have had, before and after a reopen.
 #[test]
 fn a_full_disk_in_the_middle_of_an_append_leaves_whole_records_that_number_on() {
-    use std::process::Command;
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
-    if !root {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(tmpfs) = Tmpfs::mount(dir.path(), "1m") else {
         eprintln!("skipped: mounting a tmpfs needs root");
         return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir_all(&mnt).expect("mount point");
-    let status = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .expect("run mount");
-    assert!(status.success(), "mount tmpfs at {}", mnt.display());
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(self.0)
-                .status();
-        }
-    }
-    let _unmount = Unmount(&mnt);
+    };
+    let mnt = tmpfs.0.clone();
     let counters = || {
         sled::Config::new()
             .temporary(true)
@@ -342,14 +371,7 @@ fn a_full_disk_in_the_middle_of_an_append_leaves_whole_records_that_number_on() 
     let whole = std::fs::metadata(log.path(&run)).expect("stat").len();
     // Fill the file system, then give 8 KiB back: the next record (bigger) is written in
     // part before the disk refuses the rest.
-    let filler = mnt.join("filler");
-    {
-        let mut file = File::create(&filler).expect("filler");
-        let chunk = vec![0u8; 4096];
-        while file.write_all(&chunk).is_ok() {}
-        let len = file.metadata().expect("stat").len();
-        file.set_len(len.saturating_sub(8192)).expect("give back");
-    }
+    let filler = tmpfs.fill(8192);
     let big: Vec<Read> = (0..200)
         .map(|i| read(&run, &format!("https://a/big/{i}/{}", "p".repeat(200))))
         .collect();
@@ -452,4 +474,57 @@ fn removing_a_run_under_writers_and_readers_leaves_a_journal_numbered_from_one()
         .collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
     ledger.flush().expect("flush");
+}
+
+/// A full disk under the read journal of a [`crate::HealingLedger`] (a tmpfs; needs
+/// root): the failed journal degrades the ledger, it heals once space returns, and the
+/// reopened store numbers the run's reads on from the last one kept.
+#[test]
+fn a_full_disk_under_the_read_journal_degrades_and_heals_and_reads_number_on() {
+    use crate::{JournalStore as _, RunStore as _};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(tmpfs) = Tmpfs::mount(dir.path(), "16m") else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let ledger = crate::HealingLedger::open(&tmpfs.0.join("ledger"), 1 << 20, 0).expect("open");
+    let run = ledger.create_run(None).expect("run").id;
+    assert_eq!(
+        ledger
+            .journal_read(read(&run, "https://a/1"))
+            .expect("one")
+            .seq,
+        1
+    );
+    let filler = tmpfs.fill(8192);
+    let big: Vec<Read> = (0..200)
+        .map(|i| read(&run, &format!("https://a/big/{i}/{}", "p".repeat(200))))
+        .collect();
+    let error = ledger
+        .journal_reads(big.clone())
+        .expect_err("the disk is full");
+    assert!(
+        matches!(error, crate::LedgerError::Storage { .. }),
+        "{error:?}"
+    );
+    assert!(!ledger.health().writable, "{:?}", ledger.health());
+    std::fs::remove_file(&filler).expect("space returns");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ledger.health().writable {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never healed: {:?}",
+            ledger.health()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let again = ledger.journal_reads(big).expect("space again");
+    assert_eq!((again[0].seq, again[199].seq), (2, 201));
+    let seqs: Vec<u64> = ledger
+        .reads(&run)
+        .expect("reads")
+        .iter()
+        .map(|r| r.seq)
+        .collect();
+    assert_eq!(seqs, (1..=201).collect::<Vec<_>>());
 }
