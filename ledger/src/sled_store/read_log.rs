@@ -11,7 +11,8 @@
 //! Layout: `DIR/reads/<run>.log` holds the reads, `DIR/read-analyses/<run>.log` their
 //! analyses (two [`ReadLog`]s: an effect's analysis reads every analysis of its run, and
 //! never needs the run's reads, which are many more bytes). A run id of other than
-//! `[A-Za-z0-9_-]` characters is hex-encoded, `x<hex>.log`. A file is a sequence of
+//! `[A-Za-z0-9_-]` characters, or starting with `x`, is hex-encoded, `x<hex>.log`, and one
+//! too long for that is named by its SHA-256, `x<hex>.sha256.log`. A file is a sequence of
 //! records:
 //!
 //! | bytes | field |
@@ -40,6 +41,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -58,6 +60,9 @@ const KIND_CONTENT: u8 = 2;
 const HEADER: usize = 1 + 8 + 4 + 4 + 4;
 /// Trailer bytes after the payload: the record's length.
 const TRAILER: usize = 4;
+/// Longest run id (bytes) whose file is named by its hex encoding: `x`, 250 hex digits and
+/// `.log` make 255 bytes, Linux's `NAME_MAX`.
+const MAX_HEX_ID: usize = 125;
 /// Most runs whose files stay open at once; past it one is closed (synced first when it
 /// has unsynced writes) and reopened when next written.
 const OPEN_RUNS: usize = 256;
@@ -125,16 +130,24 @@ impl ReadLog {
 
     fn path(&self, run: &RunId) -> PathBuf {
         let id = run.as_str();
+        // A plain id never starts with `x`, so it never takes another id's hex name.
         let plain = !id.is_empty()
             && id.len() <= 128
+            && !id.starts_with('x')
             && id
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         let name = if plain {
             format!("{id}.log")
-        } else {
+        } else if id.len() <= MAX_HEX_ID {
             let hex: String = id.bytes().map(|b| format!("{b:02x}")).collect();
             format!("x{hex}.log")
+        } else {
+            // Too long to hex-encode within a file name's 255 bytes: its SHA-256.
+            use sha2::Digest as _;
+            let digest = sha2::Sha256::digest(id.as_bytes());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            format!("x{hex}.sha256.log")
         };
         self.dir.join(name)
     }
@@ -243,9 +256,10 @@ impl ReadLog {
                 }
             }
         };
-        let mut bytes = Vec::with_capacity(len as usize);
-        (&*file).seek(SeekFrom::Start(0))?;
-        (&*file).take(len).read_to_end(&mut bytes)?;
+        // A positioned read (`pread`): the descriptor is shared with the writer and other
+        // readers, whose appends and reads move its offset.
+        let mut bytes = vec![0u8; len as usize];
+        file.read_exact_at(&mut bytes, 0)?;
         let mut out = Vec::new();
         let mut at = 0;
         while at < bytes.len() {
@@ -507,3 +521,7 @@ fn recover_tail(file: &mut File) -> io::Result<(u64, Option<u64>)> {
 #[cfg(test)]
 #[path = "read_log_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "read_log_race_tests.rs"]
+mod race_tests;
