@@ -26,10 +26,13 @@
 //! | 4 | the whole record's length, so the last record can be found from the file's end |
 //!
 //! Sequence numbers are handed out under the log's lock from the run's last record (read
-//! from the file's end the first time a run is touched after opening), so a record in the
-//! file never repeats a number. A record torn by a crash or a full disk fails its CRC: the
+//! from the file's end the first time a run is touched after opening) or the floor kept in
+//! sled's `counters` (`reads/RUN`, written after each batch), whichever is higher, so no
+//! number is handed out twice, even after a power cut lost a record that something in
+//! sled already names. A record torn by a crash or a full disk fails its CRC: the
 //! first touch after opening finds the last whole record by scanning forward and cuts the
-//! file there. Reads are not promises to a client: a write goes to the kernel at once (a
+//! file there (its numbers are not reused: a gap); a failed write drops the run's open
+//! file, so the next touch checks the tail again. Reads are not promises to a client: a write goes to the kernel at once (a
 //! killed process loses none), and [`ReadLog::sync`] makes every file written since the
 //! last sync durable with `fdatasync`, which the store's flush calls, so every staging
 //! flush carries the reads before it, as sled's flush did.
@@ -63,9 +66,10 @@ const TRAILER: usize = 4;
 /// Longest run id (bytes) whose file is named by its hex encoding: `x`, 250 hex digits and
 /// `.log` make 255 bytes, Linux's `NAME_MAX`.
 const MAX_HEX_ID: usize = 125;
-/// Most runs whose files stay open at once; past it one is closed (synced first when it
-/// has unsynced writes) and reopened when next written.
-const OPEN_RUNS: usize = 256;
+/// Most runs whose files stay open at once (each of the two logs; counted in
+/// `airlock_net::limits::FDS_RESERVED`); past it one is closed (synced first when it has
+/// unsynced writes) and reopened when next written.
+const OPEN_RUNS: usize = 32;
 
 /// The read log of one sled data directory.
 #[derive(Debug)]
@@ -116,9 +120,10 @@ impl ReadLog {
         }
     }
 
-    /// The number the old counter of `run`'s reads reached (0 when it has none).
+    /// The number `run`'s counter of reads reached (0 when it has none): the old store's
+    /// counter, or the floor [`ReadLog::append_reads`] keeps.
     fn old_counter(&self, run: &RunId) -> io::Result<u64> {
-        let key = format!("reads/{run}");
+        let key = counter_key(run);
         let value = self
             .counters
             .get(key.as_bytes())
@@ -171,8 +176,22 @@ impl ReadLog {
         }
         let payload = serde_json::to_vec(&reads).map_err(io::Error::other)?;
         let last = entry.last_seq + reads.len() as u64;
-        write_record(entry, KIND_READS, last, reads.len() as u32, &payload)?;
-        entry.last_seq = last;
+        match write_record(entry, KIND_READS, last, reads.len() as u32, &payload) {
+            Ok(()) => entry.last_seq = last,
+            Err(error) => {
+                // The next touch opens the file again and checks its tail (a failed
+                // cut-back would otherwise leave later records after torn bytes).
+                state.runs.remove(run);
+                return Err(error);
+            }
+        }
+        // The floor of the run's numbers, in sled, once the record is written: whatever
+        // sled makes durable later (an effect's lineage naming read `last`) comes after it
+        // in sled's log, so a record a power cut took from the file never has its numbers
+        // handed out again while something in sled names them.
+        self.counters
+            .insert(counter_key(run).as_bytes(), last.to_be_bytes().to_vec())
+            .map_err(io::Error::other)?;
         Ok(reads)
     }
 
@@ -195,7 +214,12 @@ impl ReadLog {
         let mut state = self.lock();
         let entry = self.open(&mut state, run)?;
         let last = entry.last_seq;
-        write_record(entry, KIND_CONTENT, last, 0, &payload)
+        let written = write_record(entry, KIND_CONTENT, last, 0, &payload);
+        if written.is_err() {
+            // As in `append_reads`: the tail is checked again at the next touch.
+            state.runs.remove(run);
+        }
+        written
     }
 
     /// The run's entry, opening its file (and checking its tail) when it is not open.
@@ -301,17 +325,14 @@ impl ReadLog {
     ///
     /// Errors: as [`ReadLog::reads`].
     pub(super) fn read_count(&self, run: &RunId) -> io::Result<u64> {
-        let records = self.records(run)?;
-        let Some(first) = records.iter().find(|r| r.kind == KIND_READS) else {
-            return Ok(0);
-        };
-        let first_seq = first.last_seq + 1 - u64::from(first.count);
-        let last = records
+        // Summed record by record: numbers cut off with a torn tail are never reused, so
+        // they may leave a gap.
+        Ok(self
+            .records(run)?
             .iter()
-            .rev()
-            .find(|r| r.kind == KIND_READS)
-            .map_or(0, |r| r.last_seq);
-        Ok(last + 1 - first_seq)
+            .filter(|r| r.kind == KIND_READS)
+            .map(|r| u64::from(r.count))
+            .sum())
     }
 
     /// `run`'s read analyses in the file with their fingerprints, in the order written.
@@ -360,12 +381,16 @@ impl ReadLog {
         Ok(total)
     }
 
-    /// Removes `run`'s file (a pruned run).
+    /// Removes `run`'s file and its numbers' floor (a pruned run).
     ///
     /// Errors: the I/O error of removing it.
     pub(super) fn remove(&self, run: &RunId) -> io::Result<()> {
         let mut state = self.lock();
         state.runs.remove(run);
+        // The run's numbers start again from 1 (nothing names its reads any more).
+        self.counters
+            .remove(counter_key(run).as_bytes())
+            .map_err(io::Error::other)?;
         match std::fs::remove_file(self.path(run)) {
             Ok(()) => {
                 state.dir_dirty = true;
@@ -412,6 +437,11 @@ impl ReadLog {
         }
         result
     }
+}
+
+/// The `counters` key of `run`'s reads (the sled store's, `reads/RUN`).
+fn counter_key(run: &RunId) -> String {
+    format!("reads/{run}")
 }
 
 /// Appends one record to `entry`'s file; on a failed or short write the file is cut back

@@ -391,9 +391,10 @@ impl From<Cap> for crate::respond::ProxyError {
 /// File descriptors one client connection may hold: its own socket and one to the origin.
 pub const FDS_PER_CONNECTION: u64 = 2;
 
-/// File descriptors kept for everything else: listeners, the ledger's files, the admin API,
-/// logs.
-pub const FDS_RESERVED: u64 = 64;
+/// File descriptors kept for everything else: listeners, the ledger's files (sled's, and
+/// the read log's: at most 32 open runs' files for reads and 32 for their analyses,
+/// `ledger/src/sled_store/read_log.rs`), the admin API, logs.
+pub const FDS_RESERVED: u64 = 128;
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit (as Go's runtime does at start, since
 /// the default soft limit of 1024 is far below what a proxy needs) and warns when
@@ -450,7 +451,7 @@ mod tests {
         let (soft, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).expect("getrlimit");
         assert_eq!(raised, soft);
         assert!(soft == hard || soft >= 1 << 20, "soft {soft}, hard {hard}");
-        assert_eq!(fds_needed(4096), 8256);
+        assert_eq!(fds_needed(4096), 8320);
     }
 
     #[test]
