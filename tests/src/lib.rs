@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod review;
@@ -14,10 +14,16 @@ pub use airlock_origin::{Handler, Origin, OriginCa, Received, Reply};
 use anyhow::{bail, Context as _};
 use serde_json::Value;
 
+mod clients;
 pub mod git_http;
 pub mod lineage_corpus;
+mod origins;
 pub mod strace;
 pub mod tunnel;
+
+pub use clients::{curl, curl_blocking, run_client, run_client_async, CurlResult};
+pub use origins::{ok_origin, slow_text_origin, text_origin};
+pub use tunnel::{connect_tunnel, tls_trusting};
 
 /// The `airlock` binary under test: `$AIRLOCK_BIN`, or `target/<profile>/airlock` beside
 /// this test executable (built by `cargo test --workspace`, which builds the `airlock`
@@ -414,126 +420,6 @@ impl Airlock {
     }
 }
 
-/// Runs a program with exactly `env` added to a minimal environment (PATH, HOME), so the
-/// client is configured only by the run's environment.
-pub fn run_client(program: &str, args: &[&str], env: &BTreeMap<String, String>) -> Output {
-    let mut command = Command::new(program);
-    command.args(args).env_clear();
-    for key in ["PATH", "HOME", "LANG"] {
-        if let Some(value) = std::env::var_os(key) {
-            command.env(key, value);
-        }
-    }
-    command.envs(env);
-    command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
-}
-
-/// Runs curl with the run's environment on a blocking thread (so loopback origins in the
-/// test's runtime keep serving).
-pub async fn curl(env: &BTreeMap<String, String>, args: &[&str]) -> CurlResult {
-    let env = env.clone();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        curl_blocking(&env, &args)
-    })
-    .await
-    .expect("curl task")
-}
-
-/// Runs a client program on a blocking thread; see [`run_client`].
-pub async fn run_client_async(
-    program: &str,
-    args: &[&str],
-    env: &BTreeMap<String, String>,
-) -> Output {
-    let env = env.clone();
-    let program = program.to_owned();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run_client(&program, &args, &env)
-    })
-    .await
-    .expect("client task")
-}
-
-/// Runs curl with the run's environment; returns its status code, body and headers from
-/// `-w`/`-D` output.
-pub fn curl_blocking(env: &BTreeMap<String, String>, args: &[&str]) -> CurlResult {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let headers = dir.path().join("headers");
-    let body = dir.path().join("body");
-    let mut all = vec![
-        "-sS",
-        "--max-time",
-        "30",
-        "-D",
-        headers.to_str().expect("utf-8 path"),
-        "-o",
-        body.to_str().expect("utf-8 path"),
-        "-w",
-        "%{http_code}",
-    ];
-    all.extend_from_slice(args);
-    let out = run_client("curl", &all, env);
-    let status: u16 = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    CurlResult {
-        status,
-        body: std::fs::read(&body).unwrap_or_default(),
-        headers: std::fs::read_to_string(&headers).unwrap_or_default(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        success: out.status.success(),
-    }
-}
-
-/// What curl saw.
-#[derive(Debug)]
-pub struct CurlResult {
-    /// The final status code (0 when there was none).
-    pub status: u16,
-    /// The final response body.
-    pub body: Vec<u8>,
-    /// Every response head curl received (CONNECT's included), raw.
-    pub headers: String,
-    /// curl's stderr.
-    pub stderr: String,
-    /// curl exited 0.
-    pub success: bool,
-}
-
-impl CurlResult {
-    /// The body as JSON.
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "body is not JSON ({e}): {}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-
-    /// The value of `name` in the last response head (case-insensitive).
-    pub fn header(&self, name: &str) -> Option<String> {
-        let last = self
-            .headers
-            .split("\r\n\r\n")
-            .filter(|h| !h.trim().is_empty())
-            .last()?;
-        last.lines().find_map(|line| {
-            let (n, v) = line.split_once(':')?;
-            n.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_owned())
-        })
-    }
-}
-
 /// Polls `check` every 20 ms until it is true or `timeout` passes.
 pub async fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -564,46 +450,6 @@ where
     }
 }
 
-/// An origin that answers every request with `200 {"ok":true}` and records it.
-pub async fn ok_origin(ca: &OriginCa) -> Origin {
-    Origin::start(
-        Some(ca),
-        std::sync::Arc::new(|_req: &Received| Reply::json(200, &serde_json::json!({"ok": true}))),
-    )
-    .await
-    .expect("origin starts")
-}
-
-/// An origin that answers every request with `status` and the text `body`, and records
-/// it; HTTPS with a certificate from `ca`, or plain HTTP with `None`.
-pub async fn text_origin(ca: Option<&OriginCa>, status: u16, body: &'static str) -> Origin {
-    Origin::start(
-        ca,
-        std::sync::Arc::new(move |_req: &Received| Reply::text(status, body)),
-    )
-    .await
-    .expect("origin starts")
-}
-
-/// Like [`text_origin`], each answer sent only after `delay`.
-pub async fn slow_text_origin(
-    ca: Option<&OriginCa>,
-    status: u16,
-    body: &'static str,
-    delay: Duration,
-) -> Origin {
-    Origin::start(
-        ca,
-        std::sync::Arc::new(move |_req: &Received| {
-            let mut reply = Reply::text(status, body);
-            reply.delay = Some(delay);
-            reply
-        }),
-    )
-    .await
-    .expect("origin starts")
-}
-
 /// The `state` of each effect in a commit report, in order.
 pub fn effect_states(report: &Value) -> Vec<Value> {
     report["effects"]
@@ -612,72 +458,6 @@ pub fn effect_states(report: &Value) -> Vec<Value> {
         .iter()
         .map(|e| e["state"].clone())
         .collect()
-}
-
-/// Opens a CONNECT tunnel through airlock to `authority` with `run`'s credentials and
-/// returns the raw stream once airlock answered 200 (panics otherwise).
-pub async fn connect_tunnel(
-    proxy: &str,
-    run: &str,
-    token: &str,
-    authority: &str,
-) -> tokio::net::TcpStream {
-    use base64::Engine as _;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(proxy)
-        .await
-        .expect("connect to airlock");
-    let credentials = base64::engine::general_purpose::STANDARD.encode(format!("{run}:{token}"));
-    stream
-        .write_all(
-            format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: Basic {credentials}\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .expect("send CONNECT");
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        stream
-            .read_exact(&mut byte)
-            .await
-            .expect("read the CONNECT answer");
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "CONNECT refused: {}",
-        String::from_utf8_lossy(&head)
-    );
-    stream
-}
-
-/// A TLS connector that trusts only the CA in `ca_pem` (airlock's) and offers `alpn`.
-pub fn tls_trusting(ca_pem: &str, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
-    use base64::Engine as _;
-    let mut roots = rustls::RootCertStore::empty();
-    let mut current = String::new();
-    for line in ca_pem.lines() {
-        match line.trim() {
-            "-----BEGIN CERTIFICATE-----" => current.clear(),
-            "-----END CERTIFICATE-----" => {
-                let der = base64::engine::general_purpose::STANDARD
-                    .decode(&current)
-                    .expect("PEM base64");
-                roots.add(der.into()).expect("a usable CA certificate");
-            }
-            other => current.push_str(other),
-        }
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("TLS versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
 }
 
 pub use airlock_origin::TEST_HOST;

@@ -4,36 +4,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
-use crate::model::now_ms;
 use crate::Ledger;
 
-fn read(run: &RunId, url: &str) -> Read {
-    Read {
-        run_id: run.clone(),
-        seq: 0,
-        method: "GET".into(),
-        url: url.into(),
-        status: Some(200),
-        request_bytes: 0,
-        response_bytes: 2,
-        response_digest: None,
-        rule: Some("pass".into()),
-        created_at_ms: now_ms(),
-        error: None,
-        audit: Vec::new(),
-        labels: Vec::new(),
-    }
-}
-
-fn content(seq: u64) -> ReadContent {
-    ReadContent {
-        seq,
-        notable: Vec::new(),
-        fingerprints: 2,
-        truncated: false,
-        skipped: None,
-    }
-}
+use super::tests::{content, read};
 
 /// `error: cause`, to say which check failed.
 fn chain(error: &crate::LedgerError) -> String {

@@ -4,33 +4,16 @@
 use std::io::Write as _;
 
 use super::*;
-use crate::model::now_ms;
 use crate::sled_store::{encode, index_key};
 use crate::Ledger;
 
-fn read(run: &RunId, url: &str) -> Read {
-    Read {
-        run_id: run.clone(),
-        seq: 0,
-        method: "GET".into(),
-        url: url.into(),
-        status: Some(200),
-        request_bytes: 0,
-        response_bytes: 2,
-        response_digest: None,
-        rule: Some("pass".into()),
-        created_at_ms: now_ms(),
-        error: None,
-        audit: Vec::new(),
-        labels: Vec::new(),
-    }
-}
+pub(super) use crate::conformance::contracts::new_read as read;
 
 fn urls(reads: &[Read]) -> Vec<(u64, String)> {
     reads.iter().map(|r| (r.seq, r.url.clone())).collect()
 }
 
-fn content(seq: u64) -> ReadContent {
+pub(super) fn content(seq: u64) -> ReadContent {
     ReadContent {
         seq,
         notable: Vec::new(),
