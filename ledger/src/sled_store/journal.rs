@@ -19,7 +19,7 @@ impl Ledger {
 
     /// Journals several reads at once and returns them, in the order given, with their
     /// sequence numbers. The reads of one run get consecutive numbers and are appended to
-    /// the run's read log as one record ([`read_log`](super::read_log)): one `write(2)` per
+    /// the run's read log as one record (`sled_store/read_log.rs`): one `write(2)` per
     /// run and batch, outside sled. Not flushed on its own (reads are lineage, not
     /// promises to a client): a killed process loses none, and the next durable write's
     /// flush makes them durable too.

@@ -57,7 +57,7 @@ impl Ledger {
     }
 
     /// Stores the analysis of read `seq`'s response: its winnowed fingerprints (sorted) and
-    /// notable values, appended to the run's analysis log ([`super::read_log`]), not flushed on
+    /// notable values, appended to the run's analysis log (`sled_store/read_log.rs`), not flushed on
     /// its own (like the reads).
     ///
     /// Errors: [`crate::LedgerError::Storage`] with the read log's I/O error.

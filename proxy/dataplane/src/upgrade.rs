@@ -3,7 +3,7 @@
 //! that carries one would be staged); a passed handshake is relayed to the origin over
 //! HTTP/1.1 with its `Upgrade` headers, and after `101 Switching Protocols` the origin's
 //! bytes flow to the client unchanged while the client's messages are searched on their
-//! way ([`frames`]). An upgrade cannot be staged: a stage rule that matches one is
+//! way (`upgrade/frames.rs`). An upgrade cannot be staged: a stage rule that matches one is
 //! answered 403.
 
 mod frames;

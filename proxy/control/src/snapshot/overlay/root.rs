@@ -291,7 +291,7 @@ pub(in crate::snapshot) fn plan_of(
 
 /// The plan of this machine's mounts for `workspace`, as this process sees them.
 ///
-/// Errors: [`SnapshotError::Io`] when mountinfo cannot be read; [`plan_of`]'s.
+/// Errors: [`SnapshotError::Io`] when mountinfo cannot be read; those of `plan_of`.
 pub fn plan(workspace: &Path) -> Result<RootPlan, SnapshotError> {
     let path = Path::new("/proc/self/mountinfo");
     let text = std::fs::read_to_string(path).map_err(io("cannot read", path))?;
