@@ -418,7 +418,7 @@ pub fn raise_fd_limit(max_connections: usize) -> Option<u64> {
                 max_connections,
                 needed,
                 "--max-connections could need more file descriptors than the open-file limit \
-                 allows (2 a connection plus 64): past it accepts and origin dials fail; \
+                 allows (2 a connection plus 128 for listeners and the ledger): past it accepts and origin dials fail; \
                  raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) or lower \
                  --max-connections"
             );
