@@ -163,27 +163,6 @@ fn decode_body<'a>(
     (std::borrow::Cow::Borrowed(input), "")
 }
 
-/// Every text a body can be read as, for finding a value in it whatever the encoding: the
-/// raw text, gzip-decoded, percent-decoded, and each base64 run decoded (bounded as
-/// [`analyze`] is).
-pub fn decoded_texts(body: &[u8], content_encoding: Option<&str>) -> Vec<String> {
-    let mut scratch = Analysis::default();
-    let (input, _) = decode_body(body, content_encoding, &mut scratch);
-    let mut out = vec![String::from_utf8_lossy(body).into_owned()];
-    let text = String::from_utf8_lossy(&input).into_owned();
-    let percent = percent_decode(&text);
-    for candidate in [&text, &percent] {
-        for run in base64_runs(candidate) {
-            if let Some(decoded) = decode_base64(run) {
-                out.push(String::from_utf8_lossy(&decoded).into_owned());
-            }
-        }
-    }
-    out.push(percent);
-    out.push(text);
-    out
-}
-
 /// Most views of one body (every decoding, part and object is a view).
 pub const MAX_VIEWS: usize = 512;
 /// Deepest nesting of decodings and containers followed (base64 in a multipart part in a

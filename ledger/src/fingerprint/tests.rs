@@ -148,7 +148,7 @@ fn base64_in_form_and_query_values_is_decoded() {
 }
 
 #[test]
-fn decoded_texts_reveal_values_under_encodings() {
+fn readings_of_a_body_reveal_values_under_encodings() {
     use std::io::Write as _;
     let secret = "ph_abcdefghijkmnopqrstuvwx";
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -156,12 +156,14 @@ fn decoded_texts_reveal_values_under_encodings() {
         .write_all(format!("{{\"ref\": \"{secret}\"}}").as_bytes())
         .expect("gzip");
     let gz = encoder.finish().expect("gzip");
-    assert!(decoded_texts(&gz, Some("gzip"))
+    assert!(super::readings::body(&gz, Some("gzip"))
+        .texts
         .iter()
         .any(|t| t.contains(secret)));
     let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{{\"ref\":\"{secret}\"}}"));
     let body = format!("{{\"blob\":\"{b64}\"}}");
-    assert!(decoded_texts(body.as_bytes(), None)
+    assert!(super::readings::body(body.as_bytes(), None)
+        .texts
         .iter()
         .any(|t| t.contains(secret)));
 }
