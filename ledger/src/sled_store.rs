@@ -162,6 +162,16 @@ impl<T> OrStorage<T> for std::result::Result<T, sled::Error> {
     }
 }
 
+/// Winnowed fingerprints stored as little-endian u64s (the `read_hashes` tree's values and
+/// the read log's analyses); a trailing partial u64 is ignored.
+fn fingerprints_of(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .filter_map(|c| <[u8; 8]>::try_from(c).ok())
+        .map(u64::from_le_bytes)
+        .collect()
+}
+
 /// A read log result as the ledger's: a damaged or unparsable record is
 /// [`LedgerError::Corrupt`] under key `reads/RUN` (one run's journal is unreadable, the
 /// store is not at fault), any other I/O error [`LedgerError::Storage`].

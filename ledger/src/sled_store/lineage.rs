@@ -88,13 +88,7 @@ impl Ledger {
                 .read_hashes
                 .get(&key)
                 .or_storage()?
-                .map(|bytes| {
-                    bytes
-                        .chunks_exact(8)
-                        .filter_map(|c| <[u8; 8]>::try_from(c).ok())
-                        .map(u64::from_le_bytes)
-                        .collect()
-                })
+                .map(|bytes| super::fingerprints_of(&bytes))
                 .unwrap_or_default();
             out.push((content, hashes));
         }

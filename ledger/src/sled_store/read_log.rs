@@ -43,7 +43,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
+use std::io::{self, Write as _};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -100,12 +100,12 @@ struct RunFile {
     dirty: bool,
 }
 
-/// One record as read back.
-struct Record {
+/// One record as read back, its payload borrowed from the bytes read.
+struct Record<'a> {
     kind: u8,
     last_seq: u64,
     count: u32,
-    payload: Vec<u8>,
+    payload: &'a [u8],
 }
 
 impl ReadLog {
@@ -238,12 +238,12 @@ impl ReadLog {
             std::fs::create_dir_all(&self.dir)?;
             let path = self.path(run);
             let existed = path.exists();
-            let mut file = OpenOptions::new()
+            let file = OpenOptions::new()
                 .read(true)
                 .append(true)
                 .create(true)
                 .open(&path)?;
-            let (len, last) = recover_tail(&mut file)?;
+            let (len, last) = recover_tail(&file)?;
             let last_seq = last.unwrap_or(0).max(self.old_counter(run)?);
             state.dir_dirty |= !existed;
             state.runs.insert(
@@ -262,8 +262,13 @@ impl ReadLog {
             .ok_or_else(|| io::Error::other("read log entry vanished under its lock"))
     }
 
-    /// Whole records of `run`'s file, in the order written (none when it has no file).
-    fn records(&self, run: &RunId) -> io::Result<Vec<Record>> {
+    /// `f` of the whole records of `run`'s file, in the order written (none when it has
+    /// no file).
+    fn with_records<T>(
+        &self,
+        run: &RunId,
+        f: impl FnOnce(Vec<Record<'_>>) -> io::Result<T>,
+    ) -> io::Result<T> {
         let path = self.path(run);
         // An open run's readers stop at its last whole record, which a writer may be
         // appending after; a file not open here has no writer (and its tail is checked).
@@ -273,7 +278,7 @@ impl ReadLog {
                 Some(entry) => (Arc::clone(&entry.file), entry.len),
                 None => {
                     if !path.exists() {
-                        return Ok(Vec::new());
+                        return f(Vec::new());
                     }
                     let entry = self.open(&mut state, run)?;
                     (Arc::clone(&entry.file), entry.len)
@@ -303,22 +308,22 @@ impl ReadLog {
                 }
             }
         }
-        Ok(out)
+        f(out)
     }
 
     /// `run`'s reads in the file, in order.
     ///
     /// Errors: an I/O error, or `InvalidData` for a damaged record or one that does not parse.
     pub(super) fn reads(&self, run: &RunId) -> io::Result<Vec<Read>> {
-        let mut out = Vec::new();
-        for record in self.records(run)? {
-            if record.kind == KIND_READS {
-                let batch: Vec<Read> = serde_json::from_slice(&record.payload)
+        self.with_records(run, |records| {
+            let mut out = Vec::new();
+            for record in records.iter().filter(|r| r.kind == KIND_READS) {
+                let batch: Vec<Read> = serde_json::from_slice(record.payload)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                 out.extend(batch);
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// How many reads `run`'s file holds, from its record headers.
@@ -327,37 +332,33 @@ impl ReadLog {
     pub(super) fn read_count(&self, run: &RunId) -> io::Result<u64> {
         // Summed record by record: numbers cut off with a torn tail are never reused, so
         // they may leave a gap.
-        Ok(self
-            .records(run)?
-            .iter()
-            .filter(|r| r.kind == KIND_READS)
-            .map(|r| u64::from(r.count))
-            .sum())
+        self.with_records(run, |records| {
+            Ok(records
+                .iter()
+                .filter(|r| r.kind == KIND_READS)
+                .map(|r| u64::from(r.count))
+                .sum())
+        })
     }
 
     /// `run`'s read analyses in the file with their fingerprints, in the order written.
     ///
     /// Errors: as [`ReadLog::reads`].
     pub(super) fn contents(&self, run: &RunId) -> io::Result<Vec<(ReadContent, Vec<u64>)>> {
-        let mut out = Vec::new();
-        for record in self.records(run)? {
-            if record.kind != KIND_CONTENT {
-                continue;
+        self.with_records(run, |records| {
+            let mut out = Vec::new();
+            for record in records.iter().filter(|r| r.kind == KIND_CONTENT) {
+                let bad =
+                    || io::Error::new(io::ErrorKind::InvalidData, "a read analysis is cut short");
+                let (len, rest) = record.payload.split_at_checked(4).ok_or_else(bad)?;
+                let len = u32::from_le_bytes(len.try_into().map_err(|_| bad())?) as usize;
+                let (json, hashes) = rest.split_at_checked(len).ok_or_else(bad)?;
+                let content: ReadContent = serde_json::from_slice(json)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                out.push((content, super::fingerprints_of(hashes)));
             }
-            let bad = || io::Error::new(io::ErrorKind::InvalidData, "a read analysis is cut short");
-            let (len, rest) = record.payload.split_at_checked(4).ok_or_else(bad)?;
-            let len = u32::from_le_bytes(len.try_into().map_err(|_| bad())?) as usize;
-            let (json, hashes) = rest.split_at_checked(len).ok_or_else(bad)?;
-            let content: ReadContent = serde_json::from_slice(json)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            let hashes = hashes
-                .chunks_exact(8)
-                .filter_map(|c| <[u8; 8]>::try_from(c).ok())
-                .map(u64::from_le_bytes)
-                .collect();
-            out.push((content, hashes));
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Bytes of every run's file (0 before the first read).
@@ -477,7 +478,7 @@ fn write_record(
 
 /// Parses the record at the start of `bytes`: the record and its length, or `None` when
 /// it is cut short or fails its CRC.
-fn parse_record(bytes: &[u8]) -> Option<(Record, usize)> {
+fn parse_record(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
     let header = bytes.get(..HEADER)?;
     let kind = header[0];
     let last_seq = u64::from_le_bytes(header[1..9].try_into().ok()?);
@@ -493,36 +494,30 @@ fn parse_record(bytes: &[u8]) -> Option<(Record, usize)> {
     let whole = hasher.finalize() == crc
         && u32::from_le_bytes(trailer.try_into().ok()?) as usize == total
         && matches!(kind, KIND_READS | KIND_CONTENT);
-    whole.then(|| {
-        (
-            Record {
-                kind,
-                last_seq,
-                count,
-                payload: payload.to_vec(),
-            },
-            total,
-        )
-    })
+    let record = Record {
+        kind,
+        last_seq,
+        count,
+        payload,
+    };
+    whole.then_some((record, total))
 }
 
 /// Checks `file`'s last record (found by its trailer); when it is not whole, scans from the
 /// start and cuts the file after the last whole record. Returns the length of whole
 /// records and the last record's sequence number (`None` for an empty file).
-fn recover_tail(file: &mut File) -> io::Result<(u64, Option<u64>)> {
+fn recover_tail(file: &File) -> io::Result<(u64, Option<u64>)> {
     let len = file.metadata()?.len();
     if len == 0 {
         return Ok((0, None));
     }
     if len >= (HEADER + TRAILER) as u64 {
         let mut trailer = [0u8; TRAILER];
-        file.seek(SeekFrom::Start(len - TRAILER as u64))?;
-        file.read_exact(&mut trailer)?;
+        file.read_exact_at(&mut trailer, len - TRAILER as u64)?;
         let total = u64::from(u32::from_le_bytes(trailer));
         if total >= (HEADER + TRAILER) as u64 && total <= len {
             let mut bytes = vec![0u8; total as usize];
-            file.seek(SeekFrom::Start(len - total))?;
-            file.read_exact(&mut bytes)?;
+            file.read_exact_at(&mut bytes, len - total)?;
             if let Some((record, used)) = parse_record(&bytes) {
                 if used as u64 == total {
                     return Ok((len, Some(record.last_seq)));
@@ -531,9 +526,8 @@ fn recover_tail(file: &mut File) -> io::Result<(u64, Option<u64>)> {
         }
     }
     // The tail is torn: keep the whole records before it.
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.seek(SeekFrom::Start(0))?;
-    file.read_to_end(&mut bytes)?;
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, 0)?;
     let (mut at, mut last) = (0usize, None);
     while let Some((record, used)) = parse_record(&bytes[at..]) {
         at += used;
