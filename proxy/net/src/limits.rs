@@ -417,8 +417,10 @@ pub fn raise_fd_limit(max_connections: usize) -> Option<u64> {
                 open_file_limit = limit,
                 max_connections,
                 needed,
+                per_connection = FDS_PER_CONNECTION,
+                reserved = FDS_RESERVED,
                 "--max-connections could need more file descriptors than the open-file limit \
-                 allows (2 a connection plus 128 for listeners and the ledger): past it accepts and origin dials fail; \
+                 allows (per_connection a connection plus reserved for listeners and the ledger): past it accepts and origin dials fail; \
                  raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) or lower \
                  --max-connections"
             );
