@@ -164,14 +164,21 @@ pub(super) fn split(url: &str) -> (String, Option<String>, Option<String>) {
         }
         _ => false,
     };
-    let rest = match ["postgres://", "postgresql://"]
+    let rest = walk(url, &mut take);
+    (rest, mode, root)
+}
+
+/// Walks `url`'s parameters in whichever form it is written (a `postgres://` or
+/// `postgresql://` URL, or `key=value` pairs), calling `take` with each; returns `url`
+/// without those `take` answered `true` for.
+fn walk(url: &str, take: &mut impl FnMut(&str, Cow<'_, str>) -> bool) -> String {
+    match ["postgres://", "postgresql://"]
         .iter()
         .find_map(|prefix| url.strip_prefix(prefix).map(|rest| (prefix, rest)))
     {
-        Some((prefix, rest)) => split_url(prefix, rest, &mut take),
-        None => split_keywords(url, &mut take),
-    };
-    (rest, mode, root)
+        Some((prefix, rest)) => split_url(prefix, rest, take),
+        None => split_keywords(url, take),
+    }
 }
 
 /// libpq's client-certificate parameters, which this store does not support.
@@ -188,13 +195,7 @@ pub(super) fn client_certificate_parameter(url: &str) -> Option<&'static str> {
         }
         false
     };
-    match ["postgres://", "postgresql://"]
-        .iter()
-        .find_map(|prefix| url.strip_prefix(prefix).map(|rest| (prefix, rest)))
-    {
-        Some((prefix, rest)) => drop(split_url(prefix, rest, &mut look)),
-        None => drop(split_keywords(url, &mut look)),
-    }
+    walk(url, &mut look);
     found
 }
 
