@@ -165,9 +165,18 @@ pub fn request<'h>(
         out.extend(&format!("header:{name}"), header_value(value));
     }
     if let Some((bytes, encoding)) = body {
-        out.extend("body", self::body(bytes, encoding));
+        out.add_body(bytes, encoding);
     }
     out
+}
+
+impl RequestReadings {
+    /// Adds the texts of the request's body, `bytes` with `content_encoding`, as
+    /// [`request`] does when given it (so a caller that searched the head first does not
+    /// read it again).
+    pub fn add_body(&mut self, bytes: &[u8], content_encoding: Option<&str>) {
+        self.extend("body", body(bytes, content_encoding));
+    }
 }
 
 /// Adds `text` and what it decodes to.

@@ -299,6 +299,31 @@ pub fn apply_release(
     }
 }
 
+/// Every text the request's URL, header names and values and (when given) `body` read as
+/// ([`airlock_ledger::fingerprint::readings::request`]; the body with the request's
+/// `Content-Encoding`): what both placeholder searches read.
+pub(crate) fn request_readings(
+    parts: &Parts,
+    body: Option<&[u8]>,
+) -> airlock_ledger::fingerprint::readings::RequestReadings {
+    airlock_ledger::fingerprint::readings::request(
+        &parts.uri.to_string(),
+        parts
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_bytes())),
+        body.map(|b| (b, content_encoding(parts))),
+    )
+}
+
+/// The request's `Content-Encoding`, when it is text.
+pub(crate) fn content_encoding(parts: &Parts) -> Option<&str> {
+    parts
+        .headers
+        .get(http::header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+}
+
 /// The credential (with `placeholder = true`, not bound to `host`) whose run placeholder
 /// `parts` (URL, header names and values) or `body` (when given) carry, if any: raw, in
 /// any casing, or in any encoding the origin may decode — the readings of
@@ -317,18 +342,7 @@ pub fn find_off_host<'p>(
         .filter(|c| c.placeholder() && !c.binds_host(host))
         .peekable();
     candidates.peek()?;
-    let encoding = parts
-        .headers
-        .get(http::header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok());
-    let readings = airlock_ledger::fingerprint::readings::request(
-        &parts.uri.to_string(),
-        parts
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_bytes())),
-        body.map(|b| (b, encoding)),
-    );
+    let readings = request_readings(parts, body);
     let texts = readings.texts.iter().map(|(_, t)| t.as_str());
     find_off_host_in(
         policy,

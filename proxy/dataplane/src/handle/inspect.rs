@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use airlock_ledger::fingerprint::readings::RequestReadings;
 use airlock_ledger::{Dependency, IssuedPlaceholder, RunId};
 use bytes::Bytes;
 use http::request::Parts;
@@ -43,14 +44,17 @@ pub(super) async fn inspect_pass_body(
         plane, run, url, ..
     } = ctx;
     let body = search_pass_body(plane, run, &ctx.target, parts, body).await?;
-    // Only a shared store reads the answer: the sled pass path scans nothing for it.
-    let may_carry =
-        plane.ledger.placeholders_shared() && (has_body(parts) || head_may_carry(parts));
+    // Only a shared store reads the answer: the sled pass path scans nothing for it. The
+    // head's readings are taken once, when something searches them.
+    let mut head = None;
+    let may_carry = plane.ledger.placeholders_shared()
+        && (has_body(parts) || carries_shape(head.insert(head_readings(parts))));
     let issued = issued_placeholders(plane, run, may_carry).await?;
     if issued.is_empty() {
         return Ok(Inspected::Forward(body));
     }
-    let (mut depends_on, _) = find_dependencies(&issued, parts, None);
+    let mut readings = head.unwrap_or_else(|| head_readings(parts));
+    let (mut depends_on, _) = find_dependencies(&issued, &readings);
     if !depends_on.is_empty() && !has_body(parts) {
         // Read-your-staged-writes: the adapter of the staged effect may answer
         // from staged state (docs/adapters.md).
@@ -83,7 +87,8 @@ pub(super) async fn inspect_pass_body(
             ProxyError::BodyTooLarge { limit } => unsearchable(limit, "it grew past"),
             other => other,
         })?;
-    let (found, cut) = find_dependencies(&issued, parts, Some(&body));
+    readings.add_body(&body, crate::credentials::content_encoding(parts));
+    let (found, cut) = find_dependencies(&issued, &readings);
     depends_on = found;
     if depends_on.is_empty() {
         if cut {
@@ -131,9 +136,11 @@ pub(super) async fn inspect_stage_body(
         plane, run, target, ..
     } = ctx;
     let body = read_bounded(plane, parts, body).await?;
-    // Only a shared store reads the answer (and the body's decodings cost CPU).
+    // Only a shared store reads the answer (and the body's decodings cost CPU): the
+    // request's readings are taken once, when something searches them.
+    let mut readings = None;
     let may_carry = plane.ledger.placeholders_shared()
-        && (head_may_carry(parts) || body_may_carry(parts, &body));
+        && carries_shape(readings.insert(crate::credentials::request_readings(parts, Some(&body))));
     let issued = issued_placeholders(plane, run, may_carry).await?;
     if let Some(credential) =
         crate::credentials::find_off_host(policy, run, &target.host, parts, Some(&body))
@@ -146,8 +153,13 @@ pub(super) async fn inspect_stage_body(
             credential,
         ));
     }
-    let (depends_on, cut) = find_dependencies(&issued, parts, Some(&body));
-    if cut && !issued.is_empty() {
+    if issued.is_empty() {
+        return Ok((body, Vec::new()));
+    }
+    let readings =
+        readings.unwrap_or_else(|| crate::credentials::request_readings(parts, Some(&body)));
+    let (depends_on, cut) = find_dependencies(&issued, &readings);
+    if cut {
         return Err(undecodable());
     }
     Ok((body, depends_on))
@@ -167,9 +179,15 @@ pub(super) async fn inspect_upgrade(
     let RequestCtx {
         plane, run, url, ..
     } = ctx;
-    let may_carry = plane.ledger.placeholders_shared() && head_may_carry(parts);
+    let mut head = None;
+    let may_carry =
+        plane.ledger.placeholders_shared() && carries_shape(head.insert(head_readings(parts)));
     let issued = issued_placeholders(plane, run, may_carry).await?;
-    let (depends_on, _) = find_dependencies(&issued, parts, None);
+    if issued.is_empty() {
+        return Ok(());
+    }
+    let head = head.unwrap_or_else(|| head_readings(parts));
+    let (depends_on, _) = find_dependencies(&issued, &head);
     let Some(found) = depends_on.first() else {
         return Ok(());
     };
@@ -321,46 +339,19 @@ async fn issued_placeholders(
     Ok(issued)
 }
 
-/// Whether any reading of the request's URL or headers (names, values, and what they
-/// decode to: the texts [`find_dependencies`] searches) has a placeholder's shape.
-fn head_may_carry(parts: &Parts) -> bool {
-    readings(parts, None)
+/// Whether any of `readings` (the texts [`find_dependencies`] searches) has a
+/// placeholder's shape ([`airlock_ledger::rules::may_hold_placeholder`]).
+fn carries_shape(readings: &RequestReadings) -> bool {
+    readings
         .texts
         .iter()
         .any(|(_, text)| airlock_ledger::rules::may_hold_placeholder(text))
 }
 
-/// Whether any reading of the body (raw and every decoding [`find_dependencies`]
-/// searches) has a placeholder's shape.
-fn body_may_carry(parts: &Parts, body: &Bytes) -> bool {
-    let encoding = parts
-        .headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok());
-    airlock_ledger::fingerprint::readings::body(body, encoding)
-        .texts
-        .iter()
-        .any(|text| airlock_ledger::rules::may_hold_placeholder(text))
-}
-
-/// Every text the request's URL, headers and (when given) body read as
-/// ([`airlock_ledger::fingerprint::readings::request`]).
-fn readings(
-    parts: &Parts,
-    body: Option<&Bytes>,
-) -> airlock_ledger::fingerprint::readings::RequestReadings {
-    let encoding = parts
-        .headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok());
-    airlock_ledger::fingerprint::readings::request(
-        &parts.uri.to_string(),
-        parts
-            .headers
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_bytes())),
-        body.map(|b| (b.as_ref(), encoding)),
-    )
+/// Every text the request's URL and headers (names, values, and what they decode to)
+/// read as; [`RequestReadings::add_body`] adds the body's.
+fn head_readings(parts: &Parts) -> RequestReadings {
+    crate::credentials::request_readings(parts, None)
 }
 
 /// [`issued_placeholders`] on a store with one writer: the cache, loaded under its lock so
@@ -399,19 +390,14 @@ fn remember(
     cache.insert(run.clone(), issued.clone());
 }
 
-/// The earlier effects whose placeholders the request carries, in its URL, header names
-/// and values or (when given) body, raw or in any encoding the origin may decode
-/// ([`airlock_ledger::fingerprint::readings`]); and whether a decoding was cut short (the
-/// search did not cover everything). Nothing is read when no placeholder was issued.
+/// The earlier effects whose placeholders the request carries in `readings` (its URL,
+/// header names and values and, when added, body, raw or in any encoding the origin may
+/// decode: [`airlock_ledger::fingerprint::readings`]); and whether a decoding was cut
+/// short (the search did not cover everything).
 fn find_dependencies(
     issued: &[IssuedPlaceholder],
-    parts: &Parts,
-    body: Option<&Bytes>,
+    readings: &RequestReadings,
 ) -> (Vec<Dependency>, bool) {
-    if issued.is_empty() {
-        return (Vec::new(), false);
-    }
-    let readings = readings(parts, body);
     let mut out: Vec<Dependency> = Vec::new();
     for (place, text) in &readings.texts {
         for placeholder in find_placeholders(issued, text) {
