@@ -466,11 +466,7 @@ fn run_reads(ledger: &dyn Store, seen: &mut Seen, jobs: Vec<Job>) {
 
 /// The BLAKE3 digest of a body held as frames (a read's `response_digest`).
 fn digest_of(body: &[Bytes]) -> airlock_ledger::Digest {
-    let mut hasher = blake3::Hasher::new();
-    for frame in body {
-        hasher.update(frame);
-    }
-    airlock_ledger::Digest::from_blake3(hasher.finalize().as_bytes())
+    airlock_ledger::Digest::from_blake3(&airlock_net::digest::of_frames(body))
 }
 
 /// Analyses one journaled read's captured body and headers.

@@ -38,7 +38,7 @@ pub struct Metered {
 pub struct MeteredBody<B: Body> {
     inner: B,
     bytes: u64,
-    hasher: Option<Box<blake3::Hasher>>,
+    hasher: Option<Box<crate::digest::BodyHasher>>,
     captured: Vec<Bytes>,
     capture_room: usize,
     capture_truncated: bool,
@@ -55,7 +55,7 @@ impl<B: Body> MeteredBody<B> {
         Self {
             inner,
             bytes: 0,
-            hasher: hash.then(|| Box::new(blake3::Hasher::new())),
+            hasher: hash.then(|| Box::new(crate::digest::BodyHasher::new())),
             captured: Vec::new(),
             capture_room: 0,
             capture_truncated: false,
@@ -85,7 +85,7 @@ impl<B: Body> MeteredBody<B> {
             let deferred = self.defer_hash && !self.hashed_captured;
             let (blake3, hash_deferred) = match (&error, self.hasher.take()) {
                 (None, Some(_)) if deferred => (None, true),
-                (None, Some(hasher)) => (Some(*hasher.finalize().as_bytes()), false),
+                (None, Some(hasher)) => (Some(hasher.finalize()), false),
                 _ => (None, false),
             };
             done(Metered {

@@ -12,6 +12,10 @@ pub(crate) struct Sample {
     pub(crate) result: LoadResult,
     pub(crate) cpu_per_request_us: Option<f64>,
     pub(crate) peak_rss_kib: Option<u64>,
+    /// The proxy's file-backed resident memory at the round's end (`RssFile`: its
+    /// executable's and libraries' pages mapped from the page cache; clean, shared and
+    /// reclaimable, unlike the heap), KiB.
+    pub(crate) rss_file_kib: Option<u64>,
     /// CPU the whole machine spent per request in the window (load generator, origin,
     /// proxy and kernel), in microseconds.
     pub(crate) machine_us: f64,
@@ -83,6 +87,7 @@ pub(crate) async fn measure(
         result,
         cpu_per_request_us,
         peak_rss_kib: pid.and_then(|pid| status_kib(pid, "VmHWM")),
+        rss_file_kib: pid.and_then(|pid| status_kib(pid, "RssFile")),
         machine_us,
         machine_busy,
         deferred_us: None,
@@ -121,6 +126,8 @@ pub(crate) struct Summary {
     /// Median CPU per request including deferred work; true when every round drained.
     pub(crate) cpu_total_us: Option<(f64, bool)>,
     pub(crate) peak_rss_mib: Option<f64>,
+    /// The largest file-backed part of the proxy's RSS at a round's end, MiB.
+    pub(crate) rss_file_mib: Option<f64>,
     /// Median share of the proxy's CPU spent by its lineage thread (0..=1), with its spread.
     pub(crate) lineage_share: Option<(f64, f64)>,
     /// Median CPU of the whole machine per request, µs, with its spread.
@@ -159,6 +166,11 @@ pub(crate) fn summarise(name: &str, samples: &[Sample]) -> Summary {
         peak_rss_mib: samples
             .iter()
             .filter_map(|s| s.peak_rss_kib)
+            .max()
+            .map(|k| k as f64 / 1024.0),
+        rss_file_mib: samples
+            .iter()
+            .filter_map(|s| s.rss_file_kib)
             .max()
             .map(|k| k as f64 / 1024.0),
         machine_us: collect(&|s| s.machine_us),
@@ -207,17 +219,18 @@ fn print_budget(direct: &Summary, airlock: &Summary) {
 
 pub(crate) fn print_table(workload: &str, summaries: &[Summary]) {
     println!("\n### {workload}\n");
-    println!("| contestant | req/s (spread) | p50 ms (spread) | p99 ms (spread) | proxy CPU µs/req (spread) | incl. deferred | machine CPU µs/req (spread) | proxy peak RSS MiB | errors |");
+    println!("| contestant | req/s (spread) | p50 ms (spread) | p99 ms (spread) | proxy CPU µs/req (spread) | incl. deferred | machine CPU µs/req (spread) | proxy peak RSS MiB (file-backed) | errors |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for s in summaries {
         let cpu = s
             .cpu_us
             .map(|(m, sp)| format!("{m:.1} (±{:.0}%)", sp / 2.0))
             .unwrap_or("–".into());
-        let rss = s
-            .peak_rss_mib
-            .map(|m| format!("{m:.1}"))
-            .unwrap_or("–".into());
+        let rss = match (s.peak_rss_mib, s.rss_file_mib) {
+            (Some(m), Some(file)) => format!("{m:.1} ({file:.1})"),
+            (Some(m), None) => format!("{m:.1}"),
+            _ => "–".into(),
+        };
         let total = s
             .cpu_total_us
             .map(|(m, drained)| format!("{}{m:.1}", if drained { "" } else { "≥" }))
