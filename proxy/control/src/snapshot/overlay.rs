@@ -171,6 +171,13 @@ impl Layout {
     }
 
     /// Takes the lock exclusively for `doing`: refused while a step's mount is live.
+    ///
+    /// A step's shared lock can outlive its mount for a moment: a child that another
+    /// thread of this process spawns meanwhile holds a copy of the descriptor, and with it
+    /// the lock (`flock(2)`: locks belong to the open file description), from its fork
+    /// until its `exec` closes the copy; on a loaded machine the child may wait to run in
+    /// between. So a refusal is retried for up to [`LOCK_GRACE`] before it is reported; a
+    /// live step holds the lock for its whole run and is still refused.
     fn exclusive(&self, doing: &str) -> Result<std::fs::File, SnapshotError> {
         let path = self.lock_path();
         let file = std::fs::OpenOptions::new()
@@ -179,19 +186,26 @@ impl Layout {
             .write(true)
             .open(&path)
             .map_err(io("cannot open the overlay lock", &path))?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
-            |_| {
-                SnapshotError::Unsupported(format!(
+        let deadline = std::time::Instant::now() + LOCK_GRACE;
+        while rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .is_err()
+        {
+            if std::time::Instant::now() >= deadline {
+                return Err(SnapshotError::Unsupported(format!(
                     "cannot {doing} while a step of the run is running on its overlay: the \
                      overlay driver freezes and drops upper directories, which it cannot do \
                      under a live mount; take savepoints and roll back between steps, or use \
                      --snapshot dir"
-                ))
-            },
-        )?;
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         Ok(file)
     }
 }
+
+/// How long [`Layout::exclusive`] retries a refused lock before it reports a live step.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn unsupported(why: String) -> SnapshotError {
     SnapshotError::Unsupported(format!(

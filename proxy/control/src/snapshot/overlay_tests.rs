@@ -380,6 +380,35 @@ fn overlay_savepoint_and_rollback_are_refused_under_a_live_mount() {
     fx.take().expect("a savepoint once the step ended");
 }
 
+#[test]
+fn overlay_savepoint_after_a_step_is_not_refused_for_a_child_another_thread_spawned() {
+    // Another thread spawns children all along: each holds a copy of every descriptor,
+    // the step's lock among them, from its fork to its exec.
+    let fx = Fx::new();
+    fx.take().expect("take an overlay snapshot");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = Command::new("true").status();
+            }
+        })
+    };
+    let mut outcome = Ok(());
+    for round in 0..30 {
+        let state = fx.store().overlay_state("run_o");
+        drop(StepMount::prepare(&state, &fx.ws).expect("prepare the mount"));
+        if let Err(error) = fx.take() {
+            outcome = Err(format!("savepoint {round}: {error}"));
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spawner.join().expect("the spawner");
+    outcome.expect("every savepoint between steps is taken");
+}
+
 /// Held by every test that mounts in the test process's own namespace or reads its
 /// mount table (`--scope root` plans every mount), so neither sees the other's mount
 /// come and go.
