@@ -72,9 +72,9 @@ impl Ledger {
             .or_storage()
     }
 
-    /// The analyses of `run`'s reads with their fingerprints, in read order: those a data
-    /// directory from before the read log holds in `read_content` and `read_hashes`, and
-    /// the read log's.
+    /// The analyses of `run`'s reads with their fingerprints, in read order, one per read
+    /// (the last stored): those a data directory from before the read log holds in
+    /// `read_content` and `read_hashes`, and the read log's.
     ///
     /// Errors: [`crate::LedgerError::Storage`] for an I/O fault,
     /// [`crate::LedgerError::Corrupt`] for a damaged read log record or an old record that
@@ -99,6 +99,12 @@ impl Ledger {
         // The worker stores analyses in read order; a stable sort keeps that when another
         // writer's came in between.
         out.sort_by_key(|(content, _)| content.seq);
+        // A read analysed again (the log is append-only) answers with its last analysis,
+        // as the trait's "replacing an earlier one" says: the old trees come first and the
+        // log in the order it was written, so the last of equal seqs is the newest.
+        out.reverse();
+        out.dedup_by_key(|(content, _)| content.seq);
+        out.reverse();
         Ok(out)
     }
 

@@ -266,3 +266,34 @@ fn more_runs_than_stay_open_are_each_numbered_on() {
         3
     );
 }
+
+#[test]
+fn a_read_analysed_again_answers_with_its_last_analysis_only() {
+    // The conformance model's case 7c03694c: two analyses of one read, then a query.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = RunId::generate();
+    {
+        let ledger = Ledger::open(dir.path()).expect("open");
+        ledger
+            .journal_reads(vec![read(&run, "https://a/1"), read(&run, "https://a/2")])
+            .expect("journal");
+        ledger
+            .store_read_content(&run, &content(1), &[1])
+            .expect("content");
+        ledger
+            .store_read_content(&run, &content(2), &[3])
+            .expect("content");
+        let mut again = content(1);
+        again.fingerprints = 5;
+        ledger
+            .store_read_content(&run, &again, &[4, 6])
+            .expect("the same read analysed again");
+    }
+    let ledger = Ledger::open(dir.path()).expect("reopen");
+    let contents = ledger.read_contents(&run).expect("contents");
+    let seen: Vec<(u64, usize, Vec<u64>)> = contents
+        .into_iter()
+        .map(|(c, prints)| (c.seq, c.fingerprints, prints))
+        .collect();
+    assert_eq!(seen, [(1, 5, vec![4, 6]), (2, 2, vec![3])]);
+}
