@@ -1,11 +1,9 @@
 //! Prints what a response body's BLAKE3 digest costs when the body arrives as frames
 //! (docs/performance.md, "Ninth round"): `blake3::Hasher` fed frame by frame against
-//! [`airlock_net::digest::BodyHasher`], for 64 KiB and 1 MiB bodies split the ways
+//! `airlock_net::digest::BodyHasher` (through `of_frames`), for 64 KiB and 1 MiB bodies split the ways
 //! connections split them: `cargo run --release -p airlock-net --example digest_cost`.
 
 use std::time::Instant;
-
-use airlock_net::digest::BodyHasher;
 
 /// Frame shapes: (name, first frame, later frames). A first frame short of 16 KiB is what
 /// a TLS record that also carried the response head leaves for the body.
@@ -55,13 +53,7 @@ fn main() {
                 }
                 *hasher.finalize().as_bytes()
             });
-            let aligned = time(len, || {
-                let mut hasher = BodyHasher::new();
-                for frame in &frames {
-                    hasher.update(frame);
-                }
-                hasher.finalize()
-            });
+            let aligned = time(len, || airlock_net::digest::of_frames(&frames));
             let gbps = |us: f64| len as f64 / us / 1e3;
             println!(
                 "| {} KiB | {name} | {plain:.1} ({:.2}) | {aligned:.1} ({:.2}) | {:.2}× |",
