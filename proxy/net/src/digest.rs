@@ -6,8 +6,8 @@
 //! or any multiple of that, enables all currently supported SIMD instruction sets"
 //! (<https://docs.rs/blake3/1/blake3/struct.Hasher.html>). Frames off a TLS connection
 //! are oddly sized (a record's plaintext less its framing, whatever a read returned), and
-//! fed one by one they hashed at about half speed (1.4–2.0 against 2.9–3.1 GB/s on the
-//! bench machine, docs/performance.md "Ninth round"). [`BodyHasher`] feeds the hasher
+//! fed one by one they hashed at 0.8–2.0 GB/s against 2.6–3.4 GB/s aligned on the bench
+//! machine (docs/performance.md "Ninth round"). [`BodyHasher`] feeds the hasher
 //! 16 KiB-aligned runs instead, copying only the bytes that straddle a boundary.
 
 /// The run the hasher is fed in: 16 KiB, the size blake3's documentation names.

@@ -63,27 +63,30 @@ fn repository_root() -> PathBuf {
 /// README "Use it") when this benchmark is a release build, else debug.
 fn build_airlock() -> Result<PathBuf, BoxError> {
     let root = repository_root();
-    let release = !cfg!(debug_assertions);
+    // (cargo's profile, the directory under the target directory it builds into)
+    let (profile, dir) = if cfg!(debug_assertions) {
+        ("dev", "debug")
+    } else {
+        ("dist", "dist")
+    };
     let mut command = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()));
-    command
-        .current_dir(&root)
-        .args(["build", "--locked", "-q", "-p", "airlock"]);
-    if release {
-        command.args(["--profile", "dist"]);
-    }
-    eprintln!(
-        "building airlock ({})…",
-        if release { "dist" } else { "debug" }
-    );
+    command.current_dir(&root).args([
+        "build",
+        "--locked",
+        "-q",
+        "-p",
+        "airlock",
+        "--profile",
+        profile,
+    ]);
+    eprintln!("building airlock ({profile})…");
     if !command.status()?.success() {
         return Err("cargo build -p airlock failed".into());
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
-    Ok(target
-        .join(if release { "dist" } else { "debug" })
-        .join("airlock"))
+    Ok(target.join(dir).join("airlock"))
 }
 
 fn quantile_ms(sorted_us: &[u32], q: f64) -> f64 {
