@@ -10,6 +10,7 @@
 
 use crate::{HealingLedger, Ledger, MemoryStore, Store};
 
+pub mod audit;
 pub mod contracts;
 pub mod leases;
 pub mod model;

@@ -12,6 +12,7 @@
 //! (feature `conformance`).
 
 mod approval;
+pub mod audit;
 pub mod change;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
@@ -31,6 +32,7 @@ mod values;
 mod workspace;
 
 pub use approval::{Approval, ApprovalMismatch};
+pub use audit::{AuditEntry, AuditOutcome, AuditPage, NewAuditEntry};
 pub use change::Change;
 pub use denials::{Denial, DENIALS_KEPT_PER_RUN};
 pub use error::{LedgerError, Refused};
@@ -50,8 +52,8 @@ pub use outcome::{Delivery, Idempotency, IdempotencySpec, Settlement};
 pub use postgres::{PgOpenError, PgStore};
 pub use sled_store::{HealingLedger, Ledger, DEFAULT_MIN_FREE_BYTES};
 pub use store::{
-    EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,
-    WorkspaceStore,
+    AuditStore, EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage,
+    RunStore, Store, WorkspaceStore,
 };
 pub use workspace::{
     Changes, Containment, DecisionKind, LeftRunning, Savepoint, StepRecord, WorkspaceDecision,

@@ -20,6 +20,7 @@ use crate::store::{EffectStore, Pruned, RunPage, RunStore, Store};
 use crate::workspace::WorkspaceRecord;
 use crate::{LedgerError, ReleaseOutcome, Result, Settlement, Verdict};
 
+mod audit;
 mod journal;
 mod leases;
 mod outcomes;
@@ -61,6 +62,8 @@ struct State {
     in_flight: BTreeSet<EffectId>,
     /// Each run's release lease (the newest one; kept after it expires, for its token).
     leases: HashMap<RunId, crate::Lease>,
+    /// The audit log in `seq` order (entry `i` has `seq` `i + 1`).
+    audit: Vec<crate::AuditEntry>,
 }
 
 impl State {

@@ -42,6 +42,7 @@ use crate::change::{Change, Notifier};
 use crate::store::{Health, Store};
 use crate::Result;
 
+mod audit;
 mod effects;
 mod freshness;
 mod journal;

@@ -27,10 +27,13 @@
 //!   directory written before them opens as before: the first open scans `effects` once
 //!   to build both, then writes the marker ([`retention`]). A binary older than the
 //!   marker that writes to the directory afterwards leaves the indexes stale: delete
-//!   the `meta` tree's marker (or restore from before) to have them rebuilt.
+//!   the `meta` tree's marker (or restore from before) to have them rebuilt;
+//! - `audit`: `seq` (be u64) -> [`crate::AuditEntry`], the audit log (issue 36), which no
+//!   method removes from.
 
 pub use healing::{HealingLedger, DEFAULT_MIN_FREE_BYTES};
 
+mod audit;
 mod effects;
 mod files;
 mod healing;
@@ -96,6 +99,8 @@ pub struct Ledger {
     meta: sled::Tree,
     /// run id -> [`crate::Lease`] (the run's newest release lease, kept after it expires)
     release_leases: sled::Tree,
+    /// `seq` (be u64) -> [`crate::AuditEntry`]: the audit log, append-only ([`audit`])
+    audit: sled::Tree,
     /// Serialises read-modify-write of run and effect records.
     write: Mutex<()>,
     /// Group commit: callers that arrive while a flush runs share the next one.
@@ -251,6 +256,7 @@ impl Ledger {
             body_refs: db.open_tree("body_refs").or_storage()?,
             meta: db.open_tree("meta").or_storage()?,
             release_leases: db.open_tree("release_leases").or_storage()?,
+            audit: db.open_tree("audit").or_storage()?,
             db,
             cache_bytes,
             write: Mutex::new(()),

@@ -48,6 +48,7 @@
 
 use std::sync::mpsc::Receiver;
 
+use crate::audit::{AuditEntry, AuditPage, NewAuditEntry};
 use crate::change::Change;
 use crate::denials::Denial;
 use crate::lease::Lease;
@@ -61,7 +62,14 @@ use crate::{ReleaseOutcome, Result, Settlement, Verdict};
 
 /// A ledger backend: every concern, plus flushing, sizes and change notifications.
 pub trait Store:
-    RunStore + EffectStore + LeaseStore + JournalStore + LineageStore + WorkspaceStore + std::fmt::Debug
+    RunStore
+    + EffectStore
+    + LeaseStore
+    + JournalStore
+    + LineageStore
+    + WorkspaceStore
+    + AuditStore
+    + std::fmt::Debug
 {
     /// Makes every write so far durable (journal writes included). Concurrent callers may
     /// share one flush (group commit).
@@ -573,4 +581,22 @@ pub trait WorkspaceStore: Send + Sync + 'static {
         after_seq: u64,
         reason: &str,
     ) -> Result<Vec<Effect>>;
+}
+
+/// The audit log ([`crate::audit`]): append-only, numbered, kept across prunes.
+pub trait AuditStore: Send + Sync + 'static {
+    /// Appends `entry`, numbered after every entry before it and timed by the store's
+    /// clock, and returns it as stored. Durable. No method changes or removes an entry
+    /// afterwards; [`RunStore::prune_run`] keeps them.
+    ///
+    /// Errors: storage faults.
+    fn append_audit(&self, entry: NewAuditEntry) -> Result<AuditEntry>;
+
+    /// One page of the log: at most `page.limit` (capped at
+    /// [`crate::audit::MAX_AUDIT_PAGE`]) entries admitted by [`AuditPage::admits`], oldest
+    /// first or, with `page.newest_first`, newest first. Following pages (`after` = the
+    /// last `seq` of the previous page) visits every entry once, in order.
+    ///
+    /// Errors: storage faults.
+    fn audit_page(&self, page: &AuditPage) -> Result<Vec<AuditEntry>>;
 }

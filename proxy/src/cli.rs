@@ -40,6 +40,7 @@ macro_rules! outln {
 
 // After the macros, so they can use them.
 mod admin_client;
+mod audit;
 mod compensate;
 mod node_version;
 mod outcomes;
@@ -250,7 +251,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::serve(*args).await,
         Command::Demo => crate::demo::run().await,
-        Command::Ui { url_only, admin } => admin_client::ui(url_only, &admin).await,
+        Command::Ui {
+            url_only,
+            for_name,
+            admin,
+        } => admin_client::ui(url_only, for_name, &admin).await,
+        Command::Audit {
+            run,
+            limit,
+            oldest_first,
+            admin,
+        } => audit::audit(run, limit, oldest_first, &admin).await,
         Command::Policy { command } => policy::policy_command(command).await,
         Command::Run(args) => run::run(*args).await,
         Command::FenceInit => Ok(()),

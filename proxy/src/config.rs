@@ -52,10 +52,12 @@ pub struct ServeConfig {
     /// The operator's baseline policy file (deny rules only, evaluated first and not
     /// overridable by the project policy), when one is given.
     pub baseline_path: Option<PathBuf>,
-    /// Named reviewer tokens (`NAME`, token file) beside the admin token (named `admin`):
-    /// each reviewer signs in to the review UI or calls the API with their own token, and
-    /// their decisions carry their name.
-    pub reviewer_tokens: Vec<(String, PathBuf)>,
+    /// Named tokens, each of one role (`--admin-token`, `--runner-token`,
+    /// `--reviewer-token`, `--viewer-token NAME=FILE`), beside the admin token (the admin
+    /// named `admin`): each holder calls the API or signs in to the review UI with their
+    /// own token, may take their role's actions only, and is recorded by name in the
+    /// audit log (docs/admin-api.md#roles).
+    pub tokens: Vec<airlock_control::access::TokenFile>,
     /// Webhook told (POST JSON `{run, pending, link}`) when a run is sealed with effects
     /// waiting for review.
     pub notify_webhook: Option<String>,
@@ -135,7 +137,7 @@ impl ServeConfig {
             workspace_step_timeout: airlock_control::snapshot::DEFAULT_STEP_TIMEOUT,
             resolve: Vec::new(),
             baseline_path: None,
-            reviewer_tokens: Vec::new(),
+            tokens: Vec::new(),
             notify_webhook: None,
             ui_base_url: None,
             idle_timeout: airlock_net::limits::DEFAULT_IDLE_TIMEOUT,

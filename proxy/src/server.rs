@@ -173,7 +173,7 @@ impl Server {
         };
         let tls = client_tls(config.upstream_ca.as_deref())?;
         let review = airlock_control::ui::Review {
-            reviewers: airlock_control::ui::load_reviewers(&admin_token, &config.reviewer_tokens)?,
+            principals: airlock_control::access::load_principals(&admin_token, &config.tokens)?,
             base_url: config
                 .ui_base_url
                 .clone()
@@ -264,6 +264,18 @@ impl Server {
             },
         });
         data.set_auto_review(Arc::new(airlock_control::runs::AutoReview::new(&control)));
+        if role.serves_control() {
+            // The tokens this server knows, in the audit log when they changed since the
+            // last start (issue 36).
+            let recording = control.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                airlock_control::access::audit::record_tokens_blocking(
+                    &recording,
+                    recording.principals(),
+                )
+            })
+            .await;
+        }
         let fence_socket = match role.serves_proxy() {
             true => bind_fence_socket(&control.fence_socket()),
             false => None,

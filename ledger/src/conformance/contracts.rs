@@ -22,6 +22,7 @@ pub fn all(backend: &mut dyn Backend) {
     super::outcomes::all(backend);
     super::retention::all(backend);
     super::leases::all(backend);
+    super::audit::all(backend);
 }
 
 /// A new effect of `run` with `body` and the given placeholders.

@@ -13,6 +13,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         include_str!("../../migrations/0002_leases_retention.sql"),
     ),
     (3, include_str!("../../migrations/0003_change_outbox.sql")),
+    (4, include_str!("../../migrations/0004_audit.sql")),
 ];
 
 /// The newest schema version this binary knows.

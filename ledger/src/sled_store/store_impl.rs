@@ -4,6 +4,7 @@
 use std::sync::mpsc::Receiver;
 
 use super::Ledger;
+use crate::audit::{AuditEntry, AuditPage, NewAuditEntry};
 use crate::change::Change;
 use crate::denials::Denial;
 use crate::lease::Lease;
@@ -13,8 +14,8 @@ use crate::model::{
     RunFlag, RunId,
 };
 use crate::store::{
-    EffectStore, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,
-    WorkspaceStore,
+    AuditStore, EffectStore, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore,
+    Store, WorkspaceStore,
 };
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{ReleaseOutcome, Result, Settlement, Verdict};
@@ -274,5 +275,15 @@ impl LeaseStore for Ledger {
 
     fn finish_commit_fenced(&self, run: &RunId, fence: &Lease) -> Result<Run> {
         Ledger::finish_commit_fenced(self, run, fence)
+    }
+}
+
+impl AuditStore for Ledger {
+    fn append_audit(&self, entry: NewAuditEntry) -> Result<AuditEntry> {
+        Ledger::append_audit(self, entry)
+    }
+
+    fn audit_page(&self, page: &AuditPage) -> Result<Vec<AuditEntry>> {
+        Ledger::audit_page(self, page)
     }
 }

@@ -11,10 +11,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
+use crate::access::{self, routes, Principal};
 use crate::env::{proxy_env, proxy_url, shell_exports};
 use crate::runs::{self, Actor};
 use crate::Control;
 
+mod audit;
 mod body;
 mod commit;
 mod compensate;
@@ -71,6 +73,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .route("/v1/ca", get(ca_pem))
         .route("/v1/policy", get(policy::show).post(policy::replace))
         .route("/v1/ui/sign-in-links", post(crate::ui::login::create_link))
+        .route("/v1/audit", get(audit::list))
         .route("/metrics", get(crate::metrics::serve))
         .merge(commit::routes())
         .merge(effects::routes())
@@ -100,8 +103,14 @@ pub fn router(shared: Arc<Control>) -> Router {
         .with_state(shared)
 }
 
-async fn require_token(
+/// The role check of every admin route: the bearer token names a [`Principal`]; the
+/// matched route's entry in [`routes::ROUTES`] says which action it takes; a role that may
+/// not take it gets 403 `forbidden_for_role`, and a route the table does not declare is
+/// refused to everyone (403 `route_without_role`). Audited routes are recorded after the
+/// handler answered ([`crate::access::audit`]).
+pub(crate) async fn require_token(
     State(shared): State<Arc<Control>>,
+    matched: Option<axum::extract::MatchedPath>,
     headers: HeaderMap,
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -111,20 +120,16 @@ async fn require_token(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    // The admin token (named `admin`) or a named reviewer token; the name is recorded
-    // with the reviewer's decisions.
-    let reviewer =
-        presented.and_then(|token| crate::ui::reviewer_for_token(&shared.review.reviewers, token));
-    if let Some(reviewer) = reviewer {
-        request.extensions_mut().insert(reviewer.clone());
-        next.run(request).await
-    } else {
+    let Some(principal) = presented
+        .and_then(|token| access::principal_for_token(&shared.review.principals, token))
+        .cloned()
+    else {
         let mut response = ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             match presented {
                 None => "no bearer token was sent",
-                Some(_) => "the bearer token is not the admin token nor a reviewer's",
+                Some(_) => "the bearer token is not one of this server's tokens (admin, runner, reviewer or viewer)",
             },
         )
         .into_response();
@@ -132,12 +137,54 @@ async fn require_token(
             header::WWW_AUTHENTICATE,
             header::HeaderValue::from_static("Bearer realm=\"airlock-admin\""),
         );
-        response
+        return response;
+    };
+    let path = request.uri().path().to_owned();
+    let route = matched
+        .as_ref()
+        .and_then(|m| routes::lookup(request.method(), m.as_str()));
+    let Some(route) = route.filter(|r| matches!(r.access, routes::Access::Token(_))) else {
+        tracing::error!(method = %request.method(), path = %path, "admin route missing from the route table: refused");
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "route_without_role",
+            format!(
+                "{} {path} declares no role that may call it",
+                request.method()
+            ),
+        )
+        .into_response();
+    };
+    let action = route.access.action().unwrap_or(access::Action::Read);
+    if let Err(forbidden) = principal.require(action) {
+        let response = ApiError::from(forbidden).into_response();
+        if route.audited() {
+            access::audit::record_call(
+                &shared,
+                &principal,
+                route,
+                &path,
+                access::audit::Answered::Forbidden,
+            )
+            .await;
+        }
+        return response;
     }
+    request.extensions_mut().insert(principal.clone());
+    let response = next.run(request).await;
+    if route.audited() {
+        let detail = response
+            .extensions()
+            .get::<access::audit::AuditDetail>()
+            .map(|d| d.0.clone());
+        let answered = access::audit::Answered::Status(response.status(), detail);
+        access::audit::record_call(&shared, &principal, route, &path, answered).await;
+    }
+    response
 }
 
 /// A JSON request body, or the type's default when the body is empty or blank.
-fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> ApiResult<T> {
+pub(crate) fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> ApiResult<T> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -234,7 +281,11 @@ async fn create_run(
         fence_socket: shared.fence_socket().display().to_string(),
         truststore: shared.advertised.truststore.clone(),
     };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    let audit = access::audit::AuditDetail(serde_json::json!({ "run": body.run.id }));
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    // The run's audit entry names the run the call created.
+    response.extensions_mut().insert(audit);
+    Ok(response)
 }
 
 pub(super) async fn load_run(shared: &Arc<Control>, id: &str) -> ApiResult<(Run, Vec<Effect>)> {
@@ -365,22 +416,22 @@ async fn run_env(
 #[utoipa::path(post, path = "/v1/runs/{id}/seal", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `sealed` (idempotent)", body = render::RunView)))]
 async fn seal_run(
     State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<render::RunView>> {
     let run_id = parse_run(&id)?;
-    let (run, effects) = runs::seal(&shared, &run_id, &Actor::Reviewer(reviewer.name)).await?;
+    let (run, effects) = runs::seal(&shared, &run_id, &Actor::Person(principal.name)).await?;
     Ok(Json(render::run_view(&shared, &run, &effects)))
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/abort", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The run, `aborted`, with `effects_detail`", body = views::AbortedRun)))]
 async fn abort_run(
     State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<views::AbortedRun>> {
     let run_id = parse_run(&id)?;
-    let (run, effects) = runs::abort(&shared, &run_id, &Actor::Reviewer(reviewer.name)).await?;
+    let (run, effects) = runs::abort(&shared, &run_id, &Actor::Person(principal.name)).await?;
     Ok(Json(views::AbortedRun {
         run: render::run_view(&shared, &run, &effects),
         effects_detail: effects.iter().map(render::summary_of).collect(),

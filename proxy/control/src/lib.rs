@@ -5,6 +5,7 @@
 //! [`Control`] is its one handle; it reaches the data plane through
 //! [`airlock_dataplane::DataPlane`]'s methods.
 
+pub mod access;
 pub mod admin;
 mod bound_ports;
 pub mod compensate;

@@ -20,6 +20,8 @@ pub struct ControlMetrics {
     /// Seconds one effect's release took: the staged body read, placeholders substituted,
     /// `releasing` flushed, the request sent and answered, the outcome recorded.
     release_duration: Histogram,
+    /// The audit log's counters ([`crate::access::audit`]).
+    pub(crate) audit: crate::access::audit::AuditMetrics,
 }
 
 /// Records a finished release attempt of `effect` (of `run`) and writes its log line, the
@@ -129,6 +131,7 @@ pub(crate) async fn serve(State(shared): State<Arc<Control>>) -> Response {
         &[("", &shared.metrics.release_duration)],
     );
     text += &ledger_text;
+    text += &shared.metrics.audit.render();
     text += &crate::admin::health::metrics(&shared.ledger().health());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

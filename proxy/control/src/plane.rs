@@ -86,6 +86,11 @@ impl Control {
         })
     }
 
+    /// Everyone with a token, each with a role (the first is `admin`).
+    pub fn principals(&self) -> &[crate::access::Principal] {
+        &self.review.principals
+    }
+
     /// The admin bearer token.
     pub fn admin_token(&self) -> &str {
         &self.admin_token

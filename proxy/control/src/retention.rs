@@ -168,6 +168,24 @@ pub fn export(
     if let Some(workspace) = ledger.workspace(run_id)? {
         send!("workspace", with_kind("workspace", &workspace));
     }
+    // Who did what to the run, in the audit log's order (kept by a prune, so an export
+    // taken before one holds the same lines as the log after it).
+    let mut after = None;
+    loop {
+        let page = ledger.audit_page(&airlock_ledger::AuditPage {
+            after,
+            limit: airlock_ledger::audit::MAX_AUDIT_PAGE,
+            newest_first: false,
+            run: Some(run_id.clone()),
+        })?;
+        for entry in &page {
+            send!("audit", with_kind("audit", entry));
+        }
+        if page.len() < airlock_ledger::audit::MAX_AUDIT_PAGE {
+            break;
+        }
+        after = page.last().map(|e| e.seq);
+    }
     emit(json!({ "kind": "end", "run": run.id, "counts": counts }));
     Ok(())
 }

@@ -22,9 +22,9 @@ pub mod workspace;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Actor {
-    /// A reviewer signed in to the admin API or the review UI (the admin token is the
-    /// reviewer `admin`).
-    Reviewer(String),
+    /// Someone with a named token ([`crate::access::Principal`]) on the admin API or the
+    /// review UI, by the token's name (the admin token is `admin`).
+    Person(String),
     /// A stage rule with `review = "auto"` approved the effect it staged.
     AutoReview {
         /// The rule's id.
@@ -41,7 +41,7 @@ impl Actor {
     /// has review = "auto"`, `airlock run` or `recovery`.
     pub fn recorded(&self) -> String {
         match self {
-            Self::Reviewer(name) => name.clone(),
+            Self::Person(name) => name.clone(),
             Self::AutoReview { rule } => format!("policy: rule \"{rule}\" has review = \"auto\""),
             Self::Orchestrator => "airlock run".to_owned(),
             Self::Recovery => "recovery".to_owned(),
@@ -165,7 +165,7 @@ pub fn decide_effect_blocking(
         if let Some(refused) = crate::flows::blocked(&record, &check) {
             return Err(refused.into());
         }
-        if let Actor::Reviewer(name) = actor {
+        if let Actor::Person(name) = actor {
             return ledger.approve_explicitly(effect, name, &check.review_flows());
         }
     }
@@ -280,6 +280,17 @@ impl airlock_dataplane::enforce::AutoApprove for AutoReview {
         let actor = Actor::AutoReview {
             rule: rule.to_owned(),
         };
-        decide_effect_blocking(&control, effect, Verdict::Approve, &actor)
+        let approved = decide_effect_blocking(&control, effect, Verdict::Approve, &actor)?;
+        crate::access::audit::record_blocking(
+            &control,
+            airlock_ledger::NewAuditEntry::new(
+                actor.recorded(),
+                crate::access::audit::SERVER_ROLE,
+                "approve",
+            )
+            .run(&approved.run_id)
+            .effect(effect),
+        );
+        Ok(approved)
     }
 }

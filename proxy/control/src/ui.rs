@@ -9,7 +9,6 @@
 //! of this. Assets are embedded in the binary; no third-party CDN, no build step.
 //! Reference: docs/review-ui.md.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use airlock_ledger::{EffectId, LedgerError, RunId};
@@ -21,6 +20,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use maud::{html, Markup, DOCTYPE};
 
+use crate::access::Principal;
 use crate::Control;
 
 mod actions;
@@ -36,129 +36,13 @@ pub mod session;
 
 use pages::time_utc;
 
-/// A reviewer: the name of an admin token and the token. The token in `DATA/admin.token`
-/// is named `admin`; `airlock serve --reviewer-token NAME=FILE` adds more.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Reviewer {
-    /// The name recorded with the reviewer's decisions.
-    pub name: String,
-    /// The bearer token.
-    pub token: String,
-}
-
-impl std::fmt::Debug for Reviewer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reviewer")
-            .field("name", &self.name)
-            .field("token", &"[redacted]")
-            .finish()
-    }
-}
-
-/// Errors reading reviewer tokens at start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReviewerError {
-    /// `NAME=FILE` is malformed.
-    #[error("--reviewer-token {0:?} is not NAME=FILE (NAME: letters, digits, '-', '_', '.')")]
-    Syntax(String),
-    /// The file cannot be read.
-    #[error("cannot read the token file of reviewer {name} ({path})")]
-    Read {
-        /// The reviewer.
-        name: String,
-        /// The file.
-        path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The token is too short to be a secret.
-    #[error("the token of reviewer {name} in {path} is shorter than 16 characters")]
-    Short {
-        /// The reviewer.
-        name: String,
-        /// The file.
-        path: String,
-    },
-    /// Two reviewers share a name or a token.
-    #[error("reviewer {0} is named twice, or shares its token with another reviewer")]
-    Duplicate(String),
-}
-
-/// Parses `NAME=FILE` of `--reviewer-token`.
-pub fn parse_reviewer_arg(text: &str) -> Result<(String, PathBuf), ReviewerError> {
-    let (name, file) = text
-        .split_once('=')
-        .ok_or_else(|| ReviewerError::Syntax(text.to_owned()))?;
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && !file.is_empty();
-    if !valid {
-        return Err(ReviewerError::Syntax(text.to_owned()));
-    }
-    Ok((name.to_owned(), PathBuf::from(file)))
-}
-
-/// The reviewers: `admin` with the admin token, then each named token file.
-///
-/// Errors: an unreadable file, a token under 16 characters, a repeated name or token.
-pub fn load_reviewers(
-    admin_token: &str,
-    named: &[(String, PathBuf)],
-) -> Result<Vec<Reviewer>, ReviewerError> {
-    let mut reviewers = vec![Reviewer {
-        name: "admin".to_owned(),
-        token: admin_token.to_owned(),
-    }];
-    for (name, path) in named {
-        let token = std::fs::read_to_string(path)
-            .map_err(|source| ReviewerError::Read {
-                name: name.clone(),
-                path: path.display().to_string(),
-                source,
-            })?
-            .trim()
-            .to_owned();
-        if token.len() < 16 {
-            return Err(ReviewerError::Short {
-                name: name.clone(),
-                path: path.display().to_string(),
-            });
-        }
-        if reviewers
-            .iter()
-            .any(|r| r.name == *name || r.token == token)
-        {
-            return Err(ReviewerError::Duplicate(name.clone()));
-        }
-        reviewers.push(Reviewer {
-            name: name.clone(),
-            token,
-        });
-    }
-    Ok(reviewers)
-}
-
-/// The reviewer whose token `presented` is, compared in constant time.
-pub fn reviewer_for_token<'a>(reviewers: &'a [Reviewer], presented: &str) -> Option<&'a Reviewer> {
-    let mut found = None;
-    for reviewer in reviewers {
-        if session::same(presented, &reviewer.token) {
-            found = Some(reviewer);
-        }
-    }
-    found
-}
-
-/// Review settings of a running server: reviewers, notifications, the UI's public URL.
+/// Review settings of a running server: the named tokens, notifications, the UI's public
+/// URL.
 #[derive(Debug)]
 pub struct Review {
-    /// Every reviewer (the first is `admin`).
-    pub reviewers: Vec<Reviewer>,
+    /// Everyone with a token, each with a role (the first is `admin`,
+    /// [`crate::access::load_principals`]).
+    pub principals: Vec<Principal>,
     /// Where run pages are, for links in notifications (`http://ADMIN` unless
     /// `--ui-base-url` says otherwise), without a trailing slash.
     pub base_url: String,
@@ -172,9 +56,19 @@ pub struct Review {
 #[derive(Debug, Clone)]
 pub struct Session {
     /// Who.
-    pub reviewer: Reviewer,
+    pub principal: Principal,
     /// The CSRF token its forms carry.
     pub csrf: String,
+}
+
+impl Session {
+    /// Whether this session's role may send `method` to `path` (a concrete path such as
+    /// `/runs/run_…/abort`), by the route table.
+    pub fn may(&self, method: &str, path: &str) -> bool {
+        crate::access::routes::matching(method, path)
+            .and_then(|route| route.access.action())
+            .is_some_and(|action| self.principal.role.may(action))
+    }
 }
 
 /// An error page: status, stable code (the admin API's `reason_code`s), what happened.
@@ -220,8 +114,11 @@ impl UiError {
 
     /// What to do about it.
     fn hint(&self) -> &'static str {
+        if self.code == "forbidden_for_role" {
+            return "your token's role does not allow this (docs/admin-api.md#roles lists what each role may do)";
+        }
         match self.status {
-            StatusCode::UNAUTHORIZED => "sign in with a reviewer token at /login",
+            StatusCode::UNAUTHORIZED => "sign in with your token at /login",
             StatusCode::FORBIDDEN => "reload the page and try again",
             StatusCode::NOT_FOUND => "check the link; the runs page lists every run",
             StatusCode::CONFLICT => {
@@ -366,7 +263,7 @@ fn layout(title: &str, session: Option<&Session>, content: Markup) -> Markup {
                             a href="/?state=committed" { "committed" }
                         }
                         div.who {
-                            "signed in as " strong { (session.reviewer.name) }
+                            "signed in as " strong { (session.principal.name) } " (" (session.principal.role.as_str()) ")"
                             form method="post" action="/logout" {
                                 input type="hidden" name="csrf" value=(session.csrf);
                                 button.link type="submit" { "sign out" }
@@ -436,45 +333,88 @@ fn session_of(shared: &Control, headers: &HeaderMap) -> Option<Session> {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .find_map(|v| session::cookie_value(v, session::COOKIE))?;
-    let reviewer = session::verify(cookie, &shared.review.reviewers, airlock_ledger::now_ms())?;
+    let principal = session::verify(cookie, &shared.review.principals, airlock_ledger::now_ms())?;
     Some(Session {
-        csrf: session::csrf(reviewer, cookie),
-        reviewer: reviewer.clone(),
+        csrf: session::csrf(principal, cookie),
+        principal: principal.clone(),
     })
 }
 
+/// The review UI's role check: the session names a principal; the matched route's entry
+/// in [`crate::access::routes::ROUTES`] says which action it takes; a role that may not
+/// take it gets a readable 403 page; audited routes are recorded after the handler
+/// answered. Without a session, a page redirects to `/login` and a form gets 401.
 async fn require_session(
     State(shared): State<Arc<Control>>,
+    matched: Option<axum::extract::MatchedPath>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    match session_of(&shared, request.headers()) {
-        Some(session) => {
-            request.extensions_mut().insert(session);
-            next.run(request).await
-        }
-        None if request.method() == http::Method::GET => {
-            let next_path = request
-                .uri()
-                .path_and_query()
-                .map(|p| p.as_str().to_owned())
-                .unwrap_or_else(|| "/".to_owned());
-            let location = format!(
-                "/login?next={}",
-                airlock_net::authority::percent_encode(&next_path, b"/")
-            );
-            let mut response = StatusCode::SEE_OTHER.into_response();
-            if let Ok(value) = HeaderValue::from_str(&location) {
-                response.headers_mut().insert(header::LOCATION, value);
-            }
-            response
-        }
-        None => UiError::new(
-            StatusCode::UNAUTHORIZED,
-            "sign in first: this action needs a reviewer session (see /login)",
+    use crate::access::{audit, routes};
+    let Some(session) = session_of(&shared, request.headers()) else {
+        return sign_in_first(&request);
+    };
+    let path = request.uri().path().to_owned();
+    let route = matched
+        .as_ref()
+        .and_then(|m| routes::lookup(request.method(), m.as_str()))
+        .filter(|r| matches!(r.access, routes::Access::Session(_)));
+    let Some(route) = route else {
+        tracing::error!(method = %request.method(), path = %path, "review UI route missing from the route table: refused");
+        return UiError::new(
+            StatusCode::FORBIDDEN,
+            "this page declares no role that may open it (a bug in airlock: proxy/control/src/access/routes.rs)",
         )
-        .into_response(),
+        .into_response();
+    };
+    let action = route.access.action().unwrap_or(crate::access::Action::Read);
+    if let Err(forbidden) = session.principal.require(action) {
+        if route.audited() {
+            let answered = audit::Answered::Forbidden;
+            audit::record_call(&shared, &session.principal, route, &path, answered).await;
+        }
+        return UiError {
+            status: StatusCode::FORBIDDEN,
+            code: "forbidden_for_role",
+            message: format!(
+                "{forbidden}. Ask an admin for a token of that role, or sign out and sign in with it."
+            ),
+        }
+        .into_response();
     }
+    let principal = session.principal.clone();
+    request.extensions_mut().insert(session);
+    let response = next.run(request).await;
+    if route.audited() {
+        let answered = audit::Answered::Status(response.status(), None);
+        audit::record_call(&shared, &principal, route, &path, answered).await;
+    }
+    response
+}
+
+/// No session: a page redirects to `/login?next=…`, anything else gets 401.
+fn sign_in_first(request: &Request) -> Response {
+    if request.method() == http::Method::GET {
+        let next_path = request
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| "/".to_owned());
+        let location = format!(
+            "/login?next={}",
+            airlock_net::authority::percent_encode(&next_path, b"/")
+        );
+        let mut response = StatusCode::SEE_OTHER.into_response();
+        if let Ok(value) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert(header::LOCATION, value);
+        }
+        return response;
+    }
+    UiError::new(
+        StatusCode::UNAUTHORIZED,
+        "sign in first: this action needs a session (see /login)",
+    )
+    .into_response()
 }
 
 /// Where to go after signing in: a local path only (never another site).

@@ -15,9 +15,14 @@ use crate::config::{ADDRESSES_FILE, ADMIN_TOKEN_FILE, ENV_DATA, ENV_TOKEN};
 
 /// `airlock ui`: asks the server for a one-time sign-in link to the review UI
 /// (`POST /v1/ui/sign-in-links`) and prints it, on the admin URL this CLI reaches.
-pub(super) async fn ui(url_only: bool, admin: &AdminArgs) -> anyhow::Result<()> {
+pub(super) async fn ui(
+    url_only: bool,
+    for_name: Option<String>,
+    admin: &AdminArgs,
+) -> anyhow::Result<()> {
     let client = connect(admin)?;
-    let link = client.post("/v1/ui/sign-in-links", None).await?;
+    let body = for_name.map(|name| serde_json::json!({ "for": name }));
+    let link = client.post("/v1/ui/sign-in-links", body).await?;
     let path = link["path"]
         .as_str()
         .ok_or_else(|| anyhow!("the server's answer has no sign-in path: {link}"))?;
@@ -104,7 +109,10 @@ pub(super) async fn runs(command: RunsCommand) -> anyhow::Result<()> {
                 .await
             {
                 Ok(report) => Some(report),
-                Err(ClientError::Api { status: 404, .. }) => None,
+                // No workspace; or a reviewer's or viewer's token, which may not drive one.
+                Err(ClientError::Api {
+                    status: 404 | 403, ..
+                }) => None,
                 Err(error) => return Err(error.into()),
             };
             let mut run = client.get(&format!("/v1/runs/{run}")).await?;

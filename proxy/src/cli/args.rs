@@ -76,6 +76,24 @@ pub(super) enum Command {
         /// Print only the URL
         #[arg(long)]
         url_only: bool,
+        /// A link that signs in as this token's holder instead (admin role only)
+        #[arg(long = "for", value_name = "NAME")]
+        for_name: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Print the audit log: who did what (decisions, commits, aborts, policy reloads,
+    /// prunes, token changes), newest first
+    Audit {
+        /// Only the entries about this run
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
+        /// Most entries to print
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Oldest first
+        #[arg(long)]
+        oldest_first: bool,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -432,10 +450,23 @@ pub(super) struct ServeArgs {
     /// policy, which cannot override it
     #[arg(long, value_name = "FILE")]
     pub(super) baseline: Option<PathBuf>,
-    /// A named reviewer token, NAME=FILE (repeatable): the reviewer signs in to the review
-    /// UI or calls the API with the token in FILE, and decisions record NAME
-    #[arg(long = "reviewer-token", value_name = "NAME=FILE", value_parser = airlock_control::ui::parse_reviewer_arg)]
-    pub(super) reviewer_tokens: Vec<(String, PathBuf)>,
+    /// A named reviewer token, NAME=FILE (repeatable): its holder reads runs, approves,
+    /// rejects, seals, commits, aborts, retries, settles and compensates, in the review UI
+    /// or the API, and every action records NAME (docs/admin-api.md#roles)
+    #[arg(long = "reviewer-token", value_name = "NAME=FILE", env = "AIRLOCK_REVIEWER_TOKENS", value_delimiter = ',', value_parser = |s: &str| airlock_control::access::parse_token_arg(airlock_control::access::Role::Reviewer, s))]
+    pub(super) reviewer_tokens: Vec<airlock_control::access::TokenFile>,
+    /// A named viewer token, NAME=FILE (repeatable): read only
+    #[arg(long = "viewer-token", value_name = "NAME=FILE", env = "AIRLOCK_VIEWER_TOKENS", value_delimiter = ',', value_parser = |s: &str| airlock_control::access::parse_token_arg(airlock_control::access::Role::Viewer, s))]
+    pub(super) viewer_tokens: Vec<airlock_control::access::TokenFile>,
+    /// A named runner token, NAME=FILE (repeatable): what `airlock run` and an
+    /// orchestrator need (create runs, read their env, drive their workspace, seal, abort),
+    /// never approve, reject or commit
+    #[arg(long = "runner-token", value_name = "NAME=FILE", env = "AIRLOCK_RUNNER_TOKENS", value_delimiter = ',', value_parser = |s: &str| airlock_control::access::parse_token_arg(airlock_control::access::Role::Runner, s))]
+    pub(super) runner_tokens: Vec<airlock_control::access::TokenFile>,
+    /// A named admin token, NAME=FILE (repeatable): everything, as DATA/admin.token (the
+    /// admin named `admin`)
+    #[arg(long = "admin-token", value_name = "NAME=FILE", env = "AIRLOCK_ADMIN_TOKENS", value_delimiter = ',', value_parser = |s: &str| airlock_control::access::parse_token_arg(airlock_control::access::Role::Admin, s))]
+    pub(super) admin_tokens: Vec<airlock_control::access::TokenFile>,
     /// Webhook told (POST JSON {run, pending, link}) when a run is sealed with effects
     /// waiting for review; sent by airlock directly, not through the proxy
     #[arg(long, value_name = "URL")]

@@ -163,7 +163,12 @@ pub(super) async fn prune(
                 .ok_or_else(|| anyhow!("the server listed a run without an id: {candidate}"))?;
             let file = dir.join(format!("{run}.ndjson"));
             export_to_file(&client, run, &file).await?;
-            let removed = client.post(&format!("/v1/runs/{run}/prune"), None).await?;
+            // The audit entry of the prune names where the export is.
+            let exported_to = std::path::absolute(&file).unwrap_or_else(|_| file.clone());
+            let body = json!({ "exported_to": exported_to.display().to_string() });
+            let removed = client
+                .post(&format!("/v1/runs/{run}/prune"), Some(body))
+                .await?;
             let mut line = candidate.clone();
             line["removed"] = removed["removed"].clone();
             line["export"] = json!(file.display().to_string());

@@ -28,7 +28,13 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.dns = args.dns;
     config.advertise_ca = args.advertise_ca;
     config.baseline_path = args.baseline;
-    config.reviewer_tokens = args.reviewer_tokens;
+    config.tokens = [
+        args.admin_tokens,
+        args.runner_tokens,
+        args.reviewer_tokens,
+        args.viewer_tokens,
+    ]
+    .concat();
     config.notify_webhook = args.notify_webhook;
     config.ui_base_url = args.ui_base_url;
     config.idle_timeout = std::time::Duration::from_secs(args.idle_timeout.max(1));

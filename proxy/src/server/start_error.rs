@@ -74,9 +74,9 @@ pub enum StartError {
     /// A credential's value cannot be read from its source.
     #[error(transparent)]
     Credential(#[from] airlock_dataplane::credentials::CredentialError),
-    /// A reviewer token cannot be used.
+    /// A named token (`--reviewer-token` and the like) cannot be used.
     #[error(transparent)]
-    Reviewer(#[from] airlock_control::ui::ReviewerError),
+    Token(#[from] airlock_control::access::TokenError),
     /// The notification webhook is invalid.
     #[error(transparent)]
     Notify(#[from] airlock_control::notify::NotifyError),

@@ -1,5 +1,6 @@
 //! End-to-end tests of airlock: the real binary, real clients, loopback origins.
 
+mod access;
 mod adapters;
 mod auth;
 mod bad_input;

@@ -83,7 +83,7 @@ pub(crate) fn text(out: &CurlResult) -> String {
 }
 
 /// The CSRF token in a page's forms.
-fn csrf(page: &str) -> String {
+pub(crate) fn csrf(page: &str) -> String {
     let at = page
         .find("name=\"csrf\" value=\"")
         .expect("a form with a CSRF token")

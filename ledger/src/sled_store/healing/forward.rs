@@ -5,6 +5,7 @@
 use std::sync::mpsc::Receiver;
 
 use super::HealingLedger;
+use crate::audit::{AuditEntry, AuditPage, NewAuditEntry};
 use crate::change::Change;
 use crate::denials::Denial;
 use crate::lease::Lease;
@@ -14,8 +15,8 @@ use crate::model::{
     RunFlag, RunId,
 };
 use crate::store::{
-    EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage, RunStore, Store,
-    WorkspaceStore,
+    AuditStore, EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage,
+    RunStore, Store, WorkspaceStore,
 };
 use crate::workspace::{Savepoint, StepRecord, WorkspaceDecision, WorkspaceRecord};
 use crate::{ReleaseOutcome, Result, Settlement, Verdict};
@@ -279,5 +280,15 @@ impl LeaseStore for HealingLedger {
 
     fn finish_commit_fenced(&self, run: &RunId, fence: &Lease) -> Result<Run> {
         self.with(|l| l.finish_commit_fenced(run, fence))
+    }
+}
+
+impl AuditStore for HealingLedger {
+    fn append_audit(&self, entry: NewAuditEntry) -> Result<AuditEntry> {
+        self.with(|l| l.append_audit(entry))
+    }
+
+    fn audit_page(&self, page: &AuditPage) -> Result<Vec<AuditEntry>> {
+        self.with(|l| l.audit_page(page))
     }
 }

@@ -43,7 +43,7 @@ struct CommitRequest {
 #[utoipa::path(post, path = "/v1/runs/{id}/commit", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)"), ("approve_pending" = Option<bool>, Query, description = "Approve every pending effect (the body's `expect` is then required)")), request_body(content = CommitRequest, description = "Optional: `approve_pending` and the `expect` of `GET /v1/runs/{id}/effects`", content_type = "application/json"), responses((status = 200, description = "The commit report: the run's state and each effect's outcome", body = crate::release::CommitReport), (status = 428, description = "`approve_pending` without `expect` (`expectation_required`)", body = super::openapi::ApiErrorBody)))]
 async fn commit_run(
     State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    axum::Extension(reviewer): axum::Extension<crate::access::Principal>,
     Path(id): Path<String>,
     query: Result<Query<CommitQuery>, axum::extract::rejection::QueryRejection>,
     body: super::body::ApiBody,
@@ -75,7 +75,7 @@ async fn commit_run(
         &run_id,
         approve_pending,
         request.expect,
-        &Actor::Reviewer(reviewer.name),
+        &Actor::Person(reviewer.name),
     )
     .await?;
     Ok(Json(report))

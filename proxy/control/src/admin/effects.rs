@@ -142,18 +142,13 @@ async fn show_effect(
 
 async fn decide(
     shared: Arc<Control>,
-    reviewer: crate::ui::Reviewer,
+    reviewer: crate::access::Principal,
     id: String,
     verdict: Verdict,
 ) -> ApiResult<Json<DecidedEffect>> {
     let effect_id = parse_effect(&id)?;
-    let effect = runs::decide_effect(
-        &shared,
-        &effect_id,
-        verdict,
-        &Actor::Reviewer(reviewer.name),
-    )
-    .await?;
+    let effect =
+        runs::decide_effect(&shared, &effect_id, verdict, &Actor::Person(reviewer.name)).await?;
     Ok(Json(DecidedEffect {
         summary: summary_of(&effect),
         approval: approval_view(&effect),
@@ -163,7 +158,7 @@ async fn decide(
 #[utoipa::path(post, path = "/v1/effects/{id}/approve", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `approved`", body = DecidedEffect)))]
 async fn approve_effect(
     State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    axum::Extension(reviewer): axum::Extension<crate::access::Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<DecidedEffect>> {
     decide(shared, reviewer, id, Verdict::Approve).await
@@ -172,7 +167,7 @@ async fn approve_effect(
 #[utoipa::path(post, path = "/v1/effects/{id}/reject", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The summary, `rejected`", body = DecidedEffect)))]
 async fn reject_effect(
     State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    axum::Extension(reviewer): axum::Extension<crate::access::Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<DecidedEffect>> {
     decide(shared, reviewer, id, Verdict::Reject).await

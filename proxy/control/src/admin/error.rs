@@ -31,7 +31,7 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with the code's own hint and no details.
-    pub(super) fn new(status: StatusCode, code: &'static str, reason: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, reason: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -43,7 +43,7 @@ impl ApiError {
 
     /// 404 `not_found` for a `kind` (`run`, `effect`, `workspace of run`, …) the request
     /// named, with `reason` and the hint of what lists that kind ([`not_found_hint`]).
-    pub(super) fn not_found(kind: &str, reason: impl Into<String>) -> Self {
+    pub(crate) fn not_found(kind: &str, reason: impl Into<String>) -> Self {
         Self {
             hint: Some(not_found_hint(kind)),
             ..Self::new(StatusCode::NOT_FOUND, "not_found", reason)
@@ -65,7 +65,9 @@ impl ApiError {
             return hint;
         }
         match self.code {
-            "unauthorized" => "send Authorization: Bearer TOKEN; the admin token is in DATA/admin.token, reviewer tokens in the files --reviewer-token names",
+            "unauthorized" => "send Authorization: Bearer TOKEN; the admin token is in DATA/admin.token, named tokens in the files --admin-token, --runner-token, --reviewer-token and --viewer-token name",
+            "forbidden_for_role" => "use a token of a role in details.needed (an admin hands them out: docs/admin-api.md#roles)",
+            "route_without_role" => "this is a bug in airlock: the route is missing from the route table (proxy/control/src/access/routes.rs), so nobody may call it",
             "not_found" => "docs/admin-api.md and GET /v1/openapi.json list the endpoints; GET /v1/runs lists the runs",
             "bad_json" | "bad_body" | "bad_query" | "bad_run_id" | "bad_effect_id" | "bad_workspace_request" => {
                 "fix the request and send it again; docs/admin-api.md describes each body"
@@ -91,6 +93,24 @@ impl ApiError {
             "nothing_to_retry" => "GET /v1/runs/{id}/effects: a failed effect with retriable = true, or an unknown one, is what to look at",
             _ if self.status.is_server_error() => "see airlock's log; retry later",
             _ => "see reason; docs/admin-api.md describes each endpoint",
+        }
+    }
+}
+
+impl From<crate::access::Forbidden> for ApiError {
+    /// 403 `forbidden_for_role`, `details: {role, needed, action}`.
+    fn from(refused: crate::access::Forbidden) -> Self {
+        Self {
+            details: Some(json!({
+                "role": refused.role,
+                "needed": refused.needed(),
+                "action": refused.action,
+            })),
+            ..Self::new(
+                StatusCode::FORBIDDEN,
+                "forbidden_for_role",
+                refused.to_string(),
+            )
         }
     }
 }

@@ -36,7 +36,7 @@ pub struct ApiErrorBody {
 #[openapi(
     info(
         title = "airlock admin API",
-        description = "Runs, effects, decisions and commit, behind a bearer token (the admin token in DATA/admin.token, or a reviewer token). Reference: docs/admin-api.md.",
+        description = "Runs, effects, decisions and commit, behind a bearer token of one of four roles (admin, runner, reviewer, viewer; each operation's `x-airlock-roles` says which may call it). Reference: docs/admin-api.md.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     paths(
@@ -73,6 +73,7 @@ pub struct ApiErrorBody {
         super::policy::show,
         super::policy::replace,
         crate::ui::login::create_link,
+        super::audit::list,
         crate::metrics::serve,
         super::health::healthz,
         openapi_json,
@@ -140,10 +141,43 @@ impl Modify for ErrorResponses {
                         "The body is over 2 MiB (`body_too_large`, `details.limit`)",
                     ));
                 }
+                if !public {
+                    statuses.push(("403", "The token's role may not call this (`forbidden_for_role`, `details: {role, needed, action}`)"));
+                    add_roles(operation, method.clone(), path);
+                }
                 add_errors(operation, &statuses);
             }
         }
     }
+}
+
+/// Adds `x-airlock-roles`, the roles the route table lets call the operation
+/// ([`crate::access::routes::ROUTES`]), and names them in its description.
+fn add_roles(operation: &mut Operation, method: HttpMethod, path: &str) {
+    let method = match method {
+        HttpMethod::Get => axum::http::Method::GET,
+        _ => axum::http::Method::POST,
+    };
+    let Some(action) = crate::access::routes::lookup(&method, path).and_then(|r| r.access.action())
+    else {
+        return;
+    };
+    let roles: Vec<&str> = crate::access::Role::allowed(action)
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+    let mut extensions = operation.extensions.take().unwrap_or_default();
+    extensions.merge(
+        utoipa::openapi::extensions::ExtensionsBuilder::new()
+            .add("x-airlock-roles", serde_json::json!(roles))
+            .build(),
+    );
+    operation.extensions = Some(extensions);
+    let text = format!("Roles: {}.", roles.join(", "));
+    operation.description = Some(match operation.description.take() {
+        Some(description) if !description.is_empty() => format!("{description}\n\n{text}"),
+        _ => text,
+    });
 }
 
 /// Adds each `(status, description)` not yet documented, with the [`ApiErrorBody`] schema.

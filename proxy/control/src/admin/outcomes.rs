@@ -26,23 +26,23 @@ pub(super) fn routes() -> Router<Arc<Control>> {
 #[utoipa::path(post, path = "/v1/effects/{id}/retry", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), responses((status = 200, description = "The commit report after the effect was released again", body = crate::outcomes::RetryReport)))]
 async fn retry_effect(
     State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    axum::Extension(reviewer): axum::Extension<crate::access::Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<crate::outcomes::RetryReport>> {
     let effect = parse_effect(&id)?;
     let report =
-        crate::outcomes::retry_effect(&shared, &effect, &Actor::Reviewer(reviewer.name)).await?;
+        crate::outcomes::retry_effect(&shared, &effect, &Actor::Person(reviewer.name)).await?;
     Ok(Json(report))
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The commit report after every retriable effect was released again", body = crate::outcomes::RetryReport)))]
 async fn retry_run(
     State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    axum::Extension(reviewer): axum::Extension<crate::access::Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<crate::outcomes::RetryReport>> {
     let run = parse_run(&id)?;
-    let report = crate::outcomes::retry_run(&shared, &run, &Actor::Reviewer(reviewer.name)).await?;
+    let report = crate::outcomes::retry_run(&shared, &run, &Actor::Person(reviewer.name)).await?;
     if report.retried.is_empty() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -71,7 +71,7 @@ struct SettleRequest {
 #[utoipa::path(post, path = "/v1/effects/{id}/settle", tag = "effects", params(("id" = String, Path, description = "The effect id (`eff_…`)")), request_body(content = SettleRequest, description = "What the reviewer found at the origin", content_type = "application/json"), responses((status = 200, description = "The run's commit report after the effect (and those it unblocked) was settled", body = crate::release::CommitReport)))]
 async fn settle_effect(
     State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    axum::Extension(reviewer): axum::Extension<crate::access::Principal>,
     Path(id): Path<String>,
     body: super::body::ApiBody,
 ) -> ApiResult<Json<crate::release::CommitReport>> {
@@ -89,14 +89,10 @@ async fn settle_effect(
         note: request.note,
         values: request.values.into_iter().collect(),
     };
-    let report = crate::outcomes::settle(
-        &shared,
-        &effect,
-        settlement,
-        &Actor::Reviewer(reviewer.name),
-    )
-    .await
-    .map_err(settle_refusal)?;
+    let report =
+        crate::outcomes::settle(&shared, &effect, settlement, &Actor::Person(reviewer.name))
+            .await
+            .map_err(settle_refusal)?;
     Ok(Json(report))
 }
 

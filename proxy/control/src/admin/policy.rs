@@ -38,7 +38,8 @@ pub(super) async fn show(State(shared): State<Arc<Control>>) -> Json<PolicyView>
 pub(super) async fn replace(
     State(shared): State<Arc<Control>>,
     body: ApiBody,
-) -> ApiResult<Json<PolicyReloaded>> {
+) -> ApiResult<axum::response::Response> {
+    use axum::response::IntoResponse as _;
     let text = String::from_utf8(body.0.to_vec()).map_err(|_| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -47,6 +48,7 @@ pub(super) async fn replace(
         )
     })?;
     let store = shared.policy().clone();
+    let before = store.current().revision().to_string();
     let outcome = tokio::task::spawn_blocking(move || store.replace(text))
         .await
         .map_err(|e| {
@@ -57,11 +59,23 @@ pub(super) async fn replace(
             )
         })?;
     match outcome {
-        Ok(reloaded) => Ok(Json(PolicyReloaded {
-            revision: reloaded.revision,
-            generation: reloaded.generation,
-            changed: reloaded.changed,
-        })),
+        Ok(reloaded) => {
+            // The audit entry of the reload names both revisions.
+            let detail = crate::access::audit::AuditDetail(json!({
+                "revision_before": before,
+                "revision_after": reloaded.revision,
+                "generation": reloaded.generation,
+                "changed": reloaded.changed,
+            }));
+            let mut response = Json(PolicyReloaded {
+                revision: reloaded.revision,
+                generation: reloaded.generation,
+                changed: reloaded.changed,
+            })
+            .into_response();
+            response.extensions_mut().insert(detail);
+            Ok(response)
+        }
         Err(failure) => Err(ApiError {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             code: "policy_invalid",

@@ -80,23 +80,43 @@ async fn export_run(
         .into_response())
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/prune", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, removed}`: the run and every record of it are gone (`removed` counts them; `bodies_kept` are bodies another run references)", body = crate::retention::PrunedOne), (status = 409, description = "The run is not finished (`run_not_finished`)", body = super::openapi::ApiErrorBody)))]
+#[utoipa::path(post, path = "/v1/runs/{id}/prune", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = PruneOne, description = "Optional: `exported_to`, where the run's export is kept (recorded in the audit log)", content_type = "application/json"), responses((status = 200, description = "`{run, removed}`: the run and every record of it are gone (`removed` counts them; `bodies_kept` are bodies another run references)", body = crate::retention::PrunedOne), (status = 409, description = "The run is not finished (`run_not_finished`)", body = super::openapi::ApiErrorBody)))]
 async fn prune_run(
     State(shared): State<Arc<Control>>,
-    axum::Extension(reviewer): axum::Extension<crate::ui::Reviewer>,
+    axum::Extension(principal): axum::Extension<crate::access::Principal>,
     Path(id): Path<String>,
-) -> ApiResult<Json<crate::retention::PrunedOne>> {
+    body: super::body::ApiBody,
+) -> ApiResult<Response> {
     let run_id = parse_run(&id)?;
+    let request: PruneOne = parse_body(&body)?;
     let ledger = shared.ledger().clone();
     let pruned_id = run_id.clone();
     let removed = blocking(move || ledger.prune_run(&pruned_id)).await?;
-    info!(run.id = %run_id, by = %reviewer.name, effects = removed.effects, reads = removed.reads,
+    info!(run.id = %run_id, by = %principal.name, effects = removed.effects, reads = removed.reads,
           bodies_removed = removed.bodies_removed, bodies_kept = removed.bodies_kept,
           "pruned a finished run");
-    Ok(Json(crate::retention::PrunedOne {
+    // The audit entry of the prune outlives the run: what went, and where its export is.
+    let detail = crate::access::audit::AuditDetail(json!({
+        "removed": removed,
+        "exported_to": request.exported_to,
+    }));
+    let mut response = Json(crate::retention::PrunedOne {
         run: run_id,
         removed,
-    }))
+    })
+    .into_response();
+    response.extensions_mut().insert(detail);
+    Ok(response)
+}
+
+/// `POST /v1/runs/{id}/prune`: optional, where the caller keeps the run's export (recorded
+/// in the audit entry of the prune).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct PruneOne {
+    /// The path or URL of the export taken before the prune (`airlock runs prune --export`).
+    #[serde(default)]
+    exported_to: Option<String>,
 }
 
 /// `POST /v1/runs/prune`: which runs to remove.
@@ -115,6 +135,7 @@ struct PruneRequest {
 #[utoipa::path(post, path = "/v1/runs/prune", tag = "runs", request_body(content = PruneRequest, description = "`finished_before_s` (required) and `dry_run`", content_type = "application/json"), responses((status = 200, description = "What was pruned, oldest first, and which old runs were kept because they are not finished", body = PruneReport)))]
 async fn prune_runs(
     State(shared): State<Arc<Control>>,
+    axum::Extension(principal): axum::Extension<crate::access::Principal>,
     body: super::body::ApiBody,
 ) -> ApiResult<Json<PruneReport>> {
     let request: PruneRequest = parse_body(&body)?;
@@ -127,8 +148,21 @@ async fn prune_runs(
     };
     let cutoff = airlock_ledger::now_ms().saturating_sub(seconds.saturating_mul(1000));
     let ledger = shared.ledger().clone();
+    let dry_run = request.dry_run;
     let report =
-        blocking(move || retention::prune_finished_before(&*ledger, cutoff, request.dry_run))
-            .await?;
+        blocking(move || retention::prune_finished_before(&*ledger, cutoff, dry_run)).await?;
+    if !dry_run {
+        // One `prune` entry per run removed, so each run's part of the log says it went.
+        for pruned in &report.pruned {
+            let entry = airlock_ledger::NewAuditEntry::new(
+                &principal.name,
+                principal.role.as_str(),
+                "prune",
+            )
+            .run(&pruned.run)
+            .detail(json!({ "removed": pruned.removed, "by": "POST /v1/runs/prune", "finished_before_s": seconds }));
+            crate::access::audit::record(&shared, entry).await;
+        }
+    }
     Ok(Json(report))
 }

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::views::{SavepointView, WorkspaceView};
 use super::{parse_body, parse_run, ApiError, ApiResult};
+use crate::access::{Action, Principal};
 use crate::runs::workspace::{DecideRequest, DecisionReport, WorkspaceError};
 use crate::Control;
 
@@ -62,12 +63,17 @@ struct AttachRequest {
 #[utoipa::path(post, path = "/v1/runs/{id}/workspace", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = AttachRequest, description = "The workspace path and snapshot driver", content_type = "application/json"), responses((status = 201, description = "The workspace record, with its first snapshot", body = WorkspaceView)))]
 async fn attach(
     State(shared): State<Arc<Control>>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     body: super::body::ApiBody,
 ) -> ApiResult<Response> {
     let run = parse_run(&id)?;
     let request: AttachRequest = parse_body(&body)?;
     let driver = request.driver.unwrap_or_else(|| "dir".into());
+    // The cmd driver runs commands as the server's user: the admin role's alone.
+    if driver == "cmd" || request.snapshot_cmd.is_some() || request.rollback_cmd.is_some() {
+        principal.require(Action::WorkspaceCommand)?;
+    }
     let commands = match (request.snapshot_cmd, request.rollback_cmd) {
         (Some(snapshot), Some(rollback)) => Some(crate::snapshot::Commands { snapshot, rollback }),
         (None, None) => None,
@@ -167,11 +173,20 @@ struct DecideBody {
 #[utoipa::path(post, path = "/v1/runs/{id}/workspace/decide", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = DecideBody, description = "keep or discard, and whether to commit", content_type = "application/json"), responses((status = 200, description = "The workspace decision applied to files and effects", body = DecisionReport)))]
 async fn decide(
     State(shared): State<Arc<Control>>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     body: super::body::ApiBody,
 ) -> ApiResult<Json<DecisionReport>> {
     let run = parse_run(&id)?;
     let request: DecideBody = parse_body(&body)?;
+    // Keeping and committing releases effects: the commit's roles; approving what is
+    // undecided on the way (`--approve-all`) is a decision too.
+    if request.outcome == "keep" && request.commit {
+        principal.require(Action::Commit)?;
+        if request.approve_all {
+            principal.require(Action::Decide)?;
+        }
+    }
     let keep = match request.outcome.as_str() {
         "keep" => true,
         "rollback" => false,

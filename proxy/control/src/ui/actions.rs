@@ -89,7 +89,7 @@ async fn decide(
 ) -> UiResult<Response> {
     check_csrf(&session, &form)?;
     let effect_id = parse_effect(&id)?;
-    let actor = Actor::Reviewer(session.reviewer.name.clone());
+    let actor = Actor::Person(session.principal.name.clone());
     let effect = runs::decide_effect(&shared, &effect_id, verdict, &actor).await?;
     let back = safe_next(form.back.as_deref());
     let back = if back == "/" {
@@ -131,7 +131,7 @@ pub(super) async fn approve_rule(
     let run_id = parse_run(&id)?;
     let expect = shown(&form)?;
     let rule = form.rule.clone().filter(|r| !r.is_empty());
-    let actor = Actor::Reviewer(session.reviewer.name.clone());
+    let actor = Actor::Person(session.principal.name.clone());
     let done =
         match runs::approve_staged_by_rule(&shared, &run_id, rule.clone(), Some(expect), &actor)
             .await
@@ -160,7 +160,7 @@ pub(super) async fn commit_run(
     let run_id = parse_run(&id)?;
     let expect = shown(&form)?;
     let approve_pending = form.approve_pending.is_some();
-    let actor = Actor::Reviewer(session.reviewer.name.clone());
+    let actor = Actor::Person(session.principal.name.clone());
     // As in the API: once decided, the commit finishes even if the browser goes away.
     match runs::commit_detached(&shared, &run_id, approve_pending, Some(expect), &actor).await {
         // The confirmation again, as the run stands now, saying what changed.
@@ -182,7 +182,7 @@ pub(super) async fn abort_run(
 ) -> UiResult<Response> {
     check_csrf(&session, &form)?;
     let run_id = parse_run(&id)?;
-    let actor = Actor::Reviewer(session.reviewer.name.clone());
+    let actor = Actor::Person(session.principal.name.clone());
     runs::abort(&shared, &run_id, &actor).await?;
     Ok(redirect(&format!("/runs/{run_id}")))
 }

@@ -21,7 +21,8 @@ use axum::{Extension, Form, Json};
 use maud::html;
 use serde::Deserialize;
 
-use super::{html_response, layout, redirect, reviewer_for_token, safe_next, session, Reviewer};
+use super::{html_response, layout, redirect, safe_next, session};
+use crate::access::{principal_for_token, Action, Principal};
 use crate::Control;
 
 /// How long a sign-in link stays good: 5 minutes, in milliseconds.
@@ -45,7 +46,7 @@ struct Pending {
 impl SignInLinks {
     /// A new code that signs one browser in as `reviewer`, until `now_ms + LINK_MS`:
     /// 32 random bytes, hex. Returns the code and its expiry (ms since the epoch).
-    pub fn issue(&self, reviewer: &Reviewer, now_ms: u64) -> (String, u64) {
+    pub fn issue(&self, reviewer: &Principal, now_ms: u64) -> (String, u64) {
         use rand::RngCore as _;
         let mut bytes = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut bytes);
@@ -93,29 +94,63 @@ impl SignInLinks {
     }
 }
 
+/// `POST /v1/ui/sign-in-links` body: empty for a link of one's own, or `{"for": NAME}`
+/// (the admin role only) for a link that signs in as another token's holder.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LinkRequest {
+    /// The token name to sign in as (default: the caller's own).
+    #[serde(default, rename = "for")]
+    for_name: Option<String>,
+}
+
 /// `POST /v1/ui/sign-in-links` (bearer token): a one-time link that signs a browser in as
-/// the token's reviewer → 201 `{link, path, reviewer, expires_at_ms}`; `link` is
-/// `--ui-base-url` (default `http://ADMIN`) + `path` (`/login?code=…`).
-#[utoipa::path(post, path = "/v1/ui/sign-in-links", tag = "other", responses((status = 201, description = "`{link, path, reviewer, expires_at_ms}`: a one-time sign-in link", body = crate::admin::views::SignInLink)))]
+/// the token's holder, or with `{"for": NAME}` (admin role) as NAME → 201 `{link, path,
+/// reviewer, expires_at_ms}`; `link` is `--ui-base-url` (default `http://ADMIN`) + `path`
+/// (`/login?code=…`).
+///
+/// Errors: 400 `bad_json`; 403 `forbidden_for_role` for `for` from another role than
+/// admin; 404 `not_found` for a `for` no token is named.
+#[utoipa::path(post, path = "/v1/ui/sign-in-links", tag = "other", request_body(content = LinkRequest, description = "Optional: `{\"for\": NAME}` (admin role only)", content_type = "application/json"), responses((status = 201, description = "`{link, path, reviewer, expires_at_ms}`: a one-time sign-in link", body = crate::admin::views::SignInLink), (status = 403, description = "`for` from a role other than admin (`forbidden_for_role`)", body = crate::admin::openapi::ApiErrorBody)))]
 pub(crate) async fn create_link(
     State(shared): State<Arc<Control>>,
-    Extension(reviewer): Extension<Reviewer>,
-) -> (StatusCode, Json<crate::admin::views::SignInLink>) {
+    Extension(caller): Extension<Principal>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<crate::admin::views::SignInLink>), crate::admin::ApiError> {
+    let request: LinkRequest = crate::admin::parse_body(&body)?;
+    let holder = match request.for_name {
+        Some(name) if name != caller.name => {
+            caller.require(Action::SignInLinkForOthers)?;
+            shared
+                .review
+                .principals
+                .iter()
+                .find(|p| p.name == name)
+                .cloned()
+                .ok_or_else(|| {
+                    crate::admin::ApiError::not_found(
+                        "token",
+                        format!("no token of this server is named {name:?}"),
+                    )
+                })?
+        }
+        _ => caller.clone(),
+    };
     let (code, expires_at_ms) = shared
         .review
         .sign_in_links
-        .issue(&reviewer, airlock_ledger::now_ms());
-    tracing::info!(reviewer = %reviewer.name, "review UI sign-in link issued");
+        .issue(&holder, airlock_ledger::now_ms());
+    tracing::info!(reviewer = %holder.name, by = %caller.name, "review UI sign-in link issued");
     let path = format!("/login?code={code}");
-    (
+    Ok((
         StatusCode::CREATED,
         Json(crate::admin::views::SignInLink {
             link: format!("{}{path}", shared.ui_base_url()),
             path,
-            reviewer: reviewer.name,
+            reviewer: holder.name,
             expires_at_ms,
         }),
-    )
+    ))
 }
 
 /// What `/login` takes, in the query or the form.
@@ -135,7 +170,7 @@ fn login_page(status: StatusCode, error: Option<&str>, next: &str) -> Response {
             html! {
                 section.login {
                     h1 { "Sign in to review" }
-                    p { "Paste an admin or reviewer token (" code { "DATA/admin.token" } ", or run " code { "airlock ui" } " for a one-time sign-in link)." }
+                    p { "Paste your token (the admin token is in " code { "DATA/admin.token" } "; reviewers and viewers paste the one they were given), or run " code { "airlock ui" } " for a one-time sign-in link." }
                     @if let Some(error) = error { p.error role="alert" { (error) } }
                     form method="post" action="/login" {
                         input type="hidden" name="next" value=(next);
@@ -172,7 +207,7 @@ fn confirm_page(code: &str, reviewer: &str, next: &str) -> Response {
 }
 
 /// A session for `reviewer`, then on to `next`.
-fn signed_in(reviewer: &Reviewer, next: &str) -> Response {
+fn signed_in(reviewer: &Principal, next: &str) -> Response {
     let cookie = session::issue(reviewer, airlock_ledger::now_ms());
     tracing::info!(reviewer = %reviewer.name, "review UI sign-in");
     let mut response = redirect(next);
@@ -183,11 +218,11 @@ fn signed_in(reviewer: &Reviewer, next: &str) -> Response {
 }
 
 fn with_token(shared: &Control, token: &str, next: &str) -> Response {
-    match reviewer_for_token(&shared.review.reviewers, token.trim()) {
+    match principal_for_token(&shared.review.principals, token.trim()) {
         Some(reviewer) => signed_in(reviewer, next),
         None => login_page(
             StatusCode::UNAUTHORIZED,
-            Some("that token is not an admin or reviewer token of this server"),
+            Some("that token is not a token of this server (admin, reviewer, viewer or runner)"),
             next,
         ),
     }
@@ -198,7 +233,7 @@ fn with_code(shared: &Control, code: &str, next: &str) -> Response {
         .review
         .sign_in_links
         .redeem(code, airlock_ledger::now_ms())
-        .and_then(|name| shared.review.reviewers.iter().find(|r| r.name == name));
+        .and_then(|name| shared.review.principals.iter().find(|r| r.name == name));
     match reviewer {
         Some(reviewer) => signed_in(reviewer, next),
         None => expired_link(next),
@@ -294,10 +329,11 @@ mod tests {
     #[test]
     fn a_link_signs_in_once_and_not_after_it_expires() {
         let links = SignInLinks::default();
-        let alice = Reviewer {
-            name: "alice".into(),
-            token: "t0ken-alice-0000000000".into(),
-        };
+        let alice = Principal::new(
+            "alice",
+            crate::access::Role::Reviewer,
+            "t0ken-alice-0000000000",
+        );
         let (code, expiry) = links.issue(&alice, 1_000);
         assert_eq!(expiry, 1_000 + LINK_MS);
         assert_eq!(code.len(), 64);

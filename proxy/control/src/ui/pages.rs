@@ -336,6 +336,11 @@ pub(super) fn action_button(
     hidden: &[(&str, &str)],
     confirm: Option<&str>,
 ) -> Markup {
+    // Only the actions the signed-in role may take are shown (the server refuses the
+    // rest with a 403 page besides).
+    if !session.may("POST", action) {
+        return html! {};
+    }
     html! {
         form.inline method="post" action=(action) data-confirm=[confirm] {
             input type="hidden" name="csrf" value=(session.csrf);
@@ -428,7 +433,9 @@ pub(super) async fn run_page(
             }
             @if open {
                 div.actions {
-                    a.button.primary href=(format!("/runs/{}/commit", run.id)) accesskey="c" { "Commit…" }
+                    @if session.may("POST", &format!("/runs/{}/commit", run.id)) {
+                        a.button.primary href=(format!("/runs/{}/commit", run.id)) accesskey="c" { "Commit…" }
+                    }
                     (action_button(&session, &format!("/runs/{}/abort", run.id), "Abort run", "danger", &[],
                         Some("Abort this run? Every pending effect is discarded and nothing is sent.")))
                     @for rule in &by_rule {

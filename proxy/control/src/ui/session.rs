@@ -1,16 +1,18 @@
 //! Browser sessions of the review UI: a cookie that proves its holder presented a
 //! reviewer's token, and the per-session CSRF token every state-changing form carries.
 //!
-//! The cookie is `NAME.EXPIRY_MS.MAC` with `MAC = HMAC-SHA256(token, "session|NAME|EXPIRY_MS")`
-//! (RFC 2104), so it is bound to the reviewer's token: replacing the token ends every
-//! session made with it, and the server keeps no session table. It is `HttpOnly` and
-//! `SameSite=Strict` (RFC 6265bis §5.4.7): a page of another site cannot make the browser
-//! send it, and the CSRF token (`HMAC(token, "csrf|" + cookie)`) is checked on every POST
-//! besides.
+//! The cookie is `NAME.EXPIRY_MS.MAC` with `MAC = HMAC-SHA256(KEY, "session|NAME|EXPIRY_MS")`
+//! (RFC 2104), where `KEY` is the SHA-256 of the holder's token
+//! ([`Principal::session_key`]), so it is bound to that token: replacing the token ends
+//! every session made with it, and the server keeps no session table. The role is the
+//! token's, looked up at each request, so a session never outlives a change of role. It is
+//! `HttpOnly` and `SameSite=Strict` (RFC 6265bis §5.4.7): a page of another site cannot make
+//! the browser send it, and the CSRF token (`HMAC(KEY, "csrf|" + cookie)`) is checked on
+//! every POST besides.
 
 use sha2::{Digest as _, Sha256};
 
-use super::Reviewer;
+use crate::access::Principal;
 
 /// Name of the session cookie.
 pub const COOKIE: &str = "airlock_session";
@@ -46,35 +48,35 @@ pub fn same(a: &str, b: &str) -> bool {
 }
 
 /// A new session cookie value for `reviewer`, valid until `now_ms + SESSION_MS`.
-pub fn issue(reviewer: &Reviewer, now_ms: u64) -> String {
+pub fn issue(principal: &Principal, now_ms: u64) -> String {
     let expiry = now_ms + SESSION_MS;
     let mac = hmac(
-        reviewer.token.as_bytes(),
-        format!("session|{}|{expiry}", reviewer.name).as_bytes(),
+        principal.session_key(),
+        format!("session|{}|{expiry}", principal.name).as_bytes(),
     );
-    format!("{}.{expiry}.{}", reviewer.name, hex(&mac))
+    format!("{}.{expiry}.{}", principal.name, hex(&mac))
 }
 
 /// The reviewer a session cookie value proves, if it is genuine and not expired.
-pub fn verify<'a>(value: &str, reviewers: &'a [Reviewer], now_ms: u64) -> Option<&'a Reviewer> {
+pub fn verify<'a>(value: &str, principals: &'a [Principal], now_ms: u64) -> Option<&'a Principal> {
     let mut parts = value.rsplitn(3, '.');
     let (mac, expiry, name) = (parts.next()?, parts.next()?, parts.next()?);
     let expiry_ms: u64 = expiry.parse().ok()?;
     if expiry_ms <= now_ms {
         return None;
     }
-    let reviewer = reviewers.iter().find(|r| r.name == name)?;
+    let principal = principals.iter().find(|r| r.name == name)?;
     let expected = hmac(
-        reviewer.token.as_bytes(),
+        principal.session_key(),
         format!("session|{name}|{expiry}").as_bytes(),
     );
-    same(mac, &hex(&expected)).then_some(reviewer)
+    same(mac, &hex(&expected)).then_some(principal)
 }
 
 /// The CSRF token of the session whose cookie value is `cookie`.
-pub fn csrf(reviewer: &Reviewer, cookie: &str) -> String {
+pub fn csrf(principal: &Principal, cookie: &str) -> String {
     hex(&hmac(
-        reviewer.token.as_bytes(),
+        principal.session_key(),
         format!("csrf|{cookie}").as_bytes(),
     ))
 }
@@ -104,16 +106,12 @@ pub fn clear_cookie() -> String {
 mod tests {
     use super::*;
 
-    fn reviewers() -> Vec<Reviewer> {
+    use crate::access::Role;
+
+    fn reviewers() -> Vec<Principal> {
         vec![
-            Reviewer {
-                name: "admin".into(),
-                token: "t0ken-admin-0000000000".into(),
-            },
-            Reviewer {
-                name: "alice".into(),
-                token: "t0ken-alice-0000000000".into(),
-            },
+            Principal::new("admin", Role::Admin, "t0ken-admin-0000000000"),
+            Principal::new("alice", Role::Reviewer, "t0ken-alice-0000000000"),
         ]
     }
 
@@ -141,7 +139,7 @@ mod tests {
         let forged = cookie.replacen("alice", "admin", 1);
         assert!(verify(&forged, &list, 2_000).is_none(), "renamed");
         let mut other = list.clone();
-        other[1].token = "rotated-token-0000000000".into();
+        other[1] = Principal::new("alice", Role::Reviewer, "rotated-token-0000000000");
         assert!(verify(&cookie, &other, 2_000).is_none(), "token rotated");
         assert!(verify("garbage", &list, 0).is_none());
         assert_ne!(csrf(&list[1], &cookie), csrf(&list[0], &cookie));

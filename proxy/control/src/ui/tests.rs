@@ -5,6 +5,9 @@ use airlock_ledger::{Dependency, Digest, Effect, EffectId, EffectState, RunId};
 use super::graph::svg;
 use super::pages::plan;
 use super::*;
+use crate::access::{
+    load_principals, parse_token_arg, principal_for_token, Role, TokenError, TokenFile,
+};
 
 fn effect(seq: u64, state: EffectState, parents: &[u64]) -> Effect {
     Effect {
@@ -45,9 +48,10 @@ fn effect(seq: u64, state: EffectState, parents: &[u64]) -> Effect {
 
 #[test]
 fn reviewer_args_and_next_paths() {
-    assert_eq!(parse_reviewer_arg("alice=/tmp/a").expect("ok").0, "alice");
-    assert!(parse_reviewer_arg("al ice=/tmp/a").is_err());
-    assert!(parse_reviewer_arg("alice").is_err());
+    let parse = |text: &str| parse_token_arg(Role::Reviewer, text);
+    assert_eq!(parse("alice=/tmp/a").expect("ok").name, "alice");
+    assert!(parse("al ice=/tmp/a").is_err());
+    assert!(parse("alice").is_err());
     assert_eq!(safe_next(Some("//evil.example")), "/");
     assert_eq!(safe_next(Some("https://evil.example")), "/");
     assert_eq!(safe_next(Some("/\\evil.example")), "/");
@@ -65,24 +69,36 @@ fn reviewers_need_long_distinct_tokens() {
     let alice = dir.path().join("alice");
     std::fs::write(&alice, "alice-token-0123456789\n").expect("write");
     let admin = "admin-token-0123456789";
+    let file = |name: &str, path: std::path::PathBuf| TokenFile {
+        role: Role::Reviewer,
+        name: name.into(),
+        path,
+    };
     assert!(matches!(
-        load_reviewers(admin, &[("bob".into(), short)]),
-        Err(ReviewerError::Short { .. })
+        load_principals(admin, &[file("bob", short)]),
+        Err(TokenError::Short { .. })
     ));
     assert!(matches!(
-        load_reviewers(admin, &[("bob".into(), same)]),
-        Err(ReviewerError::Duplicate(_))
+        load_principals(admin, &[file("bob", same)]),
+        Err(TokenError::Duplicate { .. })
     ));
-    let reviewers = load_reviewers(admin, &[("alice".into(), alice)]).expect("admin and alice");
+    let missing = load_principals(admin, &[file("carol", dir.path().join("absent"))])
+        .expect_err("a missing file fails the start");
+    assert!(
+        missing.to_string().contains("--reviewer-token carol="),
+        "{missing}"
+    );
+    let reviewers = load_principals(admin, &[file("alice", alice)]).expect("admin and alice");
     assert_eq!(
-        reviewer_for_token(&reviewers, "alice-token-0123456789").map(|r| r.name.as_str()),
-        Some("alice")
+        principal_for_token(&reviewers, "alice-token-0123456789")
+            .map(|r| (r.name.as_str(), r.role)),
+        Some(("alice", Role::Reviewer))
     );
     assert_eq!(
-        reviewer_for_token(&reviewers, admin).map(|r| r.name.as_str()),
-        Some("admin")
+        principal_for_token(&reviewers, admin).map(|r| (r.name.as_str(), r.role)),
+        Some(("admin", Role::Admin))
     );
-    assert!(reviewer_for_token(&reviewers, "nobody").is_none());
+    assert!(principal_for_token(&reviewers, "nobody").is_none());
     assert!(
         !format!("{:?}", reviewers[1]).contains("0123456789"),
         "tokens never show in Debug"
@@ -153,10 +169,7 @@ fn lineage_graph_lays_out_many_nodes_without_overlap() {
 
 fn session() -> Session {
     Session {
-        reviewer: Reviewer {
-            name: "alice".into(),
-            token: "alice-token-0123456789".into(),
-        },
+        principal: crate::access::Principal::new("alice", Role::Reviewer, "alice-token-0123456789"),
         csrf: "csrf-token".into(),
     }
 }
