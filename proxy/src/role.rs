@@ -84,6 +84,8 @@ pub const CONTROL_ONLY_FLAGS: &[&str] = &[
     "--danger-allow-snapshot-commands",
     "--workspace-step-timeout",
     "--reviewer-token",
+    "--runner-token",
+    "--admin-token",
     "--notify-webhook",
     "--ui-base-url",
     "--advertise-proxy",

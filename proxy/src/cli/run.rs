@@ -307,18 +307,32 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
             )
         };
     }
-    let report = client
-        .post(
-            &format!("/v1/runs/{run}/workspace/decide"),
-            Some(json!({
-                "outcome": if passed { "keep" } else { "rollback" },
-                "commit": args.on_pass == OnPass::Commit,
-                "approve_all": args.approve_all,
-                "reason": reason,
-            })),
-        )
-        .await?;
-    let mut report = report;
+    let decide = |commit: bool| {
+        json!({
+            "outcome": if passed { "keep" } else { "rollback" },
+            "commit": commit,
+            "approve_all": args.approve_all,
+            "reason": reason,
+        })
+    };
+    let path = format!("/v1/runs/{run}/workspace/decide");
+    let commit = passed && args.on_pass == OnPass::Commit;
+    let mut report = match client.post(&path, Some(decide(commit))).await {
+        // A runner's token may keep the files but not release the effects: they are held
+        // for a reviewer instead (docs/admin-api.md#roles), and the summary says so.
+        Err(crate::client::ClientError::Api {
+            status: 403,
+            code,
+            message,
+            ..
+        }) if commit && code == "forbidden_for_role" => {
+            eprintln!(
+                "airlock run: --on-pass commit refused ({message}); the effects are held for a reviewer instead"
+            );
+            client.post(&path, Some(decide(false))).await?
+        }
+        other => other?,
+    };
     if chosen.network == airlock_fence::Network::Env {
         report["left_running"] = json!(outside::leftover_processes(&run));
     } else {

@@ -582,3 +582,84 @@ fn a_missing_or_empty_token_file_fails_the_start_naming_the_flag_and_the_file() 
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn airlock_run_with_a_runner_token_stages_and_a_reviewer_releases() {
+    let (dir, s) = scenario(&[]).await;
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    let port = s.origin.addr().port();
+    let script = format!(
+        "echo done > result.txt && curl -sS -o /dev/null -X POST --data note \
+         https://127.0.0.1:{port}/hooks/runner"
+    );
+    let run = |extra: &[&str]| {
+        std::process::Command::new(airlock_bin())
+            .args(["run", "--admin", s.admin_url(), "--token", token_of("rita")])
+            .arg("--workspace")
+            .arg(&workspace)
+            .args(["--network", "env"])
+            .args(extra)
+            .args(["--", "sh", "-c", &script])
+            .env_remove("AIRLOCK_DATA")
+            .env_remove("AIRLOCK_TOKEN")
+            .output()
+            .expect("airlock run")
+    };
+    let out = run(&[]);
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{printed}");
+    // The runner's run waits for a reviewer: the effect is staged, nothing was sent.
+    let runs = s.airlock.admin.get("/v1/runs").await.expect("runs");
+    let run_id = runs["runs"][0]["id"].as_str().expect("id").to_owned();
+    assert_ne!(run_id, s.run);
+    let effects = s.airlock.effects(&run_id).await;
+    assert_eq!(effects.len(), 1, "{printed}");
+    assert_eq!(effects[0]["state"], "staged");
+    assert!(!s
+        .origin_requests()
+        .iter()
+        .any(|r| r.contains("/hooks/runner")));
+    // The runner's commit is refused with the role it needs, and its effects are held.
+    let out = run(&["--on-pass", "commit"]);
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{printed}");
+    assert!(
+        printed.contains("needs the admin or reviewer role")
+            && printed.contains("held for a reviewer instead"),
+        "{printed}"
+    );
+    let runs = s.airlock.admin.get("/v1/runs").await.expect("runs");
+    let second = runs["runs"][0]["id"].as_str().expect("id").to_owned();
+    assert_ne!(second, run_id);
+    assert_eq!(s.airlock.effects(&second).await[0]["state"], "staged");
+    assert!(!s
+        .origin_requests()
+        .iter()
+        .any(|r| r.contains("/hooks/runner")));
+    // The reviewer releases the first run's effect, once.
+    let alice = airlock_tests::AdminClient::new(s.admin_url(), token_of("alice"));
+    let effect = effects[0]["id"].as_str().expect("effect id");
+    alice
+        .post(&format!("/v1/effects/{effect}/approve"), None)
+        .await
+        .expect("approve");
+    alice
+        .post(&format!("/v1/runs/{run_id}/commit"), None)
+        .await
+        .expect("commit");
+    let sent = s
+        .origin_requests()
+        .iter()
+        .filter(|r| r.contains("/hooks/runner"))
+        .count();
+    assert_eq!(sent, 1);
+}

@@ -67,12 +67,19 @@ fn kubernetes_manifests_use_only_flags_env_vars_and_paths_the_binary_has() {
             .iter()
             .flat_map(|flag| container.values(flag))
             .collect();
-        paths.extend(
-            container
-                .values("--reviewer-token")
-                .into_iter()
-                .filter_map(|v| v.split_once('=').map(|(_, file)| file)),
-        );
+        for flag in [
+            "--reviewer-token",
+            "--runner-token",
+            "--viewer-token",
+            "--admin-token",
+        ] {
+            paths.extend(
+                container
+                    .values(flag)
+                    .into_iter()
+                    .filter_map(|v| v.split_once('=').map(|(_, file)| file)),
+            );
+        }
         for path in paths {
             if !container
                 .mounts
