@@ -51,7 +51,7 @@ pub use flow::{
     PLACEHOLDER_OF, UNANALYSED,
 };
 pub use obligation::{Idempotency, Limits, Mode, Redaction, Review, REDACTED};
-pub use request::{RequestBody, RequestFacts, Scheme};
+pub use request::{effective_method, RequestBody, RequestFacts, Scheme, METHOD_OVERRIDE_HEADERS};
 pub use respond::{Part, PlaceholderKind, Respond};
 
 pub(crate) use compile::valid_id;

@@ -74,13 +74,25 @@ pub(crate) async fn next_frame(
 }
 
 /// The facts a policy decides on for a request to `target`: scheme, host, port, method,
-/// path and whether a body follows (query, headers and profile left empty).
+/// path and whether a body follows (query, headers and profile left empty). The method is
+/// the one rules and flows judge the request by ([`airlock_policy::effective_method`]): a
+/// `GET` whose `X-HTTP-Method-Override` (or `X-HTTP-Method`, `X-Method-Override`, a
+/// `_method` query field) asks to be a `POST` is decided as a `POST`.
 pub fn request_facts<'a>(target: &'a Target, parts: &'a Parts) -> airlock_policy::RequestFacts<'a> {
+    let headers = parts
+        .headers
+        .iter()
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
+    let method = airlock_policy::effective_method(
+        parts.method.as_str(),
+        headers,
+        parts.uri.query().unwrap_or(""),
+    );
     airlock_policy::RequestFacts::new(
         target.scheme,
         &target.host,
         target.port,
-        parts.method.as_str(),
+        method,
         parts.uri.path(),
         has_body(parts),
     )
