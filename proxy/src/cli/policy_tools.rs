@@ -447,15 +447,18 @@ fn redecide(
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_str()))
             .collect();
+        // As the proxy decides it: a method override makes it the method it names.
+        let query = uri.query().unwrap_or("");
+        let method = airlock_policy::effective_method(&method, headers.iter().copied(), query);
         let line = RequestFacts {
-            query: uri.query().unwrap_or(""),
+            query,
             headers: &headers,
             profile,
             ..RequestFacts::new(
                 scheme,
                 &target.host,
                 target.port,
-                &method,
+                method,
                 uri.path(),
                 recorded.has_body,
             )
