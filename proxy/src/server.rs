@@ -113,6 +113,17 @@ impl Server {
         let instance_id = load_or_create_instance_id(&data_dir)?;
         let opened = ledger::open(&config, &data_dir)?;
         let ledger = opened.ledger.clone();
+        let run_tokens = airlock_ledger::RunTokens::load_or_create(&data_dir)?;
+        let rewritten = ledger
+            .hash_plaintext_tokens(&run_tokens)
+            .map_err(|source| ledger::read_failed(&opened, source))?;
+        if rewritten > 0 {
+            tracing::info!(
+                runs = rewritten,
+                "plaintext run tokens in the ledger rewritten as keyed hashes"
+            );
+        }
+        tracing::info!(key_id = %run_tokens.key_id(), "run token key (DATA/run-token.key; every instance on a shared store needs the same)");
         if role.serves_control() {
             let recovered = ledger
                 .recover()
@@ -201,6 +212,7 @@ impl Server {
         let tunnel_dialer = dialer.clone();
         let data = DataPlane::new(DataPlaneInputs {
             ledger,
+            run_tokens,
             policy,
             ca,
             upstream_http1: client(dialer.clone(), {

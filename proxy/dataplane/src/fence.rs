@@ -210,9 +210,9 @@ async fn serve_one(shared: Arc<DataPlane>, fence: Arc<Fence>, mut stream: UnixSt
 }
 
 async fn authenticate(shared: &Arc<DataPlane>, hello: &Hello) -> Option<RunId> {
-    let ledger = shared.ledger.clone();
+    let (ledger, tokens) = (shared.ledger.clone(), shared.run_tokens.clone());
     let (id, token) = (hello.run.clone(), hello.token.clone());
-    let run = tokio::task::spawn_blocking(move || ledger.authenticate(&id, &token))
+    let run = tokio::task::spawn_blocking(move || ledger.authenticate(&tokens, &id, &token))
         .await
         .ok()?
         .ok()??;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use std::sync::mpsc::Receiver;
 
-use airlock_ledger::{Change, IssuedPlaceholder, RunId, Store};
+use airlock_ledger::{Change, IssuedPlaceholder, RunId, RunTokens, Store};
 use airlock_net::ca::CertificateAuthority;
 use airlock_net::dial::Dialer;
 use airlock_net::limits::Connections;
@@ -49,6 +49,8 @@ pub struct Limits {
 pub struct DataPlaneInputs {
     /// The durable ledger.
     pub ledger: Arc<dyn Store>,
+    /// The key run tokens are derived from and checked with (`DATA/run-token.key`).
+    pub run_tokens: RunTokens,
     /// The policy in force (hot-reloadable).
     pub policy: Arc<PolicyStore>,
     /// The CA and leaf cache.
@@ -75,6 +77,7 @@ pub struct DataPlaneInputs {
 /// The data plane: the proxy listener's state and the request path's services.
 pub struct DataPlane {
     pub(crate) ledger: Arc<dyn Store>,
+    pub(crate) run_tokens: RunTokens,
     pub(crate) policy: Arc<PolicyStore>,
     pub(crate) ca: Arc<CertificateAuthority>,
     pub(crate) upstream: UpstreamClient,
@@ -113,6 +116,7 @@ impl DataPlane {
         let plane = Arc::new(Self {
             lineage: LineageWorker::start(inputs.ledger.clone()),
             ledger: inputs.ledger,
+            run_tokens: inputs.run_tokens,
             policy: inputs.policy,
             ca: inputs.ca,
             upstream: inputs.upstream,
@@ -175,6 +179,12 @@ impl DataPlane {
     /// The durable ledger.
     pub fn ledger(&self) -> &Arc<dyn Store> {
         &self.ledger
+    }
+
+    /// The key run tokens are derived from: [`RunTokens::token_for`] gives a run's
+    /// token back to its creator.
+    pub fn run_tokens(&self) -> &RunTokens {
+        &self.run_tokens
     }
 
     /// The policy in force (take one snapshot per decision).
