@@ -43,6 +43,8 @@ pub struct Server {
     dns: Option<(tokio::net::UdpSocket, TcpListener)>,
     /// `--retain`: prune finished runs older than this periodically.
     retain: Option<std::time::Duration>,
+    /// `--admin-max-connections` and `--header-read-timeout` of the admin listener.
+    admin_limits: airlock_control::admin_listener::AdminLimits,
 }
 
 /// Reads the admin token from `dir`, creating a random one (mode 0600) on first start.
@@ -230,6 +232,7 @@ impl Server {
                 keep_alive_timeout: config.keep_alive_timeout,
                 auth_timeout: config.auth_timeout,
                 body_read_timeout: config.body_read_timeout,
+                dns_queries_per_second: config.dns_queries_per_second,
             },
             proxy_addr,
             connections: airlock_net::limits::Connections::new(
@@ -291,6 +294,10 @@ impl Server {
             transparent,
             dns,
             retain: config.retain,
+            admin_limits: airlock_control::admin_listener::AdminLimits {
+                max_connections: config.admin_max_connections,
+                header_read_timeout: config.header_read_timeout,
+            },
         })
     }
 

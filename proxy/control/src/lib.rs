@@ -6,6 +6,7 @@
 //! [`airlock_dataplane::DataPlane`]'s methods.
 
 pub mod admin;
+pub mod admin_listener;
 mod bound_ports;
 pub mod compensate;
 pub mod env;

@@ -41,7 +41,17 @@ pub struct Limits {
     /// `body_timeout` with `limit_name: "body_read_timeout"`
     /// [default: [`crate::request::DEFAULT_BODY_READ_TIMEOUT`]].
     pub body_read_timeout: std::time::Duration,
+    /// DNS queries one run may make a second, over the fence socket and `--dns` (a token
+    /// bucket holding two seconds' worth; 0: no limit); past it a query is not answered
+    /// ([`crate::fence::Fence::admit_dns`]) [default: [`DEFAULT_DNS_QUERIES_PER_SECOND`]].
+    pub dns_queries_per_second: u32,
 }
+
+/// Default of `--dns-queries-per-second`: 500 a second per run, in bursts of up to 1,000.
+/// A resolver asks two queries (A and AAAA) per name a client connects to, so this is far
+/// above what a build or an agent needs, and far below what a flood that would crowd out
+/// other runs sends.
+pub const DEFAULT_DNS_QUERIES_PER_SECOND: u32 = 500;
 
 /// What the composition root hands the data plane: the shared store and policy, the CA,
 /// the upstream clients and the dialer built on one TLS configuration, the limits, and the

@@ -82,7 +82,11 @@ async fn the_run_token_is_in_no_file_of_the_data_directory() {
     // The same key after a restart: the same token still works.
     airlock.restart().expect("restart");
     assert_eq!(airlock.run_token(&run).await, token);
-    let env = airlock.admin.get(&format!("/v1/runs/{run}/env")).await.expect("env");
+    let env = airlock
+        .admin
+        .get(&format!("/v1/runs/{run}/env"))
+        .await
+        .expect("env");
     let env: BTreeMap<String, String> = env["env"]
         .as_object()
         .expect("env")

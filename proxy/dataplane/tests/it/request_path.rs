@@ -87,6 +87,7 @@ async fn start(origin_port: u16) -> Plane {
             keep_alive_timeout: Duration::from_secs(60),
             auth_timeout: Duration::from_secs(10),
             body_read_timeout: airlock_dataplane::request::DEFAULT_BODY_READ_TIMEOUT,
+            dns_queries_per_second: airlock_dataplane::DEFAULT_DNS_QUERIES_PER_SECOND,
         },
         proxy_addr: proxy,
         connections: Connections::new(64, 16, 16),
