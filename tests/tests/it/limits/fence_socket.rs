@@ -98,27 +98,46 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
-/// How many connections this process can hold: 20,000, with the open-file limit raised
-/// as far as it may be (root may raise the hard limit); fewer where the hard limit is
-/// lower and cannot be raised (without CAP_SYS_RESOURCE), keeping 64 descriptors spare.
-fn connections_we_can_hold() -> usize {
-    const WANTED: u64 = 20_000;
+/// How many connections this process can hold, up to `wanted`: the open-file limit is
+/// raised as far as it may be (root with `CAP_SYS_RESOURCE` may raise the hard limit),
+/// keeping 64 descriptors spare.
+fn connections_we_can_hold(wanted: u64) -> usize {
     let spare = 64;
-    let _ = rlimit::setrlimit(rlimit::Resource::NOFILE, WANTED + spare, WANTED + spare);
-    let _ = rlimit::increase_nofile_limit(WANTED + spare);
+    let _ = rlimit::setrlimit(rlimit::Resource::NOFILE, wanted + spare, wanted + spare);
+    let _ = rlimit::increase_nofile_limit(wanted + spare);
     let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((1024, 1024));
-    usize::try_from(soft.saturating_sub(spare).min(WANTED)).unwrap_or(1000)
+    usize::try_from(soft.saturating_sub(spare).min(wanted)).unwrap_or(1000)
 }
+
+/// A second process (python3) that opens `n` DNS connections of `run` through the fence
+/// socket, prints `ready HELD RETRIES` and holds them until its stdin closes: two
+/// processes hold 20,000 where one may hold fewer (a hard limit of 20,000 descriptors).
+const HOLDER: &str = r#"
+import json, socket, struct, sys, time
+path, run, token, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+hello = json.dumps({"run": run, "token": token, "kind": "dns"}).encode()
+frame = struct.pack(">H", len(hello)) + hello
+held, retries = [], 0
+while len(held) < n:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        s.sendall(frame)
+        held.append(s)
+    except OSError:
+        s.close()
+        retries += 1
+        if retries > 100000:
+            sys.exit("the fence socket stopped accepting")
+        time.sleep(0.001)
+print("ready", len(held), retries, flush=True)
+sys.stdin.read()
+"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_thousand_held_fence_connections_of_one_run_leave_another_run_and_healthz_answered()
 {
-    let wanted = connections_we_can_hold();
-    if wanted < 20_000 {
-        eprintln!(
-            "holding {wanted} connections, not 20,000: the open-file limit cannot be raised further here"
-        );
-    }
+    const WANTED: usize = 20_000;
     let fx = Fixture::new();
     let origin = ok_origin(&fx.origin_ca).await;
     let port = origin.addr().port();
@@ -129,11 +148,24 @@ async fn twenty_thousand_held_fence_connections_of_one_run_leave_another_run_and
     let pid = airlock.pid().expect("pid");
     let fds_before = open_fds(pid);
 
-    // Run A opens `wanted` DNS connections through the fence socket and holds them all.
+    // Run A opens 20,000 DNS connections through the fence socket and holds them all:
+    // half in a second process, half here.
     let started = Instant::now();
-    let mut held = Vec::with_capacity(wanted);
+    let mut holder = std::process::Command::new("python3")
+        .args(["-c", HOLDER])
+        .arg(&socket)
+        .args([&a, &a_token, &(WANTED / 2).to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .ok();
+    let here = match holder {
+        Some(_) => connections_we_can_hold((WANTED / 2) as u64),
+        None => connections_we_can_hold(WANTED as u64),
+    };
+    let mut held = Vec::with_capacity(here);
     let mut failed_connects = 0usize;
-    while held.len() < wanted {
+    while held.len() < here {
         match hello(&socket, &a, &a_token, Kind::Dns).await {
             Ok(stream) => held.push(stream),
             Err(_) => {
@@ -146,6 +178,29 @@ async fn twenty_thousand_held_fence_connections_of_one_run_leave_another_run_and
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
+    }
+    let held_elsewhere = match holder.as_mut().and_then(|h| h.stdout.take()) {
+        Some(stdout) => {
+            let line = tokio::task::spawn_blocking(move || {
+                let mut line = String::new();
+                let _ =
+                    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+                line
+            })
+            .await
+            .expect("the holder's answer");
+            let mut words = line.split_whitespace();
+            assert_eq!(words.next(), Some("ready"), "the holder: {line:?}");
+            words.next().and_then(|n| n.parse().ok()).unwrap_or(0usize)
+        }
+        None => 0,
+    };
+    let wanted = here + held_elsewhere;
+    if wanted < WANTED {
+        eprintln!(
+            "holding {wanted} connections, not 20,000: no python3 for a second process, and \
+             this one's open-file limit cannot be raised further"
+        );
     }
     let opened_in = started.elapsed();
     let max_fds = open_fds(pid);
@@ -219,6 +274,10 @@ async fn twenty_thousand_held_fence_connections_of_one_run_leave_another_run_and
          {max_fds} right after, {fds_now} while they are held"
     );
     drop(held);
+    if let Some(mut holder) = holder {
+        drop(holder.stdin.take());
+        let _ = holder.wait();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
