@@ -238,3 +238,38 @@ fn original_dst(stream: &TcpStream) -> std::io::Result<SocketAddr> {
     addr.as_socket()
         .ok_or_else(|| std::io::Error::other("the original destination is not an IP address"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_its_cap_the_relay_refuses_and_counts_instead_of_carrying() {
+        let counts = Counts::default();
+        let slots: Vec<_> = (0..MAX_CARRIED)
+            .map(|_| counts.carry_slot().expect("a slot"))
+            .collect();
+        assert!(counts.carry_slot().is_none(), "past the cap");
+        assert!(counts.carry_slot().is_none());
+        assert_eq!(counts.limited.load(Ordering::Relaxed), 2);
+        drop(slots);
+        assert!(counts.carry_slot().is_some(), "slots come back");
+        assert_eq!(counts.failures.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn running_out_of_descriptors_is_the_relays_limit_not_a_failure_to_reach_airlock() {
+        let upstream = Upstream {
+            socket: PathBuf::from("/nonexistent/fence.sock"),
+            run: "run_x".into(),
+            token: "t".into(),
+            counts: Arc::default(),
+        };
+        upstream.failed("a connection", &std::io::Error::from_raw_os_error(24));
+        assert_eq!(upstream.counts.limited.load(Ordering::Relaxed), 1);
+        assert_eq!(upstream.counts.failures.load(Ordering::Relaxed), 0);
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        upstream.failed("a connection", &refused);
+        assert_eq!(upstream.counts.failures.load(Ordering::Relaxed), 1);
+    }
+}
