@@ -114,3 +114,17 @@ impl Backend for MemoryBackend {
 
 #[cfg(test)]
 mod tests;
+
+/// Makes run `id` of the sled ledger in directory `path` look as a ledger written before
+/// tokens were derived does: its record holds the plaintext `token` (the JSON field
+/// `token`). For tests of the rewrite on open ([`crate::RunStore::hash_plaintext_tokens`]);
+/// the caller holds no other handle on the ledger.
+///
+/// Errors: storage faults, and [`crate::LedgerError::NotFound`] for an unknown run.
+pub fn write_plaintext_token(
+    path: &std::path::Path,
+    id: &crate::RunId,
+    token: &str,
+) -> crate::Result<()> {
+    Ledger::open(path)?.write_plaintext_token(id, token)
+}

@@ -28,6 +28,7 @@ pub mod postgres;
 pub mod rules;
 mod sled_store;
 mod store;
+pub mod tokens;
 mod values;
 mod workspace;
 
@@ -55,6 +56,7 @@ pub use store::{
     AuditStore, EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage,
     RunStore, Store, WorkspaceStore,
 };
+pub use tokens::{RunTokens, TokenKeyError, RUN_TOKEN_KEY_FILE};
 pub use workspace::{
     Changes, Containment, DecisionKind, LeftRunning, Savepoint, StepRecord, WorkspaceDecision,
     WorkspaceRecord,

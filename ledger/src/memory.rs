@@ -178,13 +178,7 @@ impl Store for MemoryStore {
 
 impl RunStore for MemoryStore {
     fn create_run_from(&self, profile: Option<String>, source: Option<String>) -> Result<Run> {
-        let run = rules::new_run(
-            RunId::generate(),
-            rules::random_token(),
-            profile,
-            source,
-            now_ms(),
-        );
+        let run = rules::new_run(RunId::generate(), profile, source, now_ms());
         self.write(|state| {
             state.runs.insert(run.id.clone(), run.clone());
             let changes = vec![Change::RunChanged(run.id.clone())];
@@ -194,6 +188,17 @@ impl RunStore for MemoryStore {
 
     fn run(&self, id: &RunId) -> Result<Option<Run>> {
         Ok(self.lock().runs.get(id).cloned())
+    }
+
+    fn hash_plaintext_tokens(&self, tokens: &crate::RunTokens) -> Result<usize> {
+        self.write(|state| {
+            let rewritten = state
+                .runs
+                .values_mut()
+                .filter_map(|run| tokens.seal(run).then_some(()))
+                .count();
+            Ok((rewritten, Vec::new()))
+        })
     }
 
     fn runs(&self) -> Result<Vec<Run>> {

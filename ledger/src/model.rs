@@ -246,8 +246,16 @@ impl DecisionRecord {
 pub struct Run {
     /// The run's identifier.
     pub id: RunId,
-    /// The secret the sandbox presents as the password of `Proxy-Authorization: Basic`.
-    pub token: String,
+    /// For a run recorded before tokens were derived ([`crate::tokens`]): the keyed hash
+    /// of its random token, which it still authenticates with. `None` for every newer
+    /// run, whose token is derived from its id and stored nowhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_hash: Option<String>,
+    /// The plaintext token of a record written before tokens were derived (its JSON field
+    /// `token`), until [`crate::RunStore::hash_plaintext_tokens`] rewrites it as
+    /// `token_hash`; `None` once rewritten and for every newer run.
+    #[serde(default, rename = "token", skip_serializing_if = "Option::is_none")]
+    pub plaintext_token: Option<String>,
     /// The run's state.
     pub state: RunState,
     /// Policy profile the run was created with.
@@ -286,7 +294,11 @@ impl fmt::Debug for Run {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Run")
             .field("id", &self.id)
-            .field("token", &"[redacted]")
+            .field("token_hash", &self.token_hash.as_ref().map(|_| "[hash]"))
+            .field(
+                "plaintext_token",
+                &self.plaintext_token.as_ref().map(|_| "[redacted]"),
+            )
             .field("state", &self.state)
             .field("profile", &self.profile)
             .field("source", &self.source)

@@ -30,14 +30,6 @@ pub const ABORT_REASON: &str = "run aborted";
 pub const RECOVERY_REASON: &str =
     "airlock stopped while releasing this effect; it may or may not have reached the origin";
 
-/// A new run's token: 24 random bytes as 48 lowercase hex characters.
-pub fn random_token() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 24];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Compares two secrets in time independent of where they differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -46,18 +38,14 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A new open run with identifier `id`, token `token`, bound to `source` when given,
-/// created at `at_ms` (ms since the Unix epoch).
-pub fn new_run(
-    id: RunId,
-    token: String,
-    profile: Option<String>,
-    source: Option<String>,
-    at_ms: u64,
-) -> Run {
+/// A new open run with identifier `id`, bound to `source` when given, created at `at_ms`
+/// (ms since the Unix epoch). Its token is derived from `id` ([`crate::tokens`]): nothing
+/// of it is stored.
+pub fn new_run(id: RunId, profile: Option<String>, source: Option<String>, at_ms: u64) -> Run {
     Run {
         id,
-        token,
+        token_hash: None,
+        plaintext_token: None,
         state: RunState::Open,
         profile,
         source,

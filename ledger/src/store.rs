@@ -156,7 +156,8 @@ pub struct Pruned {
 
 /// Runs: one agent execution, one transaction.
 pub trait RunStore: Send + Sync + 'static {
-    /// Creates an open run with a fresh random token (48 hex characters). Durable.
+    /// Creates an open run; its token is derived from its id ([`crate::RunTokens::token_for`])
+    /// and not stored. Durable.
     /// Sends [`Change::RunChanged`].
     ///
     /// Errors: storage faults.
@@ -207,16 +208,29 @@ pub trait RunStore: Send + Sync + 'static {
     /// [`crate::LedgerError::NotFound`] for an unknown run.
     fn prune_run(&self, id: &RunId) -> Result<Pruned>;
 
-    /// The run whose id and token match, the token compared in constant time; `None`
-    /// for a malformed id, an unknown run or a wrong token.
-    fn authenticate(&self, run_id: &str, token: &str) -> Result<Option<Run>> {
+    /// The run whose id and token match ([`crate::RunTokens::verify`]: the token derived
+    /// from the id with `tokens`' key, or the keyed hash of an old run's token), compared
+    /// in constant time; `None` for a malformed id, an unknown run or a wrong token.
+    fn authenticate(
+        &self,
+        tokens: &crate::RunTokens,
+        run_id: &str,
+        token: &str,
+    ) -> Result<Option<Run>> {
         let Some(id) = RunId::parse(run_id) else {
             return Ok(None);
         };
-        Ok(self
-            .run(&id)?
-            .filter(|run| crate::rules::constant_time_eq(run.token.as_bytes(), token.as_bytes())))
+        Ok(self.run(&id)?.filter(|run| tokens.verify(run, token)))
     }
+
+    /// Rewrites every run record that still holds a plaintext token (written before tokens
+    /// were derived; [`crate::tokens`]) to hold only its keyed hash under `tokens`' key
+    /// ([`crate::RunTokens::seal`]), so that token keeps working and is no longer stored.
+    /// Idempotent; run by the server when it opens the ledger. Returns how many records
+    /// were rewritten. Durable. Sends no change: nothing a reader shows differs.
+    ///
+    /// Errors: storage faults.
+    fn hash_plaintext_tokens(&self, tokens: &crate::RunTokens) -> Result<usize>;
 
     /// Adds `flag` to the run (kept up to [`crate::MAX_RUN_FLAGS`]; later flags are dropped
     /// and `false` is returned). Durable.

@@ -101,6 +101,16 @@ pub struct Containment {
     pub dns_refused: u64,
     /// Connections and queries the relay dropped because airlock could not be reached.
     pub relay_failures: u64,
+    /// Connections and queries the relay inside the fence dropped at its own limits (out
+    /// of descriptors, or past the connections it carries at once).
+    pub relay_limited: u64,
+    /// Connections (proxy, captured, DNS) airlock closed because the run held
+    /// `--max-connections-per-run` connections.
+    pub connections_limited: u64,
+    /// DNS connections airlock closed after going idle without a query.
+    pub dns_idle_closed: u64,
+    /// DNS queries airlock left unanswered: past `--dns-queries-per-second`.
+    pub dns_rate_limited: u64,
     /// Processes still running in the fence when the command ended; all were killed.
     pub left_running: Vec<LeftRunning>,
 }

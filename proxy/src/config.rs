@@ -71,6 +71,13 @@ pub struct ServeConfig {
     pub max_connections_per_run: usize,
     /// Most open client connections on the proxy listener in all [default: 4096].
     pub max_connections: usize,
+    /// Most open connections on the admin (or ops) listener; past it a new connection gets
+    /// one 429 `too_many_connections` and is closed [default:
+    /// [`airlock_control::admin_listener::DEFAULT_MAX_CONNECTIONS`]].
+    pub admin_max_connections: usize,
+    /// DNS queries one run may make a second over the fence socket and `--dns` (0: no
+    /// limit) [default: [`airlock_dataplane::DEFAULT_DNS_QUERIES_PER_SECOND`]].
+    pub dns_queries_per_second: u32,
     /// `HOST:PORT` sandboxes dial for the proxy, when not the listener's own address.
     pub advertise_proxy: Option<(String, u16)>,
     /// The transparent listener (`--transparent ADDR`) for fences operators build.
@@ -143,6 +150,8 @@ impl ServeConfig {
             idle_timeout: airlock_net::limits::DEFAULT_IDLE_TIMEOUT,
             max_connections_per_run: airlock_net::limits::DEFAULT_MAX_CONNECTIONS_PER_RUN,
             max_connections: airlock_net::limits::DEFAULT_MAX_CONNECTIONS,
+            admin_max_connections: airlock_control::admin_listener::DEFAULT_MAX_CONNECTIONS,
+            dns_queries_per_second: airlock_dataplane::DEFAULT_DNS_QUERIES_PER_SECOND,
             advertise_proxy: None,
             transparent: None,
             dns: None,

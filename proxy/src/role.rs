@@ -68,7 +68,6 @@ pub const PROXY_ONLY_FLAGS: &[&str] = &[
     "--transparent",
     "--dns",
     "--stage-body-limit",
-    "--header-read-timeout",
     "--idle-timeout",
     "--max-connections-per-run",
     "--max-connections",
@@ -76,6 +75,7 @@ pub const PROXY_ONLY_FLAGS: &[&str] = &[
     "--max-unauthenticated-connections",
     "--auth-timeout",
     "--body-read-timeout",
+    "--dns-queries-per-second",
 ];
 
 /// `airlock serve` flags only the control plane uses: refused with `--role proxy`.

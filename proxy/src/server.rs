@@ -43,6 +43,8 @@ pub struct Server {
     dns: Option<(tokio::net::UdpSocket, TcpListener)>,
     /// `--retain`: prune finished runs older than this periodically.
     retain: Option<std::time::Duration>,
+    /// `--admin-max-connections` and `--header-read-timeout` of the admin listener.
+    admin_limits: airlock_control::admin_listener::AdminLimits,
 }
 
 /// Reads the admin token from `dir`, creating a random one (mode 0600) on first start.
@@ -113,6 +115,17 @@ impl Server {
         let instance_id = load_or_create_instance_id(&data_dir)?;
         let opened = ledger::open(&config, &data_dir)?;
         let ledger = opened.ledger.clone();
+        let run_tokens = airlock_ledger::RunTokens::load_or_create(&data_dir)?;
+        let rewritten = ledger
+            .hash_plaintext_tokens(&run_tokens)
+            .map_err(|source| ledger::read_failed(&opened, source))?;
+        if rewritten > 0 {
+            tracing::info!(
+                runs = rewritten,
+                "plaintext run tokens in the ledger rewritten as keyed hashes"
+            );
+        }
+        tracing::info!(key_id = %run_tokens.key_id(), "run token key (DATA/run-token.key; every instance on a shared store needs the same)");
         if role.serves_control() {
             let recovered = ledger
                 .recover()
@@ -201,6 +214,7 @@ impl Server {
         let tunnel_dialer = dialer.clone();
         let data = DataPlane::new(DataPlaneInputs {
             ledger,
+            run_tokens,
             policy,
             ca,
             upstream_http1: client(dialer.clone(), {
@@ -218,6 +232,7 @@ impl Server {
                 keep_alive_timeout: config.keep_alive_timeout,
                 auth_timeout: config.auth_timeout,
                 body_read_timeout: config.body_read_timeout,
+                dns_queries_per_second: config.dns_queries_per_second,
             },
             proxy_addr,
             connections: airlock_net::limits::Connections::new(
@@ -291,6 +306,10 @@ impl Server {
             transparent,
             dns,
             retain: config.retain,
+            admin_limits: airlock_control::admin_listener::AdminLimits {
+                max_connections: config.admin_max_connections,
+                header_read_timeout: config.header_read_timeout,
+            },
         })
     }
 

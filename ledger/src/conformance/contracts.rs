@@ -347,14 +347,16 @@ pub fn changes_are_announced(backend: &mut dyn Backend) {
 pub fn callable_through_dyn_store(backend: &mut dyn Backend) {
     let store: Arc<dyn Store> = Arc::from(backend.fresh());
     let run = store.create_run(None).expect("run");
+    let tokens = crate::RunTokens::from_key([1; 32]);
     assert!(store
-        .authenticate(run.id.as_str(), &run.token)
+        .authenticate(&tokens, run.id.as_str(), &tokens.token_for(&run.id))
         .expect("authenticate")
         .is_some());
     assert!(store
-        .authenticate(run.id.as_str(), "wrong")
+        .authenticate(&tokens, run.id.as_str(), "wrong")
         .expect("authenticate")
         .is_none());
+    assert_eq!(store.hash_plaintext_tokens(&tokens).expect("hash"), 0);
     assert!(store.edges(&run.id).expect("edges").is_empty());
     assert!(store
         .placeholders(&run.id)

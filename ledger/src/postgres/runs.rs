@@ -23,13 +23,7 @@ impl RunStore for PgStore {
     }
 
     fn create_run_from(&self, profile: Option<String>, source: Option<String>) -> Result<Run> {
-        let run = rules::new_run(
-            RunId::generate(),
-            rules::random_token(),
-            profile,
-            source,
-            now_ms(),
-        );
+        let run = rules::new_run(RunId::generate(), profile, source, now_ms());
         self.write(run.id.0.clone(), false, move |tx| {
             put_run(tx, &run)?;
             Ok((run.clone(), vec![Change::RunChanged(run.id.clone())]))
@@ -39,6 +33,35 @@ impl RunStore for PgStore {
     fn run(&self, id: &RunId) -> Result<Option<Run>> {
         let id = id.clone();
         self.read(move |tx| records::run(tx, &id, false))
+    }
+
+    fn hash_plaintext_tokens(&self, tokens: &crate::RunTokens) -> Result<usize> {
+        // The runs whose record still has a `token`; each is then locked and rewritten in
+        // a transaction of its own (idempotent: two instances starting at once with the
+        // same key write the same hash, and the second finds nothing to do).
+        let ids: Vec<String> = self.read(|tx| {
+            let rows = tx
+                .query(
+                    "SELECT id FROM runs WHERE record->>'token' IS NOT NULL ORDER BY id",
+                    &[],
+                )
+                .map_err(fault)?;
+            Ok(rows.iter().map(|row| row.get(0)).collect())
+        })?;
+        let mut rewritten = 0;
+        for id in ids {
+            let (tokens, run_id) = (tokens.clone(), RunId(id.clone()));
+            let sealed = self.write(id, false, move |tx| {
+                let mut run = locked_run(tx, &run_id)?;
+                let sealed = tokens.seal(&mut run);
+                if sealed {
+                    put_run(tx, &run)?;
+                }
+                Ok((sealed, Vec::new()))
+            })?;
+            rewritten += usize::from(sealed);
+        }
+        Ok(rewritten)
     }
 
     fn runs(&self) -> Result<Vec<Run>> {

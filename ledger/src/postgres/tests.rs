@@ -423,3 +423,42 @@ fn the_placeholder_count_is_read_from_the_primary_key() {
     }
     assert!(plans[2].contains("Index Only Scan"), "{}", plans[2]);
 }
+
+#[test]
+fn a_plaintext_token_is_rewritten_as_its_keyed_hash_by_either_instance_and_still_works() {
+    let Some(server) = TestServer::start() else {
+        return;
+    };
+    let url = server.database();
+    let a = PgStore::open(&url, 2).expect("open A");
+    let b = PgStore::open(&url, 2).expect("open B");
+    let tokens = crate::RunTokens::from_key([9; 32]);
+    let run = a.create_run(None).expect("run");
+    let old = "ffeeddccbbaa99887766554433221100ffeeddccbbaa9988";
+    // The record as a ledger written before tokens were derived holds it.
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    let mut record = serde_json::to_value(&run).expect("json");
+    record["token"] = serde_json::json!(old);
+    client
+        .execute(
+            "UPDATE runs SET record = $2::text::json WHERE id = $1",
+            &[&run.id.0, &record.to_string()],
+        )
+        .expect("an old record");
+    assert!(tokens.verify(&b.run(&run.id).expect("read").expect("run"), old));
+    assert_eq!(a.hash_plaintext_tokens(&tokens).expect("rewrite"), 1);
+    assert_eq!(b.hash_plaintext_tokens(&tokens).expect("again"), 0);
+    let text: String = client
+        .query_one("SELECT record::text FROM runs WHERE id = $1", &[&run.id.0])
+        .expect("row")
+        .get(0);
+    assert!(!text.contains(old), "{text}");
+    assert!(b
+        .authenticate(&tokens, &run.id.0, old)
+        .expect("auth")
+        .is_some());
+    assert!(b
+        .authenticate(&tokens, &run.id.0, &tokens.token_for(&run.id))
+        .expect("auth")
+        .is_none());
+}

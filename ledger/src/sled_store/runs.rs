@@ -14,13 +14,7 @@ impl Ledger {
 
     /// [`crate::RunStore::create_run_from`] on sled.
     pub fn create_run_from(&self, profile: Option<String>, source: Option<String>) -> Result<Run> {
-        let run = rules::new_run(
-            RunId::generate(),
-            rules::random_token(),
-            profile,
-            source,
-            now_ms(),
-        );
+        let run = rules::new_run(RunId::generate(), profile, source, now_ms());
         self.runs
             .insert(run.id.0.as_bytes(), encode(&run))
             .or_storage()?;
@@ -56,8 +50,46 @@ impl Ledger {
 
     /// [`crate::RunStore::authenticate`] on sled: the run whose id and token match,
     /// compared in constant time; `None` otherwise.
-    pub fn authenticate(&self, run_id: &str, token: &str) -> Result<Option<Run>> {
-        crate::RunStore::authenticate(self, run_id, token)
+    pub fn authenticate(
+        &self,
+        tokens: &crate::RunTokens,
+        run_id: &str,
+        token: &str,
+    ) -> Result<Option<Run>> {
+        crate::RunStore::authenticate(self, tokens, run_id, token)
+    }
+
+    /// [`crate::RunStore::hash_plaintext_tokens`] on sled: each run record holding a
+    /// plaintext token is written again with its keyed hash, then the tree is flushed.
+    pub fn hash_plaintext_tokens(&self, tokens: &crate::RunTokens) -> Result<usize> {
+        let _guard = self.lock();
+        let mut rewritten = 0;
+        for item in self.runs.iter() {
+            let (key, value) = item.or_storage()?;
+            let mut run: Run = decode(&key, &value)?;
+            if tokens.seal(&mut run) {
+                self.runs.insert(key, encode(&run)).or_storage()?;
+                rewritten += 1;
+            }
+        }
+        if rewritten > 0 {
+            self.flush()?;
+        }
+        Ok(rewritten)
+    }
+
+    /// Writes `token` into run `id`'s record as a plaintext token, as ledgers written
+    /// before tokens were derived held it ([`crate::conformance::write_plaintext_token`]).
+    #[cfg(any(test, feature = "conformance"))]
+    pub(crate) fn write_plaintext_token(&self, id: &RunId, token: &str) -> Result<()> {
+        let _guard = self.lock();
+        let mut run = self.must_run(id)?;
+        run.token_hash = None;
+        run.plaintext_token = Some(token.to_owned());
+        self.runs
+            .insert(id.0.as_bytes(), encode(&run))
+            .or_storage()?;
+        self.flush()
     }
 
     /// [`crate::RunStore::flag_run`] on sled. Durable.

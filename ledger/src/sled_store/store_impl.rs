@@ -47,6 +47,10 @@ impl RunStore for Ledger {
         Ledger::run(self, id)
     }
 
+    fn hash_plaintext_tokens(&self, tokens: &crate::RunTokens) -> Result<usize> {
+        Ledger::hash_plaintext_tokens(self, tokens)
+    }
+
     fn runs(&self) -> Result<Vec<Run>> {
         Ledger::runs(self)
     }

@@ -226,13 +226,19 @@ struct CreateRun {
     /// `airlock serve --transparent` and `--dns` (docs/containment.md).
     #[serde(default)]
     source: Option<String>,
+    /// Must be `true` for a `source` that holds every address (`0.0.0.0/0`, `::/0`): every
+    /// connection and DNS query reaching `--transparent` and `--dns` from anywhere would
+    /// then belong to this run, so it is asked for by name (else `400 source_too_broad`).
+    /// Ignored for any narrower source.
+    #[serde(default)]
+    source_all: bool,
 }
 
 /// One run created with a `source` at a time: the overlap check and the binding are one
 /// step.
 static CREATE_WITH_SOURCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = views::CreatedRun)))]
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body(content = CreateRun, description = "Optional: a profile name and a `source` address or CIDR (`0.0.0.0/0` and `::/0` only with `source_all: true`)", content_type = "application/json"), responses((status = 201, description = "The run: its id, token, proxy URL, CA file, environment (`env`), fence socket and truststore", body = views::CreatedRun), (status = 400, description = "A `source` that is not an address or CIDR (`bad_source`), or one that holds every address (`0.0.0.0/0`, `::/0`) without `source_all: true` (`source_too_broad`)", body = openapi::ApiErrorBody), (status = 409, description = "The `source` overlaps an open or sealed run's (`source_in_use`)", body = openapi::ApiErrorBody)))]
 async fn create_run(
     State(shared): State<Arc<Control>>,
     body: body::ApiBody,
@@ -244,6 +250,17 @@ async fn create_run(
         Some(raw) => {
             let source = airlock_dataplane::fence::parse_source(raw)
                 .map_err(|reason| ApiError::new(StatusCode::BAD_REQUEST, "bad_source", reason))?;
+            if source.prefix_len() == 0 && !request.source_all {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "source_too_broad",
+                    format!(
+                        "{source} holds every address: every connection and DNS query reaching \
+                         --transparent and --dns, from anywhere, would belong to this run; \
+                         name a narrower source, or ask for all of them with \"source_all\": true"
+                    ),
+                ));
+            }
             let control = shared.clone();
             let profile = request.profile.clone();
             let text = source.to_string();
@@ -269,13 +286,14 @@ async fn create_run(
         }
     };
     let java_port = crate::bound_ports::java_port(&shared, &run.id).await;
-    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token, java_port);
+    let token = shared.data.run_tokens().token_for(&run.id);
+    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &token, java_port);
     let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));
     let body = views::CreatedRun {
         run: render::run_view(&shared, &run, &[]),
-        proxy_url: proxy_url(&shared.advertised, run.id.as_str(), &run.token),
-        token: run.token,
+        proxy_url: proxy_url(&shared.advertised, run.id.as_str(), &token),
+        token,
         ca_file: shared.advertised.ca_file.display().to_string(),
         env,
         fence_socket: shared.fence_socket().display().to_string(),
@@ -394,14 +412,28 @@ async fn run_denials(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/env", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, env: {NAME: VALUE}, shell}`", body = views::RunEnv)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/env", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "`{run, env: {NAME: VALUE}, shell}`", body = views::RunEnv), (status = 409, description = "The run was created before run tokens were derived and keeps only its token's keyed hash (`token_not_recoverable`)", body = openapi::ApiErrorBody)))]
 async fn run_env(
     State(shared): State<Arc<Control>>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<views::RunEnv>> {
     let (run, _) = load_run(&shared, &id).await?;
+    // A run recorded before tokens were derived keeps only its token's keyed hash: the
+    // token cannot be given back (its creator had it from POST /v1/runs).
+    let token = shared.data.run_tokens().recover(&run).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "token_not_recoverable",
+            format!(
+                "run {} was created before run tokens were derived from the run token key; \
+                 its token is kept only as a keyed hash, so it cannot be given back: use the \
+                 token POST /v1/runs answered, or create a new run",
+                run.id
+            ),
+        )
+    })?;
     let java_port = crate::bound_ports::java_port(&shared, &run.id).await;
-    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &run.token, java_port);
+    let mut env = proxy_env(&shared.advertised, run.id.as_str(), &token, java_port);
     // Credential placeholders: opaque stand-ins, never the values.
     let policy = shared.policy().current();
     env.extend(policy.credentials.placeholder_env(&policy, &run.id));

@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod admin_listener;
 mod bound_ports;
 pub mod compensate;
 pub mod env;

@@ -123,6 +123,8 @@ pub(crate) async fn serve(State(shared): State<Arc<Control>>) -> Response {
     let mut text = shared.data.metrics().render(in_flight);
     text += &crate::admin::policy_metrics(&shared);
     text += &shared.data.connections().metrics();
+    text += &shared.fence.metrics();
+    text += &shared.admin_connections.metrics();
     text += &shared.data.lineage_metrics();
     histogram::render_family(
         &mut text,

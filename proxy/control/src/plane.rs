@@ -64,6 +64,8 @@ pub struct Control {
     pub(crate) metrics: crate::metrics::ControlMetrics,
     /// Holder id and TTL of release leases.
     pub(crate) lease: crate::release::lease::LeaseSettings,
+    /// The admin listener's connection counts (`crate::admin_listener`).
+    pub(crate) admin_connections: Arc<crate::admin_listener::Stats>,
 }
 
 impl Control {
@@ -83,12 +85,19 @@ impl Control {
             bound_ports: Mutex::default(),
             metrics: crate::metrics::ControlMetrics::default(),
             lease: inputs.release_lease,
+            admin_connections: Arc::default(),
         })
     }
 
     /// Everyone with a token, each with a role (the first is `admin`).
     pub fn principals(&self) -> &[crate::access::Principal] {
         &self.review.principals
+    }
+
+    /// The admin listener's connection counts, which [`crate::admin_listener::serve`]
+    /// keeps and `/metrics` shows.
+    pub fn admin_connections(&self) -> &Arc<crate::admin_listener::Stats> {
+        &self.admin_connections
     }
 
     /// The admin bearer token.

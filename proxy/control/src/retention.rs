@@ -98,8 +98,10 @@ pub fn export(
     );
     let mut record = with_kind("run", &run);
     if let Value::Object(fields) = &mut record {
-        // The token lets its holder act as the run: an export is for reading.
+        // The token lets its holder act as the run: an export is for reading. (A run's
+        // token is no longer stored; an old record's plaintext or keyed hash is left out.)
         fields.remove("token");
+        fields.remove("token_hash");
     }
     send!("run", record);
     let effects = ledger.effects(run_id)?;

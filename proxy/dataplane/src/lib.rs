@@ -27,4 +27,4 @@ mod staged_reads;
 pub mod tunnel;
 pub mod upgrade;
 
-pub use plane::{DataPlane, DataPlaneInputs, Limits};
+pub use plane::{DataPlane, DataPlaneInputs, Limits, DEFAULT_DNS_QUERIES_PER_SECOND};

@@ -187,17 +187,18 @@ async fn authenticate(
         .ok_or_else(|| ProxyError::ProxyAuth {
             reason: "Proxy-Authorization is not Basic base64(run_id:token)".into(),
         })?;
-    let ledger = shared.ledger.clone();
-    let run =
-        tokio::task::spawn_blocking(move || ledger.authenticate(&credentials.0, &credentials.1))
-            .await
-            .map_err(|e| ProxyError::Internal {
-                reason: format!("authentication task failed: {e}"),
-            })?
-            .map_err(|e| crate::stage::ledger_fault("could not be read", e))?
-            .ok_or_else(|| ProxyError::ProxyAuth {
-                reason: "the credentials name no run, or the token is wrong".into(),
-            })?;
+    let (ledger, tokens) = (shared.ledger.clone(), shared.run_tokens.clone());
+    let run = tokio::task::spawn_blocking(move || {
+        ledger.authenticate(&tokens, &credentials.0, &credentials.1)
+    })
+    .await
+    .map_err(|e| ProxyError::Internal {
+        reason: format!("authentication task failed: {e}"),
+    })?
+    .map_err(|e| crate::stage::ledger_fault("could not be read", e))?
+    .ok_or_else(|| ProxyError::ProxyAuth {
+        reason: "the credentials name no run, or the token is wrong".into(),
+    })?;
     let mut slot = binding.lock().unwrap_or_else(|e| e.into_inner());
     match slot.as_ref() {
         Some(existing) if *existing != run.id => Err(ProxyError::ProxyAuth {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use std::sync::mpsc::Receiver;
 
-use airlock_ledger::{Change, IssuedPlaceholder, RunId, Store};
+use airlock_ledger::{Change, IssuedPlaceholder, RunId, RunTokens, Store};
 use airlock_net::ca::CertificateAuthority;
 use airlock_net::dial::Dialer;
 use airlock_net::limits::Connections;
@@ -41,7 +41,17 @@ pub struct Limits {
     /// `body_timeout` with `limit_name: "body_read_timeout"`
     /// [default: [`crate::request::DEFAULT_BODY_READ_TIMEOUT`]].
     pub body_read_timeout: std::time::Duration,
+    /// DNS queries one run may make a second, over the fence socket and `--dns` (a token
+    /// bucket holding two seconds' worth; 0: no limit); past it a query is not answered
+    /// ([`crate::fence::Fence::admit_dns`]) [default: [`DEFAULT_DNS_QUERIES_PER_SECOND`]].
+    pub dns_queries_per_second: u32,
 }
+
+/// Default of `--dns-queries-per-second`: 500 a second per run, in bursts of up to 1,000.
+/// A resolver asks two queries (A and AAAA) per name a client connects to, so this is far
+/// above what a build or an agent needs, and far below what a flood that would crowd out
+/// other runs sends.
+pub const DEFAULT_DNS_QUERIES_PER_SECOND: u32 = 500;
 
 /// What the composition root hands the data plane: the shared store and policy, the CA,
 /// the upstream clients and the dialer built on one TLS configuration, the limits, and the
@@ -49,6 +59,8 @@ pub struct Limits {
 pub struct DataPlaneInputs {
     /// The durable ledger.
     pub ledger: Arc<dyn Store>,
+    /// The key run tokens are derived from and checked with (`DATA/run-token.key`).
+    pub run_tokens: RunTokens,
     /// The policy in force (hot-reloadable).
     pub policy: Arc<PolicyStore>,
     /// The CA and leaf cache.
@@ -75,6 +87,7 @@ pub struct DataPlaneInputs {
 /// The data plane: the proxy listener's state and the request path's services.
 pub struct DataPlane {
     pub(crate) ledger: Arc<dyn Store>,
+    pub(crate) run_tokens: RunTokens,
     pub(crate) policy: Arc<PolicyStore>,
     pub(crate) ca: Arc<CertificateAuthority>,
     pub(crate) upstream: UpstreamClient,
@@ -113,6 +126,7 @@ impl DataPlane {
         let plane = Arc::new(Self {
             lineage: LineageWorker::start(inputs.ledger.clone()),
             ledger: inputs.ledger,
+            run_tokens: inputs.run_tokens,
             policy: inputs.policy,
             ca: inputs.ca,
             upstream: inputs.upstream,
@@ -175,6 +189,12 @@ impl DataPlane {
     /// The durable ledger.
     pub fn ledger(&self) -> &Arc<dyn Store> {
         &self.ledger
+    }
+
+    /// The key run tokens are derived from: [`RunTokens::token_for`] gives a run's
+    /// token back to its creator.
+    pub fn run_tokens(&self) -> &RunTokens {
+        &self.run_tokens
     }
 
     /// The policy in force (take one snapshot per decision).

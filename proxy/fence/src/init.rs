@@ -52,6 +52,7 @@ pub async fn run() -> i32 {
     report.relayed_connections = counts.connections.load(Ordering::Relaxed);
     report.relayed_dns_queries = counts.dns_queries.load(Ordering::Relaxed);
     report.relay_failures = counts.failures.load(Ordering::Relaxed);
+    report.relay_limited = counts.limited.load(Ordering::Relaxed);
     if let Ok(json) = serde_json::to_vec_pretty(&report) {
         use std::io::Write as _;
         let _ = report_file

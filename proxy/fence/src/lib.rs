@@ -117,6 +117,10 @@ pub struct Report {
     pub relayed_dns_queries: u64,
     /// Connections or queries dropped because airlock could not be reached.
     pub relay_failures: u64,
+    /// Connections or queries the relay dropped at its own limits: out of descriptors, or
+    /// past the connections it carries at once (reported on stderr as they happen).
+    #[serde(default)]
+    pub relay_limited: u64,
 }
 
 /// Why the fence could not be set up or reported.

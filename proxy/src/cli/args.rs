@@ -428,7 +428,8 @@ pub(super) struct ServeArgs {
     /// plus a third, and marks the effect that was in flight `unknown`
     #[arg(long, default_value_t = 10, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(super) release_lease_ttl: u64,
-    /// Seconds a client may take to send a request head
+    /// Seconds a client may take to send a request head, on the proxy listener and the
+    /// admin (or ops) listener
     #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = seconds())]
     pub(super) header_read_timeout: u64,
     /// Let admin clients have this server run shell commands (the cmd snapshot driver of
@@ -486,6 +487,15 @@ pub(super) struct ServeArgs {
     /// gets 429 too_many_connections and is closed
     #[arg(long, default_value_t = airlock_net::limits::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
     pub(super) max_connections: usize,
+    /// Most open connections on the admin listener (the ops listener with --role proxy);
+    /// past it a new connection gets 429 too_many_connections and is closed. Each also
+    /// has --header-read-timeout to send a request head, and to send the next one
+    #[arg(long, default_value_t = airlock_control::admin_listener::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    pub(super) admin_max_connections: usize,
+    /// DNS queries one run may make a second, inside airlock run's fence and on --dns
+    /// (bursts of twice as many); past it a query is not answered. 0: no limit
+    #[arg(long, default_value_t = airlock_dataplane::DEFAULT_DNS_QUERIES_PER_SECOND, value_name = "N")]
+    pub(super) dns_queries_per_second: u32,
     /// Take connections redirected here by a fence you built (nftables `redirect` or
     /// `dnat`; the original destination comes from SO_ORIGINAL_DST). Each belongs to the
     /// open run whose `source` (POST /v1/runs {"source": CIDR}) holds its source address;

@@ -40,6 +40,8 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.idle_timeout = std::time::Duration::from_secs(args.idle_timeout.max(1));
     config.max_connections_per_run = args.max_connections_per_run;
     config.max_connections = args.max_connections;
+    config.admin_max_connections = args.admin_max_connections;
+    config.dns_queries_per_second = args.dns_queries_per_second;
     config.keep_alive_timeout = std::time::Duration::from_secs(args.keep_alive_timeout.max(1));
     config.max_unauthenticated_connections = args.max_unauthenticated_connections;
     config.auth_timeout = std::time::Duration::from_secs(args.auth_timeout.max(1));

@@ -52,6 +52,7 @@ impl Server {
             transparent,
             dns,
             retain,
+            admin_limits,
         } = self;
         let addresses = serde_json::json!({
             "role": role.as_str(),
@@ -73,6 +74,7 @@ impl Server {
         if let (Some(retain), true) = (retain, role.serves_control()) {
             airlock_control::retention::spawn_retain(&control, retain);
         }
+        let admin_stats = control.admin_connections().clone();
         let (router, sweeper) = crate::role::start_control(role, control);
         let _sweeper = sweeper.map(AbortOnDrop);
         let fenced = {
@@ -117,11 +119,8 @@ impl Server {
                 airlock_dataplane::listener::serve(data, proxy).await;
             }
         };
-        let admin_server = async move {
-            if let Err(error) = axum::serve(admin, router).await {
-                warn!(error = %error, "admin listener stopped");
-            }
-        };
+        let admin_server =
+            airlock_control::admin_listener::serve(router, admin, admin_limits, admin_stats);
         tokio::join!(proxy, admin_server, fenced, operator);
     }
 }

@@ -28,6 +28,14 @@ pub enum StartError {
     /// The CA cannot be created or loaded.
     #[error(transparent)]
     Ca(#[from] airlock_net::ca::CaError),
+    /// The run token key (`DATA/run-token.key`) cannot be read or created, or is not 64
+    /// hex digits.
+    #[error(transparent)]
+    RunTokenKey {
+        /// The cause, naming the file.
+        #[from]
+        source: airlock_ledger::TokenKeyError,
+    },
     /// The ledger cannot be opened (another airlock may hold it).
     #[error("cannot open the ledger in {path} (is another airlock using this data directory?)")]
     Ledger {

@@ -209,7 +209,13 @@ pub async fn start_fleet(
     let a = start_airlock_with(binary, dir, "pg-a", upstream_ca, ports, &role_all).await?;
     let data_b = dir.join("pg-b");
     std::fs::create_dir_all(&data_b)?;
-    for file in ["ca.pem", "ca-key.pem", "placeholder.key", "admin.token"] {
+    for file in [
+        "ca.pem",
+        "ca-key.pem",
+        "placeholder.key",
+        "run-token.key",
+        "admin.token",
+    ] {
         std::fs::copy(a.data.join(file), data_b.join(file))?;
     }
     let mut role_proxy = vec!["--role", "proxy"];

@@ -35,6 +35,7 @@ mod clients;
 mod dns;
 mod escapes;
 mod java;
+mod limits;
 mod operator;
 mod record;
 
@@ -202,8 +203,15 @@ impl Fenced {
 
     /// Starts airlock with `policy`, answering [`HOST`] with 127.0.0.1.
     fn start(fx: Fixture, policy: &str) -> Self {
+        Self::start_with(fx, policy, &[])
+    }
+
+    /// [`Fenced::start`] with `args` added to `airlock serve`.
+    fn start_with(fx: Fixture, policy: &str, args: &[&str]) -> Self {
         let resolve = format!("{HOST}=127.0.0.1");
-        let airlock = fx.start(policy, &["--resolve", &resolve]);
+        let mut all = vec!["--resolve", &resolve];
+        all.extend(args);
+        let airlock = fx.start(policy, &all);
         let token = std::fs::read_to_string(fx.data_dir().join("admin.token"))
             .expect("admin token")
             .trim()

@@ -99,12 +99,18 @@ impl Fleet {
 }
 
 /// Starts an instance on data directory `name` beside A's, holding copies of A's CA,
-/// placeholder key and admin token (what a fleet mounts from one Secret).
+/// placeholder key, run token key and admin token (what a fleet mounts from one Secret).
 fn instance(fx: &Fixture, name: &str, args: &[&str]) -> Airlock {
     let first = fx.data_dir();
     let data: PathBuf = fx.dir.path().join(name);
     std::fs::create_dir_all(&data).expect("data dir");
-    for file in ["ca.pem", "ca-key.pem", "placeholder.key", "admin.token"] {
+    for file in [
+        "ca.pem",
+        "ca-key.pem",
+        "placeholder.key",
+        "run-token.key",
+        "admin.token",
+    ] {
         assert!(first.join(file).exists(), "the first instance made {file}");
         std::fs::copy(first.join(file), data.join(file)).expect("copy the shared files");
     }

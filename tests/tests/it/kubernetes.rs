@@ -316,7 +316,13 @@ fn kubernetes_sidecar_fence_ruleset_matches_the_sidecar_and_redirects_in_nftable
 /// its form or its TLS parameters).
 #[test]
 fn kubernetes_every_instance_gets_the_shared_files_and_a_store_url_airlock_accepts() {
-    const SHARED: [&str; 4] = ["ca.pem", "ca-key.pem", "placeholder.key", "admin.token"];
+    const SHARED: [&str; 5] = [
+        "ca.pem",
+        "ca-key.pem",
+        "placeholder.key",
+        "run-token.key",
+        "admin.token",
+    ];
     let docs = documents();
     let mut problems = Vec::new();
     let mut copying = 0;

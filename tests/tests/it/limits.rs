@@ -13,7 +13,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+mod admin;
 mod body;
+mod fence_socket;
 mod idle_tunnel;
 mod keep_alive;
 mod unauthenticated;

@@ -34,6 +34,7 @@ mod reload;
 mod retention;
 mod roles;
 mod run;
+mod run_tokens;
 mod ssrf;
 mod stage;
 mod tls;

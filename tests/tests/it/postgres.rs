@@ -50,12 +50,13 @@ action = "pass"
 }
 
 /// Starts the second server on its own data directory holding the first's CA and
-/// placeholder key (what a fleet mounts into every instance), on the same store.
+/// placeholder key and run token key (what a fleet mounts into every instance), on the same
+/// store.
 fn start_second(fx: &Fixture, url: &str) -> Airlock {
     let first = fx.data_dir();
     let data = fx.dir.path().join("data-y");
     std::fs::create_dir_all(&data).expect("data dir");
-    for file in ["ca.pem", "ca-key.pem", "placeholder.key"] {
+    for file in ["ca.pem", "ca-key.pem", "placeholder.key", "run-token.key"] {
         if first.join(file).exists() {
             std::fs::copy(first.join(file), data.join(file)).expect("copy the CA");
         }

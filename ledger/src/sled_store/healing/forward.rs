@@ -52,6 +52,10 @@ impl RunStore for HealingLedger {
         self.with(|l| l.run(id))
     }
 
+    fn hash_plaintext_tokens(&self, tokens: &crate::RunTokens) -> Result<usize> {
+        self.with(|l| l.hash_plaintext_tokens(tokens))
+    }
+
     fn runs(&self) -> Result<Vec<Run>> {
         self.with(|l| l.runs())
     }

@@ -40,20 +40,32 @@ const TYPE_HTTPS: u16 = 65;
 /// Reason code of a DNS query refused for its type, class or shape.
 pub const DNS_REFUSED: &str = "dns_refused";
 
-/// Answers framed queries on one fence connection until it closes.
+/// Answers framed queries on one fence connection until it closes, it goes
+/// [`super::dns_idle_timeout`] without a query (closed and counted), or a query is past
+/// the run's `--dns-queries-per-second` (closed unanswered: the resolver retries later).
 pub(super) async fn serve<T>(shared: &Arc<DataPlane>, fence: &Fence, run: &RunId, mut stream: T)
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
+    let idle = super::dns_idle_timeout(&shared.limits);
     loop {
-        let query = match read_frame(&mut stream).await {
-            Ok(Some(query)) => query,
-            Ok(None) => return,
-            Err(error) => {
+        let query = match tokio::time::timeout(idle, read_frame(&mut stream)).await {
+            Ok(Ok(Some(query))) => query,
+            Ok(Ok(None)) => return,
+            Ok(Err(error)) => {
                 debug!(error = %error, "fence DNS connection ended");
                 return;
             }
+            Err(_) => {
+                debug!(run.id = %run, idle_ms = idle.as_millis() as u64, "DNS connection idle; closed");
+                fence.dns_idle(run);
+                return;
+            }
         };
+        if !fence.admit_dns(run, shared.limits.dns_queries_per_second) {
+            debug!(run.id = %run, "DNS query past --dns-queries-per-second; the connection is closed unanswered");
+            return;
+        }
         let answer = answer(shared, fence, run, &query);
         let Some(answer) = answer else { continue };
         if write_frame(&mut stream, &answer).await.is_err() {

@@ -42,11 +42,33 @@ pub async fn serve_transparent(shared: Arc<DataPlane>, fence: Arc<Fence>, listen
                     warn!(run.id = %run, "a connection that was not redirected (no original destination); closed");
                     return;
                 };
-                super::transparent::serve(shared, fence, run, dst, stream).await;
+                let guard = match admit(&shared, &fence, &run) {
+                    Ok(guard) => guard,
+                    Err(cap) => return crate::listener::refuse_connection(stream, cap).await,
+                };
+                super::transparent::serve(shared, fence, run, dst, stream, guard).await;
             }
             .instrument(span),
         );
     }
+}
+
+/// A connection slot for `run` (`--max-connections`, then `--max-connections-per-run`),
+/// or the cap reached (counted).
+fn admit(
+    shared: &DataPlane,
+    fence: &Fence,
+    run: &airlock_ledger::RunId,
+) -> Result<Arc<airlock_net::limits::ConnectionGuard>, airlock_net::limits::Cap> {
+    let guard = shared.connections.open().inspect_err(|_| {
+        fence.refused_global();
+        warn!(run.id = %run, "connection closed at --max-connections");
+    })?;
+    guard.bind(run).inspect_err(|_| {
+        fence.limited(run);
+        warn!(run.id = %run, "connection refused: the run is at --max-connections-per-run");
+    })?;
+    Ok(guard)
 }
 
 /// The destination a redirected connection was going to (`SO_ORIGINAL_DST`, set by
@@ -83,6 +105,9 @@ pub async fn serve_dns(
                     }
                     continue;
                 };
+                if !fence.admit_dns(&run, shared.limits.dns_queries_per_second) {
+                    continue;
+                }
                 if let Some(answer) = super::dns::answer(&shared, &fence, &run, &buffer[..n]) {
                     let _ = socket.send_to(&answer, from).await;
                 }
@@ -101,8 +126,14 @@ pub async fn serve_dns(
                 debug!(client.addr = %peer, "DNS connection from a source bound to no open run");
                 continue;
             };
+            let Ok(guard) = admit(&shared, &fence, &run) else {
+                continue;
+            };
             let (shared, fence) = (shared.clone(), fence.clone());
-            tokio::spawn(async move { super::dns::serve(&shared, &fence, &run, stream).await });
+            tokio::spawn(async move {
+                super::dns::serve(&shared, &fence, &run, stream).await;
+                drop(guard);
+            });
         }
     };
     tokio::join!(udp, tcp);

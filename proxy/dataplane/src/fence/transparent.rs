@@ -29,24 +29,18 @@ use crate::DataPlane;
 /// Reason code of a captured connection to an address airlock's DNS never gave.
 pub const UNRESOLVED_ADDRESS: &str = "unresolved_address";
 
-/// Serves one captured connection of `run` to `dst`.
+/// Serves one captured connection of `run` to `dst`, holding `guard` (already counted
+/// against the run's `--max-connections-per-run`).
 pub(super) async fn serve<T>(
     shared: Arc<DataPlane>,
     fence: Arc<Fence>,
     run: RunId,
     dst: SocketAddr,
     stream: T,
+    guard: Arc<airlock_net::limits::ConnectionGuard>,
 ) where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let guard = match shared.connections.open() {
-        Ok(guard) => guard,
-        Err(cap) => return listener::refuse_connection(stream, cap).await,
-    };
-    if let Err(cap) = guard.bind(&run) {
-        warn!(run.id = %run, "fenced connection refused: the run is at --max-connections-per-run");
-        return listener::refuse_connection(stream, cap).await;
-    }
     let name = match dst.ip() {
         IpAddr::V4(ip) => fence.with_run(&run, |f| f.names.name(ip).map(str::to_owned)),
         IpAddr::V6(_) => None,

@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 struct Plane {
     proxy: SocketAddr,
     ledger: Arc<dyn Store>,
+    tokens: airlock_ledger::RunTokens,
     _dir: tempfile::TempDir,
 }
 
@@ -69,8 +70,10 @@ async fn start(origin_port: u16) -> Plane {
     let tls = client_tls(None).expect("tls");
     let mut http1 = tls.clone();
     http1.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tokens = airlock_ledger::RunTokens::from_key([5; 32]);
     let data = DataPlane::new(DataPlaneInputs {
         ledger: ledger.clone(),
+        run_tokens: tokens.clone(),
         policy,
         ca,
         upstream: client(dialer.clone(), tls),
@@ -84,6 +87,7 @@ async fn start(origin_port: u16) -> Plane {
             keep_alive_timeout: Duration::from_secs(60),
             auth_timeout: Duration::from_secs(10),
             body_read_timeout: airlock_dataplane::request::DEFAULT_BODY_READ_TIMEOUT,
+            dns_queries_per_second: airlock_dataplane::DEFAULT_DNS_QUERIES_PER_SECOND,
         },
         proxy_addr: proxy,
         connections: Connections::new(64, 16, 16),
@@ -94,6 +98,7 @@ async fn start(origin_port: u16) -> Plane {
     Plane {
         proxy,
         ledger,
+        tokens,
         _dir: dir,
     }
 }
@@ -113,8 +118,13 @@ async fn send(
             .await
             .expect("handshake");
     tokio::spawn(connection);
+    // A test's run that carries a plaintext token presents it instead of its own.
+    let token = run
+        .plaintext_token
+        .clone()
+        .unwrap_or_else(|| plane.tokens.token_for(&run.id));
     let credentials =
-        base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", run.id, run.token));
+        base64::engine::general_purpose::STANDARD.encode(format!("{}:{token}", run.id));
     let authority = url
         .trim_start_matches("http://")
         .split('/')
@@ -219,7 +229,7 @@ async fn a_request_without_run_credentials_gets_407() {
     let origin = Origin::start(None, origin_handler()).await.expect("origin");
     let plane = start(origin.addr().port()).await;
     let fake = Run {
-        token: "not-the-token".into(),
+        plaintext_token: Some("not-the-token".into()),
         ..plane.ledger.create_run(None).expect("run")
     };
     let url = format!("http://{}/customers", origin.addr());

@@ -176,6 +176,10 @@ pub(super) async fn containment(
         "dns_answered": count("dns_answered"),
         "dns_refused": count("dns_refused"),
         "relay_failures": report.map_or(0, |r| r.relay_failures),
+        "relay_limited": report.map_or(0, |r| r.relay_limited),
+        "connections_limited": count("connections_limited"),
+        "dns_idle_closed": count("dns_idle_closed"),
+        "dns_rate_limited": count("dns_rate_limited"),
         "left_running": report.map(|r| json!(r.left_running)).unwrap_or(json!([])),
     })
 }

@@ -244,6 +244,16 @@ fn containment_line(report: &Value) -> Option<String> {
             count("relay_failures")
         ));
     }
+    let limited = count("connections_limited") + count("dns_rate_limited") + count("relay_limited");
+    if limited > 0 {
+        line.push_str(&format!(
+            "; {} connection(s) or quer(ies) refused at a limit ({} at --max-connections-per-run, {} DNS past --dns-queries-per-second, {} at the relay's own limits)",
+            limited,
+            count("connections_limited"),
+            count("dns_rate_limited"),
+            count("relay_limited"),
+        ));
+    }
     line.push('\n');
     if let Some(note) = containment["note"].as_str() {
         line.push_str(&format!("WARNING   {note}\n"));
