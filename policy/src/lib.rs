@@ -59,7 +59,7 @@ use matcher::{Host, HostSet, MethodMatcher, PathPattern, PortMatcher};
 use wire::PolicyFile;
 
 /// The adapters a stage rule may name with `respond = "NAME"` (docs/adapters.md).
-pub const ADAPTERS: &[&str] = &["webhook", "github", "graphql", "slack", "git"];
+pub const ADAPTERS: &[&str] = &["webhook", "github", "graphql", "slack", "git", "mcp"];
 
 /// Number of hex characters of the sha256 kept as the policy revision.
 const REVISION_HEX_LEN: usize = 12;
@@ -98,6 +98,12 @@ impl Rule {
     /// when it has one.
     pub fn adapter(&self) -> Option<&str> {
         self.adapter.as_deref()
+    }
+
+    /// Whether the rule matches JSON-RPC calls (`jsonrpc = {…}`): a stage rule with one and
+    /// no `respond` adapter is answered by the `mcp` adapter.
+    pub fn has_jsonrpc(&self) -> bool {
+        self.body.as_ref().is_some_and(|body| body.has_jsonrpc())
     }
 
     /// The synthetic response of a stage rule, when it declares one.

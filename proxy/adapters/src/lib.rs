@@ -21,6 +21,7 @@ use airlock_net::body::{full_body, ProxyBody};
 pub mod git;
 pub mod github;
 pub mod graphql;
+pub mod mcp;
 pub mod slack;
 pub mod webhook;
 
@@ -316,16 +317,21 @@ pub fn by_name(name: &str) -> Option<&'static dyn Adapter> {
         "graphql" => Some(&graphql::GraphQl),
         "slack" => Some(&slack::Slack),
         "git" => Some(&git::Git),
+        "mcp" => Some(&mcp::Mcp),
         _ => None,
     }
 }
 
-/// The adapter that answers for a stage rule: the one it names, else `webhook`.
+/// The adapter that answers for a stage rule: the one it names; else `mcp` for a rule
+/// with a `jsonrpc` matcher (a JSON-RPC client waits for a response with its call's `id`);
+/// else `webhook`.
 pub fn for_rule(policy: &airlock_policy::Policy, rule: Option<&str>) -> &'static dyn Adapter {
-    rule.and_then(|id| policy.rule(id))
-        .and_then(|rule| rule.adapter())
-        .and_then(by_name)
-        .unwrap_or(&webhook::Webhook)
+    let rule = rule.and_then(|id| policy.rule(id));
+    match rule.and_then(|rule| rule.adapter()).and_then(by_name) {
+        Some(named) => named,
+        None if rule.is_some_and(|r| r.has_jsonrpc() && r.respond().is_none()) => &mcp::Mcp,
+        None => &webhook::Webhook,
+    }
 }
 
 /// The adapter recorded on an effect (`webhook` when none was).

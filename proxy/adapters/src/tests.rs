@@ -237,3 +237,102 @@ mod shapes {
         assert_eq!(undo[0].body, br#"{"channel":"C1","ts":"1.5"}"#.to_vec());
     }
 }
+
+mod mcp {
+    use airlock_ledger::{Digest, Effect, EffectId, EffectState, RunId};
+    use serde_json::{json, Value};
+
+    use crate::mcp::Mcp;
+    use crate::{Adapter, Call};
+
+    fn call<'a>(body: &'a [u8], accept: Option<&str>) -> Call<'a> {
+        Call {
+            method: "POST",
+            url: "https://mcp.test:8443/mcp",
+            headers: accept
+                .map(|a| vec![("accept".to_owned(), a.to_owned())])
+                .unwrap_or_default(),
+            body,
+            template: None,
+        }
+    }
+
+    fn effect() -> Effect {
+        Effect {
+            id: EffectId("eff_01JZZZZZZZZZZZZZZZZZZZZZZZ".into()),
+            run_id: RunId("run_01JZZZZZZZZZZZZZZZZZZZZZZZ".into()),
+            seq: 1,
+            method: "POST".into(),
+            url: "https://mcp.test:8443/mcp".into(),
+            headers: Vec::new(),
+            body_digest: Digest("sha256:0".into()),
+            body_len: 0,
+            rule: None,
+            policy_revision: "r".into(),
+            created_at_ms: 0,
+            state: EffectState::Staged,
+            state_reason: None,
+            decisions: Vec::new(),
+            release: None,
+            placeholders: Vec::new(),
+            depends_on: Vec::new(),
+            approval: None,
+            inject: None,
+            summary: None,
+            adapter: Some("mcp".into()),
+            compensates: None,
+            retriable: false,
+            earlier_releases: Vec::new(),
+            idempotency: None,
+        }
+    }
+
+    #[test]
+    fn a_tool_call_is_planned_with_its_tool_and_answered_with_its_id() {
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                          "params": {"name": "create_issue", "arguments": {"title": "t"}}})
+        .to_string();
+        let call = call(body.as_bytes(), Some("application/json, text/event-stream"));
+        let plan = Mcp.plan(&call);
+        assert_eq!(plan.endpoint, Some("tools/call"));
+        assert!(plan.summary.contains("create_issue") && plan.summary.contains("mcp.test"));
+        let answer = Mcp.respond(&call, &effect());
+        assert_eq!(answer.status, 200);
+        let body: Value = serde_json::from_slice(&answer.body).expect("JSON");
+        assert_eq!(body["id"], 9);
+        assert_eq!(body["result"]["isError"], false);
+        let details = Mcp.details(&call).expect("details");
+        assert_eq!(details["calls"][0]["tool"], "create_issue");
+        assert_eq!(details["calls"][0]["arguments"]["title"], "t");
+    }
+
+    #[test]
+    fn a_batch_a_stream_and_a_notification_are_answered_as_the_transport_says() {
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "a", "arguments": {}}},
+            {"jsonrpc": "2.0", "method": "notifications/progress"},
+            {"jsonrpc": "2.0", "id": "two", "method": "tools/call", "params": {"name": "b", "arguments": {}}}
+        ])
+        .to_string();
+        let answer = Mcp.respond(&call(batch.as_bytes(), None), &effect());
+        let body: Value = serde_json::from_slice(&answer.body).expect("JSON");
+        let ids: Vec<&Value> = body
+            .as_array()
+            .expect("a batch")
+            .iter()
+            .map(|r| &r["id"])
+            .collect();
+        assert_eq!(ids, [&json!(1), &json!("two")]);
+        let one =
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "a"}})
+                .to_string();
+        let streamed = Mcp.respond(&call(one.as_bytes(), Some("text/event-stream")), &effect());
+        let text = String::from_utf8(streamed.body).expect("text");
+        assert!(text.starts_with("event: message\ndata: {"), "{text}");
+        assert!(text.ends_with("\n\n"));
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled"}).to_string();
+        let accepted = Mcp.respond(&call(note.as_bytes(), None), &effect());
+        assert_eq!((accepted.status, accepted.body.len()), (202, 0));
+        assert!(Mcp.plan(&call(b"not json", None)).endpoint.is_none());
+    }
+}

@@ -144,43 +144,38 @@ pub(crate) async fn require_token(
         .as_ref()
         .and_then(|m| routes::lookup(request.method(), m.as_str()));
     let Some(route) = route.filter(|r| matches!(r.access, routes::Access::Token(_))) else {
-        tracing::error!(method = %request.method(), path = %path, "admin route missing from the route table: refused");
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "route_without_role",
-            format!(
-                "{} {path} declares no role that may call it",
-                request.method()
-            ),
-        )
-        .into_response();
+        let template = matched.as_ref().map(|m| m.as_str());
+        return routes::unrouted(request.method(), template, &path);
     };
     let action = route.access.action().unwrap_or(access::Action::Read);
     if let Err(forbidden) = principal.require(action) {
         let response = ApiError::from(forbidden).into_response();
         if route.audited() {
-            access::audit::record_call(
-                &shared,
-                &principal,
-                route,
-                &path,
-                access::audit::Answered::Forbidden,
-            )
-            .await;
+            let answered = access::audit::Answered::Forbidden;
+            access::audit::record_call(&shared, &principal, route, &path, answered).await;
         }
         return response;
     }
     request.extensions_mut().insert(principal.clone());
-    let response = next.run(request).await;
-    if route.audited() {
-        let detail = response
-            .extensions()
-            .get::<access::audit::AuditDetail>()
-            .map(|d| d.0.clone());
-        let answered = access::audit::Answered::Status(response.status(), detail);
-        access::audit::record_call(&shared, &principal, route, &path, answered).await;
+    if !route.audited() {
+        return next.run(request).await;
     }
-    response
+    // The handler and its audit entry run in a task of their own: a client that hangs up
+    // stops neither a commit half way (the handlers detach those) nor its record.
+    let task = tokio::spawn(async move {
+        let response = next.run(request).await;
+        let answered = access::audit::answered(&response);
+        access::audit::record_call(&shared, &principal, route, &path, answered).await;
+        response
+    });
+    task.await.unwrap_or_else(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "task_failed",
+            e.to_string(),
+        )
+        .into_response()
+    })
 }
 
 /// A JSON request body, or the type's default when the body is empty or blank.

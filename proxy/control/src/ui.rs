@@ -360,6 +360,18 @@ async fn require_session(
         .and_then(|m| routes::lookup(request.method(), m.as_str()))
         .filter(|r| matches!(r.access, routes::Access::Session(_)));
     let Some(route) = route else {
+        let template = matched.as_ref().map(|m| m.as_str());
+        let declared = template.is_some_and(|t| routes::ROUTES.iter().any(|r| r.path == t));
+        if declared {
+            return UiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!(
+                    "{} is not how this page is used (go back and use its buttons)",
+                    request.method()
+                ),
+            )
+            .into_response();
+        }
         tracing::error!(method = %request.method(), path = %path, "review UI route missing from the route table: refused");
         return UiError::new(
             StatusCode::FORBIDDEN,
@@ -384,12 +396,19 @@ async fn require_session(
     }
     let principal = session.principal.clone();
     request.extensions_mut().insert(session);
-    let response = next.run(request).await;
-    if route.audited() {
-        let answered = audit::Answered::Status(response.status(), None);
-        audit::record_call(&shared, &principal, route, &path, answered).await;
+    if !route.audited() {
+        return next.run(request).await;
     }
-    response
+    // As on the API: the action and its audit entry outlive a browser that goes away.
+    let task = tokio::spawn(async move {
+        let response = next.run(request).await;
+        let answered = audit::answered(&response);
+        audit::record_call(&shared, &principal, route, &path, answered).await;
+        response
+    });
+    task.await.unwrap_or_else(|e| {
+        UiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+    })
 }
 
 /// No session: a page redirects to `/login?next=…`, anything else gets 401.
@@ -420,10 +439,13 @@ fn sign_in_first(request: &Request) -> Response {
 /// Where to go after signing in: a local path only (never another site).
 fn safe_next(next: Option<&str>) -> String {
     match next {
+        // No control characters or spaces either: a URL parser drops tabs and newlines
+        // (WHATWG URL, "basic URL parser"), which would turn `/\t/evil` into `//evil`.
         Some(path)
             if path.starts_with('/')
                 && !path.starts_with("//")
                 && !path.contains('\\')
+                && !path.chars().any(|c| c.is_control() || c.is_whitespace())
                 && !path.starts_with("/login") =>
         {
             path.to_owned()

@@ -663,3 +663,50 @@ async fn airlock_run_with_a_runner_token_stages_and_a_reviewer_releases() {
         .count();
     assert_eq!(sent, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escaped_id_is_audited_under_its_run_and_a_wrong_method_gets_405() {
+    let (_dir, s) = scenario(&[]).await;
+    let admin = s.admin_url().to_owned();
+    // `%30` is `0`: the handler decodes it, and so does the audit entry.
+    let escaped = s.status.replacen("eff_0", "eff_%30", 1);
+    assert_ne!(escaped, s.status);
+    let approved = airlock_tests::AdminClient::new(&admin, token_of("alice"))
+        .post(&format!("/v1/effects/{escaped}/approve"), None)
+        .await
+        .expect("approve through the escaped id");
+    assert_eq!(approved["state"], "approved");
+    let entries = audit_of(&admin, &s.run, token_of("vera")).await;
+    assert!(
+        entries.iter().any(|e| e["action"] == "approve"
+            && e["effect"] == s.status.as_str()
+            && e["outcome"] == "done"),
+        "the escaped call is under its run and effect: {entries:?}"
+    );
+    // A method the route does not answer is 405 with Allow, not a role refusal.
+    let out = call(&admin, "PUT", "/v1/policy", Some(token_of("vera"))).await;
+    assert_eq!(out.status, 405, "{}", text(&out));
+    assert_eq!(out.json()["reason_code"], "method_not_allowed");
+    assert!(out
+        .header("allow")
+        .is_some_and(|a| a.contains("GET") && a.contains("POST")));
+    // A handler's own role check is audited as forbidden too.
+    let for_ops = airlock_tests::AdminClient::new(&admin, token_of("vera"))
+        .post("/v1/ui/sign-in-links", Some(json!({"for": "ops"})))
+        .await;
+    forbidden(for_ops);
+    let log = airlock_tests::AdminClient::new(&admin, token_of("vera"))
+        .get("/v1/audit?limit=5")
+        .await
+        .expect("audit");
+    let last = &log["entries"][0];
+    assert_eq!(
+        (
+            last["who"].as_str(),
+            last["action"].as_str(),
+            last["outcome"].as_str()
+        ),
+        (Some("vera"), Some("sign_in_link"), Some("forbidden")),
+        "{log}"
+    );
+}

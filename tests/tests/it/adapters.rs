@@ -6,6 +6,7 @@ mod compensate;
 mod git;
 mod git_review;
 mod github;
+mod mcp;
 mod released;
 mod slack_graphql;
 

@@ -98,6 +98,26 @@ pub enum Answered {
     Status(StatusCode, Option<Value>),
 }
 
+/// How `response` ended, for [`record_call`]: [`Answered::Forbidden`] when a role check
+/// refused it (the [`ForbiddenAnswer`] mark), else its status and the [`AuditDetail`] it
+/// added.
+pub fn answered(response: &axum::response::Response) -> Answered {
+    if response.extensions().get::<ForbiddenAnswer>().is_some() {
+        return Answered::Forbidden;
+    }
+    let detail = response
+        .extensions()
+        .get::<AuditDetail>()
+        .map(|d| d.0.clone());
+    Answered::Status(response.status(), detail)
+}
+
+/// The mark on a 403 `forbidden_for_role` response, wherever the role check that refused
+/// it ran (the route's, or a handler's: the `cmd` driver, a decision that commits, a
+/// sign-in link for another), so that its audit entry says `forbidden`.
+#[derive(Debug, Clone, Copy)]
+pub struct ForbiddenAnswer;
+
 /// Records one call of `route` by `principal` on `path`.
 pub async fn record_call(
     control: &Arc<Control>,

@@ -215,6 +215,45 @@ pub fn lookup(method: &Method, path: &str) -> Option<&'static Route> {
     ROUTES.iter().find(|r| r.method == method && r.path == path)
 }
 
+/// The answer to a call the table does not declare: 405 `method_not_allowed` (with
+/// `Allow`) when its path template is declared for other methods, else 403
+/// `route_without_role` (a route added without a declaration: refused to everyone, and
+/// logged as the bug it is).
+pub fn unrouted(method: &Method, template: Option<&str>, path: &str) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let allowed: Vec<&str> = template
+        .map(|t| {
+            ROUTES
+                .iter()
+                .filter(|r| r.path == t)
+                .map(|r| r.method)
+                .collect()
+        })
+        .unwrap_or_default();
+    if !allowed.is_empty() {
+        let mut response = crate::admin::ApiError::new(
+            http::StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!(
+                "{method} {path}: this endpoint answers {}",
+                allowed.join(", ")
+            ),
+        )
+        .into_response();
+        if let Ok(value) = http::HeaderValue::from_str(&allowed.join(", ")) {
+            response.headers_mut().insert(http::header::ALLOW, value);
+        }
+        return response;
+    }
+    tracing::error!(method = %method, path = %path, "admin route missing from the route table: refused");
+    crate::admin::ApiError::new(
+        http::StatusCode::FORBIDDEN,
+        "route_without_role",
+        format!("{method} {path} declares no role that may call it"),
+    )
+    .into_response()
+}
+
 /// The route a concrete `path` (`/runs/run_…/abort`) with `method` is answered by: the
 /// entry whose template matches it segment by segment, `{id}` matching any one segment
 /// and literal segments preferred (`/v1/runs/prune` over `/v1/runs/{id}`).
@@ -240,15 +279,39 @@ pub fn subject(template: &str, path: &str) -> (Option<String>, Option<String>) {
     let mut previous = "";
     for (pattern, segment) in template.split('/').zip(path.split('/')) {
         if pattern == "{id}" {
+            // As the handler's `Path` extractor sees it: percent-decoded.
+            let decoded = percent_decode(segment);
             match previous {
-                "runs" => run = Some(segment.to_owned()),
-                "effects" => effect = Some(segment.to_owned()),
+                "runs" => run = Some(decoded),
+                "effects" => effect = Some(decoded),
                 _ => {}
             }
         }
         previous = pattern;
     }
     (run, effect)
+}
+
+/// `segment` with its `%XX` escapes decoded (RFC 3986 §2.1), as text; an escape that is
+/// not one, or bytes that are not UTF-8, are kept as they are.
+fn percent_decode(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| segment.to_owned())
 }
 
 /// docs/admin-api.md's role table: one row per route with credentials, a column per
@@ -315,6 +378,11 @@ mod tests {
             (None, Some("eff_2".into()))
         );
         assert_eq!(subject("/v1/runs/prune", "/v1/runs/prune"), (None, None));
+        assert_eq!(
+            subject("/v1/runs/{id}/commit", "/v1/runs/run_%301M9/commit"),
+            (Some("run_01M9".into()), None),
+            "decoded as the handler decodes it"
+        );
     }
 
     #[test]

@@ -186,7 +186,15 @@ impl IntoResponse for ApiError {
             hint: hint.to_owned(),
             details: self.details,
         };
-        (self.status, Json(body)).into_response()
+        let forbidden = self.code == "forbidden_for_role";
+        let mut response = (self.status, Json(body)).into_response();
+        if forbidden {
+            // Its audit entry says `forbidden`, whichever role check refused it.
+            response
+                .extensions_mut()
+                .insert(crate::access::audit::ForbiddenAnswer);
+        }
+        response
     }
 }
 

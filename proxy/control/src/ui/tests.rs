@@ -55,6 +55,8 @@ fn reviewer_args_and_next_paths() {
     assert_eq!(safe_next(Some("//evil.example")), "/");
     assert_eq!(safe_next(Some("https://evil.example")), "/");
     assert_eq!(safe_next(Some("/\\evil.example")), "/");
+    assert_eq!(safe_next(Some("/\t/evil.example")), "/");
+    assert_eq!(safe_next(Some("/\n/evil.example")), "/");
     assert_eq!(safe_next(Some("/runs/x")), "/runs/x");
     assert_eq!(time_utc(0), "1970-01-01 00:00:00");
 }

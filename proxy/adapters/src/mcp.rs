@@ -1,0 +1,192 @@
+//! `mcp`: the Model Context Protocol's tool calls over streamable HTTP (MCP specification
+//! 2025-06-18, "Transports: Streamable HTTP" and "Server Features: Tools";
+//! JSON-RPC 2.0). A staged `tools/call`, alone or in a batch, is answered as an MCP server
+//! answers it: a JSON-RPC response with the request's own `id` whose result is a text
+//! content block saying the call is staged and `isError: false`, as `application/json`
+//! or, when the client accepts only `text/event-stream`, as a one-event stream. A staged
+//! notification (no `id`) gets `202 Accepted` with no body, as the transport says for
+//! notifications. Reviewers see the tool, its arguments and the server's authority.
+
+use airlock_ledger::Effect;
+use serde_json::{json, Value};
+
+use super::{excerpt, Adapter, Call, Plan, Synthetic};
+
+/// The MCP adapter.
+#[derive(Debug, Clone, Copy)]
+pub struct Mcp;
+
+/// What the text content of a staged call's result says.
+pub const STAGED_TEXT: &str = "This tool call was staged by airlock: it runs only if a reviewer approves it, when the run is committed. Nothing has happened yet; do not assume its effects.";
+
+/// The JSON-RPC messages of a request body: one object, or the objects of a batch.
+fn messages(call: &Call<'_>) -> Option<(Vec<Value>, bool)> {
+    match call.json()? {
+        Value::Array(items) if !items.is_empty() => Some((items, true)),
+        object @ Value::Object(_) => Some((vec![object], false)),
+        _ => None,
+    }
+}
+
+fn is_jsonrpc(message: &Value) -> bool {
+    message["jsonrpc"] == "2.0" && message["method"].is_string()
+}
+
+/// `tool(arguments…)`, shortened, for the summary line.
+fn describe(message: &Value) -> String {
+    let method = message["method"].as_str().unwrap_or("?");
+    if method != "tools/call" {
+        return method.to_owned();
+    }
+    let tool = message["params"]["name"].as_str().unwrap_or("?");
+    let arguments = message["params"]["arguments"].to_string();
+    format!("{tool}({})", excerpt(&arguments, 80))
+}
+
+/// The answer to one staged message with an `id`.
+fn result_for(message: &Value, effect: &Effect) -> Value {
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    if message["method"] == "tools/call" {
+        let tool = message["params"]["name"].as_str().unwrap_or("");
+        json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "result": {
+                "content": [{
+                    "type": "text",
+                    "text": format!("{STAGED_TEXT} (tool {tool}, airlock effect {})", effect.id),
+                }],
+                "isError": false,
+            },
+        })
+    } else {
+        // Any other request a rule staged: an empty result, as for a method with nothing
+        // to return (JSON-RPC 2.0 §5: a response has `result` or `error`).
+        json!({ "jsonrpc": "2.0", "id": id, "result": {} })
+    }
+}
+
+/// Whether the client takes a JSON answer: its `Accept` lists `application/json` (or
+/// `*/*`), or it sent none. MCP clients send both media types; one that lists only
+/// `text/event-stream` gets a stream.
+fn accepts_json(call: &Call<'_>) -> bool {
+    let Some(accept) = call.header("accept") else {
+        return true;
+    };
+    accept.split(',').any(|item| {
+        let media = item.split(';').next().unwrap_or("").trim();
+        media.eq_ignore_ascii_case("application/json")
+            || media == "*/*"
+            || media.eq_ignore_ascii_case("application/*")
+    })
+}
+
+impl Adapter for Mcp {
+    fn name(&self) -> &'static str {
+        "mcp"
+    }
+
+    fn plan(&self, call: &Call<'_>) -> Plan {
+        let Some((messages, _)) = messages(call) else {
+            return Plan::default();
+        };
+        if call.method != "POST" || !messages.iter().all(is_jsonrpc) {
+            return Plan::default();
+        }
+        let calls: Vec<String> = messages.iter().map(describe).collect();
+        let summary = match calls.as_slice() {
+            [one] if messages[0]["method"] == "tools/call" => {
+                format!("MCP tool call {one} on {}", call.authority())
+            }
+            [one] => format!("MCP {one} on {}", call.authority()),
+            many => format!(
+                "MCP batch of {} on {}: {}",
+                many.len(),
+                call.authority(),
+                excerpt(&many.join(", "), 120)
+            ),
+        };
+        let endpoint = if messages.iter().any(|m| m["method"] == "tools/call") {
+            "tools/call"
+        } else {
+            "jsonrpc"
+        };
+        Plan::new(endpoint, summary, &[])
+    }
+
+    fn details(&self, call: &Call<'_>) -> Option<Value> {
+        let (messages, _) = messages(call)?;
+        let calls: Vec<Value> = messages
+            .iter()
+            .filter(|m| is_jsonrpc(m))
+            .map(|m| {
+                json!({
+                    "method": m["method"],
+                    "id": m.get("id").cloned().unwrap_or(Value::Null),
+                    "tool": m["params"]["name"],
+                    "arguments": m["params"]["arguments"],
+                })
+            })
+            .collect();
+        (!calls.is_empty()).then(|| {
+            json!({
+                "server": call.authority(),
+                "session": call.header("mcp-session-id"),
+                "calls": calls,
+            })
+        })
+    }
+
+    fn respond(&self, call: &Call<'_>, effect: &Effect) -> Synthetic {
+        let Some((messages, batch)) = messages(call) else {
+            return Synthetic {
+                status: 202,
+                headers: Vec::new(),
+                body: Vec::new(),
+            };
+        };
+        let answers: Vec<Value> = messages
+            .iter()
+            .filter(|m| m.get("id").is_some_and(|id| !id.is_null()))
+            .map(|m| result_for(m, effect))
+            .collect();
+        if answers.is_empty() {
+            // Notifications and responses only: accepted, no body (streamable HTTP).
+            return Synthetic {
+                status: 202,
+                headers: Vec::new(),
+                body: Vec::new(),
+            };
+        }
+        let body = if batch {
+            Value::Array(answers)
+        } else {
+            answers.into_iter().next().unwrap_or(Value::Null)
+        };
+        let mut answer = if accepts_json(call) {
+            Synthetic {
+                status: 200,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: serde_json::to_vec(&body).unwrap_or_default(),
+            }
+        } else {
+            // One server-sent event carrying the response, then the stream ends (the
+            // transport: "the server SHOULD close the SSE stream" after the response).
+            let event = format!("event: message\ndata: {body}\n\n");
+            Synthetic {
+                status: 200,
+                headers: vec![
+                    ("content-type".into(), "text/event-stream".into()),
+                    ("cache-control".into(), "no-cache".into()),
+                ],
+                body: event.into_bytes(),
+            }
+        };
+        if let Some(session) = call.header("mcp-session-id") {
+            answer
+                .headers
+                .push(("mcp-session-id".into(), session.to_owned()));
+        }
+        answer
+    }
+}
