@@ -311,3 +311,58 @@ async fn a_placeholder_in_xml_character_references_or_a_wrapped_base64_part_neve
     out.staged(&sent, "body (encoded)").await;
     out.origin_saw_nothing();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_unpadded_base64_and_hex_placeholders_are_staged_and_released_in_their_encoding() {
+    use base64::Engine as _;
+    let out = placeholders_out(&[]).await;
+    // The 16-digit number placeholder as unpadded base64: 22 characters.
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&out.number);
+    assert_eq!(b64.len(), 22);
+    let sent = curl(&out.env, &[&format!("{}/items/{b64}", out.base)]).await;
+    out.staged(&sent, "url (encoded)").await;
+    // The `ph_…` placeholder as hex, in a passed JSON body.
+    let hex: String = out.string.bytes().map(|b| format!("{b:02x}")).collect();
+    let body = format!(r#"{{"q":"{hex}"}}"#);
+    let sent = curl(
+        &out.env,
+        &[
+            "-H",
+            "content-type: application/json",
+            "--data",
+            &body,
+            &format!("{}/search", out.base),
+        ],
+    )
+    .await;
+    out.staged(&sent, "body (encoded)").await;
+    assert!(
+        sent.json().get("error").is_none(),
+        "the client saw a synthetic answer: {}",
+        String::from_utf8_lossy(&sent.body)
+    );
+    out.origin_saw_nothing();
+    // At commit each carries the real value in the same encoding.
+    let report = out.airlock.commit_pending(&out.run).await;
+    assert_eq!(
+        airlock_tests::effect_states(&report),
+        vec![json!("released"), json!("released"), json!("released")],
+        "{report}"
+    );
+    let received = out.origin.received();
+    let real_b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("77");
+    assert_eq!(received[1].path, format!("/items/{real_b64}"));
+    let real_hex: String = "N_77".bytes().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        String::from_utf8_lossy(&received[2].body),
+        format!(r#"{{"q":"{real_hex}"}}"#)
+    );
+    for request in &received {
+        let text = format!(
+            "{} {}",
+            request.path,
+            String::from_utf8_lossy(&request.body)
+        );
+        assert!(!text.contains(&b64) && !text.contains(&hex), "{text}");
+    }
+}
