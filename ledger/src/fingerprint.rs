@@ -1,5 +1,6 @@
-//! Content fingerprints that survive reformatting: bodies are decoded (gzip under an
-//! expansion cap, percent-encoding, base64 runs), JSON is re-serialised canonically, text
+//! Content fingerprints that survive reformatting: bodies are decoded (content codings
+//! and charsets in `fingerprint/encoding.rs`, percent-encoding, base64 and hex runs,
+//! the views of `fingerprint/views.rs`), JSON is re-serialised canonically, text
 //! is cut into lower-cased alphanumeric tokens, and k-token shingles are hashed and
 //! winnowed (Schleimer, Wilkerson, Aiken, "Winnowing: local algorithms for document
 //! fingerprinting", SIGMOD 2003). Any passage of at least `K + W - 1` tokens shared by two
@@ -7,7 +8,10 @@
 //! encoding either used.
 //!
 //! Everything here is bounded: input bytes, decoded bytes, tokens, and wall time. When a
-//! bound is hit the analysis says so (`truncated`, `skipped`) instead of failing.
+//! bound is hit the analysis says so (`truncated`, `skipped`) instead of failing; so it
+//! does for a body it cannot read (a coding it cannot undo, binary content), which makes
+//! the effect `unanalysed` (docs/lineage.md, "Every body is analysed or marked
+//! `unanalysed`").
 
 /// Tokens per shingle.
 pub const K: usize = 4;
@@ -103,7 +107,7 @@ fn winnow(shingles: &[u64], out: &mut Vec<u64>) {
 /// Analyses a body. `content_encoding` is the `Content-Encoding` header, if any.
 pub fn analyze(body: &[u8], content_encoding: Option<&str>) -> Analysis {
     let mut analysis = Analysis::default();
-    let (input, prefix) = decode_body(body, content_encoding, &mut analysis);
+    let (input, prefix) = encoding::decode_body(body, content_encoding, &mut analysis);
     let mut budget = TOKEN_BUDGET;
     add_views(&mut analysis, &input, &prefix, &mut budget, 0);
     analysis
@@ -118,7 +122,7 @@ pub fn analyze_request(
     extra: &[(&str, &str)],
 ) -> Analysis {
     let mut analysis = Analysis::default();
-    let (input, prefix) = decode_body(body, content_encoding, &mut analysis);
+    let (input, prefix) = encoding::decode_body(body, content_encoding, &mut analysis);
     let mut budget = TOKEN_BUDGET;
     add_views(&mut analysis, &input, &prefix, &mut budget, 0);
     for (label, text) in extra {
@@ -131,39 +135,6 @@ pub fn analyze_request(
         );
     }
     analysis
-}
-
-/// The body after its content codings and charset ([`encoding`]), the prefix naming the
-/// decodings, and notes in `analysis`: `truncated` when a bound cut it, `skipped` when a
-/// coding could not be undone or the body is binary (the effect is then `unanalysed`).
-fn decode_body<'a>(
-    body: &'a [u8],
-    content_encoding: Option<&str>,
-    analysis: &mut Analysis,
-) -> (std::borrow::Cow<'a, [u8]>, String) {
-    let mut input = body;
-    if input.len() > MAX_INPUT_BYTES {
-        input = &input[..MAX_INPUT_BYTES];
-        analysis.truncated = true;
-    }
-    let decoded = encoding::content_decode(input, content_encoding);
-    analysis.truncated |= decoded.cut;
-    if let Some(reason) = decoded.unanalysed {
-        analysis.skipped = Some(reason);
-        return (decoded.bytes, decoded.prefix);
-    }
-    let bytes = decoded.bytes;
-    if let Some((charset, text)) = encoding::transcode(&bytes) {
-        return (
-            std::borrow::Cow::Owned(text.into_bytes()),
-            format!("{}{charset}+", decoded.prefix),
-        );
-    }
-    let pack = containers::pack_start(&bytes).is_some_and(|p| p.starts_with(b"PACK"));
-    if !pack && !encoding::is_utf8_text(&bytes) {
-        analysis.skipped = Some(encoding::BINARY.to_owned());
-    }
-    (bytes, decoded.prefix)
 }
 
 /// Most views of one body (every decoding, part and object is a view).

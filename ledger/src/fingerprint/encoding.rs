@@ -57,9 +57,11 @@ pub(super) fn content_decode<'a>(input: &'a [u8], content_encoding: Option<&str>
                     out.prefix = "gzip+".into();
                     out.cut = cut;
                 }
-                Err(reason) => out.unanalysed = Some(format!(
+                Err(reason) => {
+                    out.unanalysed = Some(format!(
                     "the body starts as gzip but did not decode ({reason}); analysed as raw bytes"
-                )),
+                ))
+                }
             }
         } else if zlib_header(input) {
             // Text can start with `x^` (0x78 0x5e) too: only a stream that inflates is zlib.
@@ -100,6 +102,39 @@ pub(super) fn content_decode<'a>(input: &'a [u8], content_encoding: Option<&str>
         }
     }
     out
+}
+
+/// The body after its content codings and charset , the prefix naming the
+/// decodings, and notes in `analysis`: `truncated` when a bound cut it, `skipped` when a
+/// coding could not be undone or the body is binary (the effect is then `unanalysed`).
+pub(super) fn decode_body<'a>(
+    body: &'a [u8],
+    content_encoding: Option<&str>,
+    analysis: &mut super::Analysis,
+) -> (std::borrow::Cow<'a, [u8]>, String) {
+    let mut input = body;
+    if input.len() > super::MAX_INPUT_BYTES {
+        input = &input[..super::MAX_INPUT_BYTES];
+        analysis.truncated = true;
+    }
+    let decoded = content_decode(input, content_encoding);
+    analysis.truncated |= decoded.cut;
+    if let Some(reason) = decoded.unanalysed {
+        analysis.skipped = Some(reason);
+        return (decoded.bytes, decoded.prefix);
+    }
+    let bytes = decoded.bytes;
+    if let Some((charset, text)) = transcode(&bytes) {
+        return (
+            std::borrow::Cow::Owned(text.into_bytes()),
+            format!("{}{charset}+", decoded.prefix),
+        );
+    }
+    let pack = super::containers::pack_start(&bytes).is_some_and(|p| p.starts_with(b"PACK"));
+    if !pack && !is_utf8_text(&bytes) {
+        analysis.skipped = Some(BINARY.to_owned());
+    }
+    (bytes, decoded.prefix)
 }
 
 /// Whether `bytes` start with a zlib header (RFC 1950 §2.2): CM = 8, CINFO ≤ 7, the first
