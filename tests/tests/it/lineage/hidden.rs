@@ -366,3 +366,92 @@ async fn short_unpadded_base64_and_hex_placeholders_are_staged_and_released_in_t
         assert!(!text.contains(&b64) && !text.contains(&hex), "{text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abbreviated_sha_placeholder_is_staged_and_released_as_the_real_prefix() {
+    const REAL: &str = "0123456789abcdef0123456789abcdef01234567";
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        std::sync::Arc::new(|req: &airlock_tests::Received| {
+            match (req.method.as_str(), req.path.as_str()) {
+                ("POST", "/commits") => Reply::json(201, &json!({"sha": REAL})),
+                _ => Reply::json(200, &json!({"ok": true})),
+            }
+        }),
+    )
+    .await
+    .expect("origin");
+    let port = origin.addr().port();
+    let policy = format!(
+        r#"version = 1
+default = "deny"
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "commit"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/commits"
+action = "stage"
+[rule.respond]
+status = 201
+body = '{{"sha": "{{{{placeholder:sha1:/sha}}}}"}}'
+
+[[rule]]
+id = "reads"
+host = "127.0.0.1"
+port = {port}
+method = "read"
+action = "pass"
+"#
+    );
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
+    let base = format!("https://127.0.0.1:{port}");
+    let created = curl(
+        &env,
+        &["-X", "POST", "--data", "{}", &format!("{base}/commits")],
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let sha = created.json()["sha"].as_str().expect("sha").to_owned();
+    assert!(sha.starts_with("ffffffff") && sha.len() == 40, "{sha}");
+    // `git show` style: the first 12 digits, then a longer prefix in a query.
+    let short = &sha[..12];
+    let sent = curl(
+        &env,
+        &[&format!("{base}/commits/{short}?full={}", &sha[..20])],
+    )
+    .await;
+    assert_eq!(sent.status, 202, "{}", String::from_utf8_lossy(&sent.body));
+    let child = sent.header("airlock-effect").expect("effect id");
+    let shown = airlock
+        .admin
+        .get(&format!("/v1/effects/{child}"))
+        .await
+        .expect("show");
+    assert_eq!(shown["depends_on"][0]["value"], sha.as_str(), "{shown}");
+    // 11 digits are no placeholder: passed as they are.
+    let passed = curl(&env, &[&format!("{base}/commits/{}", &sha[..11])]).await;
+    assert_eq!(passed.status, 200);
+    assert_eq!(
+        origin.received().len(),
+        1,
+        "only the 11-digit read reached the origin"
+    );
+    let report = airlock.commit_pending(&run).await;
+    assert_eq!(
+        airlock_tests::effect_states(&report),
+        vec![json!("released"), json!("released")],
+        "{report}"
+    );
+    let paths: Vec<String> = origin.received().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(
+        paths[1..],
+        [
+            "/commits".to_owned(),
+            format!("/commits/{}?full={}", &REAL[..12], &REAL[..20])
+        ]
+    );
+}
