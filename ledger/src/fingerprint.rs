@@ -1,5 +1,6 @@
-//! Content fingerprints that survive reformatting: bodies are decoded (gzip under an
-//! expansion cap, percent-encoding, base64 runs), JSON is re-serialised canonically, text
+//! Content fingerprints that survive reformatting: bodies are decoded (content codings
+//! and charsets in `fingerprint/encoding.rs`, percent-encoding, base64 and hex runs,
+//! the views of `fingerprint/views.rs`), JSON is re-serialised canonically, text
 //! is cut into lower-cased alphanumeric tokens, and k-token shingles are hashed and
 //! winnowed (Schleimer, Wilkerson, Aiken, "Winnowing: local algorithms for document
 //! fingerprinting", SIGMOD 2003). Any passage of at least `K + W - 1` tokens shared by two
@@ -7,7 +8,10 @@
 //! encoding either used.
 //!
 //! Everything here is bounded: input bytes, decoded bytes, tokens, and wall time. When a
-//! bound is hit the analysis says so (`truncated`, `skipped`) instead of failing.
+//! bound is hit the analysis says so (`truncated`, `skipped`) instead of failing; so it
+//! does for a body it cannot read (a coding it cannot undo, binary content), which makes
+//! the effect `unanalysed` (docs/lineage.md, "Every body is analysed or marked
+//! `unanalysed`").
 
 /// Tokens per shingle.
 pub const K: usize = 4;
@@ -103,9 +107,9 @@ fn winnow(shingles: &[u64], out: &mut Vec<u64>) {
 /// Analyses a body. `content_encoding` is the `Content-Encoding` header, if any.
 pub fn analyze(body: &[u8], content_encoding: Option<&str>) -> Analysis {
     let mut analysis = Analysis::default();
-    let (input, prefix) = decode_body(body, content_encoding, &mut analysis);
+    let (input, prefix) = encoding::decode_body(body, content_encoding, &mut analysis);
     let mut budget = TOKEN_BUDGET;
-    add_views(&mut analysis, &input, prefix, &mut budget, 0);
+    add_views(&mut analysis, &input, &prefix, &mut budget, 0);
     analysis
 }
 
@@ -118,9 +122,9 @@ pub fn analyze_request(
     extra: &[(&str, &str)],
 ) -> Analysis {
     let mut analysis = Analysis::default();
-    let (input, prefix) = decode_body(body, content_encoding, &mut analysis);
+    let (input, prefix) = encoding::decode_body(body, content_encoding, &mut analysis);
     let mut budget = TOKEN_BUDGET;
-    add_views(&mut analysis, &input, prefix, &mut budget, 0);
+    add_views(&mut analysis, &input, &prefix, &mut budget, 0);
     for (label, text) in extra {
         add_views(
             &mut analysis,
@@ -131,36 +135,6 @@ pub fn analyze_request(
         );
     }
     analysis
-}
-
-/// The body as text after content decoding (gzip under its cap), the prefix naming the
-/// decoding, and notes on truncation in `analysis`.
-fn decode_body<'a>(
-    body: &'a [u8],
-    content_encoding: Option<&str>,
-    analysis: &mut Analysis,
-) -> (std::borrow::Cow<'a, [u8]>, &'static str) {
-    let mut input = body;
-    if input.len() > MAX_INPUT_BYTES {
-        input = &input[..MAX_INPUT_BYTES];
-        analysis.truncated = true;
-    }
-    let gzip = content_encoding.is_some_and(|e| e.trim().eq_ignore_ascii_case("gzip"))
-        || input.starts_with(&[0x1f, 0x8b]);
-    if gzip {
-        match gunzip(input) {
-            Ok((bytes, cut)) => {
-                analysis.truncated |= cut;
-                return (std::borrow::Cow::Owned(bytes), "gzip+");
-            }
-            Err(reason) => {
-                analysis.skipped = Some(format!(
-                    "gzip body did not decode ({reason}); analysed as raw bytes"
-                ))
-            }
-        }
-    }
-    (std::borrow::Cow::Borrowed(input), "")
 }
 
 /// Most views of one body (every decoding, part and object is a view).
@@ -175,7 +149,7 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
     if depth > MAX_DEPTH || *budget == 0 || analysis.views.len() >= MAX_VIEWS {
         return;
     }
-    // gzip inside another layer (base64, hex, a multipart part, a git blob).
+    // gzip or zlib inside another layer (base64, hex, a multipart part, a git blob).
     if depth > 0 && bytes.starts_with(&[0x1f, 0x8b]) {
         if let Ok((decoded, cut)) = gunzip(bytes) {
             analysis.truncated |= cut;
@@ -188,6 +162,32 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
             );
         }
         return;
+    }
+    if depth > 0 && encoding::zlib_header(bytes) {
+        if let Ok((decoded, cut)) = encoding::inflate_zlib(bytes) {
+            analysis.truncated |= cut;
+            add_views(
+                analysis,
+                &decoded,
+                &format!("{prefix}zlib+"),
+                budget,
+                depth + 1,
+            );
+            return;
+        }
+    }
+    // UTF-16, UTF-32 or Latin-1 inside another layer.
+    if depth > 0 {
+        if let Some((charset, text)) = encoding::transcode(bytes) {
+            add_views(
+                analysis,
+                text.as_bytes(),
+                &format!("{prefix}{charset}+"),
+                budget,
+                depth + 1,
+            );
+            return;
+        }
     }
     // A git receive-pack request (or a bare pack): each object is a view.
     if let Some(objects) = pack_objects(bytes) {
@@ -204,6 +204,7 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
     }
     let text = String::from_utf8_lossy(bytes);
     let mut decoded_texts = vec![text.clone().into_owned()];
+    let mut json_leaves = None;
     if let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) {
         collect_values(&json, &mut analysis.values);
         let mut canonical = String::new();
@@ -211,7 +212,13 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
         push_view(analysis, format!("{prefix}json"), canonical, budget);
         let mut values = String::new();
         json_values(&json, &mut values);
-        push_view(analysis, format!("{prefix}json-values"), values, budget);
+        push_view(
+            analysis,
+            format!("{prefix}json-values"),
+            values.clone(),
+            budget,
+        );
+        json_leaves = Some(values);
         // Strings that are JSON documents themselves.
         let mut nested = Vec::new();
         nested_json(&json, &mut nested);
@@ -303,6 +310,65 @@ fn add_views(analysis: &mut Analysis, bytes: &[u8], prefix: &str, budget: &mut u
                         depth + 1,
                     );
                 }
+            }
+        }
+    }
+    // A JSON document's new views read its leaf values, escapes resolved (a wrapped
+    // base64 string's `\n` are line breaks there, `\u200b` a zero-width space).
+    let texts = match json_leaves {
+        Some(leaves) => vec![leaves],
+        None => decoded_texts,
+    };
+    add_text_views(analysis, &texts, prefix, budget, depth);
+}
+
+/// The views of [`views`] over `texts` (the body's text, its percent-decoding, its JSON
+/// leaf values): character references resolved and invisible characters removed at any
+/// depth; wrapped base64, wrapped hex, base32 and separated hex decoded in the first two
+/// layers, as the other base64 and hex runs are.
+fn add_text_views(
+    analysis: &mut Analysis,
+    texts: &[String],
+    prefix: &str,
+    budget: &mut usize,
+    depth: u8,
+) {
+    if depth >= MAX_DEPTH {
+        return;
+    }
+    for text in texts {
+        if *budget == 0 || analysis.views.len() >= MAX_VIEWS {
+            return;
+        }
+        if let Some(resolved) = views::character_references(text) {
+            let name = format!("{prefix}char-refs+");
+            add_views(analysis, resolved.as_bytes(), &name, budget, depth + 1);
+        }
+        if let Some(visible) = views::without_invisible(text) {
+            let name = format!("{prefix}zero-width-removed+");
+            add_views(analysis, visible.as_bytes(), &name, budget, depth + 1);
+        }
+        if depth >= 2 {
+            continue;
+        }
+        let decodings = [
+            ("base64+", views::wrapped_base64(text)),
+            ("hex+", views::wrapped_hex(text)),
+            ("base32+", views::base32(text)),
+            ("hex+", views::separated_hex(text)),
+        ];
+        for (name, decoded) in decodings {
+            for bytes in decoded {
+                if *budget == 0 {
+                    return;
+                }
+                add_views(
+                    analysis,
+                    &bytes,
+                    &format!("{prefix}{name}"),
+                    budget,
+                    depth + 1,
+                );
             }
         }
     }
@@ -496,14 +562,17 @@ pub(crate) fn shingle_hash(tokens: &[u64]) -> u64 {
 mod common;
 mod containers;
 mod decode;
+mod encoding;
 mod overlap;
 pub mod readings;
+mod views;
 
 use containers::{
     decode_hex, delimited_cells, delimited_header, hex_runs, multipart_parts, pack_objects,
 };
 pub use decode::credential_like;
-use decode::{base64_runs, canonical_json, decode_base64, gunzip, json_values, percent_decode};
+use decode::{base64_runs, canonical_json, decode_base64, json_values, percent_decode};
+use encoding::gunzip;
 pub use overlap::{overlap, Candidates, Overlap};
 
 #[cfg(test)]

@@ -47,9 +47,13 @@ pub(super) fn decode_hex(run: &str) -> Option<Vec<u8>> {
     printable_or_gzip(bytes)
 }
 
-/// `bytes` when they are mostly printable UTF-8 text or start a gzip stream.
+/// `bytes` when they are mostly printable UTF-8 text, UTF-16 or UTF-32 text, or start a
+/// gzip or zlib stream.
 pub(super) fn printable_or_gzip(bytes: Vec<u8>) -> Option<Vec<u8>> {
-    if bytes.starts_with(&[0x1f, 0x8b]) {
+    if bytes.starts_with(&[0x1f, 0x8b]) || super::encoding::zlib_header(&bytes) {
+        return Some(bytes);
+    }
+    if super::encoding::transcode(&bytes).is_some_and(|(charset, _)| charset != "latin-1") {
         return Some(bytes);
     }
     let text = String::from_utf8_lossy(&bytes);
@@ -217,7 +221,7 @@ fn walk_pack(pack: &[u8], count: usize, out: &mut Vec<PackObject>) -> Option<()>
 }
 
 /// Where the pack starts: after the pkt-line commands and their flush, or at once.
-fn pack_start(body: &[u8]) -> Option<&[u8]> {
+pub(super) fn pack_start(body: &[u8]) -> Option<&[u8]> {
     if body.starts_with(b"PACK") {
         return Some(body);
     }

@@ -1,20 +1,6 @@
-//! Decodings and normalisations the fingerprints are taken over: gzip under a cap,
-//! percent-encoding, base64 runs, canonical JSON; and spotting credential-looking values.
-
-use std::io::Read as _;
+//! Decodings and normalisations the fingerprints are taken over: percent-encoding, base64 runs, canonical JSON; and spotting credential-looking values.
 
 use base64::Engine as _;
-
-use super::MAX_DECODED_BYTES;
-
-pub(super) fn gunzip(input: &[u8]) -> Result<(Vec<u8>, bool), String> {
-    let mut decoder = flate2::read::MultiGzDecoder::new(input).take(MAX_DECODED_BYTES as u64 + 1);
-    let mut out = Vec::new();
-    decoder.read_to_end(&mut out).map_err(|e| e.to_string())?;
-    let cut = out.len() > MAX_DECODED_BYTES;
-    out.truncate(MAX_DECODED_BYTES);
-    Ok((out, cut))
-}
 
 /// JSON with object keys sorted and no insignificant whitespace.
 pub(super) fn canonical_json(value: &serde_json::Value, out: &mut String) {

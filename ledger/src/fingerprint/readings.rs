@@ -5,21 +5,24 @@
 //! are searched").
 //!
 //! The decodings, applied to each other's results up to [`MAX_DEPTH`] layers deep:
-//! Content-Encoding `gzip`/`x-gzip`/`deflate` (RFC 9110 §8.4.1) for a body; percent-encoding
-//! (RFC 3986 §2.1, and `+` as a space, WHATWG `application/x-www-form-urlencoded`); base64
-//! runs of 24 characters or more and the credentials of `Basic` (RFC 7617 §2, any length);
-//! JSON (RFC 8259 §7): the string values and object keys with every escape (`\uXXXX`)
+//! Content-Encoding `gzip`/`x-gzip`/`deflate` (RFC 9110 §8.4.1) for a body, and a zlib
+//! stream (RFC 1950) sent with none; percent-encoding (RFC 3986 §2.1, and `+` as a space,
+//! WHATWG `application/x-www-form-urlencoded`); base64 (RFC 4648 §4, §5) runs of 24
+//! characters or more, whole values of 16 to 23 characters without padding, and the
+//! credentials of `Basic` (RFC 7617 §2, any length); hex runs of 32 digits or more; JSON
+//! (RFC 8259 §7): the string values and object keys with every escape (`\uXXXX`)
 //! resolved, and integral numbers in their shortest integer spelling (`1.5e3` reads as
-//! `1500`); XML and HTML character references (`&#112;`, `&#x70;`, the five XML named
-//! entities; XML 1.0 §4.1); and the parts of a `multipart/*` body (RFC 2046 §5.1), each
-//! base64-decoded whole when its `Content-Transfer-Encoding` says so (its lines joined).
+//! `1500`); XML and HTML character references (`&#112;`, `&#x70;`, named references of
+//! ASCII punctuation and common symbols; XML 1.0 §4.1, HTML Living Standard §13.5); and
+//! the parts of a `multipart/*` body (RFC 2046 §5.1), each base64-decoded whole when its
+//! `Content-Transfer-Encoding` says so (its lines joined).
 
 use std::borrow::Cow;
 use std::io::Read as _;
 
 use base64::Engine as _;
 
-use super::containers::multipart_parts;
+use super::containers::{decode_hex, hex_runs, multipart_parts};
 use super::decode::{base64_runs, decode_base64, percent_decode};
 use super::MAX_DECODED_BYTES;
 
@@ -214,8 +217,19 @@ fn expand(out: &mut Readings, text: &str, depth: u8) {
     for json in json_texts(text) {
         add(out, json, depth + 1);
     }
-    if text.contains("&#") || text.contains("&amp;") {
-        add(out, character_references(text), depth + 1);
+    if let Some(resolved) = super::views::character_references(text) {
+        add(out, resolved, depth + 1);
+    }
+    // Hex runs (32 digits or more: the hex of any placeholder) that decode to text.
+    for decoded in hex_runs(text).into_iter().filter_map(decode_hex) {
+        add(
+            out,
+            String::from_utf8_lossy(&decoded).into_owned(),
+            depth + 1,
+        );
+    }
+    for decoded in short_base64_values(text) {
+        add(out, decoded, depth + 1);
     }
     if text.trim_start().starts_with("--") {
         for part in multipart_parts(text.as_bytes()) {
@@ -224,48 +238,50 @@ fn expand(out: &mut Readings, text: &str, depth: u8) {
     }
 }
 
-/// `text` with XML/HTML character references resolved: `&#DDD;`, `&#xHH;` and `&amp;`,
-/// `&lt;`, `&gt;`, `&quot;`, `&apos;` (others are left as they are).
-fn character_references(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find('&') {
-        out.push_str(&rest[..at]);
-        rest = &rest[at..];
-        let end = rest.as_bytes()[..rest.len().min(12)]
-            .iter()
-            .position(|b| *b == b';');
-        let resolved = end.and_then(|end| {
-            let name = &rest[1..end];
-            let c = match name {
-                "amp" => Some('&'),
-                "lt" => Some('<'),
-                "gt" => Some('>'),
-                "quot" => Some('"'),
-                "apos" => Some('\''),
-                _ => {
-                    let number = name.strip_prefix('#')?;
-                    let code = match number.strip_prefix(['x', 'X']) {
-                        Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-                        None => number.parse().ok()?,
-                    };
-                    char::from_u32(code)
-                }
-            }?;
-            Some((c, end + 1))
-        });
-        match resolved {
-            Some((c, len)) => {
-                out.push(c);
-                rest = &rest[len..];
+/// Fewest and most characters of a whole base64 value [`short_base64_values`] decodes
+/// (longer values are [`base64_runs`]'), the unpadded base64 of 12 to 17 bytes: a number
+/// placeholder's 16 digits are 22 characters, a Slack timestamp's 17 are 23.
+const SHORT_BASE64: std::ops::RangeInclusive<usize> = 16..=23;
+
+/// What the whole short base64 values of `text` decode to, when that is printable ASCII:
+/// the tokens between characters outside the base64 alphabets (RFC 4648 §4, §5), split
+/// again at `/` (a path segment) and `=` (`key=value`; trailing padding stays with its
+/// value), of [`SHORT_BASE64`] characters without padding. At most 64.
+fn short_base64_values(text: &str) -> Vec<String> {
+    let outside =
+        |c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_'));
+    let mut out = Vec::new();
+    for token in text.split(outside) {
+        if token.len() < *SHORT_BASE64.start() {
+            continue;
+        }
+        let pieces = std::iter::once(token)
+            .chain(token.split('/'))
+            .flat_map(|piece| {
+                std::iter::once(piece).chain(
+                    piece
+                        .split_inclusive('=')
+                        .map(|p| p.trim_start_matches('=')),
+                )
+            });
+        for piece in pieces {
+            let value = piece.trim_end_matches('=');
+            if !SHORT_BASE64.contains(&value.len()) {
+                continue;
             }
-            None => {
-                out.push('&');
-                rest = &rest[1..];
+            let decoded = super::views::decode_unpadded(value)
+                .filter(|bytes| bytes.iter().all(|b| (0x20..0x7f).contains(b)))
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+            if let Some(decoded) = decoded {
+                if !out.contains(&decoded) {
+                    out.push(decoded);
+                }
+            }
+            if out.len() >= 64 {
+                return out;
             }
         }
     }
-    out.push_str(rest);
     out
 }
 
@@ -344,6 +360,13 @@ fn content_decode<'a>(
         None if bytes.starts_with(&[0x1f, 0x8b]) => {
             // Gzip magic without the header: read as gzip when it decodes.
             Ok(gunzip(bytes)
+                .map(|(b, cut)| (Cow::Owned(b), cut))
+                .unwrap_or((Cow::Borrowed(bytes), false)))
+        }
+        None if super::encoding::zlib_header(bytes) => {
+            // A zlib stream sent with no Content-Encoding (application/octet-stream): read
+            // as zlib when it inflates.
+            Ok(capped(flate2::read::ZlibDecoder::new(bytes))
                 .map(|(b, cut)| (Cow::Owned(b), cut))
                 .unwrap_or((Cow::Borrowed(bytes), false)))
         }
@@ -430,8 +453,8 @@ mod tests {
         assert!(body(b"x", Some("br")).cut);
         let xml = format!("<q>&#x70;&#104;_{}</q>", &PH[3..]);
         assert_eq!(
-            character_references("é&amp;ü&#x20AC;&bogus;&"),
-            "é&ü€&bogus;&"
+            super::super::views::character_references("é&amp;ü&#x20AC;&bogus;&").as_deref(),
+            Some("é&ü€&bogus;&")
         );
         assert!(finds(&body(xml.as_bytes(), None), PH));
         let wrapped = base64::engine::general_purpose::STANDARD.encode(format!(
@@ -458,5 +481,38 @@ mod tests {
         let total: usize = readings.texts.iter().map(String::len).sum();
         assert!(total <= big.len() * BUDGET_FACTOR + 64 * 1024);
         assert!(!body(b"{}", None).cut);
+    }
+
+    #[test]
+    fn short_unpadded_base64_hex_and_zlib_are_read_through() {
+        let number = "1234567890123456";
+        let b64 = base64::engine::general_purpose::STANDARD_NO_PAD.encode(number);
+        assert_eq!(b64.len(), 22);
+        for place in [
+            format!("/items/{b64}"),
+            format!("/s?id={b64}&x=1"),
+            format!(r#"{{"id":"{b64}"}}"#),
+        ] {
+            assert!(finds(&text(&place), number), "{place}");
+        }
+        let url_safe = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("9123456789.123456");
+        assert!(finds(
+            &text(&format!("/ts/{url_safe}")),
+            "9123456789.123456"
+        ));
+        // A short token that decodes to binary is no reading.
+        assert_eq!(text("/a/abcdefghijklmnopqr").texts.len(), 1);
+        let hex: String = PH.bytes().map(|b| format!("{b:02x}")).collect();
+        assert!(finds(&text(&format!("/x/{hex}")), PH));
+        assert!(finds(
+            &text(&format!("/x/{}", hex.to_ascii_uppercase())),
+            PH
+        ));
+        use std::io::Write as _;
+        let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        zlib.write_all(PH.as_bytes()).expect("zlib");
+        assert!(finds(&body(&zlib.finish().expect("zlib"), None), PH));
+        let named = format!("ph&lowbar;{}", &PH[3..]);
+        assert!(finds(&text(&named), PH));
     }
 }

@@ -389,3 +389,135 @@ fn public_material_is_blanked_in_text_with_multibyte_characters() {
         ["AKIAIOSFODNN7EXAMPLEKEY1"]
     );
 }
+
+/// A read of a secret passage, and whether `effect` (with `encoding`) is found to carry it.
+fn carries(effect: &[u8], encoding: Option<&str>) -> Option<Overlap> {
+    let read = format!("note: {PASSAGE}.");
+    overlap(
+        &analyze_request(effect, encoding, &[]),
+        &analyze(read.as_bytes(), None).winnowed(),
+    )
+}
+
+const PASSAGE: &str =
+    "customer Alice Example owes 1200 euros under contract 4471 signed in Lisbon last May";
+
+#[test]
+fn every_new_encoding_of_a_passage_is_a_view() {
+    use std::io::Write as _;
+    let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    zlib.write_all(PASSAGE.as_bytes()).expect("zlib");
+    let zlib = zlib.finish().expect("zlib");
+    let mut raw = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+    raw.write_all(PASSAGE.as_bytes()).expect("deflate");
+    let raw = raw.finish().expect("deflate");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(PASSAGE);
+    let wrapped: Vec<String> = b64
+        .as_bytes()
+        .chunks(20)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect();
+    let utf16: Vec<u8> = [0xff, 0xfe]
+        .into_iter()
+        .chain(PASSAGE.encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    let spaced: Vec<String> = PASSAGE.bytes().map(|b| format!("{b:02x}")).collect();
+    let entities: String = PASSAGE
+        .chars()
+        .map(|c| format!("&#{};", c as u32))
+        .collect();
+    let joined: String = PASSAGE.chars().flat_map(|c| [c, '\u{200d}']).collect();
+    let cases: Vec<(&str, Vec<u8>, Option<&str>, &str)> = vec![
+        ("deflate (zlib)", zlib.clone(), Some("deflate"), "deflate+"),
+        ("deflate (raw)", raw, Some("deflate"), "deflate+"),
+        ("zlib as octet-stream", zlib.clone(), None, "zlib+"),
+        (
+            "zlib under base64",
+            base64::engine::general_purpose::STANDARD
+                .encode(&zlib)
+                .into_bytes(),
+            None,
+            "zlib+",
+        ),
+        (
+            "base64 wrapped at 20",
+            wrapped.join("\n").into_bytes(),
+            None,
+            "base64+",
+        ),
+        (
+            "wrapped base64 in JSON",
+            serde_json::to_vec(&serde_json::json!({"file": wrapped.join("\n")})).expect("json"),
+            None,
+            "base64+",
+        ),
+        ("utf-16", utf16, None, "utf-16le+"),
+        ("spaced hex", spaced.join(" ").into_bytes(), None, "hex+"),
+        ("colon hex", spaced.join(":").into_bytes(), None, "hex+"),
+        (
+            "numeric entities",
+            entities.into_bytes(),
+            None,
+            "char-refs+",
+        ),
+        (
+            "zero-width joiners",
+            joined.into_bytes(),
+            None,
+            "zero-width-removed+",
+        ),
+    ];
+    for (what, body, encoding, view) in cases {
+        let found = carries(&body, encoding).unwrap_or_else(|| panic!("{what}: not found"));
+        assert!(found.view.contains(view), "{what}: {found:?}");
+        assert!(found.bytes >= 24, "{what}: {found:?}");
+    }
+}
+
+#[test]
+fn bodies_that_cannot_be_read_are_marked_unanalysed() {
+    let text = PASSAGE.as_bytes();
+    let broken = analyze_request(b"\x78\x9c\x01\x02garbage", Some("deflate"), &[]);
+    assert!(
+        broken
+            .skipped
+            .as_deref()
+            .is_some_and(|s| s.contains("did not decode")),
+        "{:?}",
+        broken.skipped
+    );
+    for coding in ["br", "zstd", "x-snappy"] {
+        let skipped = analyze_request(text, Some(coding), &[]).skipped;
+        assert!(
+            skipped.as_deref().is_some_and(|s| s.contains(coding)),
+            "{skipped:?}"
+        );
+    }
+    let binary: Vec<u8> = (0..2048u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    let skipped = analyze_request(&binary, None, &[]).skipped;
+    assert_eq!(skipped.as_deref(), Some(super::encoding::BINARY));
+    // Text, Latin-1, JSON and an empty body are analysed as before.
+    for body in [text, b"caf\xe9 cr\xe8me br\xfbl\xe9e", b"{\"a\":1}", b""] {
+        assert_eq!(analyze_request(body, None, &[]).skipped, None);
+    }
+    assert_eq!(analyze_request(text, Some("identity"), &[]).skipped, None);
+}
+
+#[test]
+fn benign_text_gains_no_passage_from_the_new_views() {
+    let read = format!("note: {PASSAGE}.");
+    let fingerprints = analyze(read.as_bytes(), None).winnowed();
+    for effect in [
+        "Fish &amp; chips &#8212; the usual, at 12:30 near the station on Friday",
+        "00:1a:2b:3c:4d:5e 00:1a:2b:3c:4d:5f build 0xdeadbeef finished",
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567 is the base32 alphabet",
+        "deploy\nrelease\nupdate\nfinish",
+    ] {
+        assert_eq!(
+            overlap(&analyze(effect.as_bytes(), None), &fingerprints),
+            None
+        );
+    }
+}

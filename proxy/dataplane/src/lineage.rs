@@ -14,7 +14,9 @@ mod effect;
 mod placeholders;
 
 use effect::run_job;
-pub use placeholders::{find_placeholders, substitute};
+pub use placeholders::{
+    encoded_forms, find_placeholders, substitute, substitute_whole, MIN_SHA_PREFIX,
+};
 
 /// How much of a read's response body is kept for analysis.
 pub const READ_CAPTURE_BYTES: usize = 4 * 1024 * 1024;

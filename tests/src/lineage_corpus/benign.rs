@@ -306,5 +306,76 @@ pub(super) fn benign(with_git: bool) -> Vec<Case> {
         ));
         out.push(case("unrelated-git-push", "unrelated", B, "text/markdown", readme, vec![git_effect(git_push_body(&[], &[("src/retry.rs", b"pub fn backoff(attempt: u32) -> u64 {\n    100 * 2u64.pow(attempt.min(6))\n}\n")], "add backoff"))]));
     }
+    out.extend(encoded());
+    out
+}
+
+/// Unrelated effects in the encodings of issue 37: the new views must find nothing in them.
+fn encoded() -> Vec<Case> {
+    use super::exfiltration::encodings::{base32, wrap, zlib};
+    use Class::Benign as B;
+    let mut out = Vec::new();
+    let env = env_file(120);
+    let doc = internal_doc(121, 10);
+    let own = "Build 4512 passed on main: 318 tests, 0 failures, coverage 81.4%, deployed to staging at 14:02 by the release bot.";
+    let mut deflated = post("/status", "text/plain", zlib(own.as_bytes()));
+    deflated
+        .headers
+        .push(("content-encoding".into(), "deflate".into()));
+    out.push(case(
+        "unrelated-deflate-status",
+        "encoded-unrelated",
+        B,
+        "text/plain",
+        env.clone(),
+        vec![deflated],
+    ));
+    let utf16: Vec<u8> = [0xff, 0xfe]
+        .into_iter()
+        .chain(own.encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    out.push(case(
+        "unrelated-utf16-status",
+        "encoded-unrelated",
+        B,
+        "text/markdown",
+        doc.clone(),
+        vec![post("/status", "text/plain; charset=utf-16", utf16)],
+    ));
+    out.push(case("unrelated-html-entities", "encoded-unrelated", B, "text/markdown", doc.clone(), vec![post("/pages", "text/html", "<p>Fish &amp; chips &mdash; Friday at 12&#58;30, &euro;12 a head &#x2014; RSVP&nbsp;by Thursday.</p>")]));
+    out.push(case(
+        "own-totp-secret-base32",
+        "encoded-unrelated",
+        B,
+        "text/plain",
+        env.clone(),
+        vec![post_json(
+            "/mfa/enroll",
+            &json!({"secret": base32(b"my-own-totp-seed-0042"), "issuer": "ci"}),
+        )],
+    ));
+    out.push(case("mac-addresses-hex", "encoded-unrelated", B, "text/plain", env.clone(), vec![post_json("/inventory", &json!({"hosts": ["00:1a:2b:3c:4d:5e", "00:1a:2b:3c:4d:5f", "3c:22:fb:aa:01:9e"], "fingerprint": "SHA256 de:ad:be:ef:00:11:22:33:44:55:66:77:88:99:aa:bb"}))]));
+    out.push(case(
+        "own-file-wrapped-base64",
+        "encoded-unrelated",
+        B,
+        "text/markdown",
+        doc.clone(),
+        vec![post("/paste", "text/plain", wrap(&b64(own.as_bytes()), 20))],
+    ));
+    // A binary upload of its own: held as unanalysed, never flagged.
+    let png: Vec<u8> = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"
+        .iter()
+        .copied()
+        .chain((0..600u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 9) as u8))
+        .collect();
+    out.push(case(
+        "own-binary-upload",
+        "encoded-unrelated",
+        B,
+        "text/plain",
+        env,
+        vec![post("/upload", "image/png", png)],
+    ));
     out
 }

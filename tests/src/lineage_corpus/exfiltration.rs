@@ -5,8 +5,10 @@
 use super::*;
 
 mod containers;
+pub(super) mod encodings;
 
 use containers::containers;
+use encodings::encodings;
 
 pub(super) fn exfiltration(with_git: bool) -> Vec<Case> {
     use Class::Exfiltration as X;
@@ -324,6 +326,7 @@ pub(super) fn exfiltration(with_git: bool) -> Vec<Case> {
         }],
     ));
     out.extend(containers(with_git));
+    out.extend(encodings());
     out
 }
 

@@ -38,6 +38,26 @@ pub(super) fn out_of_scope() -> Vec<Case> {
         env_file(82),
         parts.iter().map(|p| get(&format!("/c?p={p}"))).collect(),
     ));
+    // A key split into four 10-character effects (issue 37): each piece is under the
+    // 12-character fragment bar.
+    let s = secrets(84);
+    let parts: Vec<String> = s
+        .github
+        .as_bytes()
+        .chunks(10)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect();
+    out.push(case(
+        "split-token-10-char-parts",
+        "split-secret",
+        O,
+        "text/plain",
+        env_file(84),
+        parts
+            .iter()
+            .map(|p| post_json("/c", &json!({"p": p})))
+            .collect(),
+    ));
     // Rows leaked one name per request: each piece is under the 24-byte bar.
     let rows = customers(83, 10);
     out.push(case(

@@ -7,13 +7,15 @@ use airlock_policy::{Action, RequestFacts, Scheme};
 
 use super::Prepared;
 use crate::Control;
-use airlock_dataplane::lineage::{find_placeholders, substitute};
+use airlock_dataplane::lineage::{encoded_forms, find_placeholders, substitute, substitute_whole};
 use airlock_net::authority::percent_encode;
 use airlock_net::authority::Target;
 
 /// Replaces every placeholder `effect` carries with the real value from its parent,
 /// encoded for where it stands: percent-encoded in the URL, JSON-escaped in a JSON body,
-/// form-encoded in a form body. Then checks that no placeholder of the run is left
+/// form-encoded in a form body; a SHA-1 placeholder abbreviated by the real value's prefix
+/// of the same length; a placeholder written whole in base64 or hex by the real value in
+/// that encoding ([`encoded_forms`]). Then checks that no placeholder of the run is left
 /// anywhere, in any encoding the origin may decode
 /// ([`airlock_ledger::fingerprint::readings::request`]: a placeholder written encoded is
 /// found at staging but not substituted, so such an effect fails here unsent), and that
@@ -97,6 +99,24 @@ pub(super) fn substituted(
         };
         if let Ok(text) = std::str::from_utf8(&body) {
             body = substitute(text, &dependency.value, placeholder.kind, &in_body).into_bytes();
+        }
+        // The placeholder written whole in base64 or hex (found at staging once decoded):
+        // the real value in the same encoding, encoded again for where it stands.
+        for (form, real_form) in encoded_forms(&dependency.value, real) {
+            url = substitute_whole(&url, &form, &percent_encode(&real_form, b""));
+            for (_, value) in headers.iter_mut() {
+                if let Ok(text) = std::str::from_utf8(value) {
+                    *value = substitute_whole(text, &form, &real_form).into_bytes();
+                }
+            }
+            let in_body = if content_type.contains("x-www-form-urlencoded") {
+                percent_encode(&real_form, b"")
+            } else {
+                real_form
+            };
+            if let Ok(text) = std::str::from_utf8(&body) {
+                body = substitute_whole(text, &form, &in_body).into_bytes();
+            }
         }
     }
     // No placeholder may reach an origin, wherever it hides: every reading of the URL,

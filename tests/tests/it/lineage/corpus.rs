@@ -3,8 +3,11 @@
 //! its effects to another loopback origin (a `stage` rule). An effect is FLAGGED for the
 //! read when an edge from the read into it is a `credential` edge, or a `content` or
 //! `header` edge of at least 24 bytes (what a flow rule with `min_overlap_bytes = 24`
-//! decides on). Prints the table and the rates (`--nocapture`); asserts detection >= 95%
-//! and false positives <= 5%.
+//! decides on), or HELD when the policy's `from = ["unanalysed"]` review flow holds it
+//! (lineage could not read it). An exfiltration case is detected when flagged or held; a
+//! benign case is a false positive when flagged (held benign cases are counted apart: they
+//! cost a review, not a wrong verdict). Prints the table and the rates (`--nocapture`);
+//! asserts detection >= 95% and false positives <= 5%.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +19,10 @@ use serde_json::Value;
 
 /// A flow rule's `min_overlap_bytes`.
 const MIN_OVERLAP: u64 = 24;
+
+/// The `from = ["unanalysed"]` review flow of the corpus policy: an effect it holds was
+/// not read in full (an undecodable coding, a binary body).
+const UNANALYSED_FLOW: &str = "unread-bodies";
 
 fn policy(read_port: u16, sink_port: u16) -> String {
     format!(
@@ -35,12 +42,21 @@ id = "sink"
 host = "127.0.0.1"
 port = {sink_port}
 action = "stage"
+
+# What lineage cannot read is held for a person (examples/policies/no-secrets-out.toml).
+[[flow]]
+id = "{UNANALYSED_FLOW}"
+from = ["unanalysed"]
+to = "external"
+action = "review"
 "#
     )
 }
 
 struct Outcome {
     flagged: usize,
+    /// Effects not flagged that the unanalysed review flow holds.
+    held: usize,
     effects: usize,
     best: String,
 }
@@ -141,8 +157,32 @@ async fn run_case(
             )
         })
         .unwrap_or_else(|| "-".into());
+    let mut held = 0;
+    for id in &ids {
+        if edges.iter().any(|e| e["to"] == id.as_str() && counts(e)) {
+            continue;
+        }
+        let shown = airlock
+            .admin
+            .get(&format!("/v1/effects/{id}"))
+            .await
+            .expect("effect");
+        let violations = shown["flows"]["violations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if violations.iter().any(|v| v["flow"] == UNANALYSED_FLOW) {
+            held += 1;
+        }
+    }
+    let best = if flagged == 0 && held > 0 {
+        format!("held as unanalysed ({held}) · {best}")
+    } else {
+        best
+    };
     Outcome {
         flagged,
+        held,
         effects: ids.len(),
         best,
     }
@@ -207,11 +247,13 @@ async fn lineage_corpus_detects_exfiltration_and_spares_benign_effects() {
         "case", "class", "form", "flagged"
     );
     let (mut exfil, mut detected, mut benign, mut false_pos) = (0, 0, 0, 0);
+    let (mut detected_held, mut benign_held) = (0, 0);
     let mut misses = Vec::new();
     let mut forms: std::collections::BTreeMap<(&str, &str), (usize, usize)> = Default::default();
     for (i, outcome) in &outcomes {
         let case = &cases[*i];
         let flagged = outcome.flagged > 0;
+        let held = !flagged && outcome.held > 0;
         let class = match case.class {
             Class::Exfiltration => "exfiltration",
             Class::Benign => "benign",
@@ -219,18 +261,20 @@ async fn lineage_corpus_detects_exfiltration_and_spares_benign_effects() {
         };
         let entry = forms.entry((class, case.form)).or_default();
         entry.0 += 1;
-        entry.1 += usize::from(flagged);
+        entry.1 += usize::from(flagged || (held && case.class == Class::Exfiltration));
         match case.class {
             Class::Exfiltration => {
                 exfil += 1;
-                if flagged {
+                if flagged || held {
                     detected += 1;
+                    detected_held += usize::from(held);
                 } else {
                     misses.push(case.name.clone());
                 }
             }
             Class::Benign => {
                 benign += 1;
+                benign_held += usize::from(held);
                 if flagged {
                     false_pos += 1;
                     misses.push(format!("{} (false positive)", case.name));
@@ -251,7 +295,7 @@ async fn lineage_corpus_detects_exfiltration_and_spares_benign_effects() {
             best
         );
     }
-    println!("\nper form (flagged/cases):");
+    println!("\nper form (flagged, or for exfiltration held as unanalysed / cases):");
     for ((class, form), (n, flagged)) in &forms {
         println!("  {class:<13} {form:<16} {flagged}/{n}");
     }
@@ -261,6 +305,9 @@ async fn lineage_corpus_detects_exfiltration_and_spares_benign_effects() {
         "\ndetection {detected}/{exfil} = {detection:.1}%; false positives {false_pos}/{benign} = {fp_rate:.1}%; {} cases in {:.1} s",
         cases.len(),
         started.elapsed().as_secs_f64()
+    );
+    println!(
+        "held as unanalysed: {detected_held} of the detected exfiltration cases; {benign_held}/{benign} benign cases (review, not flagged)"
     );
     println!("misses: {misses:?}");
     assert!(

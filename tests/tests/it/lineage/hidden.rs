@@ -311,3 +311,147 @@ async fn a_placeholder_in_xml_character_references_or_a_wrapped_base64_part_neve
     out.staged(&sent, "body (encoded)").await;
     out.origin_saw_nothing();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_unpadded_base64_and_hex_placeholders_are_staged_and_released_in_their_encoding() {
+    use base64::Engine as _;
+    let out = placeholders_out(&[]).await;
+    // The 16-digit number placeholder as unpadded base64: 22 characters.
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&out.number);
+    assert_eq!(b64.len(), 22);
+    let sent = curl(&out.env, &[&format!("{}/items/{b64}", out.base)]).await;
+    out.staged(&sent, "url (encoded)").await;
+    // The `ph_…` placeholder as hex, in a passed JSON body.
+    let hex: String = out.string.bytes().map(|b| format!("{b:02x}")).collect();
+    let body = format!(r#"{{"q":"{hex}"}}"#);
+    let sent = curl(
+        &out.env,
+        &[
+            "-H",
+            "content-type: application/json",
+            "--data",
+            &body,
+            &format!("{}/search", out.base),
+        ],
+    )
+    .await;
+    out.staged(&sent, "body (encoded)").await;
+    assert!(
+        sent.json().get("error").is_none(),
+        "the client saw a synthetic answer: {}",
+        String::from_utf8_lossy(&sent.body)
+    );
+    out.origin_saw_nothing();
+    // At commit each carries the real value in the same encoding.
+    let report = out.airlock.commit_pending(&out.run).await;
+    assert_eq!(
+        airlock_tests::effect_states(&report),
+        vec![json!("released"), json!("released"), json!("released")],
+        "{report}"
+    );
+    let received = out.origin.received();
+    let real_b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("77");
+    assert_eq!(received[1].path, format!("/items/{real_b64}"));
+    let real_hex: String = "N_77".bytes().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        String::from_utf8_lossy(&received[2].body),
+        format!(r#"{{"q":"{real_hex}"}}"#)
+    );
+    for request in &received {
+        let text = format!(
+            "{} {}",
+            request.path,
+            String::from_utf8_lossy(&request.body)
+        );
+        assert!(!text.contains(&b64) && !text.contains(&hex), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abbreviated_sha_placeholder_is_staged_and_released_as_the_real_prefix() {
+    const REAL: &str = "0123456789abcdef0123456789abcdef01234567";
+    let fx = Fixture::new();
+    let origin = Origin::start(
+        Some(&fx.origin_ca),
+        std::sync::Arc::new(|req: &airlock_tests::Received| {
+            match (req.method.as_str(), req.path.as_str()) {
+                ("POST", "/commits") => Reply::json(201, &json!({"sha": REAL})),
+                _ => Reply::json(200, &json!({"ok": true})),
+            }
+        }),
+    )
+    .await
+    .expect("origin");
+    let port = origin.addr().port();
+    let policy = format!(
+        r#"version = 1
+default = "deny"
+allow_private = ["127.0.0.0/8"]
+
+[[rule]]
+id = "commit"
+host = "127.0.0.1"
+port = {port}
+method = ["POST"]
+path = "/commits"
+action = "stage"
+[rule.respond]
+status = 201
+body = '{{"sha": "{{{{placeholder:sha1:/sha}}}}"}}'
+
+[[rule]]
+id = "reads"
+host = "127.0.0.1"
+port = {port}
+method = "read"
+action = "pass"
+"#
+    );
+    let (airlock, run, env) = fx.start_run(&policy, &[]).await;
+    let base = format!("https://127.0.0.1:{port}");
+    let created = curl(
+        &env,
+        &["-X", "POST", "--data", "{}", &format!("{base}/commits")],
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let sha = created.json()["sha"].as_str().expect("sha").to_owned();
+    assert!(sha.starts_with("ffffffff") && sha.len() == 40, "{sha}");
+    // `git show` style: the first 12 digits, then a longer prefix in a query.
+    let short = &sha[..12];
+    let sent = curl(
+        &env,
+        &[&format!("{base}/commits/{short}?full={}", &sha[..20])],
+    )
+    .await;
+    assert_eq!(sent.status, 202, "{}", String::from_utf8_lossy(&sent.body));
+    let child = sent.header("airlock-effect").expect("effect id");
+    let shown = airlock
+        .admin
+        .get(&format!("/v1/effects/{child}"))
+        .await
+        .expect("show");
+    assert_eq!(shown["depends_on"][0]["value"], sha.as_str(), "{shown}");
+    // 11 digits are no placeholder: passed as they are.
+    let passed = curl(&env, &[&format!("{base}/commits/{}", &sha[..11])]).await;
+    assert_eq!(passed.status, 200);
+    assert_eq!(
+        origin.received().len(),
+        1,
+        "only the 11-digit read reached the origin"
+    );
+    let report = airlock.commit_pending(&run).await;
+    assert_eq!(
+        airlock_tests::effect_states(&report),
+        vec![json!("released"), json!("released")],
+        "{report}"
+    );
+    let paths: Vec<String> = origin.received().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(
+        paths[1..],
+        [
+            "/commits".to_owned(),
+            format!("/commits/{}?full={}", &REAL[..12], &REAL[..20])
+        ]
+    );
+}
