@@ -15,24 +15,35 @@ use crate::{FenceError, Mount, Network, Report, Spec};
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
-/// Whether the process is root.
-fn is_root() -> bool {
+/// Whether the process is root (its effective uid is 0).
+pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// `unshare`'s namespace flags: user (the caller mapped to root inside, so root in the
-/// fence holds no capability over the host's namespaces, mounts or kernel, even when
-/// airlock runs as root), network, mount and PID (with a fresh `/proc`).
-const UNSHARE_FLAGS: [&str; 8] = [
+/// `unshare`'s namespace flags: user, network, mount, PID (with a fresh `/proc`), IPC
+/// (SysV IPC and POSIX message queues of its own), UTS (its own host name) and cgroup (its
+/// own view of `/proc/self/cgroup`). As an ordinary user `--map-root-user` is added: the
+/// caller is root inside. Under root the namespace is mapped from outside
+/// ([`crate::root`]).
+const UNSHARE_FLAGS: [&str; 10] = [
     "--user",
-    "--map-root-user",
     "--net",
     "--mount",
     "--pid",
+    "--ipc",
+    "--uts",
+    "--cgroup",
     "--fork",
     "--kill-child",
     "--mount-proc",
 ];
+
+/// [`UNSHARE_FLAGS`] with `--map-root-user`, as an ordinary user starts the fence.
+fn mapped_flags() -> Vec<String> {
+    let mut flags: Vec<String> = UNSHARE_FLAGS.iter().map(|f| (*f).to_owned()).collect();
+    flags.insert(1, "--map-root-user".to_owned());
+    flags
+}
 
 /// Directories of host services a fenced command could ask to act for it outside the
 /// fence (start a process, resolve a name, drive a display): each that exists is covered
@@ -117,7 +128,7 @@ fn run_with_input(program: &str, args: &[&str], stdin: &str) -> Result<(), Strin
 ///
 /// # Errors
 /// [`Unavailable`] naming the missing program or the kernel's refusal.
-pub fn probe(network: Network) -> Result<(), Unavailable> {
+pub fn probe(network: Network, checks: &Checks<'_>) -> Result<(), Unavailable> {
     let mut needed = vec![("unshare", "util-linux"), ("ip", "iproute2")];
     if network == Network::Isolated {
         needed.push(("nft", "nftables"));
@@ -129,9 +140,23 @@ pub fn probe(network: Network) -> Result<(), Unavailable> {
             )));
         }
     }
-    let marker = probe_marker(network);
-    if marker.as_ref().is_some_and(|m| m.exists()) {
+    let remap = is_root() && !checks.host_root;
+    let marker = probe_marker(network, remap, checks.state_dir);
+    if marker
+        .as_ref()
+        .is_some_and(|m| m.symlink_metadata().is_ok())
+    {
         return Ok(());
+    }
+    if remap {
+        let temp = std::env::temp_dir();
+        let mut paths = vec![Path::new("/"), temp.as_path()];
+        paths.extend(checks.workspace);
+        crate::idmap::probe(&paths).map_err(|why| {
+            Unavailable(format!(
+                "idmapped mounts are unavailable here ({why}), so the command cannot run as a                  non-root host uid while it writes the workspace; Linux 5.12+ and a filesystem                  that takes them (ext4, xfs, btrfs, tmpfs) are needed, or --allow-host-root,                  which runs the command as host root (docs/containment.md)"
+            ))
+        })?;
     }
     if network == Network::Isolated && is_root() {
         run_with_input(
@@ -154,7 +179,8 @@ pub fn probe(network: Network) -> Result<(), Unavailable> {
         }
         _ => "ip link set lo up && exec unshare --user --map-root-user --mount /bin/true",
     };
-    let mut args: Vec<&str> = UNSHARE_FLAGS.to_vec();
+    let flags = mapped_flags();
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     args.extend(["--", "/bin/sh", "-c", inner]);
     run_with_input("unshare", &args, &crate::setup::ruleset()).map_err(|why| {
         Unavailable(format!(
@@ -165,21 +191,60 @@ pub fn probe(network: Network) -> Result<(), Unavailable> {
         ))
     })?;
     if let Some(marker) = &marker {
-        let _ = std::fs::write(marker, b"");
+        // A new file only, never through a symlink: O_CREAT | O_EXCL | O_NOFOLLOW.
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .mode(0o600)
+            .open(marker);
     }
     Ok(())
 }
 
-/// A file that says a fence of this kind was made on this boot by this user, so later
-/// runs skip the probe (~20 ms); `None` when the boot cannot be told apart. A fence that
-/// stopped working since fails its step: it never runs the command unfenced.
-fn probe_marker(network: Network) -> Option<PathBuf> {
+/// What [`probe`] checks beyond the tools and namespaces.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Checks<'a> {
+    /// `--allow-host-root`: under root, the command may run as host root (today's
+    /// single-id mapping), so idmapped mounts are not needed.
+    pub host_root: bool,
+    /// Where the probe's memory may be kept when `$XDG_RUNTIME_DIR` is not usable (the
+    /// data directory); `None` keeps none there.
+    pub state_dir: Option<&'a Path>,
+    /// The workspace, whose filesystem must take idmapped mounts under root.
+    pub workspace: Option<&'a Path>,
+}
+
+/// Whether `dir` is a directory (not a symlink) that only this user can write: owned by
+/// the effective user, not writable by group or others.
+fn private_to_user(dir: &Path) -> bool {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    dir.symlink_metadata().is_ok_and(|m| {
+        m.is_dir()
+            && m.uid() == rustix::process::geteuid().as_raw()
+            && m.permissions().mode() & 0o022 == 0
+    })
+}
+
+/// The file that says a fence of this kind was made on this boot by this user, so later
+/// runs skip the probe (~20 ms): in `$XDG_RUNTIME_DIR`, or else in `state_dir` (the data
+/// directory), each only when it is a directory only this user can write, so no other
+/// user can plant a file or a symlink there; `None` when neither is, or the boot cannot
+/// be told apart (the probe then runs every time). A fence that stopped working since
+/// fails its step: it never runs the command unfenced.
+fn probe_marker(network: Network, remap: bool, state_dir: Option<&Path>) -> Option<PathBuf> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let user = rustix::process::geteuid().as_raw();
-    Some(std::env::temp_dir().join(format!(
-        "airlock-fence-probed-{}-{user}-{}",
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute() && private_to_user(dir));
+    let dir = runtime.or_else(|| state_dir.filter(|d| private_to_user(d)).map(Path::to_owned))?;
+    Some(dir.join(format!(
+        "airlock-fence-probed-{}-{user}-{}{}",
         boot.trim(),
-        network.as_str()
+        network.as_str(),
+        if remap { "-idmap" } else { "" }
     )))
 }
 
@@ -194,6 +259,7 @@ pub struct Prepared {
     report_file: std::fs::File,
     bundle: PathBuf,
     truststore: Option<PathBuf>,
+    root: bool,
 }
 
 /// What [`Prepared::new`] needs to know about the run and the command.
@@ -222,6 +288,10 @@ pub struct Plan<'a> {
     /// Its environment (the run's variables; CA and proxy variables are rewritten for
     /// the fence).
     pub env: BTreeMap<String, String>,
+    /// Under root, the run's layer (a directory only root can enter): the command then
+    /// runs as the subordinate range with an overlay over every writable filesystem
+    /// ([`crate::root`]). `None` as an ordinary user, or with `--allow-host-root`.
+    pub layer: Option<&'a Path>,
 }
 
 /// The variables that name a CA bundle ([`CA_VARS`]) and npm's, which replaces npm's
@@ -458,9 +528,20 @@ impl Prepared {
             hide,
             hide_files,
             report: report.clone(),
+            root: plan.layer.map(|layer| crate::root::RootSpec {
+                uids: crate::idmap::subordinate(Path::new("/etc/subuid")),
+                gids: crate::idmap::subordinate(Path::new("/etc/subgid")),
+                layer: layer.to_owned(),
+                workspace: plan.cwd.to_owned(),
+                pass: std::iter::once(dir.path().to_owned())
+                    .chain((plan.network == Network::Isolated).then(|| plan.socket.to_owned()))
+                    .collect(),
+                new_root: dir.path().join("root"),
+            }),
         };
         // The spec holds the run's token: it goes to PID 1 in its environment, never in a
         // file another fenced command of this user could read.
+        let root = spec.root.is_some();
         let spec = serde_json::to_string(&spec).map_err(|source| FenceError::Json {
             what: "fence spec",
             source,
@@ -484,21 +565,42 @@ impl Prepared {
             report_file,
             bundle,
             truststore,
+            root,
         })
     }
 
     /// `unshare` (by absolute path) and its arguments, ending in `EXE fence-init` (`exe`
     /// is airlock's own binary), and the environment to add: [`SPEC_VAR`] holds the spec.
+    ///
+    /// Under root (a layer was given) it is `unshare --mount --propagation private -- EXE
+    /// fence-root -- UNSHARE FLAGS -- EXE fence-init`, with no `--map-root-user`:
+    /// `fence-root` builds root's view and maps the fence ([`crate::root`]).
     pub fn command_line(&self, exe: &Path) -> (String, Vec<String>, Vec<(String, String)>) {
-        let mut args: Vec<String> = UNSHARE_FLAGS.iter().map(|f| (*f).to_owned()).collect();
-        args.push("--".into());
-        args.push(exe.display().to_string());
-        args.push("fence-init".into());
-        (
-            tool("unshare").display().to_string(),
-            args,
-            vec![(SPEC_VAR.to_owned(), self.spec.clone())],
-        )
+        let unshare = tool("unshare").display().to_string();
+        let env = vec![(SPEC_VAR.to_owned(), self.spec.clone())];
+        let fence_init = [
+            "--".to_owned(),
+            exe.display().to_string(),
+            "fence-init".to_owned(),
+        ];
+        if !self.root {
+            let mut args = mapped_flags();
+            args.extend(fence_init);
+            return (unshare, args, env);
+        }
+        let mut args: Vec<String> = ["--mount", "--propagation", "private", "--"]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        args.extend([
+            exe.display().to_string(),
+            "fence-root".to_owned(),
+            "--".to_owned(),
+            unshare.clone(),
+        ]);
+        args.extend(UNSHARE_FLAGS.iter().map(|f| (*f).to_owned()));
+        args.extend(fence_init);
+        (unshare, args, env)
     }
 
     /// The CA bundle the fence mounts.

@@ -107,6 +107,18 @@ pub struct RunArgs {
     /// See docs/containment.md
     #[arg(long, value_enum, value_name = "MODE")]
     network: Option<NetworkArg>,
+    /// DANGER: when airlock run is root, let the fenced command run as host root (uid 0 on
+    /// the host, writing the host's files as root and the host kernel's settings that
+    /// root may write) where the fence cannot give it a subordinate uid, an overlay over
+    /// the filesystem and an idmapped workspace (no idmapped mounts, or --snapshot
+    /// overlay). Without it, such a run is refused. See docs/containment.md
+    #[arg(long)]
+    allow_host_root: bool,
+    /// Under root's fence: copy this path (outside the workspace) from the run's layer to
+    /// the host when the run is kept (repeatable); everything else written outside the
+    /// workspace is discarded
+    #[arg(long, value_name = "PATH")]
+    keep_outside: Vec<PathBuf>,
     /// Finish the decision of an interrupted run (rolls back when none was written)
     #[arg(long, value_name = "RUN", conflicts_with = "command")]
     resume: Option<String>,
@@ -188,7 +200,41 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     };
     let workspace = std::path::absolute(&args.workspace)
         .with_context(|| format!("cannot resolve {}", args.workspace.display()))?;
-    let chosen = fence::choose(args.network)?;
+    let data_dir =
+        std::path::absolute(&args.admin.data).unwrap_or_else(|_| args.admin.data.clone());
+    let checks = airlock_fence::launch::Checks {
+        host_root: args.allow_host_root,
+        state_dir: Some(&data_dir),
+        workspace: Some(&workspace),
+    };
+    let chosen = fence::choose(args.network, &checks)?;
+    // Under root the fence runs the command as the subordinate range, with an overlay
+    // over every writable filesystem whose upper directories are this layer's.
+    let remap = chosen.network != airlock_fence::Network::Env
+        && airlock_fence::launch::is_root()
+        && !args.allow_host_root;
+    if remap && args.snapshot == "overlay" {
+        return Err(anyhow!(
+            "--snapshot overlay under root's fence: overlayfs takes no idmapped mount, so the              command would run as host root; use --snapshot dir, or --allow-host-root to              accept that (docs/containment.md)"
+        ));
+    }
+    if !args.keep_outside.is_empty() && !remap {
+        return Err(anyhow!(
+            "--keep-outside needs root's fence (airlock run as root, --network isolated or              offline, without --allow-host-root): only there do writes outside the workspace              land in a layer of the run's"
+        ));
+    }
+    let layer = if remap {
+        let layer = tempfile::Builder::new()
+            .prefix("airlock-layer-")
+            .tempdir()
+            .context("cannot create the run's layer")?;
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(layer.path(), std::fs::Permissions::from_mode(0o700))
+            .context("cannot make the run's layer private")?;
+        Some(layer)
+    } else {
+        None
+    };
     if chosen.network == airlock_fence::Network::Env {
         // The command inherits this PATH, so this is the node it runs.
         if let Some(warning) = super::node_version::old_node_warning() {
@@ -272,6 +318,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         client,
         json_output: args.admin.json,
         overlay: overlay.as_ref(),
+        layer: layer.as_ref().map(|l| l.path()),
     };
     let (step, containment) = contained_step(&cx, program, rest).await;
     record(client, &run, "command", &line, &step, &containment).await?;
@@ -341,6 +388,10 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         "scheduled": scheduled.added.iter().chain(&scheduled.modified).chain(&scheduled.deleted).collect::<Vec<_>>(),
         "listening": listening,
     });
+    if let Some(layer) = &layer {
+        report["written_outside"] =
+            outside::layer_report(layer.path(), &workspace, &args.keep_outside, &report);
+    }
     if !outside_roots.is_empty() {
         let after = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
         report["outside"] = json!(outside::diff(&outside_before, &after));

@@ -44,14 +44,17 @@ pub(super) struct Chosen {
 ///
 /// # Errors
 /// When `isolated` or `offline` was asked for and no fence can be made here.
-pub(super) fn choose(asked: Option<NetworkArg>) -> anyhow::Result<Chosen> {
+pub(super) fn choose(
+    asked: Option<NetworkArg>,
+    checks: &airlock_fence::launch::Checks<'_>,
+) -> anyhow::Result<Chosen> {
     match asked.map(Network::from) {
         Some(Network::Env) => Ok(Chosen {
             network: Network::Env,
             note: None,
         }),
         Some(network) => {
-            airlock_fence::probe(network).map_err(|why| {
+            airlock_fence::probe(network, checks).map_err(|why| {
                 anyhow!(
                     "--network {} needs a fence, and none can be made here: {why}",
                     network.as_str()
@@ -62,7 +65,7 @@ pub(super) fn choose(asked: Option<NetworkArg>) -> anyhow::Result<Chosen> {
                 note: None,
             })
         }
-        None => match airlock_fence::probe(Network::Isolated) {
+        None => match airlock_fence::probe(Network::Isolated, checks) {
             Ok(()) => Ok(Chosen {
                 network: Network::Isolated,
                 note: None,
@@ -87,6 +90,9 @@ pub(super) struct FenceRun<'a> {
     pub(super) created: &'a Value,
     pub(super) run: &'a str,
     pub(super) network: Network,
+    /// Under root: the run's layer ([`airlock_fence::root`]); `None` as a user or with
+    /// `--allow-host-root`.
+    pub(super) layer: Option<&'a Path>,
 }
 
 /// Prepares a fence for one step of `run` and returns it with the `unshare` command line.
@@ -130,6 +136,7 @@ pub(super) async fn prepare(
         args,
         cwd: workspace,
         env: vars,
+        layer: fence.layer,
     })?;
     let exe = std::env::current_exe().context("cannot find airlock's own binary")?;
     let (unshare, unshare_args, spec_env) = prepared.command_line(&exe);
