@@ -158,9 +158,15 @@ pub fn wait_for_own_map() -> Result<(), FenceError> {
     }
 }
 
-/// Whether this process's user namespace has a uid mapping yet.
-pub fn mapped() -> bool {
-    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| !m.trim().is_empty())
+/// Whether this process holds any effective capability (`CapEff` of
+/// `/proc/self/status` is not zero).
+pub fn capable() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .is_some_and(|caps| caps.trim().chars().any(|c| c != '0'))
+    })
 }
 
 /// A user namespace with these mappings, held by its descriptor: a short-lived

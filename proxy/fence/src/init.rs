@@ -26,10 +26,12 @@ pub async fn run() -> i32 {
             return 125;
         }
     };
-    if spec.root.is_some() && !crate::idmap::mapped() {
-        // Root's fence is mapped from outside (`fence-root`) after this process started,
-        // so it holds no capability in its namespace yet: once mapped, it is root there,
-        // and executing itself again gives it root's capabilities (capabilities(7)).
+    if spec.root.is_some() && !crate::idmap::capable() {
+        // Root's fence is mapped from outside (`fence-root`), maybe after this process was
+        // executed, and then it holds no capability in its namespace: once mapped, it is
+        // root there, and executing itself again gives it root's capabilities
+        // (capabilities(7)). Whether it holds them is what counts, not whether the map is
+        // there yet: the map may have been written just after the exec.
         let error = match crate::idmap::wait_for_own_map() {
             Ok(()) => {
                 use std::os::unix::process::CommandExt as _;

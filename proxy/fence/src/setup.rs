@@ -176,7 +176,12 @@ pub(crate) fn mask_proc() -> Result<(), FenceError> {
         } else {
             mount_bind("/dev/null", path)
         };
-        result.map_err(|e| FenceError::Setup(format!("cannot mask {path}: {e}")))?;
+        result.map_err(|e| {
+            FenceError::Setup(format!(
+                "cannot mask {path}: {e} (PID 1 holds capabilities: {})",
+                crate::idmap::capable()
+            ))
+        })?;
     }
     for path in READ_ONLY {
         if std::fs::symlink_metadata(path).is_err() {
