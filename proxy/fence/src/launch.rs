@@ -15,6 +15,18 @@ use crate::{FenceError, Mount, Network, Report, Spec};
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
+/// How [`probe`]'s refusal for missing idmapped mounts begins.
+const IDMAP_UNAVAILABLE: &str = "idmapped mounts are unavailable here";
+
+impl Unavailable {
+    /// Whether the namespaces could be made but root's fence could not (no idmapped
+    /// mounts): then the run must not fall back to `env`, where the command would be host
+    /// root too, but be refused, naming `--allow-host-root`.
+    pub fn is_idmap(&self) -> bool {
+        self.0.starts_with(IDMAP_UNAVAILABLE)
+    }
+}
+
 /// Whether the process is root (its effective uid is 0).
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
@@ -154,7 +166,7 @@ pub fn probe(network: Network, checks: &Checks<'_>) -> Result<(), Unavailable> {
         paths.extend(checks.workspace);
         crate::idmap::probe(&paths).map_err(|why| {
             Unavailable(format!(
-                "idmapped mounts are unavailable here ({why}), so the command cannot run as a                  non-root host uid while it writes the workspace; Linux 5.12+ and a filesystem                  that takes them (ext4, xfs, btrfs, tmpfs) are needed, or --allow-host-root,                  which runs the command as host root (docs/containment.md)"
+                "{IDMAP_UNAVAILABLE} ({why}), so the command cannot run as a non-root host uid while it writes the workspace; Linux 5.12+ and a filesystem that takes them (ext4, xfs, btrfs, tmpfs) are needed, or --allow-host-root, which runs the command as host root (docs/containment.md)"
             ))
         })?;
     }

@@ -215,12 +215,12 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         && !args.allow_host_root;
     if remap && args.snapshot == "overlay" {
         return Err(anyhow!(
-            "--snapshot overlay under root's fence: overlayfs takes no idmapped mount, so the              command would run as host root; use --snapshot dir, or --allow-host-root to              accept that (docs/containment.md)"
+            "--snapshot overlay under root's fence: overlayfs takes no idmapped mount, so the command would run as host root; use --snapshot dir, or --allow-host-root to accept that (docs/containment.md)"
         ));
     }
     if !args.keep_outside.is_empty() && !remap {
         return Err(anyhow!(
-            "--keep-outside needs root's fence (airlock run as root, --network isolated or              offline, without --allow-host-root): only there do writes outside the workspace              land in a layer of the run's"
+            "--keep-outside needs root's fence (airlock run as root, --network isolated or offline, without --allow-host-root): only there do writes outside the workspace land in a layer of the run's"
         ));
     }
     let layer = if remap {

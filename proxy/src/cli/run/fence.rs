@@ -70,6 +70,9 @@ pub(super) fn choose(
                 network: Network::Isolated,
                 note: None,
             }),
+            Err(why) if why.is_idmap() => Err(anyhow!(
+                "no fence can be made here that keeps the command off host root: {why}"
+            )),
             Err(why) => {
                 let note = format!(
                     "no fence can be made here ({why}), so the command runs with proxy variables only \

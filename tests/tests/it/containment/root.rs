@@ -440,3 +440,36 @@ async fn root_fence_the_agent_still_writes_its_cache_and_pip_installs_from_a_loc
         eprintln!("{test}: no pip here; pip install not tried");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_fence_refuses_the_overlay_driver_without_allow_host_root_and_says_why() {
+    let test = "root_fence_refuses_the_overlay_driver_without_allow_host_root_and_says_why";
+    let Some(fenced) = root_fence(test).await else {
+        return;
+    };
+    let out = Command::new(airlock_tests::airlock_bin())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .args([
+            "run",
+            "--admin",
+            &fenced.airlock.admin_url,
+            "--token",
+            &fenced.token,
+        ])
+        .args([
+            "--network",
+            "isolated",
+            "--snapshot",
+            "overlay",
+            "--workspace",
+        ])
+        .arg(&fenced.ws)
+        .args(["--", "sh", "-c", "echo ran > ran.txt"])
+        .output()
+        .expect("airlock run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--allow-host-root"), "{stderr}");
+    assert!(!fenced.ws.join("ran.txt").exists(), "the command ran");
+}
