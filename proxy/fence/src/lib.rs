@@ -18,6 +18,7 @@ pub mod idmap;
 pub mod init;
 pub mod launch;
 pub mod leftovers;
+pub mod probe;
 mod relay;
 pub mod root;
 pub mod seccomp;

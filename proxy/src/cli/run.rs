@@ -208,33 +208,12 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         workspace: Some(&workspace),
     };
     let chosen = fence::choose(args.network, &checks)?;
-    // Under root the fence runs the command as the subordinate range, with an overlay
-    // over every writable filesystem whose upper directories are this layer's.
-    let remap = chosen.network != airlock_fence::Network::Env
-        && airlock_fence::launch::is_root()
-        && !args.allow_host_root;
-    if remap && args.snapshot == "overlay" {
-        return Err(anyhow!(
-            "--snapshot overlay under root's fence: overlayfs takes no idmapped mount, so the command would run as host root; use --snapshot dir, or --allow-host-root to accept that (docs/containment.md)"
-        ));
-    }
-    if !args.keep_outside.is_empty() && !remap {
-        return Err(anyhow!(
-            "--keep-outside needs root's fence (airlock run as root, --network isolated or offline, without --allow-host-root): only there do writes outside the workspace land in a layer of the run's"
-        ));
-    }
-    let layer = if remap {
-        let layer = tempfile::Builder::new()
-            .prefix("airlock-layer-")
-            .tempdir()
-            .context("cannot create the run's layer")?;
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(layer.path(), std::fs::Permissions::from_mode(0o700))
-            .context("cannot make the run's layer private")?;
-        Some(layer)
-    } else {
-        None
-    };
+    let layer = fence::root_layer(
+        &chosen,
+        args.allow_host_root,
+        &args.snapshot,
+        !args.keep_outside.is_empty(),
+    )?;
     if chosen.network == airlock_fence::Network::Env {
         // The command inherits this PATH, so this is the node it runs.
         if let Some(warning) = super::node_version::old_node_warning() {

@@ -189,3 +189,47 @@ pub(super) async fn containment(
         "left_running": report.map(|r| json!(r.left_running)).unwrap_or(json!([])),
     })
 }
+
+/// Under root's fence (`airlock run` as root, a fenced mode, no `--allow-host-root`): the
+/// run's layer, a new directory of mode 0700 in `$TMPDIR` that holds the overlays' upper
+/// directories of every step and is removed when it is dropped (the run's end). `None`
+/// otherwise.
+///
+/// # Errors
+/// `--snapshot overlay` under root's fence (overlayfs takes no idmapped mount, so the
+/// command would be host root), `--keep-outside` without root's fence, or a layer that
+/// cannot be made.
+pub(super) fn root_layer(
+    chosen: &Chosen,
+    allow_host_root: bool,
+    snapshot: &str,
+    keep_outside: bool,
+) -> anyhow::Result<Option<tempfile::TempDir>> {
+    let remap =
+        chosen.network != Network::Env && airlock_fence::launch::is_root() && !allow_host_root;
+    if remap && snapshot == "overlay" {
+        return Err(anyhow!(
+            "--snapshot overlay under root's fence: overlayfs takes no idmapped mount, so the \
+             command would run as host root; use --snapshot dir, or --allow-host-root to \
+             accept that (docs/containment.md)"
+        ));
+    }
+    if keep_outside && !remap {
+        return Err(anyhow!(
+            "--keep-outside needs root's fence (airlock run as root, --network isolated or \
+             offline, without --allow-host-root): only there do writes outside the workspace \
+             land in a layer of the run's"
+        ));
+    }
+    if !remap {
+        return Ok(None);
+    }
+    let layer = tempfile::Builder::new()
+        .prefix("airlock-layer-")
+        .tempdir()
+        .context("cannot create the run's layer")?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(layer.path(), std::fs::Permissions::from_mode(0o700))
+        .context("cannot make the run's layer private")?;
+    Ok(Some(layer))
+}
