@@ -473,3 +473,78 @@ async fn root_fence_refuses_the_overlay_driver_without_allow_host_root_and_says_
     assert!(stderr.contains("--allow-host-root"), "{stderr}");
     assert!(!fenced.ws.join("ran.txt").exists(), "the command ran");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_fence_npm_installs_a_local_package_globally_into_the_layer_only() {
+    let test = "root_fence_npm_installs_a_local_package_globally_into_the_layer_only";
+    if !Command::new("npm")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(!airlock_tests::in_ci(), "{test} needs npm in CI");
+        eprintln!("SKIPPED {test}: no npm");
+        return;
+    }
+    let Some(fenced) = root_fence(test).await else {
+        return;
+    };
+    // A package packed here (`npm pack` of a directory), installed from its tarball offline.
+    let name = format!("airlock-npm-probe-{}", std::process::id());
+    let pkg = fenced.fx.dir.path().join("npmpkg");
+    std::fs::create_dir_all(&pkg).expect("pkg");
+    std::fs::write(
+        pkg.join("package.json"),
+        format!(r#"{{"name":"{name}","version":"1.0.0","bin":{{"{name}":"cli.js"}}}}"#),
+    )
+    .expect("package.json");
+    std::fs::write(
+        pkg.join("cli.js"),
+        "#!/usr/bin/env node\nconsole.log('npm-ok')\n",
+    )
+    .expect("cli.js");
+    let packed = Command::new("npm")
+        .args(["pack", "--silent"])
+        .current_dir(&pkg)
+        .env("HOME", fenced.fx.dir.path().join("home"))
+        .output()
+        .expect("npm pack");
+    assert!(
+        packed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&packed.stderr)
+    );
+    let tarball = pkg.join(format!("{name}-1.0.0.tgz"));
+    let prefix = Command::new("npm")
+        .args(["prefix", "-g"])
+        .output()
+        .expect("npm prefix");
+    let prefix = String::from_utf8_lossy(&prefix.stdout).trim().to_owned();
+    let bin = Path::new(&prefix).join("bin").join(&name);
+    let _restore = Restore::new(&bin);
+    let script = format!(
+        "npm install -g --offline --no-audit --no-fund {} > npm.log 2>&1; echo $? > npm.code; \
+         {name} > ran.txt 2>&1; true",
+        tarball.display()
+    );
+    let ran = fenced.run("isolated", &[], &script).await;
+    ran.assert_success();
+    assert_eq!(fenced.read("npm.code"), "0", "{}", fenced.read("npm.log"));
+    assert_eq!(
+        fenced.read("ran.txt"),
+        "npm-ok",
+        "{}",
+        fenced.read("npm.log")
+    );
+    assert!(
+        bin.symlink_metadata().is_err(),
+        "{} reached the host",
+        bin.display()
+    );
+    let written = written(&ran);
+    assert!(
+        written.contains(&bin.display().to_string()),
+        "{} not in written_outside: {written:?}",
+        bin.display()
+    );
+}
