@@ -548,3 +548,53 @@ async fn root_fence_npm_installs_a_local_package_globally_into_the_layer_only() 
         bin.display()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_fence_keep_outside_copies_only_the_named_path_and_only_when_the_run_is_kept() {
+    let test = "root_fence_keep_outside_copies_only_the_named_path_and_only_when_the_run_is_kept";
+    let Some(fenced) = root_fence(test).await else {
+        return;
+    };
+    let kept = PathBuf::from("/usr/local/bin").join(unique("kept"));
+    let other = PathBuf::from("/usr/local/bin").join(unique("other"));
+    let (_kept, _other) = (Restore::new(&kept), Restore::new(&other));
+    let script = format!(
+        "echo kept > {k}; echo other > {o}",
+        k = kept.display(),
+        o = other.display()
+    );
+    let keep = kept.display().to_string();
+    // A failed run is rolled back: nothing is copied.
+    let failed = fenced
+        .run(
+            "isolated",
+            &["--keep-outside", &keep],
+            &format!("{script}; exit 3"),
+        )
+        .await;
+    assert!(!failed.out.status.success());
+    assert!(!kept.exists(), "a rolled-back run kept {}", kept.display());
+    let ran = fenced
+        .run("isolated", &["--keep-outside", &keep], &script)
+        .await;
+    ran.assert_success();
+    assert_eq!(
+        std::fs::read_to_string(&kept).unwrap_or_default(),
+        "kept\n",
+        "{:#}",
+        ran.report["written_outside"]
+    );
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(&kept).expect("kept");
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (0, 0),
+        "the subordinate ids are shifted back to root's"
+    );
+    assert!(
+        !other.exists(),
+        "{} was not named, yet kept",
+        other.display()
+    );
+    assert_eq!(ran.report["written_outside"]["kept"][0], keep);
+}
