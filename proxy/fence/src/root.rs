@@ -12,9 +12,9 @@
 //! - the workspace is an idmapped bind of the host's, mapping the workspace's owner to
 //!   the command's root, so what the command creates there is the owner's on the host;
 //! - `/proc` and `/dev` are bound as they are (the fence mounts a `/proc` of its own), with
-//!   a private `/dev/shm`; `/sys` is bound read-only; read-only and kernel filesystems are
-//!   bound as they are; the fence's own directory and airlock's fence socket are bound
-//!   from the host;
+//!   private `/dev/shm` and `/dev/mqueue`; `/sys` is bound read-only; read-only and kernel
+//!   filesystems are bound as they are; the fence's own directory and airlock's fence
+//!   socket are bound from the host;
 //!
 //! then `pivot_root` enters the view and the old root is detached, and the fence's
 //! `unshare` starts with no mapping: this process maps the fence's user namespace (id 0
@@ -252,16 +252,20 @@ fn build(root: &RootSpec) -> Result<(), FenceError> {
         &beneath(new_root, Path::new("/dev")),
         true,
     )?;
-    let shm = beneath(new_root, Path::new("/dev/shm"));
-    if shm.is_dir() {
-        rustix::mount::mount(
-            "tmpfs",
-            &shm,
-            "tmpfs",
-            rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
-            Some(c"mode=1777"),
-        )
-        .map_err(setup("cannot mount a private /dev/shm".to_owned()))?;
+    // The host's POSIX shared memory and message queues are files there: the fence gets
+    // empty ones of its own (its IPC namespace has its own SysV IPC).
+    for dir in ["/dev/shm", "/dev/mqueue"] {
+        let target = beneath(new_root, Path::new(dir));
+        if target.is_dir() {
+            rustix::mount::mount(
+                "tmpfs",
+                &target,
+                "tmpfs",
+                rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
+                Some(c"mode=1777"),
+            )
+            .map_err(setup(format!("cannot mount a private {dir}")))?;
+        }
     }
     bind_read_only(Path::new("/sys"), &beneath(new_root, Path::new("/sys")))?;
     use std::os::unix::fs::MetadataExt as _;
