@@ -598,3 +598,36 @@ async fn root_fence_keep_outside_copies_only_the_named_path_and_only_when_the_ru
     );
     assert_eq!(ran.report["written_outside"]["kept"][0], keep);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_fence_proc_masks_and_read_only_paths_hold_and_cannot_be_unmounted() {
+    let test = "root_fence_proc_masks_and_read_only_paths_hold_and_cannot_be_unmounted";
+    let Some(fenced) = root_fence(test).await else {
+        return;
+    };
+    let script = "umount /proc/sys 2> umount.err; echo $? > umount.code; \
+         umount -l /proc/timer_list 2>/dev/null; \
+         wc -c < /proc/timer_list > timer.txt 2>/dev/null; \
+         grep -c . /proc/keys > keys.txt 2>/dev/null; \
+         touch /proc/sys/kernel/hostname 2> rosys.err; echo $? > rosys.code; \
+         mkdir /sys/airlock-test 2> sys.err; echo $? > sys.code";
+    let ran = fenced.run("isolated", &[], script).await;
+    ran.assert_success();
+    assert_ne!(fenced.read("umount.code"), "0", "/proc/sys was unmounted");
+    if Path::new("/proc/timer_list").exists() {
+        assert_eq!(
+            fenced.read("timer.txt"),
+            "0",
+            "/proc/timer_list is not masked"
+        );
+    }
+    if Path::new("/proc/keys").exists() {
+        assert!(
+            ["", "0"].contains(&fenced.read("keys.txt").as_str()),
+            "/proc/keys is not masked: {}",
+            fenced.read("keys.txt")
+        );
+    }
+    assert_ne!(fenced.read("rosys.code"), "0");
+    assert_ne!(fenced.read("sys.code"), "0", "/sys is writable");
+}
