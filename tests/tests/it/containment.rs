@@ -17,7 +17,8 @@
 //! - `record`: `offline`, the run record, leftovers and each step's counts;
 //! - `operator`: a fence an operator builds in front of `airlock serve --transparent`;
 //! - `root`: root inside is not root outside (issue 35): sysctls, SysV IPC, writes outside
-//!   the workspace, the probe's marker, the command's host uid and the workspace's owner.
+//!   the workspace, the probe's marker, the command's host uid and the workspace's owner;
+//! - `root_writes`: under root, caches and installs land in the run's layer; `--keep-outside`.
 //!
 //! Each test starts `airlock serve` (the `Airlock` fixture, `--resolve origin.test=127.0.0.1`)
 //! and runs `airlock run --admin URL --token T --network MODE -- sh -c SCRIPT` with a clean
@@ -40,6 +41,7 @@ mod java;
 mod operator;
 mod record;
 mod root;
+mod root_writes;
 
 /// The name the origins are reached by inside the fence: airlock's server answers it with
 /// 127.0.0.1 (`--resolve`), and its DNS gives the fenced command a pool address for it.
