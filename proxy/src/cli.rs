@@ -55,6 +55,25 @@ use admin_client::{decide_all, PartialCommit};
 
 /// Runs the CLI; returns the process exit code.
 pub fn main() -> ExitCode {
+    // The fence's own steps, before clap: they take a command line to run as it is.
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match argv.first().map(String::as_str) {
+        Some("fence-root") => {
+            let rest = argv.get(1..).unwrap_or_default();
+            let rest = rest.strip_prefix(&["--".to_owned()]).unwrap_or(rest);
+            let Some((unshare, args)) = rest.split_first() else {
+                eprintln!("airlock fence: fence-root needs the fence's command line");
+                return ExitCode::from(125);
+            };
+            let code = airlock_fence::root::run(std::path::Path::new(unshare), args);
+            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
+        Some("fence-exec") => {
+            let code = airlock_fence::init::exec(argv.get(1..).unwrap_or_default());
+            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
+        _ => {}
+    }
     let matches = Cli::command().get_matches();
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,

@@ -26,6 +26,25 @@ pub async fn run() -> i32 {
             return 125;
         }
     };
+    if spec.root.is_some() && !crate::idmap::capable() {
+        // Root's fence is mapped from outside (`fence-root`), maybe after this process was
+        // executed, and then it holds no capability in its namespace: once mapped, it is
+        // root there, and executing itself again gives it root's capabilities
+        // (capabilities(7)). Whether it holds them is what counts, not whether the map is
+        // there yet: the map may have been written just after the exec.
+        let error = match crate::idmap::wait_for_own_map() {
+            Ok(()) => {
+                use std::os::unix::process::CommandExt as _;
+                std::process::Command::new("/proc/self/exe")
+                    .arg("fence-init")
+                    .exec()
+                    .to_string()
+            }
+            Err(error) => error.to_string(),
+        };
+        eprintln!("airlock fence: {error}");
+        return 125;
+    }
     // Opened now, then unlinked: `airlock run` holds its own handle, so no path leads to
     // the file any more, neither for this fence's command nor for another run's.
     let mut report_file = match std::fs::OpenOptions::new().write(true).open(&spec.report) {
@@ -62,7 +81,11 @@ pub async fn run() -> i32 {
     code
 }
 
-fn read_spec() -> Result<Spec, FenceError> {
+/// The spec in [`SPEC_VAR`](crate::launch::SPEC_VAR).
+///
+/// # Errors
+/// [`FenceError`] when it is missing or not valid JSON.
+pub fn read_spec() -> Result<Spec, FenceError> {
     let text = std::env::var(crate::launch::SPEC_VAR).map_err(|_| {
         FenceError::Setup(format!(
             "no spec in {}: fence-init is started by `airlock run`",
@@ -92,6 +115,7 @@ async fn fence(
 ) -> Result<i32, FenceError> {
     crate::setup::network(spec.network)?;
     crate::setup::low_ports();
+    crate::setup::mask_proc()?;
     crate::setup::mounts(&spec.mounts)?;
     crate::setup::hide(&spec.hide, &spec.hide_files)?;
     let mut own = Vec::new();
@@ -124,9 +148,20 @@ async fn fence(
     // root there holds no capability over the fence's network namespace (it cannot flush
     // the rules or change routes), and the fence's mounts (the hidden data directory,
     // /proc) are locked under it, so it cannot unmount them to see what they cover.
+    // Under root the command's namespace is made by the fence's uid 1, which is the
+    // subordinate range's first id, and maps it to root: the command's root is not host
+    // root. The command is started through `airlock fence-exec`, which sets
+    // no_new_privs and the syscall filter, and executes it.
+    let exe = std::env::current_exe()
+        .map_err(|e| FenceError::Setup(format!("cannot find airlock's binary: {e}")))?;
     let mut command = tokio::process::Command::new(crate::launch::tool("unshare"));
+    if spec.root.is_some() {
+        command.uid(1).gid(1);
+    }
     command
         .args(["--user", "--map-root-user", "--mount", "--"])
+        .arg(&exe)
+        .args(["fence-exec", "--"])
         .arg(&spec.program)
         .args(&spec.args)
         .current_dir(&spec.cwd)
@@ -164,4 +199,28 @@ async fn fence(
     Ok(status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// `airlock fence-exec -- PROGRAM ARGS…`: the last step before the command, inside its
+/// own user and mount namespace. Sets `no_new_privs` and the syscall filter
+/// ([`crate::seccomp`]), then
+/// executes the program; returns only on failure (125 for the fence's, 127 when the
+/// program cannot be executed).
+pub fn exec(args: &[String]) -> i32 {
+    let args = match args.first().map(String::as_str) {
+        Some("--") => &args[1..],
+        _ => args,
+    };
+    let Some((program, rest)) = args.split_first() else {
+        eprintln!("airlock fence: fence-exec needs a command");
+        return 125;
+    };
+    if let Err(error) = crate::seccomp::install() {
+        eprintln!("airlock fence: {error}");
+        return 125;
+    }
+    use std::os::unix::process::CommandExt as _;
+    let error = std::process::Command::new(program).args(rest).exec();
+    eprintln!("airlock: cannot start {program}: {error}");
+    127
 }

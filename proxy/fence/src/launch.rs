@@ -3,36 +3,43 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use airlock_net::config::{CA_VARS, PROXY_VARS};
 
 use crate::trust::{self, TRUSTSTORE_PASSWORD};
 use crate::{FenceError, Mount, Network, Report, Spec};
 
-/// Why a fence cannot be made on this machine, naming what is missing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unavailable(pub String);
+pub use crate::probe::{probe, Checks, Unavailable};
 
-/// Whether the process is root.
-fn is_root() -> bool {
+/// Whether the process is root (its effective uid is 0).
+pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// `unshare`'s namespace flags: user (the caller mapped to root inside, so root in the
-/// fence holds no capability over the host's namespaces, mounts or kernel, even when
-/// airlock runs as root), network, mount and PID (with a fresh `/proc`).
-const UNSHARE_FLAGS: [&str; 8] = [
+/// `unshare`'s namespace flags: user, network, mount, PID (with a fresh `/proc`), IPC
+/// (SysV IPC and POSIX message queues of its own), UTS (its own host name) and cgroup (its
+/// own view of `/proc/self/cgroup`). As an ordinary user `--map-root-user` is added: the
+/// caller is root inside. Under root the namespace is mapped from outside
+/// ([`crate::root`]).
+pub(crate) const UNSHARE_FLAGS: [&str; 10] = [
     "--user",
-    "--map-root-user",
     "--net",
     "--mount",
     "--pid",
+    "--ipc",
+    "--uts",
+    "--cgroup",
     "--fork",
     "--kill-child",
     "--mount-proc",
 ];
+
+/// [`UNSHARE_FLAGS`] with `--map-root-user`, as an ordinary user starts the fence.
+pub(crate) fn mapped_flags() -> Vec<String> {
+    let mut flags: Vec<String> = UNSHARE_FLAGS.iter().map(|f| (*f).to_owned()).collect();
+    flags.insert(1, "--map-root-user".to_owned());
+    flags
+}
 
 /// Directories of host services a fenced command could ask to act for it outside the
 /// fence (start a process, resolve a name, drive a display): each that exists is covered
@@ -83,106 +90,6 @@ pub fn tool(program: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(program))
 }
 
-fn on_path(program: &str) -> bool {
-    tool(program).is_absolute()
-}
-
-/// Runs `program args` with `stdin` fed; `Err` with its stderr when it fails.
-fn run_with_input(program: &str, args: &[&str], stdin: &str) -> Result<(), String> {
-    let mut child = Command::new(tool(program))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    if let Some(mut input) = child.stdin.take() {
-        use std::io::Write as _;
-        let _ = input.write_all(stdin.as_bytes());
-    }
-    let output = child.wait_with_output().map_err(|e| e.to_string())?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).trim().to_owned())
-    }
-}
-
-/// Checks that a fence of `network` can be made here: `unshare` (util-linux), `ip`
-/// (iproute2) and, for `isolated`, `nft` (nftables) are on `PATH`, and the kernel lets
-/// this process make the fence's namespaces, its rules and the command's nested
-/// namespace (user namespaces must be enabled). As root it first installs the rules once
-/// in a throwaway network namespace: that loads the nftables modules, which a user
-/// namespace cannot. A success is remembered for the boot (`probe_marker`).
-///
-/// # Errors
-/// [`Unavailable`] naming the missing program or the kernel's refusal.
-pub fn probe(network: Network) -> Result<(), Unavailable> {
-    let mut needed = vec![("unshare", "util-linux"), ("ip", "iproute2")];
-    if network == Network::Isolated {
-        needed.push(("nft", "nftables"));
-    }
-    for (program, package) in needed {
-        if !on_path(program) {
-            return Err(Unavailable(format!(
-                "`{program}` is not on PATH (install {package})"
-            )));
-        }
-    }
-    let marker = probe_marker(network);
-    if marker.as_ref().is_some_and(|m| m.exists()) {
-        return Ok(());
-    }
-    if network == Network::Isolated && is_root() {
-        run_with_input(
-            "unshare",
-            &["--net", "nft", "-f", "-"],
-            &crate::setup::ruleset(),
-        )
-        .map_err(|why| {
-            Unavailable(format!(
-                "nftables cannot install the fence's rules ({why}); the kernel needs \
-                     nf_tables with nat and redirect"
-            ))
-        })?;
-    }
-    // The whole fence in miniature: the namespaces, lo, the rules (isolated) and the
-    // command's nested namespace.
-    let inner = match network {
-        Network::Isolated => {
-            "ip link set lo up && nft -f - && exec unshare --user --map-root-user --mount /bin/true"
-        }
-        _ => "ip link set lo up && exec unshare --user --map-root-user --mount /bin/true",
-    };
-    let mut args: Vec<&str> = UNSHARE_FLAGS.to_vec();
-    args.extend(["--", "/bin/sh", "-c", inner]);
-    run_with_input("unshare", &args, &crate::setup::ruleset()).map_err(|why| {
-        Unavailable(format!(
-            "the kernel refused the fence's namespaces or rules ({why}); enable user \
-             namespaces (user.max_user_namespaces > 0; kernel.unprivileged_userns_clone=1 on \
-             Debian kernels; kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu) and \
-             nf_tables with nat, or allow unshare in the container (docs/containment.md)"
-        ))
-    })?;
-    if let Some(marker) = &marker {
-        let _ = std::fs::write(marker, b"");
-    }
-    Ok(())
-}
-
-/// A file that says a fence of this kind was made on this boot by this user, so later
-/// runs skip the probe (~20 ms); `None` when the boot cannot be told apart. A fence that
-/// stopped working since fails its step: it never runs the command unfenced.
-fn probe_marker(network: Network) -> Option<PathBuf> {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let user = rustix::process::geteuid().as_raw();
-    Some(std::env::temp_dir().join(format!(
-        "airlock-fence-probed-{}-{user}-{}",
-        boot.trim(),
-        network.as_str()
-    )))
-}
-
 /// A fence ready to start: its files in a directory of its own, removed when dropped.
 /// `public/` holds what the command reads (CA bundle, truststore, resolver files);
 /// `private/` holds the spec (with the run's token) and the report, and is hidden from
@@ -194,6 +101,7 @@ pub struct Prepared {
     report_file: std::fs::File,
     bundle: PathBuf,
     truststore: Option<PathBuf>,
+    root: bool,
 }
 
 /// What [`Prepared::new`] needs to know about the run and the command.
@@ -222,6 +130,10 @@ pub struct Plan<'a> {
     /// Its environment (the run's variables; CA and proxy variables are rewritten for
     /// the fence).
     pub env: BTreeMap<String, String>,
+    /// Under root, the run's layer (a directory only root can enter): the command then
+    /// runs as the subordinate range with an overlay over every writable filesystem
+    /// ([`crate::root`]). `None` as an ordinary user, or with `--allow-host-root`.
+    pub layer: Option<&'a Path>,
 }
 
 /// The variables that name a CA bundle ([`CA_VARS`]) and npm's, which replaces npm's
@@ -458,9 +370,20 @@ impl Prepared {
             hide,
             hide_files,
             report: report.clone(),
+            root: plan.layer.map(|layer| crate::root::RootSpec {
+                uids: crate::idmap::subordinate(Path::new("/etc/subuid")),
+                gids: crate::idmap::subordinate(Path::new("/etc/subgid")),
+                layer: layer.to_owned(),
+                workspace: plan.cwd.to_owned(),
+                pass: std::iter::once(dir.path().to_owned())
+                    .chain((plan.network == Network::Isolated).then(|| plan.socket.to_owned()))
+                    .collect(),
+                new_root: dir.path().join("root"),
+            }),
         };
         // The spec holds the run's token: it goes to PID 1 in its environment, never in a
         // file another fenced command of this user could read.
+        let root = spec.root.is_some();
         let spec = serde_json::to_string(&spec).map_err(|source| FenceError::Json {
             what: "fence spec",
             source,
@@ -484,21 +407,42 @@ impl Prepared {
             report_file,
             bundle,
             truststore,
+            root,
         })
     }
 
     /// `unshare` (by absolute path) and its arguments, ending in `EXE fence-init` (`exe`
     /// is airlock's own binary), and the environment to add: [`SPEC_VAR`] holds the spec.
+    ///
+    /// Under root (a layer was given) it is `unshare --mount --propagation private -- EXE
+    /// fence-root -- UNSHARE FLAGS -- EXE fence-init`, with no `--map-root-user`:
+    /// `fence-root` builds root's view and maps the fence ([`crate::root`]).
     pub fn command_line(&self, exe: &Path) -> (String, Vec<String>, Vec<(String, String)>) {
-        let mut args: Vec<String> = UNSHARE_FLAGS.iter().map(|f| (*f).to_owned()).collect();
-        args.push("--".into());
-        args.push(exe.display().to_string());
-        args.push("fence-init".into());
-        (
-            tool("unshare").display().to_string(),
-            args,
-            vec![(SPEC_VAR.to_owned(), self.spec.clone())],
-        )
+        let unshare = tool("unshare").display().to_string();
+        let env = vec![(SPEC_VAR.to_owned(), self.spec.clone())];
+        let fence_init = [
+            "--".to_owned(),
+            exe.display().to_string(),
+            "fence-init".to_owned(),
+        ];
+        if !self.root {
+            let mut args = mapped_flags();
+            args.extend(fence_init);
+            return (unshare, args, env);
+        }
+        let mut args: Vec<String> = ["--mount", "--propagation", "private", "--"]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        args.extend([
+            exe.display().to_string(),
+            "fence-root".to_owned(),
+            "--".to_owned(),
+            unshare.clone(),
+        ]);
+        args.extend(UNSHARE_FLAGS.iter().map(|f| (*f).to_owned()));
+        args.extend(fence_init);
+        (unshare, args, env)
     }
 
     /// The CA bundle the fence mounts.

@@ -14,10 +14,14 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub mod idmap;
 pub mod init;
 pub mod launch;
 pub mod leftovers;
+pub mod probe;
 mod relay;
+pub mod root;
+pub mod seccomp;
 mod setup;
 pub mod trust;
 
@@ -96,6 +100,11 @@ pub struct Spec {
     pub hide_files: Vec<PathBuf>,
     /// Where PID 1 writes its [`Report`] (opened before the private directory is hidden).
     pub report: PathBuf,
+    /// Under root (without `--allow-host-root`): the command's subordinate ranges, the
+    /// run's layer and the view `airlock fence-root` builds ([`root`]). `None` as an
+    /// ordinary user, whose command keeps the user's own (non-zero) id.
+    #[serde(default)]
+    pub root: Option<root::RootSpec>,
 }
 
 /// What the fence's PID 1 reports when the command has ended.

@@ -128,3 +128,78 @@ pub(crate) fn mounts(mounts: &[Mount]) -> Result<(), FenceError> {
     }
     Ok(())
 }
+
+/// `/proc` and `/sys` paths covered as runc's default `maskedPaths` covers them: files
+/// with `/dev/null`, directories with an empty read-only tmpfs. They show the host's
+/// kernel (memory, keys, timers, devices), which a fence has no need of.
+pub const MASKED: [&str; 11] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// `/proc` paths bound read-only onto themselves, as runc's default `readonlyPaths`:
+/// the kernel's settings (`/proc/sys`) and triggers (`/proc/sysrq-trigger`).
+pub const READ_ONLY: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// Masks [`MASKED`] and binds [`READ_ONLY`] read-only, each that exists, after the fence's
+/// own settings are written. The command's mount namespace inherits them locked: it cannot
+/// unmount or remount them.
+pub(crate) fn mask_proc() -> Result<(), FenceError> {
+    use rustix::mount::{mount, mount_bind, mount_remount, MountFlags};
+    for path in MASKED {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            continue;
+        };
+        let result = if meta.is_dir() {
+            mount(
+                "tmpfs",
+                path,
+                "tmpfs",
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                Some(c"size=0,mode=0555"),
+            )
+        } else {
+            mount_bind("/dev/null", path)
+        };
+        result.map_err(|e| {
+            FenceError::Setup(format!(
+                "cannot mask {path}: {e} (PID 1 holds capabilities: {})",
+                crate::idmap::capable()
+            ))
+        })?;
+    }
+    for path in READ_ONLY {
+        if std::fs::symlink_metadata(path).is_err() {
+            continue;
+        }
+        mount_bind(path, path)
+            .and_then(|()| {
+                mount_remount(
+                    path,
+                    MountFlags::BIND
+                        | MountFlags::RDONLY
+                        | MountFlags::NOSUID
+                        | MountFlags::NODEV
+                        | MountFlags::NOEXEC,
+                    c"",
+                )
+            })
+            .map_err(|e| FenceError::Setup(format!("cannot make {path} read-only: {e}")))?;
+    }
+    Ok(())
+}

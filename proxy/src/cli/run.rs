@@ -107,6 +107,18 @@ pub struct RunArgs {
     /// See docs/containment.md
     #[arg(long, value_enum, value_name = "MODE")]
     network: Option<NetworkArg>,
+    /// DANGER: when airlock run is root, let the fenced command run as host root (uid 0 on
+    /// the host, writing the host's files as root and the host kernel's settings that
+    /// root may write) where the fence cannot give it a subordinate uid, an overlay over
+    /// the filesystem and an idmapped workspace (no idmapped mounts, or --snapshot
+    /// overlay). Without it, such a run is refused. See docs/containment.md
+    #[arg(long)]
+    allow_host_root: bool,
+    /// Under root's fence: copy this path (outside the workspace) from the run's layer to
+    /// the host when the run is kept (repeatable); everything else written outside the
+    /// workspace is discarded
+    #[arg(long, value_name = "PATH")]
+    keep_outside: Vec<PathBuf>,
     /// Finish the decision of an interrupted run (rolls back when none was written)
     #[arg(long, value_name = "RUN", conflicts_with = "command")]
     resume: Option<String>,
@@ -188,7 +200,20 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     };
     let workspace = std::path::absolute(&args.workspace)
         .with_context(|| format!("cannot resolve {}", args.workspace.display()))?;
-    let chosen = fence::choose(args.network)?;
+    let data_dir =
+        std::path::absolute(&args.admin.data).unwrap_or_else(|_| args.admin.data.clone());
+    let checks = airlock_fence::launch::Checks {
+        host_root: args.allow_host_root,
+        state_dir: Some(&data_dir),
+        workspace: Some(&workspace),
+    };
+    let chosen = fence::choose(args.network, &checks)?;
+    let layer = fence::root_layer(
+        &chosen,
+        args.allow_host_root,
+        &args.snapshot,
+        !args.keep_outside.is_empty(),
+    )?;
     if chosen.network == airlock_fence::Network::Env {
         // The command inherits this PATH, so this is the node it runs.
         if let Some(warning) = super::node_version::old_node_warning() {
@@ -272,6 +297,7 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         client,
         json_output: args.admin.json,
         overlay: overlay.as_ref(),
+        layer: layer.as_ref().map(|l| l.path()),
     };
     let (step, containment) = contained_step(&cx, program, rest).await;
     record(client, &run, "command", &line, &step, &containment).await?;
@@ -355,6 +381,10 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         "scheduled": scheduled.added.iter().chain(&scheduled.modified).chain(&scheduled.deleted).collect::<Vec<_>>(),
         "listening": listening,
     });
+    if let Some(layer) = &layer {
+        report["written_outside"] =
+            outside::layer_report(layer.path(), &workspace, &args.keep_outside, &report);
+    }
     if !outside_roots.is_empty() {
         let after = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);
         report["outside"] = json!(outside::diff(&outside_before, &after));

@@ -15,7 +15,10 @@
 //! - `dns`: airlock's DNS in the fence, and UDP;
 //! - `escapes`: root inside the fence (rules, routes, PID 1, `/proc`, `nsenter`);
 //! - `record`: `offline`, the run record, leftovers and each step's counts;
-//! - `operator`: a fence an operator builds in front of `airlock serve --transparent`.
+//! - `operator`: a fence an operator builds in front of `airlock serve --transparent`;
+//! - `root`: root inside is not root outside (issue 35): sysctls, SysV IPC, writes outside
+//!   the workspace, the probe's marker, the command's host uid and the workspace's owner;
+//! - `root_writes`: under root, caches and installs land in the run's layer; `--keep-outside`.
 //!
 //! Each test starts `airlock serve` (the `Airlock` fixture, `--resolve origin.test=127.0.0.1`)
 //! and runs `airlock run --admin URL --token T --network MODE -- sh -c SCRIPT` with a clean
@@ -38,6 +41,8 @@ mod java;
 mod limits;
 mod operator;
 mod record;
+mod root;
+mod root_writes;
 
 /// The name the origins are reached by inside the fence: airlock's server answers it with
 /// 127.0.0.1 (`--resolve`), and its DNS gives the fenced command a pool address for it.

@@ -44,14 +44,17 @@ pub(super) struct Chosen {
 ///
 /// # Errors
 /// When `isolated` or `offline` was asked for and no fence can be made here.
-pub(super) fn choose(asked: Option<NetworkArg>) -> anyhow::Result<Chosen> {
+pub(super) fn choose(
+    asked: Option<NetworkArg>,
+    checks: &airlock_fence::launch::Checks<'_>,
+) -> anyhow::Result<Chosen> {
     match asked.map(Network::from) {
         Some(Network::Env) => Ok(Chosen {
             network: Network::Env,
             note: None,
         }),
         Some(network) => {
-            airlock_fence::probe(network).map_err(|why| {
+            airlock_fence::probe(network, checks).map_err(|why| {
                 anyhow!(
                     "--network {} needs a fence, and none can be made here: {why}",
                     network.as_str()
@@ -62,11 +65,14 @@ pub(super) fn choose(asked: Option<NetworkArg>) -> anyhow::Result<Chosen> {
                 note: None,
             })
         }
-        None => match airlock_fence::probe(Network::Isolated) {
+        None => match airlock_fence::probe(Network::Isolated, checks) {
             Ok(()) => Ok(Chosen {
                 network: Network::Isolated,
                 note: None,
             }),
+            Err(why) if why.is_idmap() => Err(anyhow!(
+                "no fence can be made here that keeps the command off host root: {why}"
+            )),
             Err(why) => {
                 let note = format!(
                     "no fence can be made here ({why}), so the command runs with proxy variables only \
@@ -87,6 +93,9 @@ pub(super) struct FenceRun<'a> {
     pub(super) created: &'a Value,
     pub(super) run: &'a str,
     pub(super) network: Network,
+    /// Under root: the run's layer ([`airlock_fence::root`]); `None` as a user or with
+    /// `--allow-host-root`.
+    pub(super) layer: Option<&'a Path>,
 }
 
 /// Prepares a fence for one step of `run` and returns it with the `unshare` command line.
@@ -130,6 +139,7 @@ pub(super) async fn prepare(
         args,
         cwd: workspace,
         env: vars,
+        layer: fence.layer,
     })?;
     let exe = std::env::current_exe().context("cannot find airlock's own binary")?;
     let (unshare, unshare_args, spec_env) = prepared.command_line(&exe);
@@ -182,4 +192,48 @@ pub(super) async fn containment(
         "dns_rate_limited": count("dns_rate_limited"),
         "left_running": report.map(|r| json!(r.left_running)).unwrap_or(json!([])),
     })
+}
+
+/// Under root's fence (`airlock run` as root, a fenced mode, no `--allow-host-root`): the
+/// run's layer, a new directory of mode 0700 in `$TMPDIR` that holds the overlays' upper
+/// directories of every step and is removed when it is dropped (the run's end). `None`
+/// otherwise.
+///
+/// # Errors
+/// `--snapshot overlay` under root's fence (overlayfs takes no idmapped mount, so the
+/// command would be host root), `--keep-outside` without root's fence, or a layer that
+/// cannot be made.
+pub(super) fn root_layer(
+    chosen: &Chosen,
+    allow_host_root: bool,
+    snapshot: &str,
+    keep_outside: bool,
+) -> anyhow::Result<Option<tempfile::TempDir>> {
+    let remap =
+        chosen.network != Network::Env && airlock_fence::launch::is_root() && !allow_host_root;
+    if remap && snapshot == "overlay" {
+        return Err(anyhow!(
+            "--snapshot overlay under root's fence: overlayfs takes no idmapped mount, so the \
+             command would run as host root; use --snapshot dir, or --allow-host-root to \
+             accept that (docs/containment.md)"
+        ));
+    }
+    if keep_outside && !remap {
+        return Err(anyhow!(
+            "--keep-outside needs root's fence (airlock run as root, --network isolated or \
+             offline, without --allow-host-root): only there do writes outside the workspace \
+             land in a layer of the run's"
+        ));
+    }
+    if !remap {
+        return Ok(None);
+    }
+    let layer = tempfile::Builder::new()
+        .prefix("airlock-layer-")
+        .tempdir()
+        .context("cannot create the run's layer")?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(layer.path(), std::fs::Permissions::from_mode(0o700))
+        .context("cannot make the run's layer private")?;
+    Ok(Some(layer))
 }

@@ -194,6 +194,8 @@ pub(super) struct StepContext<'a> {
     pub(super) client: &'a AdminClient,
     pub(super) json_output: bool,
     pub(super) overlay: Option<&'a OverlayRun>,
+    /// Under root: the run's layer, shared by its steps ([`airlock_fence::root`]).
+    pub(super) layer: Option<&'a std::path::Path>,
 }
 
 /// Runs one step of the run (`command` or `verify`) in the chosen mode: in a fence for
@@ -213,6 +215,7 @@ pub(super) async fn contained_step(
         client,
         json_output,
         overlay,
+        layer,
     } = *cx;
     let before = fence::counts(client, run, chosen).await;
     if chosen.network == airlock_fence::Network::Env {
@@ -233,6 +236,7 @@ pub(super) async fn contained_step(
         created,
         run,
         network: chosen.network,
+        layer,
     };
     let prepared = fence::prepare(&plan, client, program, args, workspace, env).await;
     let (prepared, unshare, unshare_args, spec_env) = match prepared {

@@ -113,6 +113,49 @@ pub fn summary(report: &Value) -> String {
             }
         }
     }
+    if let Some(written) = report.get("written_outside").filter(|w| w.is_object()) {
+        let paths = written["paths"].as_array().cloned().unwrap_or_default();
+        let kept: Vec<&str> = written["kept"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        out.push_str(&format!(
+            "outside   {}{} path(s) written outside the workspace, in the run's layer: {}\n",
+            paths.len(),
+            if written["truncated"] == true {
+                "+"
+            } else {
+                ""
+            },
+            if kept.is_empty() {
+                "discarded, none reached the host".to_owned()
+            } else {
+                format!("{} kept (--keep-outside), the rest discarded", kept.len())
+            }
+        ));
+        const SHOWN: usize = 20;
+        for path in paths.iter().take(SHOWN) {
+            let mark = if path["kind"] == "deleted" { "-" } else { "+" };
+            out.push_str(&format!(
+                "  {mark} {}\n",
+                path["path"].as_str().unwrap_or("")
+            ));
+        }
+        if paths.len() > SHOWN {
+            out.push_str(&format!(
+                "  … {} more (--json lists them)\n",
+                paths.len() - SHOWN
+            ));
+        }
+        for error in written["keep_errors"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  ! --keep-outside {}\n",
+                error.as_str().unwrap_or("")
+            ));
+        }
+    }
     let left = report["left_running"]
         .as_array()
         .cloned()

@@ -33,6 +33,8 @@ async fn run_overlay_driver_rolls_back_a_failed_verify_and_merges_a_passing_run(
             "--json",
             "--snapshot",
             "overlay",
+            // overlayfs takes no idmapped mount: under root the fence needs this flag.
+            "--allow-host-root",
             "--verify",
             "test -f added.txt && exit 3",
         ],
@@ -86,6 +88,8 @@ async fn run_overlay_driver_rolls_back_a_failed_verify_and_merges_a_passing_run(
             "--json",
             "--snapshot",
             "overlay",
+            // overlayfs takes no idmapped mount: under root the fence needs this flag.
+            "--allow-host-root",
             "--verify",
             "test -f src/other.txt && test ! -e delete-me",
         ],
@@ -135,7 +139,7 @@ async fn run_overlay_driver_unavailable_says_why_and_names_dir_without_falling_b
     let command = sh_command(
         &fx,
         &policy,
-        &["--snapshot", "overlay"],
+        &["--snapshot", "overlay", "--allow-host-root"],
         &ws,
         "echo ran > ran.txt",
     );
@@ -168,7 +172,15 @@ async fn run_overlay_root_scope_drops_writes_outside_the_workspace_and_reports_t
         cache.display(),
         agent_script(origin.addr().port())
     );
-    let root = ["--json", "--snapshot", "overlay", "--scope", "root"];
+    // overlayfs takes no idmapped mount: under root the fence needs --allow-host-root.
+    let root = [
+        "--json",
+        "--snapshot",
+        "overlay",
+        "--scope",
+        "root",
+        "--allow-host-root",
+    ];
     let verify = format!(
         "test -f {}/x && test -f added.txt && exit 3",
         cache.display()
