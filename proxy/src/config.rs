@@ -43,6 +43,10 @@ pub struct ServeConfig {
     /// command as the server's user. `airlock run`'s embedded server sets it, for the
     /// commands its own user gave.
     pub danger_allow_snapshot_commands: bool,
+    /// Directories under which a non-admin token (a runner's) may attach a workspace
+    /// (`--runner-workspace-root`); none: non-admins attach no workspace. An admin attaches
+    /// anywhere.
+    pub runner_workspace_roots: Vec<PathBuf>,
     /// Time limit of each workspace step of `airlock run` (snapshot, diff, rollback, keep,
     /// residue check), `--workspace-step-timeout`; 10 minutes by default.
     pub workspace_step_timeout: Duration,
@@ -141,6 +145,7 @@ impl ServeConfig {
             release_lease_ttl: airlock_control::release::lease::LeaseSettings::DEFAULT_TTL,
             header_read_timeout: Duration::from_secs(30),
             danger_allow_snapshot_commands: false,
+            runner_workspace_roots: Vec::new(),
             workspace_step_timeout: airlock_control::snapshot::DEFAULT_STEP_TIMEOUT,
             resolve: Vec::new(),
             baseline_path: None,

@@ -82,6 +82,7 @@ pub const PROXY_ONLY_FLAGS: &[&str] = &[
 pub const CONTROL_ONLY_FLAGS: &[&str] = &[
     "--release-timeout",
     "--danger-allow-snapshot-commands",
+    "--runner-workspace-root",
     "--workspace-step-timeout",
     "--reviewer-token",
     "--runner-token",

@@ -270,6 +270,7 @@ impl Server {
             admin_addr,
             data_dir,
             danger_allow_snapshot_commands: config.danger_allow_snapshot_commands,
+            runner_workspace_roots: config.runner_workspace_roots.clone(),
             workspace_step_timeout: config.workspace_step_timeout,
             review,
             fence: fence.clone(),

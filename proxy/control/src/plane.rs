@@ -30,6 +30,8 @@ pub struct ControlInputs {
     pub data_dir: PathBuf,
     /// Whether admin clients may have the server run snapshot commands (`cmd` driver).
     pub danger_allow_snapshot_commands: bool,
+    /// Where non-admin tokens may attach workspaces (`--runner-workspace-root`).
+    pub runner_workspace_roots: Vec<PathBuf>,
     /// Time limit of each workspace step of `airlock run` (snapshot, diff, rollback, keep,
     /// residue check); [`crate::snapshot::DEFAULT_STEP_TIMEOUT`] by default.
     pub workspace_step_timeout: std::time::Duration,
@@ -51,6 +53,7 @@ pub struct Control {
     pub(crate) admin_addr: SocketAddr,
     pub(crate) data_dir: PathBuf,
     pub(crate) danger_allow_snapshot_commands: bool,
+    pub(crate) runner_workspace_roots: Vec<PathBuf>,
     pub(crate) workspace_step_timeout: std::time::Duration,
     /// One lock per run being committed, so a run is never released by two tasks of this
     /// instance while other runs commit freely; across instances the store's release
@@ -78,6 +81,7 @@ impl Control {
             admin_addr: inputs.admin_addr,
             data_dir: inputs.data_dir,
             danger_allow_snapshot_commands: inputs.danger_allow_snapshot_commands,
+            runner_workspace_roots: inputs.runner_workspace_roots,
             workspace_step_timeout: inputs.workspace_step_timeout,
             commit_locks: Mutex::default(),
             review: inputs.review,

@@ -238,15 +238,16 @@ pub async fn savepoint(
 }
 
 /// Rolls `run`'s workspace and effects back to the savepoint `name`
-/// ([`workspace::rollback_to`]).
+/// ([`workspace::rollback_to`]), recorded as `actor`'s decision.
 ///
 /// Errors: [`WorkspaceError`].
 pub async fn rollback_to(
     control: &Arc<Control>,
     run: &RunId,
     name: &str,
+    actor: &Actor,
 ) -> Result<DecisionReport, WorkspaceError> {
-    workspace::rollback_to(control, run, name).await
+    workspace::rollback_to(control, run, name, &actor.recorded()).await
 }
 
 /// Finishes commits that were decided before a restart (docs/design.md: decisions already

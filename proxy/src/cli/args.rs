@@ -436,6 +436,16 @@ pub(super) struct ServeArgs {
     /// `airlock run`): anyone holding the admin token can then run any command as this user
     #[arg(long)]
     pub(super) danger_allow_snapshot_commands: bool,
+    /// A directory under which runner tokens may attach workspaces (repeatable): the
+    /// server snapshots and restores them as its own user, so without one a runner
+    /// attaches none, and only with the dir driver (docs/admin-api.md#roles)
+    #[arg(
+        long = "runner-workspace-root",
+        value_name = "DIR",
+        env = "AIRLOCK_RUNNER_WORKSPACE_ROOTS",
+        value_delimiter = ','
+    )]
+    pub(super) runner_workspace_roots: Vec<PathBuf>,
     /// Seconds each workspace step of `airlock run` may take (snapshot, diff, rollback,
     /// keep, residue check) before it ends with an error naming the step and the path it
     /// was processing

@@ -20,6 +20,7 @@ pub(super) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.release_timeout = std::time::Duration::from_secs(args.release_timeout.max(1));
     config.release_lease_ttl = std::time::Duration::from_secs(args.release_lease_ttl);
     config.danger_allow_snapshot_commands = args.danger_allow_snapshot_commands;
+    config.runner_workspace_roots = args.runner_workspace_roots;
     config.workspace_step_timeout =
         std::time::Duration::from_secs(args.workspace_step_timeout.max(1));
     config.resolve = args.resolve;

@@ -33,9 +33,15 @@ fn token_of(name: &str) -> &'static str {
         .unwrap_or_else(|| panic!("no token {name}"))
 }
 
-/// `serve` arguments naming each token of [`TOKENS`], written into `dir`.
+/// `serve` arguments naming each token of [`TOKENS`], written into `dir`, and `dir/ws` as
+/// the one directory runners may attach workspaces under.
 fn token_args(dir: &Path) -> Vec<String> {
-    let mut args = Vec::new();
+    let root = dir.join("ws");
+    std::fs::create_dir_all(&root).expect("the runners' workspace root");
+    let mut args = vec![
+        "--runner-workspace-root".to_owned(),
+        root.display().to_string(),
+    ];
     for (flag, name, token) in TOKENS {
         let file = dir.join(format!("{name}.token"));
         std::fs::write(&file, format!("{token}\n")).expect("write a token file");
@@ -470,10 +476,36 @@ async fn a_runner_creates_and_drives_a_run_but_cannot_commit_it() {
     rita.get(&format!("/v1/runs/{run}/env"))
         .await
         .expect("a runner reads its env");
-    let workspace = dir.path().join("workspace");
+    let workspace = dir.path().join("ws").join("repo");
     std::fs::create_dir_all(&workspace).expect("workspace");
     std::fs::write(workspace.join("notes.txt"), "before\n").expect("write");
     let path = workspace.display().to_string();
+    // Outside the runners' root, or with a driver that runs the repository's commands
+    // (git's filters) or mounts, a runner attaches nothing.
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("elsewhere");
+    match rita
+        .post(
+            &format!("/v1/runs/{run}/workspace"),
+            Some(json!({"path": elsewhere.display().to_string()})),
+        )
+        .await
+    {
+        Err(ClientError::Api {
+            status: 403, code, ..
+        }) => {
+            assert_eq!(code, "workspace_outside_roots")
+        }
+        other => panic!("a workspace outside the roots is refused: {other:?}"),
+    }
+    let refused = forbidden(
+        rita.post(
+            &format!("/v1/runs/{run}/workspace"),
+            Some(json!({"path": path, "driver": "git"})),
+        )
+        .await,
+    );
+    assert_eq!(refused["action"], "workspace_command");
     let refused = forbidden(
         rita.post(
             &format!("/v1/runs/{run}/workspace"),
@@ -586,7 +618,7 @@ fn a_missing_or_empty_token_file_fails_the_start_naming_the_flag_and_the_file() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn airlock_run_with_a_runner_token_stages_and_a_reviewer_releases() {
     let (dir, s) = scenario(&[]).await;
-    let workspace = dir.path().join("ws");
+    let workspace = dir.path().join("ws").join("agent");
     std::fs::create_dir_all(&workspace).expect("workspace");
     let port = s.origin.addr().port();
     let script = format!(

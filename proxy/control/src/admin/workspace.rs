@@ -74,6 +74,9 @@ async fn attach(
     if driver == "cmd" || request.snapshot_cmd.is_some() || request.rollback_cmd.is_some() {
         principal.require(Action::WorkspaceCommand)?;
     }
+    if principal.role != crate::access::Role::Admin {
+        runner_may_attach(&shared, &principal, &request.path, &driver)?;
+    }
     let commands = match (request.snapshot_cmd, request.rollback_cmd) {
         (Some(snapshot), Some(rollback)) => Some(crate::snapshot::Commands { snapshot, rollback }),
         (None, None) => None,
@@ -98,6 +101,46 @@ async fn attach(
     view.snapshot_contents = Some(described);
     view.overlay_state = overlay;
     Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+/// What a non-admin token may attach: the `dir` driver only (the `git` driver runs the
+/// repository's configured filter commands, the overlay driver mounts, both as the
+/// server's user), on a path under a `--runner-workspace-root`, since the server reads
+/// and restores it as its own user.
+///
+/// Errors: 403 `forbidden_for_role` (action `workspace_command`) for another driver; 403
+/// `workspace_outside_roots` for a path under no root, or when the server has none.
+fn runner_may_attach(
+    shared: &Control,
+    principal: &Principal,
+    path: &str,
+    driver: &str,
+) -> ApiResult<()> {
+    if driver != "dir" {
+        principal.require(Action::WorkspaceCommand)?;
+    }
+    let outside =
+        |reason: String| ApiError::new(StatusCode::FORBIDDEN, "workspace_outside_roots", reason);
+    if shared.runner_workspace_roots.is_empty() {
+        return Err(outside(format!(
+            "{} ({}) may attach workspaces only under a --runner-workspace-root, and this server has none",
+            principal.name, principal.role
+        )));
+    }
+    let canonical = std::fs::canonicalize(path)
+        .map_err(|e| outside(format!("{path:?} cannot be resolved: {e}")))?;
+    let inside = shared
+        .runner_workspace_roots
+        .iter()
+        .any(|root| std::fs::canonicalize(root).is_ok_and(|root| canonical.starts_with(root)));
+    if inside {
+        Ok(())
+    } else {
+        Err(outside(format!(
+            "{} is under no --runner-workspace-root of this server",
+            canonical.display()
+        )))
+    }
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}/workspace", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The workspace record", body = WorkspaceView)))]
@@ -285,15 +328,16 @@ struct RollbackToBody {
 #[utoipa::path(post, path = "/v1/runs/{id}/rollback-to", tag = "workspaces", params(("id" = String, Path, description = "The run id (`run_…`)")), request_body(content = RollbackToBody, description = "The savepoint", content_type = "application/json"), responses((status = 200, description = "The run rolled back: files restored, later effects discarded", body = DecisionReport)))]
 async fn rollback_to(
     State(shared): State<Arc<Control>>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     body: super::body::ApiBody,
 ) -> ApiResult<Json<DecisionReport>> {
     let run = parse_run(&id)?;
     let request: RollbackToBody = parse_body(&body)?;
-    let task =
-        tokio::spawn(
-            async move { crate::runs::rollback_to(&shared, &run, &request.savepoint).await },
-        );
+    let actor = crate::runs::Actor::Person(principal.name);
+    let task = tokio::spawn(async move {
+        crate::runs::rollback_to(&shared, &run, &request.savepoint, &actor).await
+    });
     let report = task.await.map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -279,9 +279,14 @@ pub async fn decide(
     apply(shared, run, decision, !fresh).await
 }
 
-/// Rolls the run back to savepoint `name`: one decision restores the files to its
-/// snapshot and discards every effect staged after it (and their dependents).
-pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Result<DecisionReport> {
+/// Rolls the run back to savepoint `name`: one decision, recorded as `by`'s, restores the
+/// files to its snapshot and discards every effect staged after it (and their dependents).
+pub async fn rollback_to(
+    shared: &Arc<Control>,
+    run: &RunId,
+    name: &str,
+    by: &str,
+) -> Result<DecisionReport> {
     let lock = run_lock(run);
     let serial = lock.lock().await;
     let savepoint = {
@@ -306,7 +311,7 @@ pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Resu
     };
     let (changes, notes) = changes_since(shared, &savepoint.snapshot).await;
     let (decision, fresh) = {
-        let (shared, run) = (shared.clone(), run.clone());
+        let (shared, run, by) = (shared.clone(), run.clone(), by.to_owned());
         blocking(move || {
             let decision = WorkspaceDecision {
                 kind: DecisionKind::RollbackTo,
@@ -316,7 +321,7 @@ pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Resu
                 commit: false,
                 approve_all: false,
                 reason: format!("rollback to savepoint {}", savepoint.name),
-                by: "admin".into(),
+                by,
                 at_ms: now_ms(),
                 changes,
                 finished_at_ms: None,
@@ -336,7 +341,7 @@ pub async fn rollback_to(shared: &Arc<Control>, run: &RunId, name: &str) -> Resu
     drop(serial);
     if finished_earlier && report.decision.savepoint.as_deref() != Some(name) {
         // An unfinished decision was found and finished; the one asked for is next.
-        return Box::pin(rollback_to(shared, run, name)).await;
+        return Box::pin(rollback_to(shared, run, name, by)).await;
     }
     Ok(report)
 }
