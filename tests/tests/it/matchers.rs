@@ -413,7 +413,16 @@ r = requests.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                              "params": {"name": "create_issue", "arguments": {"title": "t"}}}, timeout=20)
 print(r.status_code)
 print(r.headers.get("airlock-effect"))
+print(r.json()["id"], r.json()["result"]["isError"])
 "#;
+
+/// The adapter of `run`'s first effect.
+async fn effects_adapter(airlock: &airlock_tests::Airlock, run: &str) -> String {
+    airlock.effects(run).await[0]["adapter"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_mcp_tool_calls_are_staged_by_tool_name_while_listing_passes() {
@@ -460,8 +469,16 @@ action = "pass"
         String::from_utf8_lossy(&out.stderr)
     );
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines[..2], ["200", "202"], "{stdout}");
+    // The staged call is answered by the mcp adapter (a jsonrpc rule's default): a
+    // JSON-RPC response, 200, not the webhook's 202 a streamable-HTTP client takes for
+    // "no response" (issue 42).
+    assert_eq!(lines[..2], ["200", "200"], "{stdout}");
     assert!(lines[2].starts_with("eff_"), "{stdout}");
+    assert_eq!(
+        lines[3], "2 False",
+        "the response carries the call's id: {stdout}"
+    );
+    assert_eq!(effects_adapter(&airlock, &run).await, "mcp");
     let effects = airlock.effects(&run).await;
     assert_eq!(effects.len(), 1);
     assert_eq!(effects[0]["rule"], "mcp-create");
