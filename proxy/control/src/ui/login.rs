@@ -111,7 +111,7 @@ pub(crate) struct LinkRequest {
 ///
 /// Errors: 400 `bad_json`; 403 `forbidden_for_role` for `for` from another role than
 /// admin; 404 `not_found` for a `for` no token is named.
-#[utoipa::path(post, path = "/v1/ui/sign-in-links", tag = "other", request_body(content = LinkRequest, description = "Optional: `{\"for\": NAME}` (admin role only)", content_type = "application/json"), responses((status = 201, description = "`{link, path, reviewer, expires_at_ms}`: a one-time sign-in link", body = crate::admin::views::SignInLink), (status = 403, description = "`for` from a role other than admin (`forbidden_for_role`)", body = crate::admin::openapi::ApiErrorBody)))]
+#[utoipa::path(post, path = "/v1/ui/sign-in-links", tag = "other", request_body(content = LinkRequest, description = "Optional: `{\"for\": NAME}` (admin role only)", content_type = "application/json"), responses((status = 201, description = "`{link, path, reviewer, expires_at_ms}`: a one-time sign-in link", body = crate::admin::views::SignInLink), (status = 403, description = "`for` from a role other than admin (`forbidden_for_role`)", body = crate::admin::openapi::ApiErrorBody), (status = 404, description = "`for` names no token of this server (`not_found`)", body = crate::admin::openapi::ApiErrorBody)))]
 pub(crate) async fn create_link(
     State(shared): State<Arc<Control>>,
     Extension(caller): Extension<Principal>,
