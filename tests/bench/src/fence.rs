@@ -269,7 +269,7 @@ pub async fn section(
         setup_ms.len()
     );
 
-    per_request(counts, &setup, dir, port).await?;
+    per_request(counts, &setup, port).await?;
     println!(
         "\nload average (1 min) of the machine: {load_before} before the section, {} after",
         loadavg()
@@ -286,8 +286,10 @@ fn loadavg() -> String {
 }
 
 /// The per-request part: one fenced run of `fence-client`, then its figures.
-async fn per_request(counts: Counts, setup: &Setup, dir: &Path, port: u16) -> Result<(), BoxError> {
-    let out = dir.join("fence-client.json");
+async fn per_request(counts: Counts, setup: &Setup, port: u16) -> Result<(), BoxError> {
+    // In the workspace: under root, what the fenced command writes anywhere else lands in
+    // the run's layer and is discarded when the run ends (docs/containment.md).
+    let out = setup.workspace.join("fence-client.json");
     let command = vec![
         std::env::current_exe()?.display().to_string(),
         "fence-client".to_owned(),
