@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower::ServiceExt as _;
@@ -125,23 +124,11 @@ pub async fn serve(
 }
 
 /// One `429 too_many_connections` naming `--admin-max-connections`, then the close.
-async fn refuse(mut stream: TcpStream, limit: usize) {
+async fn refuse(stream: TcpStream, limit: usize) {
     let error = airlock_net::respond::ProxyError::TooManyConnections {
         limit_name: "--admin-max-connections",
         limit,
     };
-    let body = error.body().to_string();
     warn!(limit, "admin connection refused at --admin-max-connections");
-    let head = format!(
-        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n{}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        airlock_net::respond::ERROR_HEADER,
-        error.code(),
-        body.len()
-    );
-    let write = async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
-        stream.shutdown().await
-    };
-    let _ = tokio::time::timeout(REFUSAL_WRITE, write).await;
+    airlock_net::respond::refuse_connection(stream, &error, REFUSAL_WRITE).await;
 }

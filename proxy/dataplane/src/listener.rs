@@ -85,26 +85,13 @@ fn switching(watch: &HeadWatch, req: &Request<Incoming>) -> impl FnOnce(http::St
 }
 
 /// Past `--max-connections`: one 429 with the JSON reason, then the connection closes.
-pub(crate) async fn refuse_connection<T>(mut stream: T, cap: Cap)
+pub(crate) async fn refuse_connection<T>(stream: T, cap: Cap)
 where
     T: tokio::io::AsyncWrite + Unpin,
 {
-    use tokio::io::AsyncWriteExt as _;
     let error = ProxyError::from(cap);
     warn!(reason = %error.body()["reason"], "connection refused");
-    let body = error.body().to_string();
-    let head = format!(
-        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n{}: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        airlock_net::respond::ERROR_HEADER,
-        error.code(),
-        body.len()
-    );
-    let write = async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
-        stream.shutdown().await
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(5), write).await;
+    airlock_net::respond::refuse_connection(stream, &error, Duration::from_secs(5)).await;
 }
 
 /// Serves one client connection of the proxy listener (or of the proxy variable inside a

@@ -9,6 +9,9 @@ use http_body_util::{BodyExt, Full};
 use crate::body::ProxyBody;
 use crate::failure::Failure;
 
+mod refusal;
+pub use refusal::refuse_connection;
+
 /// Header carrying the stable code of an error answered by airlock.
 pub const ERROR_HEADER: &str = "airlock-error";
 /// Header naming the effect a synthetic response stands for.
