@@ -292,26 +292,14 @@ pub fn subject(template: &str, path: &str) -> (Option<String>, Option<String>) {
     (run, effect)
 }
 
-/// `segment` with its `%XX` escapes decoded (RFC 3986 §2.1), as text; an escape that is
-/// not one, or bytes that are not UTF-8, are kept as they are.
+/// `segment` with its `%XX` escapes decoded (RFC 3986 §2.1) by the crate axum's `Path`
+/// extractor decodes with, so the audit names what the handler acted on; bytes that are
+/// not UTF-8 leave the segment as it is.
 fn percent_decode(segment: &str) -> String {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
-            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap_or_else(|_| segment.to_owned())
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .map(|decoded| decoded.into_owned())
+        .unwrap_or_else(|_| segment.to_owned())
 }
 
 /// docs/admin-api.md's role table: one row per route with credentials, a column per
