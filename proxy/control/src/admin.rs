@@ -160,22 +160,16 @@ pub(crate) async fn require_token(
     if !route.audited() {
         return next.run(request).await;
     }
-    // The handler and its audit entry run in a task of their own: a client that hangs up
-    // stops neither a commit half way (the handlers detach those) nor its record.
-    let task = tokio::spawn(async move {
-        let response = next.run(request).await;
-        let answered = access::audit::answered(&response);
-        access::audit::record_call(&shared, &principal, route, &path, answered).await;
-        response
-    });
-    task.await.unwrap_or_else(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "task_failed",
-            e.to_string(),
-        )
-        .into_response()
-    })
+    access::audit::run_audited(shared, principal, route, path, request, next)
+        .await
+        .unwrap_or_else(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "task_failed",
+                e.to_string(),
+            )
+            .into_response()
+        })
 }
 
 /// A JSON request body, or the type's default when the body is empty or blank.

@@ -400,15 +400,11 @@ async fn require_session(
         return next.run(request).await;
     }
     // As on the API: the action and its audit entry outlive a browser that goes away.
-    let task = tokio::spawn(async move {
-        let response = next.run(request).await;
-        let answered = audit::answered(&response);
-        audit::record_call(&shared, &principal, route, &path, answered).await;
-        response
-    });
-    task.await.unwrap_or_else(|e| {
-        UiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
-    })
+    audit::run_audited(shared, principal, route, path, request, next)
+        .await
+        .unwrap_or_else(|e| {
+            UiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+        })
 }
 
 /// No session: a page redirects to `/login?next=…`, anything else gets 401.

@@ -118,6 +118,29 @@ pub fn answered(response: &axum::response::Response) -> Answered {
 #[derive(Debug, Clone, Copy)]
 pub struct ForbiddenAnswer;
 
+/// Runs the rest of an audited `route`'s stack (`next` on `request`) and records the call
+/// by `principal` on `path`, both in a task of their own: a client that hangs up stops
+/// neither the action half way (a commit goes on detached) nor its record. The admin API's
+/// and the review UI's role checks call it.
+///
+/// Errors: the task's panic or cancellation, for the caller to render.
+pub async fn run_audited(
+    control: Arc<Control>,
+    principal: Principal,
+    route: &'static Route,
+    path: String,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<axum::response::Response, tokio::task::JoinError> {
+    tokio::spawn(async move {
+        let response = next.run(request).await;
+        let answered = answered(&response);
+        record_call(&control, &principal, route, &path, answered).await;
+        response
+    })
+    .await
+}
+
 /// Records one call of `route` by `principal` on `path`.
 pub async fn record_call(
     control: &Arc<Control>,
