@@ -145,7 +145,7 @@ pub(crate) async fn require_token(
         .and_then(|m| routes::lookup(request.method(), m.as_str()));
     let Some(route) = route.filter(|r| matches!(r.access, routes::Access::Token(_))) else {
         let template = matched.as_ref().map(|m| m.as_str());
-        return routes::unrouted(request.method(), template, &path);
+        return unrouted(request.method(), template, &path);
     };
     let action = route.access.action().unwrap_or(access::Action::Read);
     if let Err(forbidden) = principal.require(action) {
@@ -170,6 +170,36 @@ pub(crate) async fn require_token(
             )
             .into_response()
         })
+}
+
+/// The answer to a call the route table does not declare: 405 `method_not_allowed` (with
+/// `Allow`) when its path template is declared for other methods, else 403
+/// `route_without_role` (a route added without a declaration: refused to everyone, and
+/// logged as the bug it is).
+fn unrouted(method: &axum::http::Method, template: Option<&str>, path: &str) -> Response {
+    let allowed = template.map(routes::methods_of).unwrap_or_default();
+    if !allowed.is_empty() {
+        let mut response = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!(
+                "{method} {path}: this endpoint answers {}",
+                allowed.join(", ")
+            ),
+        )
+        .into_response();
+        if let Ok(value) = header::HeaderValue::from_str(&allowed.join(", ")) {
+            response.headers_mut().insert(header::ALLOW, value);
+        }
+        return response;
+    }
+    tracing::error!(method = %method, path = %path, "admin route missing from the route table: refused");
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "route_without_role",
+        format!("{method} {path} declares no role that may call it"),
+    )
+    .into_response()
 }
 
 /// A JSON request body, or the type's default when the body is empty or blank.

@@ -361,7 +361,7 @@ async fn require_session(
         .filter(|r| matches!(r.access, routes::Access::Session(_)));
     let Some(route) = route else {
         let template = matched.as_ref().map(|m| m.as_str());
-        let declared = template.is_some_and(|t| routes::ROUTES.iter().any(|r| r.path == t));
+        let declared = template.is_some_and(|t| !routes::methods_of(t).is_empty());
         if declared {
             return UiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,

@@ -215,43 +215,14 @@ pub fn lookup(method: &Method, path: &str) -> Option<&'static Route> {
     ROUTES.iter().find(|r| r.method == method && r.path == path)
 }
 
-/// The answer to a call the table does not declare: 405 `method_not_allowed` (with
-/// `Allow`) when its path template is declared for other methods, else 403
-/// `route_without_role` (a route added without a declaration: refused to everyone, and
-/// logged as the bug it is).
-pub fn unrouted(method: &Method, template: Option<&str>, path: &str) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    let allowed: Vec<&str> = template
-        .map(|t| {
-            ROUTES
-                .iter()
-                .filter(|r| r.path == t)
-                .map(|r| r.method)
-                .collect()
-        })
-        .unwrap_or_default();
-    if !allowed.is_empty() {
-        let mut response = crate::admin::ApiError::new(
-            http::StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            format!(
-                "{method} {path}: this endpoint answers {}",
-                allowed.join(", ")
-            ),
-        )
-        .into_response();
-        if let Ok(value) = http::HeaderValue::from_str(&allowed.join(", ")) {
-            response.headers_mut().insert(http::header::ALLOW, value);
-        }
-        return response;
-    }
-    tracing::error!(method = %method, path = %path, "admin route missing from the route table: refused");
-    crate::admin::ApiError::new(
-        http::StatusCode::FORBIDDEN,
-        "route_without_role",
-        format!("{method} {path} declares no role that may call it"),
-    )
-    .into_response()
+/// The methods the table declares for the path template `template` (empty when it
+/// declares none), for a 405's `Allow`.
+pub fn methods_of(template: &str) -> Vec<&'static str> {
+    ROUTES
+        .iter()
+        .filter(|r| r.path == template)
+        .map(|r| r.method)
+        .collect()
 }
 
 /// The route a concrete `path` (`/runs/run_…/abort`) with `method` is answered by: the
