@@ -176,7 +176,7 @@ pub fn capable() -> bool {
 /// # Errors
 /// [`FenceError::Setup`] when `unshare` cannot run or the mapping is refused.
 pub fn userns(uids: &str, gids: &str) -> Result<OwnedFd, FenceError> {
-    let mut child = Command::new(crate::launch::tool("unshare"))
+    let mut child = Command::new(crate::host::tool("unshare"))
         .args(["--user", "--", "cat"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

@@ -154,7 +154,7 @@ async fn fence(
     // no_new_privs and the syscall filter, and executes it.
     let exe = std::env::current_exe()
         .map_err(|e| FenceError::Setup(format!("cannot find airlock's binary: {e}")))?;
-    let mut command = tokio::process::Command::new(crate::launch::tool("unshare"));
+    let mut command = tokio::process::Command::new(crate::host::tool("unshare"));
     if spec.root.is_some() {
         command.uid(1).gid(1);
     }

@@ -9,37 +9,9 @@ use airlock_net::config::{CA_VARS, PROXY_VARS};
 use crate::trust::{self, TRUSTSTORE_PASSWORD};
 use crate::{FenceError, Mount, Network, Report, Spec};
 
+pub use crate::host::{is_root, tool};
+pub(crate) use crate::host::{mapped_flags, UNSHARE_FLAGS};
 pub use crate::probe::{probe, Checks, Unavailable};
-
-/// Whether the process is root (its effective uid is 0).
-pub fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
-/// `unshare`'s namespace flags: user, network, mount, PID (with a fresh `/proc`), IPC
-/// (SysV IPC and POSIX message queues of its own), UTS (its own host name) and cgroup (its
-/// own view of `/proc/self/cgroup`). As an ordinary user `--map-root-user` is added: the
-/// caller is root inside. Under root the namespace is mapped from outside
-/// ([`crate::root`]).
-pub(crate) const UNSHARE_FLAGS: [&str; 10] = [
-    "--user",
-    "--net",
-    "--mount",
-    "--pid",
-    "--ipc",
-    "--uts",
-    "--cgroup",
-    "--fork",
-    "--kill-child",
-    "--mount-proc",
-];
-
-/// [`UNSHARE_FLAGS`] with `--map-root-user`, as an ordinary user starts the fence.
-pub(crate) fn mapped_flags() -> Vec<String> {
-    let mut flags: Vec<String> = UNSHARE_FLAGS.iter().map(|f| (*f).to_owned()).collect();
-    flags.insert(1, "--map-root-user".to_owned());
-    flags
-}
 
 /// Directories of host services a fenced command could ask to act for it outside the
 /// fence (start a process, resolve a name, drive a display): each that exists is covered
@@ -69,26 +41,6 @@ pub const SCRUBBED_VARS: [&str; 4] = ["AIRLOCK_TOKEN", "AIRLOCK_ADMIN", "AIRLOCK
 
 /// The variable that carries the spec (JSON) to the fence's PID 1.
 pub const SPEC_VAR: &str = "AIRLOCK_FENCE_SPEC";
-
-/// Where the fence's tools are looked for before `PATH`: system directories only root can
-/// write, so a directory early on a user's `PATH` cannot stand in for `unshare`, `ip` or
-/// `nft` (which run with the fence's privileges).
-const SYSTEM_DIRS: [&str; 4] = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
-
-/// The absolute path of `program`: the first of the system directories (`/usr/sbin`,
-/// `/usr/bin`, `/sbin`, `/bin`) that holds it, else the first on `PATH`, else the bare
-/// name (which then fails to start with a clear error).
-pub fn tool(program: &str) -> PathBuf {
-    let system = SYSTEM_DIRS.iter().map(PathBuf::from);
-    let path = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .unwrap_or_default();
-    system
-        .chain(path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| PathBuf::from(program))
-}
 
 /// A fence ready to start: its files in a directory of its own, removed when dropped.
 /// `public/` holds what the command reads (CA bundle, truststore, resolver files);

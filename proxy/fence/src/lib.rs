@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+mod host;
 pub mod idmap;
 pub mod init;
 pub mod launch;

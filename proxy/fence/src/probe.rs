@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::launch::{is_root, mapped_flags, tool};
+use crate::host::{is_root, mapped_flags, tool};
 use crate::Network;
 
 /// Why a fence cannot be made on this machine, naming what is missing.

@@ -34,7 +34,7 @@ pub(crate) fn ruleset() -> String {
 
 /// Runs `program` with `stdin` fed, failing with its stderr.
 fn run(program: &str, args: &[&str], stdin: &str) -> Result<(), FenceError> {
-    let mut child = Command::new(crate::launch::tool(program))
+    let mut child = Command::new(crate::host::tool(program))
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
