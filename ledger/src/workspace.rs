@@ -113,6 +113,12 @@ pub struct Containment {
     pub dns_rate_limited: u64,
     /// Processes still running in the fence when the command ended; all were killed.
     pub left_running: Vec<LeftRunning>,
+    /// As an ordinary user: why the overlays over the host's filesystems could not be
+    /// made for this step (the kernel's error), so what it wrote outside the workspace
+    /// reached the host as the user (docs/containment.md, "A user's fence"). Absent when
+    /// they were made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_unavailable: Option<String>,
 }
 
 /// A process a fenced command left running (and the fence killed).

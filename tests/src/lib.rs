@@ -20,6 +20,7 @@ pub mod lineage_corpus;
 mod origins;
 pub mod strace;
 pub mod tunnel;
+pub mod user;
 
 pub use clients::{curl, curl_blocking, run_client, run_client_async, CurlResult};
 pub use origins::{ok_origin, slow_text_origin, text_origin};
@@ -92,6 +93,27 @@ impl Fixture {
 }
 
 impl Fixture {
+    /// Writes `policy` and starts airlock as the unprivileged `user`
+    /// ([`user::test_user`]) with HOME `DIR/home`: the fixture's directory (the data
+    /// directory, the workspace a test makes there) becomes the user's first.
+    pub fn start_as(&self, policy: &str, args: &[&str], user: &user::TestUser) -> Airlock {
+        let policy_path = self.dir.path().join("policy.toml");
+        std::fs::write(&policy_path, policy).expect("write policy");
+        let home = self.dir.path().join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::create_dir_all(self.data_dir()).expect("data directory");
+        user::give(self.dir.path(), user);
+        Airlock::spawn_as(
+            &self.data_dir(),
+            &policy_path,
+            &self.dir.path().join("origin-ca.pem"),
+            args,
+            user,
+            &home,
+        )
+        .expect("airlock starts as the test user")
+    }
+
     /// Like [`Fixture::start`], then creates a run; returns airlock, the run's id and its
     /// environment.
     pub async fn start_run(
@@ -159,6 +181,8 @@ pub struct Airlock {
     pub admin_url: String,
     /// Variables added to airlock's environment.
     env: Vec<(String, String)>,
+    /// The unprivileged user it runs as (uid, gid, home), when not the test's own.
+    user: Option<(u32, u32, PathBuf)>,
 }
 
 impl Drop for Airlock {
@@ -199,6 +223,33 @@ impl Airlock {
             proxy: String::new(),
             admin: AdminClient::new("http://127.0.0.1:1", ""),
             admin_url: String::new(),
+            user: None,
+        };
+        airlock.boot()?;
+        Ok(airlock)
+    }
+
+    /// [`Airlock::spawn`] as the unprivileged `user` (the test is root): the data
+    /// directory's parent must be the user's ([`user::give`]); HOME is `home`.
+    pub fn spawn_as(
+        data: &Path,
+        policy: &Path,
+        upstream_ca: &Path,
+        args: &[&str],
+        user: &user::TestUser,
+        home: &Path,
+    ) -> anyhow::Result<Self> {
+        let mut airlock = Self {
+            env: Vec::new(),
+            child: None,
+            data: data.to_owned(),
+            policy: policy.to_owned(),
+            upstream_ca: upstream_ca.to_owned(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            proxy: String::new(),
+            admin: AdminClient::new("http://127.0.0.1:1", ""),
+            admin_url: String::new(),
+            user: Some((user.uid, user.gid, home.to_owned())),
         };
         airlock.boot()?;
         Ok(airlock)
@@ -211,7 +262,17 @@ impl Airlock {
             .create(true)
             .append(true)
             .open(self.data.with_extension("log"))?;
-        let child = Command::new(airlock_bin())
+        let mut command = match &self.user {
+            Some((uid, gid, home)) => {
+                use std::os::unix::process::CommandExt as _;
+                let mut command = Command::new(user::user_bin());
+                command.uid(*uid).gid(*gid).env("HOME", home);
+                command.env_remove("XDG_RUNTIME_DIR");
+                command
+            }
+            None => Command::new(airlock_bin()),
+        };
+        let child = command
             .arg("serve")
             .arg("--data")
             .arg(&self.data)

@@ -26,7 +26,7 @@ pub async fn run() -> i32 {
             return 125;
         }
     };
-    if spec.root.is_some() && !crate::idmap::capable() {
+    if spec.root.as_ref().is_some_and(|r| r.shift) && !crate::idmap::capable() {
         // Root's fence is mapped from outside (`fence-root`), maybe after this process was
         // executed, and then it holds no capability in its namespace: once mapped, it is
         // root there, and executing itself again gives it root's capabilities
@@ -115,6 +115,17 @@ async fn fence(
 ) -> Result<i32, FenceError> {
     crate::setup::network(spec.network)?;
     crate::setup::low_ports();
+    if let Some(root) = spec.root.as_ref().filter(|r| !r.shift) {
+        // An ordinary user's fence builds its overlay view here, in its own namespaces;
+        // root's was built outside by `airlock fence-root`.
+        if let Err(error) = crate::root::enter_user_view(root) {
+            eprintln!(
+                "airlock fence: writes outside the workspace are not captured in this run \
+                 and reach the host as your user: {error}"
+            );
+            report.outside_unavailable = Some(error.to_string());
+        }
+    }
     crate::setup::mask_proc()?;
     crate::setup::mounts(&spec.mounts)?;
     crate::setup::hide(&spec.hide, &spec.hide_files)?;
@@ -155,7 +166,7 @@ async fn fence(
     let exe = std::env::current_exe()
         .map_err(|e| FenceError::Setup(format!("cannot find airlock's binary: {e}")))?;
     let mut command = tokio::process::Command::new(crate::host::tool("unshare"));
-    if spec.root.is_some() {
+    if spec.root.as_ref().is_some_and(|r| r.shift) {
         command.uid(1).gid(1);
     }
     command

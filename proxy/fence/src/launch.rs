@@ -82,9 +82,10 @@ pub struct Plan<'a> {
     /// Its environment (the run's variables; CA and proxy variables are rewritten for
     /// the fence).
     pub env: BTreeMap<String, String>,
-    /// Under root, the run's layer (a directory only root can enter): the command then
-    /// runs as the subordinate range with an overlay over every writable filesystem
-    /// ([`crate::root`]). `None` as an ordinary user, or with `--allow-host-root`.
+    /// The run's layer (a directory only its owner can enter): an overlay over every
+    /// writable filesystem keeps what the command writes outside the workspace there
+    /// ([`crate::root`]); under root the command also runs as the subordinate range.
+    /// `None` with `--allow-host-root`.
     pub layer: Option<&'a Path>,
 }
 
@@ -331,11 +332,12 @@ impl Prepared {
                     .chain((plan.network == Network::Isolated).then(|| plan.socket.to_owned()))
                     .collect(),
                 new_root: dir.path().join("root"),
+                shift: is_root(),
             }),
         };
         // The spec holds the run's token: it goes to PID 1 in its environment, never in a
         // file another fenced command of this user could read.
-        let root = spec.root.is_some();
+        let root = spec.root.as_ref().is_some_and(|r| r.shift);
         let spec = serde_json::to_string(&spec).map_err(|source| FenceError::Json {
             what: "fence spec",
             source,

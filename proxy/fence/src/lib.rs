@@ -101,9 +101,11 @@ pub struct Spec {
     pub hide_files: Vec<PathBuf>,
     /// Where PID 1 writes its [`Report`] (opened before the private directory is hidden).
     pub report: PathBuf,
-    /// Under root (without `--allow-host-root`): the command's subordinate ranges, the
-    /// run's layer and the view `airlock fence-root` builds ([`root`]). `None` as an
-    /// ordinary user, whose command keeps the user's own (non-zero) id.
+    /// The run's layer and the view over it ([`root`]): under root (without
+    /// `--allow-host-root`) with the command's subordinate ranges, built by `airlock
+    /// fence-root`; as an ordinary user (whose command keeps the user's own, non-zero,
+    /// id) with no idmap, built by the fence's PID 1. `None` when the run has no layer
+    /// (`--allow-host-root`).
     #[serde(default)]
     pub root: Option<root::RootSpec>,
 }
@@ -131,6 +133,12 @@ pub struct Report {
     /// past the connections it carries at once (reported on stderr as they happen).
     #[serde(default)]
     pub relay_limited: u64,
+    /// As an ordinary user: why the overlay over the host's filesystems could not be
+    /// built ([`root::enter_user_view`]), so what the command wrote outside the workspace
+    /// reached the host (as the user) and is not in the run's layer. `None` when it was
+    /// built, and under root (whose fence refuses to start without its view).
+    #[serde(default)]
+    pub outside_unavailable: Option<String>,
 }
 
 /// Why the fence could not be set up or reported.

@@ -102,15 +102,24 @@ pub fn probe(network: Network, checks: &Checks<'_>) -> Result<(), Unavailable> {
     }
     // The whole fence in miniature: the namespaces, lo, the rules (isolated) and the
     // command's nested namespace.
+    // By absolute path: `nft` and `ip` live in /usr/sbin, which an ordinary user's PATH
+    // often lacks.
+    let (ip, nft, unshare) = (tool("ip"), tool("nft"), tool("unshare"));
+    let nested = format!(
+        "exec '{}' --user --map-root-user --mount /bin/true",
+        unshare.display()
+    );
     let inner = match network {
-        Network::Isolated => {
-            "ip link set lo up && nft -f - && exec unshare --user --map-root-user --mount /bin/true"
-        }
-        _ => "ip link set lo up && exec unshare --user --map-root-user --mount /bin/true",
+        Network::Isolated => format!(
+            "'{}' link set lo up && '{}' -f - && {nested}",
+            ip.display(),
+            nft.display()
+        ),
+        _ => format!("'{}' link set lo up && {nested}", ip.display()),
     };
     let flags = mapped_flags();
     let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
-    args.extend(["--", "/bin/sh", "-c", inner]);
+    args.extend(["--", "/bin/sh", "-c", &inner]);
     run_with_input("unshare", &args, &crate::setup::ruleset()).map_err(|why| {
         Unavailable(format!(
             "the kernel refused the fence's namespaces or rules ({why}); enable user \

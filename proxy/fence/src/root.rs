@@ -29,6 +29,8 @@ use serde::{Deserialize, Serialize};
 use crate::idmap::{self, Range};
 use crate::{FenceError, Spec};
 
+mod user;
+
 /// What root's fence needs beyond the [`Spec`]: the ranges, the run's layer, and what is
 /// bound from the host as it is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -47,6 +49,18 @@ pub struct RootSpec {
     pub pass: Vec<PathBuf>,
     /// Where the view is assembled (in the fence's directory).
     pub new_root: PathBuf,
+    /// `true` under root: the command's ids are the subordinate range, the lower layers
+    /// and the workspace are idmapped, and `airlock fence-root` builds the view outside
+    /// the fence. `false` as an ordinary user: the user is root inside, so the lower
+    /// layers and the workspace are the host's mounts as they are (no idmap), and the
+    /// fence's PID 1 builds the view in its own user and mount namespace (overlayfs may
+    /// be mounted there since Linux 5.11, with `userxattr`). `uids` and `gids` are unused.
+    #[serde(default = "shifted")]
+    pub shift: bool,
+}
+
+fn shifted() -> bool {
+    true
 }
 
 /// The key of a mount point: `/` and `%` percent-encoded (`%2F` for the root).
@@ -141,23 +155,35 @@ fn mkdirs(path: &Path) -> Result<(), FenceError> {
 
 /// Mounts an overlay of `mount` at `target`: its lower layer the host's mount through
 /// `ns`'s mapping (attached at `lower`), its upper and work directories the layer's.
+///
+/// With no `ns` (an ordinary user's fence) the lower layer is the mount itself, and the
+/// overlay keeps its metadata in `user.overlay.*` attributes (`userxattr`), the only ones
+/// a user namespace may set (overlayfs(5) of the kernel's documentation, "Permission
+/// model").
 fn overlay(
     root: &RootSpec,
-    ns: &std::os::fd::OwnedFd,
+    ns: Option<&std::os::fd::OwnedFd>,
     mount: &str,
     target: &Path,
 ) -> Result<(), FenceError> {
     let key = key_of(mount);
-    let lower = root.new_root.with_file_name("lower").join(&key);
     let upper = root.layer.join("upper").join(&key);
     let work = root.layer.join("work").join(&key);
-    for dir in [&lower, &upper, &work] {
+    for dir in [&upper, &work] {
         mkdirs(dir)?;
     }
-    let tree = idmap::idmapped(Path::new(mount), ns, false)?;
-    idmap::attach(&tree, &lower)?;
+    let (lower, options) = match ns {
+        Some(ns) => {
+            let lower = root.new_root.with_file_name("lower").join(&key);
+            mkdirs(&lower)?;
+            let tree = idmap::idmapped(Path::new(mount), ns, false)?;
+            idmap::attach(&tree, &lower)?;
+            (lower, "")
+        }
+        None => (PathBuf::from(mount), ",userxattr"),
+    };
     let data = format!(
-        "lowerdir={},upperdir={},workdir={}",
+        "lowerdir={},upperdir={},workdir={}{options}",
         lower.display(),
         upper.display(),
         work.display()
@@ -205,13 +231,33 @@ fn bind_read_only(source: &Path, target: &Path) -> Result<(), FenceError> {
     idmap::attach(&tree, target)
 }
 
-/// Builds root's view of the machine at `root.new_root` (see the module).
+/// Builds the fence's view of the machine at `root.new_root` (see the module): root's
+/// (idmapped, `root.shift`) or an ordinary user's (the host's mounts as they are).
+///
+/// A user namespace locks the mounts it was given together (mount_namespaces(7), "Restrictions
+/// on mount namespaces"): a mount with mounts below it can be bound only with them, so a
+/// user's view binds each tree recursively and then mounts an overlay or a read-only copy
+/// over each writable mount below it, parents first.
 fn build(root: &RootSpec) -> Result<(), FenceError> {
     let lines = mountinfo()?;
     let new_root = &root.new_root;
     mkdirs(new_root)?;
-    let shift = idmap::userns(&idmap::swapped(0, root.uids), &idmap::swapped(0, root.gids))?;
-    overlay(root, &shift, "/", new_root)?;
+    let shift = if root.shift {
+        Some(idmap::userns(
+            &idmap::swapped(0, root.uids),
+            &idmap::swapped(0, root.gids),
+        )?)
+    } else {
+        None
+    };
+    let shift = shift.as_ref();
+    let recursive = !root.shift;
+    let mut repeated = Vec::new();
+    if root.shift {
+        overlay(root, shift, "/", new_root)?;
+    } else {
+        user::skeleton_root(root, &lines, &mut repeated)?;
+    }
     let trees = ["/proc", "/sys", "/dev"];
     let ours = new_root
         .parent()
@@ -235,8 +281,10 @@ fn build(root: &RootSpec) -> Result<(), FenceError> {
             continue;
         }
         if line.read_only || KERNEL_TYPES.contains(&line.fstype.as_str()) {
-            bind(Path::new(path), &target, false)?;
-        } else if overlay(root, &shift, path, &target).is_err() {
+            bind(Path::new(path), &target, recursive)?;
+        } else if !root.shift && user::has_mount_below(&lines, path) {
+            user::populate(root, &lines, Path::new(path), &target, &mut repeated)?;
+        } else if overlay(root, shift, path, &target).is_err() {
             // A filesystem that takes no idmapped mount (overlayfs, FUSE): seen, never
             // written.
             bind_read_only(Path::new(path), &target)?;
@@ -268,6 +316,11 @@ fn build(root: &RootSpec) -> Result<(), FenceError> {
         }
     }
     bind_read_only(Path::new("/sys"), &beneath(new_root, Path::new("/sys")))?;
+    if !root.shift {
+        bind(&root.workspace, &beneath(new_root, &root.workspace), true)?;
+        user::mark(root, &repeated)?;
+        return pass(root);
+    }
     use std::os::unix::fs::MetadataExt as _;
     let owner = std::fs::metadata(&root.workspace)
         .map_err(|e| FenceError::Setup(format!("cannot read {}: {e}", root.workspace.display())))?;
@@ -282,13 +335,35 @@ fn build(root: &RootSpec) -> Result<(), FenceError> {
         ))
     })?;
     idmap::attach(&tree, &beneath(new_root, &root.workspace))?;
+    pass(root)
+}
+
+/// Binds the paths shown as they are (the fence's directory, the fence socket).
+fn pass(root: &RootSpec) -> Result<(), FenceError> {
     for path in &root.pass {
-        let target = beneath(new_root, path);
+        let target = beneath(&root.new_root, path);
         if target.exists() {
-            bind(path, &target, false)?;
+            bind(path, &target, !root.shift)?;
         }
     }
     Ok(())
+}
+
+/// An ordinary user's fence, from its PID 1 (in the fence's user and mount namespace,
+/// before the masks and the command): builds the view over the run's layer and enters
+/// it. On `Err` nothing was entered: the command then sees the host's filesystems as
+/// before, and what it writes outside the workspace reaches the host (the caller reports
+/// that; it is the user's own authority, never root's).
+///
+/// # Errors
+/// [`FenceError::Setup`] naming the mount the kernel refused (overlayfs in a user
+/// namespace needs Linux 5.11, and an upper filesystem that is not itself an overlay).
+pub fn enter_user_view(root: &RootSpec) -> Result<(), FenceError> {
+    if let Err(error) = build(root) {
+        let _ = rustix::mount::unmount(&root.new_root, rustix::mount::UnmountFlags::DETACH);
+        return Err(error);
+    }
+    enter(&root.new_root)
 }
 
 /// Enters the view at `new_root`: `pivot_root . .`, then the old root detached.
@@ -349,6 +424,26 @@ fn start(unshare: &Path, args: &[String]) -> Result<i32, FenceError> {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
+/// Gives every directory under `layer` (not following symlinks) its owner's read, write
+/// and search permission, so that an ordinary user can remove the layer: overlayfs makes
+/// its `work/work` directory with mode 0, and the command may have made others. Errors
+/// are ignored (what cannot be opened is left for the removal to report).
+pub fn open_up(layer: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut stack = vec![layer.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
+            }
+        }
+    }
+}
+
 /// One path the command wrote outside the workspace, from the run's layer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Written {
@@ -367,13 +462,33 @@ pub fn written(layer: &Path, limit: usize) -> Vec<Written> {
     let Ok(keys) = std::fs::read_dir(layer.join("upper")) else {
         return out;
     };
+    let repeated = user::repeated(layer);
     for key in keys.flatten() {
         let mount = path_of(&key.file_name().to_string_lossy());
+        // A user's `/` is a skeleton, not an overlay's upper: its copies of the host's
+        // entries are not writes, and what the command removed from it is missing.
+        let copies = !repeated.is_empty() && mount == "/";
         let mut stack = vec![key.path()];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
             };
+            let mut deleted = Vec::new();
+            let rel = dir.strip_prefix(key.path()).unwrap_or(&dir);
+            let host_dir = Path::new("/").join(rel);
+            if copies && repeated.iter().any(|r| Path::new(r) == host_dir) {
+                for theirs in std::fs::read_dir(&host_dir).into_iter().flatten().flatten() {
+                    if dir.join(theirs.file_name()).symlink_metadata().is_err() {
+                        deleted.push(host_dir.join(theirs.file_name()));
+                    }
+                }
+            }
+            for host in deleted {
+                out.push(Written {
+                    path: host.display().to_string(),
+                    kind: "deleted".to_owned(),
+                });
+            }
             for entry in entries.flatten() {
                 let Ok(meta) = entry.path().symlink_metadata() else {
                     continue;
@@ -381,6 +496,12 @@ pub fn written(layer: &Path, limit: usize) -> Vec<Written> {
                 let rel = entry.path();
                 let rel = rel.strip_prefix(key.path()).unwrap_or(&rel);
                 let host = Path::new(&mount).join(rel);
+                if copies && user::is_copy(&entry.path(), &host) {
+                    if meta.is_dir() {
+                        stack.push(entry.path());
+                    }
+                    continue;
+                }
                 let kind = if meta.file_type().is_char_device() && meta.rdev() == 0 {
                     "deleted"
                 } else if meta.is_dir() {

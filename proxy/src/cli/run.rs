@@ -114,7 +114,7 @@ pub struct RunArgs {
     /// overlay). Without it, such a run is refused. See docs/containment.md
     #[arg(long)]
     allow_host_root: bool,
-    /// Under root's fence: copy this path (outside the workspace) from the run's layer to
+    /// In a fence with a layer: copy this path (outside the workspace) from the run's layer to
     /// the host when the run is kept (repeatable); everything else written outside the
     /// workspace is discarded
     #[arg(long, value_name = "PATH")]
@@ -384,6 +384,17 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
     if let Some(layer) = &layer {
         report["written_outside"] =
             outside::layer_report(layer.path(), &workspace, &args.keep_outside, &report);
+        // As an ordinary user a step whose overlay could not be built wrote to the host.
+        let unavailable: Vec<Value> = report["workspace"]["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["containment"]["outside_unavailable"].as_str())
+            .map(|why| json!(why))
+            .collect();
+        if !unavailable.is_empty() {
+            report["written_outside"]["not_captured"] = json!(unavailable);
+        }
     }
     if !outside_roots.is_empty() {
         let after = outside::scan(&outside_roots, &outside_exclude, OUTSIDE_LIMIT);

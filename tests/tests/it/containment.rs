@@ -18,7 +18,8 @@
 //! - `operator`: a fence an operator builds in front of `airlock serve --transparent`;
 //! - `root`: root inside is not root outside (issue 35): sysctls, SysV IPC, writes outside
 //!   the workspace, the probe's marker, the command's host uid and the workspace's owner;
-//! - `root_writes`: under root, caches and installs land in the run's layer; `--keep-outside`.
+//! - `root_writes`: under root, caches and installs land in the run's layer; `--keep-outside`;
+//! - `user`: the same fence as an ordinary user (serve and run as the user `.ci/run` makes).
 //!
 //! Each test starts `airlock serve` (the `Airlock` fixture, `--resolve origin.test=127.0.0.1`)
 //! and runs `airlock run --admin URL --token T --network MODE -- sh -c SCRIPT` with a clean
@@ -43,6 +44,7 @@ mod operator;
 mod record;
 mod root;
 mod root_writes;
+mod user;
 
 /// The name the origins are reached by inside the fence: airlock's server answers it with
 /// 127.0.0.1 (`--resolve`), and its DNS gives the fenced command a pool address for it.
@@ -150,6 +152,8 @@ struct Fenced {
     airlock: Airlock,
     ws: PathBuf,
     token: String,
+    /// The unprivileged user `airlock serve` and `airlock run` run as (`as_user`).
+    user: Option<airlock_tests::user::TestUser>,
 }
 
 /// What one `airlock run` gave: its output and its JSON report.
@@ -229,6 +233,27 @@ impl Fenced {
             airlock,
             ws,
             token,
+            user: None,
+        }
+    }
+
+    /// Starts airlock with `policy` as the unprivileged `user` (the test is root), with
+    /// the workspace and HOME the user's.
+    fn start_as(fx: Fixture, policy: &str, user: airlock_tests::user::TestUser) -> Self {
+        let resolve = format!("{HOST}=127.0.0.1");
+        let ws = fx.dir.path().join("ws");
+        std::fs::create_dir_all(&ws).expect("workspace");
+        let airlock = fx.start_as(policy, &["--resolve", &resolve], &user);
+        let token = std::fs::read_to_string(fx.data_dir().join("admin.token"))
+            .expect("admin token")
+            .trim()
+            .to_owned();
+        Self {
+            fx,
+            airlock,
+            ws,
+            token,
+            user: Some(user),
         }
     }
 
@@ -246,7 +271,15 @@ impl Fenced {
     /// only PATH, LANG and a private HOME from the test's environment (nothing of the
     /// test's may route or configure the clients).
     async fn run(&self, network: &str, args: &[&str], script: &str) -> Ran {
-        let mut command = Command::new(airlock_bin());
+        let mut command = match &self.user {
+            Some(user) => {
+                use std::os::unix::process::CommandExt as _;
+                let mut command = Command::new(airlock_tests::user::user_bin());
+                command.uid(user.uid).gid(user.gid);
+                command
+            }
+            None => Command::new(airlock_bin()),
+        };
         command
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())

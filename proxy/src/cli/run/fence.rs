@@ -93,7 +93,7 @@ pub(super) struct FenceRun<'a> {
     pub(super) created: &'a Value,
     pub(super) run: &'a str,
     pub(super) network: Network,
-    /// Under root: the run's layer ([`airlock_fence::root`]); `None` as a user or with
+    /// The run's layer ([`airlock_fence::root`]); `None` under root with
     /// `--allow-host-root`.
     pub(super) layer: Option<&'a Path>,
 }
@@ -176,7 +176,7 @@ pub(super) async fn containment(
             .unwrap_or(0)
             .saturating_sub(before[key].as_u64().unwrap_or(0))
     };
-    json!({
+    let mut record = json!({
         "network": chosen.network.as_str(),
         "note": chosen.note,
         "setup_us": report.map(|r| (r.setup_ms * 1000.0) as u64),
@@ -191,26 +191,32 @@ pub(super) async fn containment(
         "dns_idle_closed": count("dns_idle_closed"),
         "dns_rate_limited": count("dns_rate_limited"),
         "left_running": report.map(|r| json!(r.left_running)).unwrap_or(json!([])),
-    })
+    });
+    if let Some(why) = report.and_then(|r| r.outside_unavailable.as_ref()) {
+        record["outside_unavailable"] = json!(why);
+    }
+    record
 }
 
-/// Under root's fence (`airlock run` as root, a fenced mode, no `--allow-host-root`): the
-/// run's layer, a new directory of mode 0700 in `$TMPDIR` that holds the overlays' upper
-/// directories of every step and is removed when it is dropped (the run's end). `None`
-/// otherwise.
+/// The run's layer for a fenced mode (`isolated`, `offline`): a new directory of mode
+/// 0700 in `$TMPDIR` that holds the overlays' upper directories of every step
+/// ([`airlock_fence::root`]) and is removed when it is dropped (the run's end). Under
+/// root the command also runs as the subordinate range; as an ordinary user it keeps the
+/// user's id. `None` under `env`, and under root with `--allow-host-root`.
 ///
 /// # Errors
 /// `--snapshot overlay` under root's fence (overlayfs takes no idmapped mount, so the
-/// command would be host root), `--keep-outside` without root's fence, or a layer that
+/// command would be host root), `--keep-outside` without a layer, or a layer that
 /// cannot be made.
 pub(super) fn root_layer(
     chosen: &Chosen,
     allow_host_root: bool,
     snapshot: &str,
     keep_outside: bool,
-) -> anyhow::Result<Option<tempfile::TempDir>> {
-    let remap =
-        chosen.network != Network::Env && airlock_fence::launch::is_root() && !allow_host_root;
+) -> anyhow::Result<Option<Layer>> {
+    let root = airlock_fence::launch::is_root();
+    let fenced = chosen.network != Network::Env;
+    let remap = fenced && root && !allow_host_root;
     if remap && snapshot == "overlay" {
         return Err(anyhow!(
             "--snapshot overlay under root's fence: overlayfs takes no idmapped mount, so the \
@@ -218,14 +224,15 @@ pub(super) fn root_layer(
              accept that (docs/containment.md)"
         ));
     }
-    if keep_outside && !remap {
+    let layered = fenced && !(root && allow_host_root);
+    if keep_outside && !layered {
         return Err(anyhow!(
-            "--keep-outside needs root's fence (airlock run as root, --network isolated or \
-             offline, without --allow-host-root): only there do writes outside the workspace \
-             land in a layer of the run's"
+            "--keep-outside needs a fence with a layer (--network isolated or offline, and \
+             under root without --allow-host-root): only there do writes outside the \
+             workspace land in a layer of the run's"
         ));
     }
-    if !remap {
+    if !layered {
         return Ok(None);
     }
     let layer = tempfile::Builder::new()
@@ -235,5 +242,30 @@ pub(super) fn root_layer(
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(layer.path(), std::fs::Permissions::from_mode(0o700))
         .context("cannot make the run's layer private")?;
-    Ok(Some(layer))
+    Ok(Some(Layer(Some(layer))))
+}
+
+/// The run's layer, removed when dropped. As an ordinary user the overlays leave
+/// directories only their owner may open again (overlayfs's `work` directory has mode
+/// 0, and the command may have made others like it): they are opened up first, or the
+/// removal would leave them behind in `$TMPDIR`.
+pub(super) struct Layer(Option<tempfile::TempDir>);
+
+impl Layer {
+    /// The layer's directory.
+    pub(super) fn path(&self) -> &Path {
+        self.0.as_ref().map_or(Path::new(""), |dir| dir.path())
+    }
+}
+
+impl Drop for Layer {
+    fn drop(&mut self) {
+        let Some(dir) = self.0.take() else {
+            return;
+        };
+        if !airlock_fence::launch::is_root() {
+            airlock_fence::root::open_up(dir.path());
+        }
+        drop(dir);
+    }
 }

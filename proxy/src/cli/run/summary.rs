@@ -114,6 +114,12 @@ pub fn summary(report: &Value) -> String {
         }
     }
     if let Some(written) = report.get("written_outside").filter(|w| w.is_object()) {
+        for why in written["not_captured"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "outside   NOT captured in a step (what it wrote outside the workspace reached the host as your user): {}\n",
+                why.as_str().unwrap_or("")
+            ));
+        }
         let paths = written["paths"].as_array().cloned().unwrap_or_default();
         let kept: Vec<&str> = written["kept"]
             .as_array()
