@@ -29,15 +29,25 @@ fn id(flag: &str, name: &str) -> Option<u32> {
     String::from_utf8_lossy(&out.stdout).trim().parse().ok()
 }
 
-/// The user the tests run airlock as: `AIRLOCK_TEST_USER`, else `airlock-ci`. `Err` says
-/// why there is none: the tests are not root (they cannot switch users), or the user does
-/// not exist.
+/// The user the tests run airlock as: `AIRLOCK_TEST_USER`, else `airlock-ci`.
+///
+/// # Errors
+/// Why there is none: the tests are not root (they cannot switch users), the user does
+/// not exist, or it is root.
 pub fn test_user() -> Result<TestUser, String> {
+    named(&std::env::var("AIRLOCK_TEST_USER").unwrap_or_else(|_| "airlock-ci".to_owned()))
+}
+
+/// The user `name`, as [`test_user`] checks it.
+///
+/// # Errors
+/// As [`test_user`]'s.
+pub fn named(name: &str) -> Result<TestUser, String> {
     use std::os::unix::fs::MetadataExt as _;
     if std::fs::metadata("/proc/self").map_or(true, |m| m.uid() != 0) {
         return Err("the tests are not root, so they cannot run airlock as another user".into());
     }
-    let name = std::env::var("AIRLOCK_TEST_USER").unwrap_or_else(|_| "airlock-ci".to_owned());
+    let name = name.to_owned();
     match (id("-u", &name), id("-g", &name)) {
         (Some(uid), Some(gid)) if uid != 0 => Ok(TestUser { name, uid, gid }),
         (Some(_), Some(_)) => Err(format!("{name} is root")),

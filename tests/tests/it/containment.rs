@@ -102,6 +102,21 @@ fn fence_available() -> &'static Result<(), String> {
     })
 }
 
+/// The user the whole suite runs airlock as, when `AIRLOCK_TEST_FENCE_USER` names one
+/// (`.ci/run` runs the suite a second time so, as `airlock-ci`): every [`Fenced`] then
+/// starts `airlock serve` and `airlock run` as that user, and the tests of root's fence
+/// skip. Panics when the variable names no usable user.
+fn suite_user() -> Option<airlock_tests::user::TestUser> {
+    static USER: OnceLock<Option<airlock_tests::user::TestUser>> = OnceLock::new();
+    USER.get_or_init(|| {
+        let name = std::env::var("AIRLOCK_TEST_FENCE_USER").ok()?;
+        let user = airlock_tests::user::named(&name)
+            .unwrap_or_else(|why| panic!("AIRLOCK_TEST_FENCE_USER={name}: {why}"));
+        Some(user)
+    })
+    .clone()
+}
+
 /// The test process runs as root (the owner of `/proc/self` is the effective user).
 fn is_root() -> bool {
     use std::os::unix::fs::MetadataExt as _;
@@ -215,8 +230,12 @@ impl Fenced {
         Self::start_with(fx, policy, &[])
     }
 
-    /// [`Fenced::start`] with `args` added to `airlock serve`.
+    /// [`Fenced::start`] with `args` added to `airlock serve`; as [`suite_user`] when the
+    /// suite runs as an ordinary user.
     fn start_with(fx: Fixture, policy: &str, args: &[&str]) -> Self {
+        if let Some(user) = suite_user() {
+            return Self::start_as_with(fx, policy, user, args);
+        }
         let resolve = format!("{HOST}=127.0.0.1");
         let mut all = vec!["--resolve", &resolve];
         all.extend(args);
@@ -240,10 +259,22 @@ impl Fenced {
     /// Starts airlock with `policy` as the unprivileged `user` (the test is root), with
     /// the workspace and HOME the user's.
     fn start_as(fx: Fixture, policy: &str, user: airlock_tests::user::TestUser) -> Self {
+        Self::start_as_with(fx, policy, user, &[])
+    }
+
+    /// [`Fenced::start_as`] with `args` added to `airlock serve`.
+    fn start_as_with(
+        fx: Fixture,
+        policy: &str,
+        user: airlock_tests::user::TestUser,
+        args: &[&str],
+    ) -> Self {
         let resolve = format!("{HOST}=127.0.0.1");
+        let mut all = vec!["--resolve", &resolve];
+        all.extend(args);
         let ws = fx.dir.path().join("ws");
         std::fs::create_dir_all(&ws).expect("workspace");
-        let airlock = fx.start_as(policy, &["--resolve", &resolve], &user);
+        let airlock = fx.start_as(policy, &all, &user);
         let token = std::fs::read_to_string(fx.data_dir().join("admin.token"))
             .expect("admin token")
             .trim()

@@ -272,7 +272,9 @@ async fn run_on_pass_commit_releases_only_with_approve_all() {
 }
 
 pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
+    // The test's own fixtures: they may belong to the user a fence suite runs as.
     let out = Command::new("git")
+        .args(["-c", "safe.directory=*"])
         .arg("-C")
         .arg(dir)
         .args(args)
