@@ -123,6 +123,14 @@ impl Policy {
                     warn(message);
                 }
             }
+            // The rule decides as written; only bodies over the default limit are refused.
+            if rule.has_body_matcher() && rule.limits().body_bytes.is_none() {
+                warn(format!(
+                    "body matcher without limit.body_bytes: bodies over the default {} bytes \
+                     are denied (body_too_large); set limit = {{ body_bytes = N }} to choose",
+                    crate::DEFAULT_BODY_MATCH_BYTES
+                ));
+            }
         }
         out.extend(self.credential_warnings());
         out.extend(self.flow_warnings());
