@@ -408,6 +408,11 @@ pub struct Effect {
     /// origin honours one (`idempotency_key = "Idempotency-Key"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency: Option<crate::outcome::Idempotency>,
+    /// What the run's earlier traffic with the same origin told the effect's adapter, kept
+    /// for review and release (MCP: the server's `serverInfo` and the client's
+    /// `initialize` parameters, docs/adapters.md#mcp); `None` when nothing was learnt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<serde_json::Value>,
 }
 
 /// What an adapter adds to a staged effect, for [`crate::Ledger::stage_with`].
@@ -421,6 +426,8 @@ pub struct EffectNotes {
     pub compensates: Option<EffectId>,
     /// The origin's idempotency key header, when the rule or adapter says it honours one.
     pub idempotency: Option<crate::outcome::IdempotencySpec>,
+    /// What the run's earlier traffic told the adapter ([`Effect::context`]).
+    pub context: Option<serde_json::Value>,
 }
 
 /// The type a placeholder imitates: each is shaped like the value it stands for, so that

@@ -293,6 +293,7 @@ pub fn new_effect(
         retriable: false,
         earlier_releases: Vec::new(),
         idempotency: None,
+        context: notes.context,
     };
     effect.idempotency = notes
         .idempotency

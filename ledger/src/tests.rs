@@ -421,6 +421,7 @@ fn an_adapters_notes_are_kept_and_old_records_read_without_them() {
                 adapter: Some("github".into()),
                 compensates: Some(original.id.clone()),
                 idempotency: None,
+                context: None,
             },
         )
         .expect("staged with notes");

@@ -191,7 +191,10 @@ impl Policy {
         }
     }
 
-    /// Rules that can never decide: an earlier rule already matches everything they could.
+    /// Errors of `airlock policy check` (it exits 1 on any): rules that can never decide
+    /// (an earlier rule already matches everything they could, or a `jsonrpc` matcher on
+    /// `method = "read"`) and credentials no rule injects. A body matcher without
+    /// `limit.body_bytes` decides as written and is a warning ([`Policy::warnings`]).
     pub fn lints(&self) -> Vec<Lint> {
         let mut out = Vec::new();
         for (index, rule) in self.rules.iter().enumerate() {
@@ -205,16 +208,6 @@ impl Policy {
                     message: format!(
                         "never reached: rule \"{}\" before it matches every request it could match; move it above \"{}\" or remove it",
                         earlier.id, earlier.id
-                    ),
-                });
-            }
-            if rule.has_body_matcher() && rule.limits().body_bytes.is_none() {
-                out.push(Lint {
-                    rule: rule.id.clone(),
-                    index: index + 1,
-                    message: format!(
-                        "body matcher without limit.body_bytes: bodies over the default {} bytes are denied (body_too_large); set limit = {{ body_bytes = N }} to choose",
-                        crate::DEFAULT_BODY_MATCH_BYTES
                     ),
                 });
             }

@@ -69,7 +69,9 @@ fn overlaps(a: &IpNet, b: &IpNet) -> bool {
 impl Policy {
     /// Advisory lints: wildcards under shared-hosting suffixes, pass rules that pass writes,
     /// `allow_private` entries that are too wide, pointless or name loopback, and a `pass`
-    /// default. `index` 0 means the top level of the file.
+    /// default, and body matchers without `limit.body_bytes` (they decide as written;
+    /// bodies over [`crate::DEFAULT_BODY_MATCH_BYTES`] are denied). `index` 0 means the
+    /// top level of the file.
     pub fn warnings(&self) -> Vec<Lint> {
         let mut out = Vec::new();
         let top = |message: String| Lint {
@@ -122,6 +124,14 @@ impl Policy {
                 if let Some(message) = allow_private_problem(net) {
                     warn(message);
                 }
+            }
+            // The rule decides as written; only bodies over the default limit are refused.
+            if rule.has_body_matcher() && rule.limits().body_bytes.is_none() {
+                warn(format!(
+                    "body matcher without limit.body_bytes: bodies over the default {} bytes \
+                     are denied (body_too_large); set limit = {{ body_bytes = N }} to choose",
+                    crate::DEFAULT_BODY_MATCH_BYTES
+                ));
             }
         }
         out.extend(self.credential_warnings());

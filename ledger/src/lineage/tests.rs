@@ -41,6 +41,7 @@ fn effect(i: usize, deps: &[usize]) -> Effect {
         retriable: false,
         earlier_releases: Vec::new(),
         idempotency: None,
+        context: None,
     }
 }
 

@@ -39,6 +39,9 @@ pub struct Call<'a> {
     pub body: &'a [u8],
     /// The stage rule's `[rule.respond]` template, when it has one (webhook only).
     pub template: Option<&'a Respond>,
+    /// What the run's earlier traffic with this origin told the adapter
+    /// ([`airlock_ledger::Effect::context`]; MCP: [`mcp::Context`]), when anything.
+    pub context: Option<&'a serde_json::Value>,
 }
 
 impl<'a> Call<'a> {
@@ -59,6 +62,7 @@ impl<'a> Call<'a> {
                 .collect(),
             body,
             template: None,
+            context: effect.context.as_ref(),
         }
     }
 
@@ -224,6 +228,45 @@ pub struct Compensation {
     pub summary: String,
 }
 
+/// One request of a release session, sent to the effect's URL with the effect's headers
+/// (credentials included) less [`ReleaseSession::replaces`], plus `headers`.
+#[derive(Debug, Clone)]
+pub struct SessionRequest {
+    /// Method (`POST`, `DELETE`).
+    pub method: &'static str,
+    /// Headers of its own (`content-type`, `accept`), replacing the effect's of that name.
+    pub headers: Vec<(String, String)>,
+    /// Body (empty for none).
+    pub body: Vec<u8>,
+}
+
+/// A session an adapter opens with the origin for one release, without I/O of its own:
+/// the release plane sends [`open`](Self::open), reads the answer with
+/// [`opened`](Self::opened) (which yields the headers every later request carries), sends
+/// [`before_call`](Self::before_call), then the effect's own request with those headers,
+/// records its answer as the release's, and finally sends [`close`](Self::close) without
+/// waiting on it. A failure before the call is sent leaves the call provably unsent.
+pub trait ReleaseSession: Send + Sync {
+    /// Header names (lower case) of the staged request that the session replaces (its
+    /// old session id).
+    fn replaces(&self) -> &'static [&'static str];
+    /// The request that opens the session.
+    fn open(&self) -> SessionRequest;
+    /// Judges the answer to [`open`](Self::open) (`headers` with lower-case names): the
+    /// headers every later request carries, or why the session did not open.
+    fn opened(
+        &self,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Result<Vec<(String, String)>, String>;
+    /// Requests sent after opening and before the call, in order.
+    fn before_call(&self) -> Vec<SessionRequest>;
+    /// The request that ends the session, given what [`opened`](Self::opened) returned;
+    /// `None` when there is nothing to end.
+    fn close(&self, carried: &[(String, String)]) -> Option<SessionRequest>;
+}
+
 /// The semantics of one API. Implementations are stateless; the ledger holds the state.
 pub trait Adapter: Send + Sync {
     /// The name a rule uses in `respond = "NAME"`.
@@ -290,6 +333,14 @@ pub trait Adapter: Send + Sync {
     /// every bundled adapter: GitHub, Slack, GraphQL, git and plain webhooks honour none);
     /// a rule's `idempotency_key` says it for any origin (docs/policy.md#idempotency-keys).
     fn idempotency_header(&self, _call: &Call<'_>) -> Option<&'static str> {
+        None
+    }
+
+    /// The session of its own airlock opens with the origin to release `call` (the staged
+    /// request, placeholders not yet substituted), when the API needs one: the release
+    /// plane sends [`ReleaseSession::open`] and what follows around the call. `None` (the
+    /// default; every adapter but `mcp`) sends the call alone, as staged.
+    fn release_session(&self, _call: &Call<'_>) -> Option<Box<dyn ReleaseSession>> {
         None
     }
 
@@ -438,6 +489,7 @@ pub fn answer_read(
             .collect(),
         body: &[],
         template: None,
+        context: None,
     };
     let mut tried: Vec<&'static str> = Vec::new();
     for parent in parents {

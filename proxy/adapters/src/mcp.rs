@@ -5,12 +5,18 @@
 //! content block saying the call is staged and `isError: false`, as `application/json`
 //! or, when the client accepts only `text/event-stream`, as a one-event stream. A staged
 //! notification (no `id`) gets `202 Accepted` with no body, as the transport says for
-//! notifications. Reviewers see the tool, its arguments and the server's authority.
+//! notifications. Reviewers see `mcp SERVER.TOOL {arguments}`, SERVER being the
+//! `serverInfo.name` of the server's `initialize` answer that passed earlier in the run
+//! ([`session`]); the release opens a session of its own ([`session::McpSession`]).
 
 use airlock_ledger::Effect;
 use serde_json::{json, Value};
 
-use super::{excerpt, Adapter, Call, Plan, Synthetic};
+use super::{excerpt, Adapter, Call, Plan, ReleaseSession, Synthetic};
+
+pub mod session;
+
+pub use session::Context;
 
 /// The MCP adapter.
 #[derive(Debug, Clone, Copy)]
@@ -32,15 +38,16 @@ fn is_jsonrpc(message: &Value) -> bool {
     message["jsonrpc"] == "2.0" && message["method"].is_string()
 }
 
-/// `tool(arguments…)`, shortened, for the summary line.
+/// `TOOL {arguments…}` (arguments shortened) of a `tools/call`, else the method, for the
+/// summary line.
 fn describe(message: &Value) -> String {
     let method = message["method"].as_str().unwrap_or("?");
     if method != "tools/call" {
         return method.to_owned();
     }
     let tool = message["params"]["name"].as_str().unwrap_or("?");
-    let arguments = message["params"]["arguments"].to_string();
-    format!("{tool}({})", excerpt(&arguments, 80))
+    let arguments = session::arguments_line(&message["params"]["arguments"]);
+    format!("{tool} {}", excerpt(&arguments, 80))
 }
 
 /// The answer to one staged message with an `id`.
@@ -94,15 +101,21 @@ impl Adapter for Mcp {
             return Plan::default();
         }
         let calls: Vec<String> = messages.iter().map(describe).collect();
+        // `SERVER.` from the session's `initialize` answer; else the authority follows.
+        let server = Context::of(call).server_name;
+        let (prefix, suffix) = match &server {
+            Some(name) => (format!("{name}."), String::new()),
+            None => (String::new(), format!(" on {}", call.authority())),
+        };
         let summary = match calls.as_slice() {
-            [one] if messages[0]["method"] == "tools/call" => {
-                format!("MCP tool call {one} on {}", call.authority())
-            }
-            [one] => format!("MCP {one} on {}", call.authority()),
+            [one] => format!("mcp {prefix}{one}{suffix}"),
             many => format!(
-                "MCP batch of {} on {}: {}",
+                "mcp batch of {}{}: {}",
                 many.len(),
-                call.authority(),
+                server.map_or_else(
+                    || format!(" on {}", call.authority()),
+                    |s| format!(" to {s}")
+                ),
                 excerpt(&many.join(", "), 120)
             ),
         };
@@ -131,8 +144,35 @@ impl Adapter for Mcp {
         (!calls.is_empty()).then(|| {
             json!({
                 "server": call.authority(),
-                "session": call.header("mcp-session-id"),
+                "server_name": Context::of(call).server_name,
+                "session": call.header(session::SESSION_HEADER),
                 "calls": calls,
+            })
+        })
+    }
+
+    /// Every staged MCP request is released in a session of airlock's own: the client's
+    /// session may be gone by commit (a restarted server, an expired session).
+    fn release_session(&self, call: &Call<'_>) -> Option<Box<dyn ReleaseSession>> {
+        Some(Box::new(session::McpSession::for_call(call)))
+    }
+
+    /// A JSON-RPC `error` answering a released request is a failure (the server refused
+    /// the call); a tool result with `isError: true` is one too (the tool ran and
+    /// reported an error, MCP 2025-06-18 "Tools: Error Handling").
+    fn release_failure(&self, _call: &Call<'_>, status: u16, body: &[u8]) -> Option<String> {
+        if status >= 300 {
+            return None;
+        }
+        session::answer_messages(body).iter().find_map(|m| {
+            if let Some(error) = m.get("error") {
+                return Some(format!("the MCP server answered a JSON-RPC error: {error}"));
+            }
+            (m["result"]["isError"] == true).then(|| {
+                format!(
+                    "the tool reported an error: {}",
+                    excerpt(&m["result"]["content"].to_string(), 200)
+                )
             })
         })
     }
@@ -182,10 +222,10 @@ impl Adapter for Mcp {
                 body: event.into_bytes(),
             }
         };
-        if let Some(session) = call.header("mcp-session-id") {
+        if let Some(session) = call.header(session::SESSION_HEADER) {
             answer
                 .headers
-                .push(("mcp-session-id".into(), session.to_owned()));
+                .push((session::SESSION_HEADER.into(), session.to_owned()));
         }
         answer
     }

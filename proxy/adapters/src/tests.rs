@@ -112,6 +112,7 @@ mod shapes {
             retriable: false,
             earlier_releases: Vec::new(),
             idempotency: None,
+            context: None,
         }
     }
 
@@ -124,6 +125,7 @@ mod shapes {
             headers: vec![("content-type".into(), "application/json".into())],
             body: &bytes,
             template: None,
+            context: None,
         };
         let effect = staged(adapter, &call);
         let synthetic = adapter.respond(&call, &effect);
@@ -199,6 +201,7 @@ mod shapes {
             headers: Vec::new(),
             body: b"",
             template: None,
+            context: None,
         };
         assert!(adapter.plan(&call).endpoint.is_none());
     }
@@ -213,6 +216,7 @@ mod shapes {
             headers: Vec::new(),
             body,
             template: None,
+            context: None,
         };
         let undo = adapter.compensations(&call, br#"{"id": 4242}"#);
         assert_eq!(undo.len(), 1);
@@ -230,6 +234,7 @@ mod shapes {
             headers: Vec::new(),
             body: form,
             template: None,
+            context: None,
         };
         assert_eq!(slack.plan(&call).summary, "post to C1: 'hello there!'");
         let undo = slack.compensations(&call, br#"{"ok": true, "channel": "C1", "ts": "1.5"}"#);
@@ -254,6 +259,7 @@ mod mcp {
                 .unwrap_or_default(),
             body,
             template: None,
+            context: None,
         }
     }
 
@@ -284,6 +290,7 @@ mod mcp {
             retriable: false,
             earlier_releases: Vec::new(),
             idempotency: None,
+            context: None,
         }
     }
 
@@ -334,5 +341,84 @@ mod mcp {
         let accepted = Mcp.respond(&call(note.as_bytes(), None), &effect());
         assert_eq!((accepted.status, accepted.body.len()), (202, 0));
         assert!(Mcp.plan(&call(b"not json", None)).endpoint.is_none());
+    }
+
+    #[test]
+    fn the_initialize_exchange_names_the_server_in_the_summary_and_opens_the_release_session() {
+        use crate::mcp::session::{observe_initialize, McpSession};
+        use crate::ReleaseSession;
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "agent", "version": "1.2"}}})
+        .to_string();
+        // The server answered with one event, as FastMCP does by default.
+        let answer = "event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"serverInfo\":{\"name\":\"issues\",\"version\":\"3\"}}}\r\n\r\n";
+        let context = observe_initialize(init.as_bytes(), answer.as_bytes()).expect("context");
+        assert_eq!(context["server"]["name"], "issues");
+        assert_eq!(context["initialize"]["clientInfo"]["name"], "agent");
+        // Not an initialize, or an error answer: nothing learnt.
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+        assert!(observe_initialize(list.as_bytes(), answer.as_bytes()).is_none());
+        let refused =
+            json!({"jsonrpc": "2.0", "id": 0, "error": {"code": -32600, "message": "no"}});
+        assert!(observe_initialize(init.as_bytes(), refused.to_string().as_bytes()).is_none());
+
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                          "params": {"name": "create_issue", "arguments": {"title": "t"}}})
+        .to_string();
+        let mut staged = call(body.as_bytes(), None);
+        staged.context = Some(&context);
+        assert_eq!(
+            Mcp.plan(&staged).summary,
+            "mcp issues.create_issue {\"title\":\"t\"}"
+        );
+        assert_eq!(
+            Mcp.details(&staged).expect("details")["server_name"],
+            "issues"
+        );
+
+        // The release session: initialize with the client's own parameters, then the
+        // session id and version the server gave on every later request, then DELETE.
+        let session = McpSession::for_call(&staged);
+        let open: Value = serde_json::from_slice(&session.open().body).expect("JSON");
+        assert_eq!(open["method"], "initialize");
+        assert_eq!(
+            open["params"]["clientInfo"],
+            json!({"name": "agent", "version": "1.2"})
+        );
+        assert_eq!(open["params"]["capabilities"], json!({"sampling": {}}));
+        let id = &open["id"];
+        let opened = json!({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": "2025-03-26", "capabilities": {}, "serverInfo": {"name": "issues"}}});
+        let carried = session
+            .opened(
+                200,
+                &[("mcp-session-id".into(), "fresh".into())],
+                opened.to_string().as_bytes(),
+            )
+            .expect("opened");
+        assert_eq!(
+            carried,
+            [
+                ("mcp-session-id".to_owned(), "fresh".to_owned()),
+                ("mcp-protocol-version".to_owned(), "2025-03-26".to_owned())
+            ]
+        );
+        let then: Value = serde_json::from_slice(&session.before_call()[0].body).expect("JSON");
+        assert_eq!(then["method"], "notifications/initialized");
+        assert_eq!(session.close(&carried).expect("close").method, "DELETE");
+        assert!(session.opened(404, &[], b"").is_err());
+        // Without a recorded initialize, airlock introduces itself.
+        let bare = McpSession::for_call(&call(body.as_bytes(), None));
+        let open: Value = serde_json::from_slice(&bare.open().body).expect("JSON");
+        assert_eq!(open["params"]["clientInfo"]["name"], "airlock");
+        // A JSON-RPC error or a tool error at release is a failure.
+        let error = json!({"jsonrpc": "2.0", "id": 9, "error": {"code": -32602, "message": "bad"}});
+        assert!(Mcp
+            .release_failure(&staged, 200, error.to_string().as_bytes())
+            .is_some());
+        let fine = json!({"jsonrpc": "2.0", "id": 9, "result": {"content": [], "isError": false}});
+        assert!(Mcp
+            .release_failure(&staged, 200, fine.to_string().as_bytes())
+            .is_none());
     }
 }

@@ -309,6 +309,7 @@ pub fn compensate(
                 adapter: effect.adapter.clone(),
                 compensates: Some(effect.id.clone()),
                 idempotency: None,
+                context: effect.context.clone(),
             },
         )?;
         staged.push(new);

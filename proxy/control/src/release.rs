@@ -29,6 +29,7 @@ use crate::Control;
 pub mod lease;
 mod placeholders;
 mod send;
+mod session;
 pub mod takeover;
 
 use lease::{Fence, Held};
@@ -459,6 +460,9 @@ async fn release_one(
         let reason = mismatch.to_string();
         return settle_unsent(shared, fence, &effect.id, EffectState::Failed, reason).await;
     }
+    // A session of its own with the origin, when the adapter needs one (MCP).
+    let session = airlock_adapters::of_effect(&effect)
+        .release_session(&airlock_adapters::Call::of_effect(&effect, &body));
     let prepared = substituted(shared, &effect, parents, issued, body).and_then(
         |(mut url, mut headers, body)| {
             // The same key on every attempt: the origin deduplicates by it.
@@ -491,25 +495,27 @@ async fn release_one(
     let (ledger, id, lease) = (shared.ledger().clone(), effect.id.clone(), fence.clone());
     blocking(move || ledger.mark_releasing_fenced(&id, lease.lease())).await?;
     let sent_body = prepared.2.clone();
-    let outcome = send(shared, &effect.method, prepared).await.map(
-        |(status, mut headers, mut captured, total)| {
-            // An echoed secret is masked before the ledger stores the origin's answer.
-            if !scrubber.is_empty() {
-                if (captured.len() as u64) < total {
-                    scrubber.scrub_cut(&mut captured);
-                } else {
-                    scrubber.scrub(&mut captured);
-                }
-                for header in &mut headers {
-                    let mut value = header.value.as_bytes().to_vec();
-                    if scrubber.scrub(&mut value) {
-                        header.value = airlock_ledger::HeaderText::from_bytes(&value);
-                    }
+    let sent = match session {
+        Some(session) => session::send_in_session(shared, session, &effect.method, prepared).await,
+        None => send(shared, &effect.method, prepared).await,
+    };
+    let outcome = sent.map(|(status, mut headers, mut captured, total)| {
+        // An echoed secret is masked before the ledger stores the origin's answer.
+        if !scrubber.is_empty() {
+            if (captured.len() as u64) < total {
+                scrubber.scrub_cut(&mut captured);
+            } else {
+                scrubber.scrub(&mut captured);
+            }
+            for header in &mut headers {
+                let mut value = header.value.as_bytes().to_vec();
+                if scrubber.scrub(&mut value) {
+                    header.value = airlock_ledger::HeaderText::from_bytes(&value);
                 }
             }
-            (status, headers, captured, total)
-        },
-    );
+        }
+        (status, headers, captured, total)
+    });
     let ledger = shared.ledger().clone();
     let id = effect.id.clone();
     let lease = fence.clone();

@@ -24,6 +24,9 @@ use airlock_net::respond::ProxyError;
 /// digest is still to be taken from the captured body (it fit whole).
 type Content = (Vec<Bytes>, http::HeaderMap, bool);
 
+/// The captured first bytes of a passed request's body, filled when it ends.
+type Captured = Arc<std::sync::Mutex<Vec<Bytes>>>;
+
 /// Forwards a passed request upstream, streaming both bodies, and journals it as a read
 /// when the response body ends (then hands the captured body to the lineage worker).
 pub async fn forward(
@@ -37,7 +40,11 @@ pub async fn forward(
     let audit = crate::enforce::take_audit(&mut parts);
     let scrubber = prepare_head(&mut parts, url)?;
     let sent = Arc::new(AtomicU64::new(0));
-    let request_body = meter_request(body, &sent);
+    // A JSON POST's first bytes are kept: an MCP `initialize` tells the run's later
+    // effects the client's parameters and the server's name (`crate::sessions`).
+    let request_capture = crate::sessions::worth_capturing(&parts.method, &parts.headers)
+        .then(|| Arc::new(std::sync::Mutex::new(Vec::new())));
+    let request_body = meter_request(body, &sent, request_capture.clone());
     let method = parts.method.to_string();
     let upstream = Request::from_parts(parts, request_body);
     let labels = match rule.as_deref() {
@@ -59,6 +66,8 @@ pub async fn forward(
         sent,
         rule,
         audit,
+        sessions: shared.sessions.clone(),
+        request_capture,
     };
     let response = match shared.upstream.request(upstream).await {
         Ok(response) => response,
@@ -113,18 +122,28 @@ fn prepare_head(parts: &mut Parts, url: &str) -> Result<Option<Scrubber>, ProxyE
     Ok(crate::credentials::apply(parts)?.filter(|s| !s.is_empty()))
 }
 
-/// The request body, counted into `sent` as it goes.
-fn meter_request(body: ProxyBody, sent: &Arc<AtomicU64>) -> ProxyBody {
+/// The request body, counted into `sent` as it goes; its first
+/// [`crate::sessions::REQUEST_CAPTURE_BYTES`] kept in `capture` when given.
+fn meter_request(body: ProxyBody, sent: &Arc<AtomicU64>, capture: Option<Captured>) -> ProxyBody {
     // A request without a body (most reads) has nothing to count: no wrapper.
     if http_body::Body::is_end_stream(&body) {
         return body;
     }
     let sent = sent.clone();
+    let room = capture
+        .as_ref()
+        .map_or(0, |_| crate::sessions::REQUEST_CAPTURE_BYTES);
     MeteredBody::new(
         body,
         false,
-        Box::new(move |metered| sent.store(metered.bytes, Ordering::Relaxed)),
+        Box::new(move |metered| {
+            sent.store(metered.bytes, Ordering::Relaxed);
+            if let Some(capture) = capture {
+                *capture.lock().unwrap_or_else(|e| e.into_inner()) = metered.captured;
+            }
+        }),
     )
+    .capture(room)
     .boxed()
 }
 
@@ -227,6 +246,10 @@ struct ReadJournal {
     _streaming: Option<crate::flows::StreamingGuard>,
     audit: Vec<String>,
     started: u64,
+    /// Where an MCP `initialize` exchange is remembered for the run.
+    sessions: Arc<crate::sessions::Sessions>,
+    /// The request body's first bytes, for a JSON POST.
+    request_capture: Option<Captured>,
 }
 
 impl ReadJournal {
@@ -240,6 +263,11 @@ impl ReadJournal {
         error: Option<String>,
         content: Option<Content>,
     ) {
+        if let (Some(capture), Some((response, _, _))) = (&self.request_capture, &content) {
+            let request = capture.lock().unwrap_or_else(|e| e.into_inner());
+            self.sessions
+                .observe(&self.run, &self.url, &request, response);
+        }
         let read = Read {
             run_id: self.run,
             seq: 0,

@@ -21,6 +21,7 @@ mod plane;
 pub mod policy_store;
 pub mod request;
 pub mod secrets;
+pub mod sessions;
 pub mod stage;
 mod staged_lists;
 mod staged_reads;

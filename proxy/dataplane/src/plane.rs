@@ -116,6 +116,8 @@ pub struct DataPlane {
     auto_review: std::sync::OnceLock<Arc<dyn crate::enforce::AutoApprove>>,
     /// Labelled reads whose responses are still streaming, per run (flow rules).
     pub(crate) streaming: crate::flows::Streaming,
+    /// What passed traffic told adapters about sessions with origins (MCP `initialize`).
+    pub(crate) sessions: Arc<crate::sessions::Sessions>,
 }
 
 impl DataPlane {
@@ -142,6 +144,7 @@ impl DataPlane {
             connections: inputs.connections,
             auto_review: std::sync::OnceLock::new(),
             streaming: crate::flows::Streaming::default(),
+            sessions: Arc::default(),
         });
         follow_changes(Arc::downgrade(&plane), changes);
         plane
@@ -184,6 +187,7 @@ impl DataPlane {
         if let Ok(mut set) = self.closed_runs.write() {
             set.insert(run.clone());
         }
+        self.sessions.forget(run);
     }
 
     /// The durable ledger.

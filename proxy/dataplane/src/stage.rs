@@ -39,12 +39,15 @@ pub async fn stage(
         .and_then(|id| policy.rule(id))
         .and_then(|rule| rule.respond())
         .cloned();
+    // What the run's passed traffic told about this origin (an MCP `initialize`).
+    let context = shared.sessions.context(run, url);
     let call = Call {
         method: parts.method.as_str(),
         url,
         headers: call_headers(&records),
         body: &body,
         template: template.as_ref(),
+        context: context.as_ref(),
     };
     let mut adapter = adapters::for_rule(&shared.policy.current(), rule);
     if let Some(answer) = adapter.answer_without_effect(&call) {
@@ -79,6 +82,10 @@ pub async fn stage(
         adapter: Some(adapter.name().to_owned()),
         compensates: None,
         idempotency,
+        // Kept for the effect's adapter only: another adapter learnt nothing from it.
+        context: (adapter.name() == "mcp")
+            .then_some(context.clone())
+            .flatten(),
     };
     let pending = Pending {
         run_id: run.clone(),

@@ -87,6 +87,7 @@ fn merged(
         headers: Vec::new(),
         body: &[],
         template: None,
+        context: None,
     };
     let Some((merged, added)) = adapter.merge_list(&call, link.as_deref(), &page, staged) else {
         return Response::from_parts(head, full_body(page));

@@ -54,6 +54,7 @@ pub(crate) fn is_list(method: &str, url: &str) -> bool {
         headers: Vec::new(),
         body: &[],
         template: None,
+        context: None,
     };
     method == "GET" && repo_path(call.path()).is_some_and(|r| list_of(&r.rest).is_some())
 }

@@ -40,7 +40,7 @@ pub(super) struct SendFailure {
 }
 
 impl SendFailure {
-    fn not_sent(reason: impl Into<String>) -> Self {
+    pub(super) fn not_sent(reason: impl Into<String>) -> Self {
         Self {
             reason: reason.into(),
             delivery: Delivery::NotSent,

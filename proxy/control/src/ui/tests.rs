@@ -43,6 +43,7 @@ fn effect(seq: u64, state: EffectState, parents: &[u64]) -> Effect {
         retriable: false,
         earlier_releases: Vec::new(),
         idempotency: None,
+        context: None,
     }
 }
 
