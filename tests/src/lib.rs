@@ -17,6 +17,7 @@ use serde_json::Value;
 mod clients;
 pub mod git_http;
 pub mod lineage_corpus;
+pub mod mcp_sdk;
 mod origins;
 pub mod strace;
 pub mod tunnel;

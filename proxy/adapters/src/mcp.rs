@@ -9,11 +9,12 @@
 //! `serverInfo.name` of the server's `initialize` answer that passed earlier in the run
 //! ([`session`]); the release opens a session of its own ([`session::McpSession`]).
 
-use airlock_ledger::Effect;
+use airlock_ledger::{Effect, ValueKind};
 use serde_json::{json, Value};
 
-use super::{excerpt, Adapter, Call, Plan, ReleaseSession, Synthetic};
+use super::{excerpt, placeholder_json, Adapter, Call, Plan, ReleaseSession, Synthetic};
 
+pub mod schema;
 pub mod session;
 
 pub use session::Context;
@@ -50,22 +51,64 @@ fn describe(message: &Value) -> String {
     format!("{tool} {}", excerpt(&arguments, 80))
 }
 
-/// The answer to one staged message with an `id`.
-fn result_for(message: &Value, effect: &Effect) -> Value {
+/// Where a staged answer's server-assigned fields are: for one `tools/call` (not a batch)
+/// of a tool whose output schema the run learnt, each id-like field of its structured
+/// content ([`schema::id_fields`]) at `/result/structuredContent/FIELD`.
+fn placeholder_fields(call: &Call<'_>, messages: &[Value]) -> Vec<(String, ValueKind)> {
+    let [message] = messages else {
+        return Vec::new();
+    };
+    if message["method"] != "tools/call" || message.get("id").is_none_or(Value::is_null) {
+        return Vec::new();
+    }
+    let schemas = Context::of(call).output_schemas;
+    let tool = message["params"]["name"].as_str().unwrap_or("");
+    let Some(schema) = schemas.as_ref().and_then(|s| s.get(tool)) else {
+        return Vec::new();
+    };
+    schema::id_fields(schema)
+        .into_iter()
+        .map(|(field, kind)| (format!("{STRUCTURED}/{}", pointer_escape(&field)), kind))
+        .collect()
+}
+
+/// Where the structured content of a JSON-RPC tool result is.
+const STRUCTURED: &str = "/result/structuredContent";
+
+/// `name` as one JSON Pointer reference token (RFC 6901 §3: `~` as `~0`, `/` as `~1`).
+fn pointer_escape(name: &str) -> String {
+    name.replace('~', "~0").replace('/', "~1")
+}
+
+/// The answer to one staged message with an `id`; `schemas` are the tools' output
+/// schemas the run's `tools/list` answer gave ([`session::Context::output_schemas`]).
+fn result_for(message: &Value, effect: &Effect, schemas: Option<&Value>) -> Value {
     let id = message.get("id").cloned().unwrap_or(Value::Null);
     if message["method"] == "tools/call" {
         let tool = message["params"]["name"].as_str().unwrap_or("");
-        json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "result": {
-                "content": [{
-                    "type": "text",
-                    "text": format!("{STAGED_TEXT} (tool {tool}, airlock effect {})", effect.id),
-                }],
-                "isError": false,
-            },
-        })
+        let mut result = json!({
+            "content": [{
+                "type": "text",
+                "text": format!("{STAGED_TEXT} (tool {tool}, airlock effect {})", effect.id),
+            }],
+            "isError": false,
+        });
+        // A tool with an output schema must answer structured content that conforms to
+        // it (MCP 2025-06-18, "Tools: Output Schema"); clients check.
+        if let Some(schema) = schemas.and_then(|s| s.get(tool)) {
+            result["structuredContent"] = schema::sample(schema);
+        }
+        let mut answer = json!({ "jsonrpc": "2.0", "id": id, "result": result });
+        // The server-assigned fields are the effect's placeholders (planned for a single
+        // call: `placeholder_fields`).
+        for placeholder in &effect.placeholders {
+            if placeholder.pointer.starts_with(STRUCTURED) {
+                if let Some(slot) = answer.pointer_mut(&placeholder.pointer) {
+                    *slot = placeholder_json(effect, &placeholder.pointer);
+                }
+            }
+        }
+        answer
     } else {
         // Any other request a rule staged: an empty result, as for a method with nothing
         // to return (JSON-RPC 2.0 §5: a response has `result` or `error`).
@@ -124,7 +167,10 @@ impl Adapter for Mcp {
         } else {
             "jsonrpc"
         };
-        Plan::new(endpoint, summary, &[])
+        let pointers = placeholder_fields(call, &messages);
+        let placeholders: Vec<(&str, ValueKind)> =
+            pointers.iter().map(|(p, k)| (p.as_str(), *k)).collect();
+        Plan::new(endpoint, summary, &placeholders)
     }
 
     fn details(&self, call: &Call<'_>) -> Option<Value> {
@@ -185,10 +231,11 @@ impl Adapter for Mcp {
                 body: Vec::new(),
             };
         };
+        let schemas = Context::of(call).output_schemas;
         let answers: Vec<Value> = messages
             .iter()
             .filter(|m| m.get("id").is_some_and(|id| !id.is_null()))
-            .map(|m| result_for(m, effect))
+            .map(|m| result_for(m, effect, schemas.as_ref()))
             .collect();
         if answers.is_empty() {
             // Notifications and responses only: accepted, no body (streamable HTTP).

@@ -421,4 +421,53 @@ mod mcp {
             .release_failure(&staged, 200, fine.to_string().as_bytes())
             .is_none());
     }
+
+    #[test]
+    fn a_tools_list_answer_gives_the_staged_call_structured_content_of_its_schema() {
+        use crate::mcp::session::{kept_context, observe_tools_list};
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+        let schema = json!({"type": "object", "properties": {"number": {"type": "integer"}, "title": {"type": "string"}}, "required": ["number", "title"]});
+        let answer = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": [
+            {"name": "create_issue", "inputSchema": {"type": "object"}, "outputSchema": schema},
+            {"name": "create_label", "inputSchema": {"type": "object"}},
+            {"name": "close_issue", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"}}]}});
+        let schemas =
+            observe_tools_list(list.as_bytes(), answer.to_string().as_bytes()).expect("schemas");
+        assert_eq!(schemas.len(), 2, "a tool without outputSchema is not kept");
+        // Another id, or an initialize: nothing learnt.
+        let other = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+        assert!(observe_tools_list(other.as_bytes(), answer.to_string().as_bytes()).is_none());
+        let context = json!({"output_schemas": schemas});
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                          "params": {"name": "create_issue", "arguments": {"title": "t"}}})
+        .to_string();
+        let mut staged = call(body.as_bytes(), Some("application/json, text/event-stream"));
+        staged.context = Some(&context);
+        let answer: Value =
+            serde_json::from_slice(&Mcp.respond(&staged, &effect()).body).expect("JSON");
+        assert_eq!(
+            answer["result"]["structuredContent"],
+            json!({"number": 0, "title": crate::mcp::schema::STAGED_STRING})
+        );
+        // A tool the answer gave no schema for gets none.
+        let label = json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
+                           "params": {"name": "create_label", "arguments": {}}})
+        .to_string();
+        let mut staged = call(label.as_bytes(), None);
+        staged.context = Some(&context);
+        let answer: Value =
+            serde_json::from_slice(&Mcp.respond(&staged, &effect()).body).expect("JSON");
+        assert!(
+            answer["result"].get("structuredContent").is_none(),
+            "{answer}"
+        );
+        // The effect keeps only the schema of the tool it calls.
+        let kept = kept_context(&context, body.as_bytes());
+        assert_eq!(
+            kept["output_schemas"]
+                .as_object()
+                .map(|m| m.keys().collect::<Vec<_>>()),
+            Some(vec![&"create_issue".to_owned()])
+        );
+    }
 }

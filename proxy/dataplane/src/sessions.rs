@@ -47,23 +47,37 @@ impl Sessions {
     /// Learns from a passed exchange: `request` and `response` are the captured bodies of
     /// a request to `url` in `run`. Cheap for anything that is no `initialize`.
     pub fn observe(&self, run: &RunId, url: &str, request: &[Bytes], response: &[Bytes]) {
+        use airlock_adapters::mcp::session::{observe_initialize, observe_tools_list};
         let request: Vec<u8> = request.concat();
-        if !request.windows(12).any(|w| w == b"\"initialize\"") {
+        let initialize = request.windows(12).any(|w| w == b"\"initialize\"");
+        let tools_list = request.windows(12).any(|w| w == b"\"tools/list\"");
+        if !initialize && !tools_list {
             return;
         }
         let response: Vec<u8> = response.concat();
-        let Some(context) = airlock_adapters::mcp::session::observe_initialize(&request, &response)
-        else {
-            return;
-        };
-        let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
         let key = (run.clone(), origin_of(url).to_owned());
+        let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
         if contexts.len() >= MAX_CONTEXTS && !contexts.contains_key(&key) {
             tracing::warn!(run.id = %run, url = %url, "too many MCP sessions held; this one is not kept");
             return;
         }
-        tracing::info!(run.id = %run, url = %url, server = %context["server"]["name"], "MCP session initialized");
-        contexts.insert(key, context);
+        if initialize {
+            let Some(mut context) = observe_initialize(&request, &response) else {
+                return;
+            };
+            tracing::info!(run.id = %run, url = %url, server = %context["server"]["name"], "MCP session initialized");
+            // A new session keeps the tools already listed: the same server's.
+            if let Some(schemas) = contexts.get(&key).and_then(|c| c.get("output_schemas")) {
+                context["output_schemas"] = schemas.clone();
+            }
+            contexts.insert(key, context);
+        } else if let Some(schemas) = observe_tools_list(&request, &response) {
+            tracing::info!(run.id = %run, url = %url, tools = schemas.len(), "MCP tools' output schemas learnt");
+            let context = contexts
+                .entry(key)
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            context["output_schemas"] = Value::Object(schemas);
+        }
     }
 
     /// The context of `run` with the origin of `url`, when one was learnt.

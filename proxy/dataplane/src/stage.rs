@@ -39,7 +39,8 @@ pub async fn stage(
         .and_then(|id| policy.rule(id))
         .and_then(|rule| rule.respond())
         .cloned();
-    // What the run's passed traffic told about this origin (an MCP `initialize`).
+    // What the run's passed traffic told about this origin (an MCP `initialize`, the
+    // tools' output schemas).
     let context = shared.sessions.context(run, url);
     let call = Call {
         method: parts.method.as_str(),
@@ -84,7 +85,11 @@ pub async fn stage(
         idempotency,
         // Kept for the effect's adapter only: another adapter learnt nothing from it.
         context: (adapter.name() == "mcp")
-            .then_some(context.clone())
+            .then(|| {
+                context
+                    .as_ref()
+                    .map(|c| adapters::mcp::session::kept_context(c, &body))
+            })
             .flatten(),
     };
     let pending = Pending {

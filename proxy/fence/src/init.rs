@@ -113,12 +113,20 @@ async fn fence(
     started: Instant,
     report: &mut Report,
 ) -> Result<i32, FenceError> {
-    crate::setup::network(spec.network)?;
+    // `ip` and `nft` run while the view is built; both are waited for before the view is
+    // entered (pivot_root moves every process of the namespace) and before the relay.
+    let network = crate::setup::network(spec.network)?;
     crate::setup::low_ports();
-    if let Some(root) = spec.root.as_ref().filter(|r| !r.shift) {
+    let mut view = Ok(());
+    let user_root = spec.root.as_ref().filter(|r| !r.shift);
+    if let Some(root) = user_root {
         // An ordinary user's fence builds its overlay view here, in its own namespaces;
         // root's was built outside by `airlock fence-root`.
-        if let Err(error) = crate::root::enter_user_view(root) {
+        view = crate::root::build_user_view(root);
+    }
+    network.finish()?;
+    if let Some(root) = user_root {
+        if let Err(error) = view.and_then(|()| crate::root::enter_user_view(root)) {
             eprintln!(
                 "airlock fence: writes outside the workspace are not captured in this run \
                  and reach the host as your user: {error}"

@@ -350,19 +350,28 @@ fn pass(root: &RootSpec) -> Result<(), FenceError> {
 }
 
 /// An ordinary user's fence, from its PID 1 (in the fence's user and mount namespace,
-/// before the masks and the command): builds the view over the run's layer and enters
-/// it. On `Err` nothing was entered: the command then sees the host's filesystems as
-/// before, and what it writes outside the workspace reaches the host (the caller reports
-/// that; it is the user's own authority, never root's).
+/// before the masks and the command): builds the view over the run's layer at
+/// `root.new_root`, not yet entered ([`enter_user_view`] enters it). On `Err` nothing is
+/// left mounted at `new_root`: the command then sees the host's filesystems as before,
+/// and what it writes outside the workspace reaches the host (the caller reports that;
+/// it is the user's own authority, never root's).
 ///
 /// # Errors
 /// [`FenceError::Setup`] naming the mount the kernel refused (overlayfs in a user
 /// namespace needs Linux 5.11, and an upper filesystem that is not itself an overlay).
-pub fn enter_user_view(root: &RootSpec) -> Result<(), FenceError> {
-    if let Err(error) = build(root) {
+pub fn build_user_view(root: &RootSpec) -> Result<(), FenceError> {
+    build(root).inspect_err(|_| {
         let _ = rustix::mount::unmount(&root.new_root, rustix::mount::UnmountFlags::DETACH);
-        return Err(error);
-    }
+    })
+}
+
+/// Enters the view [`build_user_view`] built (`pivot_root`, the old root detached).
+/// Every process of the fence's mount namespace whose root was the old one is moved to
+/// the view (pivot_root(2)), so PID 1 calls it when no other process runs there.
+///
+/// # Errors
+/// [`FenceError::Setup`] when `pivot_root` or the detach is refused.
+pub fn enter_user_view(root: &RootSpec) -> Result<(), FenceError> {
     enter(&root.new_root)
 }
 

@@ -1,7 +1,7 @@
 //! Inside the fence, before the command starts: `lo`, routes, nftables and mounts.
 
 use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use airlock_net::fence::{POOL_BASE, POOL_PREFIX};
 
@@ -32,8 +32,19 @@ pub(crate) fn ruleset() -> String {
     )
 }
 
-/// Runs `program` with `stdin` fed, failing with its stderr.
-fn run(program: &str, args: &[&str], stdin: &str) -> Result<(), FenceError> {
+/// A tool started with its input fed, not yet waited for.
+struct Started {
+    program: &'static str,
+    args: &'static [&'static str],
+    child: Child,
+}
+
+/// Starts `program` with `stdin` fed (then closed).
+fn start(
+    program: &'static str,
+    args: &'static [&'static str],
+    stdin: &str,
+) -> Result<Started, FenceError> {
     let mut child = Command::new(crate::host::tool(program))
         .args(args)
         .stdin(Stdio::piped())
@@ -44,35 +55,87 @@ fn run(program: &str, args: &[&str], stdin: &str) -> Result<(), FenceError> {
     if let Some(mut input) = child.stdin.take() {
         let _ = input.write_all(stdin.as_bytes());
     }
-    let output = child
-        .wait_with_output()
-        .map_err(|e| FenceError::Setup(format!("{program}: {e}")))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(FenceError::Setup(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        )))
+    Ok(Started {
+        program,
+        args,
+        child,
+    })
+}
+
+impl Started {
+    /// Waits for the tool, failing with its stderr.
+    fn finish(self) -> Result<(), FenceError> {
+        let Started {
+            program,
+            args,
+            child,
+        } = self;
+        let output = child
+            .wait_with_output()
+            .map_err(|e| FenceError::Setup(format!("{program}: {e}")))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(FenceError::Setup(format!(
+                "{program} {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            )))
+        }
     }
 }
 
-/// Brings `lo` up; in `isolated`, adds the pool's first address and a default route
-/// over `lo` (so a connection to any address reaches the redirect instead of failing
-/// with ENETUNREACH), then installs [`ruleset`].
-pub(crate) fn network(network: Network) -> Result<(), FenceError> {
+/// The fence's network being set up by `ip` and `nft` (started by [`network`]); PID 1
+/// builds the rest of the fence meanwhile and calls [`PendingNetwork::finish`] before anything
+/// can use the network.
+#[must_use = "the network is set up only once finish() succeeded"]
+pub(crate) struct PendingNetwork(Vec<Started>);
+
+impl PendingNetwork {
+    /// Waits for `ip` and `nft`.
+    ///
+    /// # Errors
+    /// [`FenceError::Setup`] naming the tool that failed and its stderr (the first one
+    /// that failed; both are always waited for).
+    pub(crate) fn finish(self) -> Result<(), FenceError> {
+        let mut first = Ok(());
+        for started in self.0 {
+            let result = started.finish();
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    }
+}
+
+/// Starts bringing `lo` up; in `isolated`, adding the pool's first address and a default
+/// route over `lo` (so a connection to any address reaches the redirect instead of
+/// failing with ENETUNREACH), and installing [`ruleset`]. `ip` and `nft` run at once (the
+/// ruleset names no address or link), and beside the rest of PID 1's setup, so their
+/// start-up (about 10 ms) no longer adds up.
+///
+/// # Errors
+/// [`FenceError::Setup`] when a tool cannot be started; its own failure is reported by
+/// [`PendingNetwork::finish`].
+pub(crate) fn network(network: Network) -> Result<PendingNetwork, FenceError> {
     let mut batch = String::from("link set lo up\n");
     if network == Network::Isolated {
         let first = std::net::Ipv4Addr::from(u32::from(POOL_BASE) + 1);
         batch.push_str(&format!("address add {first}/{POOL_PREFIX} dev lo\n"));
         batch.push_str("route add default dev lo\n");
     }
-    run("ip", &["-batch", "-"], &batch)?;
+    let mut started = vec![start("ip", &["-batch", "-"], &batch)?];
     if network == Network::Isolated {
-        run("nft", &["-f", "-"], &ruleset())?;
+        match start("nft", &["-f", "-"], &ruleset()) {
+            Ok(nft) => started.push(nft),
+            Err(error) => {
+                let _ = PendingNetwork(started).finish();
+                return Err(error);
+            }
+        }
     }
-    Ok(())
+    Ok(PendingNetwork(started))
 }
 
 /// Lets the command bind ports below 1024 on the fence's loopback (it holds no

@@ -141,6 +141,28 @@ impl OriginCa {
         &self.cert_pem
     }
 
+    /// A leaf certificate for the same names as [`OriginCa::server_config`], as PEM
+    /// `(certificate, PKCS#8 private key)`: for origins that are not this crate's own
+    /// server (a Python SDK's, say), which read their certificate from files.
+    ///
+    /// # Errors
+    /// [`rcgen::Error`] when the key or certificate cannot be made.
+    pub fn leaf_pem(&self) -> Result<(String, String), rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            TEST_HOST.to_owned(),
+        ])?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        params.use_authority_key_identifier_extension = true;
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
     /// A TLS server config for `127.0.0.1` and `localhost` (IP and DNS SANs; also
     /// 127.0.0.2, ::1 and [`TEST_HOST`]), ALPN http/1.1.
     pub fn server_config(

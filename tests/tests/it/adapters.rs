@@ -7,6 +7,7 @@ mod git;
 mod git_review;
 mod github;
 mod mcp;
+pub(crate) mod mcp_sdk;
 mod released;
 mod slack_graphql;
 

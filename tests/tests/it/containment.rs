@@ -40,6 +40,7 @@ mod dns;
 mod escapes;
 mod java;
 mod limits;
+mod mcp_sdk;
 mod operator;
 mod record;
 mod root;

@@ -4,9 +4,10 @@
 //! Management").
 //!
 //! The context ([`Context`], kept as JSON on the effect, [`airlock_ledger::Effect::context`])
-//! is `{server: {name, version}, initialize: PARAMS}`: the server's `serverInfo` from its
-//! answer, and the client's own `initialize` parameters (`protocolVersion`,
-//! `capabilities`, `clientInfo`) from its request. At release airlock sends `initialize`
+//! is `{server: {name, version}, initialize: PARAMS, output_schemas: {TOOL: SCHEMA}}`: the
+//! server's `serverInfo` from its answer, the client's own `initialize` parameters
+//! (`protocolVersion`, `capabilities`, `clientInfo`) from its request, and the tools'
+//! output schemas from a `tools/list` answer ([`observe_tools_list`]). At release airlock sends `initialize`
 //! with those parameters, `notifications/initialized`, the call, and `DELETE`, each
 //! carrying the `Mcp-Session-Id` the server gave (when it gave one) and the
 //! `MCP-Protocol-Version` it chose.
@@ -32,6 +33,9 @@ pub struct Context {
     pub server_name: Option<String>,
     /// The client's `initialize` `params`, as it sent them.
     pub initialize: Option<Value>,
+    /// The tools' `outputSchema`s from the server's `tools/list` answer (`{TOOL:
+    /// schema}`), when one passed and listed any.
+    pub output_schemas: Option<Value>,
 }
 
 impl Context {
@@ -46,6 +50,10 @@ impl Context {
                 .filter(|n| !n.is_empty())
                 .map(str::to_owned),
             initialize: context.get("initialize").filter(|p| p.is_object()).cloned(),
+            output_schemas: context
+                .get("output_schemas")
+                .filter(|s| s.is_object())
+                .cloned(),
         }
     }
 }
@@ -93,6 +101,63 @@ pub fn observe_initialize(request: &[u8], response: &[u8]) -> Option<Value> {
         "server": { "name": info["name"], "version": info["version"] },
         "initialize": request.get("params").cloned().unwrap_or_else(|| json!({})),
     }))
+}
+
+/// Most output schemas kept from one `tools/list` answer (a server with more tools keeps
+/// the first ones; a staged call of another tool is answered without
+/// `structuredContent`).
+pub const MAX_OUTPUT_SCHEMAS: usize = 256;
+
+/// The tools' output schemas a `tools/list` exchange lists: `{TOOL: outputSchema}` for
+/// each tool of the answer that declares one (MCP 2025-06-18, "Tools: Listing Tools").
+/// `None` when it is no such exchange or no tool declares one.
+pub fn observe_tools_list(
+    request: &[u8],
+    response: &[u8],
+) -> Option<serde_json::Map<String, Value>> {
+    let request: Value = serde_json::from_slice(request).ok()?;
+    if request["jsonrpc"] != "2.0" || request["method"] != "tools/list" {
+        return None;
+    }
+    let id = request.get("id").filter(|id| !id.is_null())?;
+    let answer = answer_messages(response)
+        .into_iter()
+        .find(|m| m.get("id") == Some(id) && m.get("result").is_some())?;
+    let schemas: serde_json::Map<String, Value> = answer["result"]["tools"]
+        .as_array()?
+        .iter()
+        .filter_map(|tool| {
+            let name = tool["name"].as_str()?;
+            let schema = tool.get("outputSchema").filter(|s| s.is_object())?;
+            Some((name.to_owned(), schema.clone()))
+        })
+        .take(MAX_OUTPUT_SCHEMAS)
+        .collect();
+    (!schemas.is_empty()).then_some(schemas)
+}
+
+/// What an effect keeps of the run's `context` with its origin: everything but the
+/// output schemas of tools the staged `body` (one JSON-RPC message or a batch) does not
+/// call, so the ledger holds one schema per call, not the server's whole list.
+pub fn kept_context(context: &Value, body: &[u8]) -> Value {
+    let mut kept = context.clone();
+    let Some(schemas) = kept
+        .get_mut("output_schemas")
+        .and_then(Value::as_object_mut)
+    else {
+        return kept;
+    };
+    let called: Vec<String> = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(items)) => items,
+        Ok(one) => vec![one],
+        Err(_) => Vec::new(),
+    }
+    .iter()
+    .filter(|m| m["method"] == "tools/call")
+    .filter_map(|m| m["params"]["name"].as_str().map(str::to_owned))
+    .collect();
+    schemas.retain(|tool, _| called.contains(tool));
+    kept
 }
 
 /// The session airlock opens to release one staged MCP request.

@@ -222,9 +222,20 @@ pub(super) fn value_missing(effect: &Effect, parents: &[Effect]) -> Option<Strin
     })
 }
 
-/// The real values of an effect's placeholders in the origin's JSON response.
+/// The real values of an effect's placeholders in the origin's JSON response, or in the
+/// first JSON message of a server-sent event stream (`data:` lines, as an MCP server
+/// answers over streamable HTTP) that holds a placeholder's pointer.
 pub(super) fn resolve(effect: &Effect, response: &[u8]) -> Vec<(String, Option<String>)> {
-    let json: Option<serde_json::Value> = serde_json::from_slice(response).ok();
+    let json: Option<serde_json::Value> = serde_json::from_slice(response).ok().or_else(|| {
+        airlock_adapters::mcp::session::answer_messages(response)
+            .into_iter()
+            .find(|m| {
+                effect
+                    .placeholders
+                    .iter()
+                    .any(|p| m.pointer(&p.pointer).is_some())
+            })
+    });
     effect
         .placeholders
         .iter()

@@ -1,0 +1,260 @@
+//! A value that a JSON Schema accepts, for the `structuredContent` of a staged MCP tool
+//! call (MCP 2025-06-18, "Tools: Output Schema": "If an output schema is provided,
+//! servers MUST provide structured results that conform to this schema", and clients
+//! such as the official Python SDK refuse a result without them). The schema is the
+//! tool's `outputSchema` from the server's `tools/list` answer that passed earlier in the
+//! run ([`super::session::observe_tools_list`]).
+//!
+//! Covered (JSON Schema 2020-12 as FastMCP and pydantic write it): `$ref` into `$defs`
+//! or `definitions`, `const`, `enum`, `default`, `anyOf`/`oneOf` (the first branch that is
+//! not `null`), `allOf` (merged), `type` (a name or a list), `properties` with
+//! `required`, `minItems`, `minLength`/`maxLength`, `minimum`/`maximum`/`exclusiveMinimum`
+//! and the string formats `date-time`, `date`, `uri`, `email` and `uuid`. Not: `pattern`
+//! (no string is generated to match one) and conditionals (`if`/`then`).
+
+use airlock_ledger::ValueKind;
+use serde_json::{json, Map, Value};
+
+/// The text a generated string carries.
+pub const STAGED_STRING: &str = "staged by airlock";
+
+/// Deepest nesting followed (a recursive `$ref` ends there as `null`).
+const MAX_DEPTH: usize = 16;
+
+/// A value `schema` accepts (as far as the module says), with `$ref`s resolved against
+/// `schema`'s own `$defs` (a `$ref` that does not resolve gives `null`).
+pub fn sample(schema: &Value) -> Value {
+    sample_at(schema, schema, 0)
+}
+
+/// The fields of a tool's structured result that only the server can assign, as
+/// `(property, kind)`: the top-level properties that [`sample`] fills and that are named
+/// `id`, `number` or `…_id` (an integer: [`ValueKind::Number`]; a string:
+/// [`ValueKind::String`]), or `url`/`html_url`/`…_url` of format `uri` ([`ValueKind::Url`]).
+/// The adapter answers them as placeholders, so a later call that carries one depends on
+/// the staged call and gets the real value at release.
+pub fn id_fields(schema: &Value) -> Vec<(String, ValueKind)> {
+    let object = resolve(schema, schema);
+    let Some(properties) = object.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let sampled = sample(schema);
+    properties
+        .iter()
+        .filter(|(name, _)| sampled.get(name.as_str()).is_some())
+        .filter_map(|(name, property)| {
+            let property = resolve(schema, property);
+            let kind = property.get("type").and_then(Value::as_str)?;
+            let id_like = name == "id" || name == "number" || name.ends_with("_id");
+            let url_like = name == "url" || name.ends_with("_url");
+            let value_kind = match kind {
+                "integer" if id_like => ValueKind::Number,
+                "string" if url_like && property["format"] == "uri" => ValueKind::Url,
+                "string" if id_like && name != "number" => ValueKind::String,
+                _ => return None,
+            };
+            Some((name.clone(), value_kind))
+        })
+        .collect()
+}
+
+fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
+    let Some(reference) = schema.get("$ref").and_then(Value::as_str) else {
+        return schema;
+    };
+    reference
+        .strip_prefix('#')
+        .and_then(|pointer| root.pointer(pointer))
+        .unwrap_or(&Value::Null)
+}
+
+fn sample_at(root: &Value, schema: &Value, depth: usize) -> Value {
+    if depth > MAX_DEPTH {
+        return Value::Null;
+    }
+    let schema = resolve(root, schema);
+    if let Some(value) = schema.get("const") {
+        return value.clone();
+    }
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    if let Some(value) = schema.get("default") {
+        return value.clone();
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+            let branch = branches
+                .iter()
+                .find(|b| resolve(root, b).get("type") != Some(&json!("null")))
+                .or(branches.first());
+            return branch.map_or(Value::Null, |b| sample_at(root, b, depth + 1));
+        }
+    }
+    if let Some(parts) = schema.get("allOf").and_then(Value::as_array) {
+        let mut merged = Map::new();
+        for part in parts {
+            if let Value::Object(object) = sample_at(root, part, depth + 1) {
+                merged.extend(object);
+            }
+        }
+        return Value::Object(merged);
+    }
+    let kind = match schema.get("type") {
+        Some(Value::String(kind)) => kind.as_str(),
+        Some(Value::Array(kinds)) => kinds
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|k| *k != "null")
+            .unwrap_or("null"),
+        _ if schema.get("properties").is_some() => "object",
+        _ => "null",
+    };
+    match kind {
+        "object" => object(root, schema, depth),
+        "array" => {
+            let count = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+            let items = schema.get("items").unwrap_or(&Value::Null);
+            Value::Array(
+                (0..count.min(8))
+                    .map(|_| sample_at(root, items, depth + 1))
+                    .collect(),
+            )
+        }
+        "string" => Value::String(string(schema)),
+        "integer" => json!(integer(schema)),
+        "number" => number(schema),
+        "boolean" => Value::Bool(false),
+        _ => Value::Null,
+    }
+}
+
+/// Every property the schema requires (all of them when it names none as required, so
+/// a client reading the answer finds each field).
+fn object(root: &Value, schema: &Value, depth: usize) -> Value {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let required: Option<Vec<&str>> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect());
+    let mut out = Map::new();
+    for (name, property) in properties.into_iter().flatten() {
+        if required
+            .as_ref()
+            .is_some_and(|r| !r.contains(&name.as_str()))
+        {
+            continue;
+        }
+        out.insert(name.clone(), sample_at(root, property, depth + 1));
+    }
+    Value::Object(out)
+}
+
+fn string(schema: &Value) -> String {
+    let text = match schema.get("format").and_then(Value::as_str) {
+        Some("date-time") => "1970-01-01T00:00:00Z".to_owned(),
+        Some("date") => "1970-01-01".to_owned(),
+        Some("uri") | Some("uri-reference") | Some("url") => {
+            "https://airlock.invalid/staged".to_owned()
+        }
+        Some("email") => "staged@airlock.invalid".to_owned(),
+        Some("uuid") => "00000000-0000-4000-8000-000000000000".to_owned(),
+        _ => STAGED_STRING.to_owned(),
+    };
+    let min = schema.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let max = schema
+        .get("maxLength")
+        .and_then(Value::as_u64)
+        .map_or(usize::MAX, |m| m as usize);
+    let mut text = text;
+    while text.chars().count() < min {
+        text.push('.');
+    }
+    text.chars().take(max).collect()
+}
+
+fn integer(schema: &Value) -> i64 {
+    let bound = |key: &str| schema.get(key).and_then(Value::as_f64);
+    match (
+        bound("minimum"),
+        bound("exclusiveMinimum"),
+        bound("maximum"),
+    ) {
+        (Some(min), _, _) => min.ceil() as i64,
+        (None, Some(min), _) => min.floor() as i64 + 1,
+        (None, None, Some(max)) if max < 0.0 => max.floor() as i64,
+        _ => 0,
+    }
+}
+
+fn number(schema: &Value) -> Value {
+    let bound = |key: &str| schema.get(key).and_then(Value::as_f64);
+    let value = match (
+        bound("minimum"),
+        bound("exclusiveMinimum"),
+        bound("maximum"),
+    ) {
+        (Some(min), _, _) => min,
+        (None, Some(min), _) => min + 1.0,
+        (None, None, Some(max)) if max < 0.0 => max,
+        _ => 0.0,
+    };
+    json!(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pydantic_schema_gets_every_required_field_of_its_type() {
+        // As FastMCP writes a tool returning a model with a nested model, an optional
+        // field, a list, an enum and bounded numbers.
+        let schema = json!({
+            "type": "object",
+            "$defs": {
+                "Label": {"type": "object", "properties": {"name": {"type": "string", "minLength": 20}}, "required": ["name"]},
+                "State": {"enum": ["open", "closed"], "type": "string"}
+            },
+            "properties": {
+                "number": {"type": "integer", "minimum": 1},
+                "url": {"type": "string", "format": "uri"},
+                "label": {"$ref": "#/$defs/Label"},
+                "state": {"$ref": "#/$defs/State"},
+                "assignee": {"anyOf": [{"type": "null"}, {"type": "string"}]},
+                "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                "score": {"type": "number", "exclusiveMinimum": 0.5},
+                "draft": {"type": "boolean"},
+                "unused": {"type": "string"}
+            },
+            "required": ["number", "url", "label", "state", "assignee", "tags", "score", "draft"]
+        });
+        let value = sample(&schema);
+        assert_eq!(value["number"], 1);
+        assert_eq!(value["url"], "https://airlock.invalid/staged");
+        assert_eq!(value["label"]["name"].as_str().map(str::len), Some(20));
+        assert_eq!(value["state"], "open");
+        assert_eq!(value["assignee"], STAGED_STRING);
+        assert_eq!(value["tags"], json!([STAGED_STRING]));
+        assert_eq!(value["score"], 1.5);
+        assert_eq!(value["draft"], false);
+        assert!(value.get("unused").is_none(), "{value}");
+    }
+
+    #[test]
+    fn a_wrapped_result_a_recursive_ref_and_no_required_list_are_answered() {
+        // FastMCP wraps a tool returning `str` as {"result": str}.
+        let wrapped = json!({"type": "object", "properties": {"result": {"type": "string"}}, "required": ["result"], "x-fastmcp-wrap-result": true});
+        assert_eq!(sample(&wrapped), json!({"result": STAGED_STRING}));
+        let recursive = json!({"$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}, "required": ["next"]}}, "$ref": "#/$defs/Node"});
+        let value = sample(&recursive);
+        assert!(value["next"]["next"].is_object());
+        let open = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": ["string", "null"]}}});
+        assert_eq!(sample(&open), json!({"a": 0, "b": STAGED_STRING}));
+        assert_eq!(sample(&json!({"$ref": "#/$defs/Missing"})), Value::Null);
+    }
+}

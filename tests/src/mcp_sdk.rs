@@ -1,0 +1,139 @@
+//! The official MCP Python SDK (`mcp` 1.x from PyPI) as a real server and a real client:
+//! `tests/mcp/server.py` (FastMCP over streamable HTTP and TLS on 127.0.0.1) and
+//! `tests/mcp/client.py`. `.ci/run` installs the SDK in a venv and names its interpreter
+//! in `AIRLOCK_TEST_MCP_PYTHON`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{in_ci, OriginCa};
+
+/// The Python that has the SDK: `AIRLOCK_TEST_MCP_PYTHON`, else `python3` when it can
+/// import `mcp.server.fastmcp`. `None` (the test prints that it skipped) when neither
+/// has it, except under CI, where it panics: `.ci/run` installs the SDK.
+pub fn python(test: &str) -> Option<PathBuf> {
+    let candidate = std::env::var_os("AIRLOCK_TEST_MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let has_sdk = Command::new(&candidate)
+        .args([
+            "-c",
+            "import mcp.server.fastmcp, mcp.client.streamable_http",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if has_sdk {
+        return Some(candidate);
+    }
+    assert!(
+        !in_ci(),
+        "{test}: {} cannot import the MCP SDK; .ci/run installs it (AIRLOCK_TEST_MCP_PYTHON)",
+        candidate.display()
+    );
+    eprintln!(
+        "SKIPPED {test}: no MCP Python SDK (pip install 'mcp>=1.30,<2', then set AIRLOCK_TEST_MCP_PYTHON)"
+    );
+    None
+}
+
+/// The directory of the SDK scripts (`tests/mcp`).
+pub fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp")
+}
+
+/// The SDK's server, its TLS files and its call log, in `dir`; killed on drop.
+pub struct SdkServer {
+    python: PathBuf,
+    dir: PathBuf,
+    /// The port it listens on (127.0.0.1), the same after [`SdkServer::restart`].
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl SdkServer {
+    /// Starts `server.py` with a leaf of `ca` on a free loopback port and waits (at most
+    /// 30 s) until it accepts connections.
+    pub fn start(python: &Path, ca: &OriginCa, dir: &Path) -> Self {
+        let (cert, key) = ca.leaf_pem().expect("leaf certificate");
+        std::fs::write(dir.join("mcp-leaf.pem"), cert).expect("write leaf");
+        std::fs::write(dir.join("mcp-leaf.key"), key).expect("write key");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut server = Self {
+            python: python.to_owned(),
+            dir: dir.to_owned(),
+            port,
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("mcp-server.log"))
+            .expect("server log");
+        let child = Command::new(&self.python)
+            .arg(scripts().join("server.py"))
+            .arg(self.port.to_string())
+            .arg(self.dir.join("mcp-leaf.pem"))
+            .arg(self.dir.join("mcp-leaf.key"))
+            .arg(self.calls_path())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start the MCP server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the MCP server did not listen in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills the server and starts it again on the same port: every MCP session it held
+    /// is gone.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn calls_path(&self) -> PathBuf {
+        self.dir.join("mcp-calls.jsonl")
+    }
+
+    /// The tool calls the server carried out, in order: `{tool, arguments, session,
+    /// client}` each.
+    pub fn calls(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.calls_path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for SdkServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
