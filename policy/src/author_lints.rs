@@ -32,6 +32,7 @@ impl Policy {
     /// such a flow never decides anything. `rule` is `flow "ID"`, `index` 0.
     pub(crate) fn flow_warnings(&self) -> Vec<Lint> {
         let mut out = self.flow_pass_warnings();
+        out.extend(self.flow_model_warnings());
         if self.default == Action::Stage {
             return out;
         }
@@ -122,6 +123,49 @@ impl Policy {
         out
     }
 
+    /// Warnings (`check --strict` fails): a `[[flow]]` whose `to` covers a model API host
+    /// ([`MODEL_APIS`]) that a rule of the policy names, without naming it in `except`.
+    /// Once the agent has read guarded data its prompts to its model carry it, by design;
+    /// the flow would judge them like any other exit.
+    fn flow_model_warnings(&self) -> Vec<Lint> {
+        let mut out = Vec::new();
+        for flow in &self.flows {
+            let to: Vec<HostPattern> = match flow.to() {
+                FlowTo::Hosts(globs) => globs
+                    .iter()
+                    .filter_map(|g| HostPattern::parse(g).ok())
+                    .collect(),
+                FlowTo::External | FlowTo::Any => Vec::new(),
+            };
+            for model in MODEL_APIS {
+                let Ok(model_host) = HostPattern::parse(model) else {
+                    continue;
+                };
+                let covered = match flow.to() {
+                    FlowTo::Hosts(_) => to.iter().any(|t| hosts_overlap(t, &model_host)),
+                    FlowTo::External | FlowTo::Any => true,
+                };
+                if !covered || flow.excepts(model) {
+                    continue;
+                }
+                let Some(rule) = self.rules.iter().find(|r| {
+                    r.action != Action::Deny && r.host.iter().any(|h| hosts_overlap(h, &model_host))
+                }) else {
+                    continue;
+                };
+                out.push(Lint {
+                    rule: format!("flow \"{}\"", flow.id()),
+                    index: 0,
+                    message: format!(
+                        "its `to` covers {model} (rule \"{}\"), a model API: once the agent has read guarded data, its requests to its own model carry it and this flow judges them too; if the agent's model lives there, add except = [\"{model}\"] to the flow (docs/policy.md#flow-rules)",
+                        rule.id
+                    ),
+                });
+            }
+        }
+        out
+    }
+
     /// Warnings (`check --strict` fails): a rule that injects a credential but also
     /// matches plain `http` (the secret would cross the network unencrypted), and a
     /// credential whose bind has a wildcard under a suffix where anyone can publish a host.
@@ -166,6 +210,23 @@ impl Policy {
 /// Whether some host matches both patterns (judged on a sample host of each).
 /// Whether a pass rule lets anything but reads through: no `method`, `"write"`, or a list
 /// naming a method other than GET, HEAD and OPTIONS.
+/// The hosts of the model APIs agents talk to most (each provider's API reference names
+/// its base URL), for [`Policy::flow_model_warnings`].
+pub(crate) const MODEL_APIS: &[&str] = &[
+    "api.anthropic.com",
+    "api.openai.com",
+    "generativelanguage.googleapis.com",
+    "aiplatform.googleapis.com",
+    "api.mistral.ai",
+    "api.groq.com",
+    "api.deepseek.com",
+    "api.together.xyz",
+    "api.fireworks.ai",
+    "api.cohere.com",
+    "api.x.ai",
+    "openrouter.ai",
+];
+
 fn passes_writes(rule: &crate::Rule) -> bool {
     match &rule.method {
         None | Some(MethodMatcher::Write) => true,

@@ -13,9 +13,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::FieldProblem;
 use crate::matcher::{Host, HostPattern};
-use crate::{valid_id, Action, Rule};
+use crate::Rule;
 
 /// The built-in label of a credential edge: a credential-looking value, or the value of a
 /// secret-bearing response header (`set-cookie`, `authorization`…), that arrived in a read.
@@ -46,6 +45,9 @@ pub(crate) struct WireFlow {
     /// `"external"` (default: any host other than the source's own origin), `"any"`, or
     /// a list of host globs the effect's host must match.
     pub(crate) to: Option<WireFlowTo>,
+    /// Host globs the flow never judges, whatever `to` says: the agent's own model API,
+    /// which carries what the agent read by design (docs/policy.md#flow-rules).
+    pub(crate) except: Option<Vec<String>>,
     /// Content and header edges must carry at least this many bytes (default 0: every
     /// recorded edge). Credential, placeholder and unanalysed edges always count.
     #[schemars(range(min = 0))]
@@ -115,6 +117,7 @@ pub struct Flow {
     hosts: Vec<(String, HostPattern)>,
     to: FlowTo,
     to_hosts: Vec<HostPattern>,
+    except: Vec<(String, HostPattern)>,
     min_overlap_bytes: u64,
     action: FlowAction,
     reason: Option<String>,
@@ -141,6 +144,17 @@ impl Flow {
     pub fn to(&self) -> &FlowTo {
         &self.to
     }
+    /// The host globs of `except`, as written: destinations the flow never judges.
+    pub fn except(&self) -> impl Iterator<Item = &str> {
+        self.except.iter().map(|(raw, _)| raw.as_str())
+    }
+    /// Whether `host` (a URL's host) is one of the flow's `except` destinations.
+    pub fn excepts(&self, host: &str) -> bool {
+        Host::parse(host).is_some_and(|h| self.excepts_host(&h))
+    }
+    fn excepts_host(&self, host: &Host) -> bool {
+        self.except.iter().any(|(_, p)| p.matches(host))
+    }
     /// The least overlap, in bytes of the effect's normalised body, of a content or
     /// header edge that counts.
     pub fn min_overlap_bytes(&self) -> u64 {
@@ -159,11 +173,15 @@ impl Flow {
             } else {
                 format!("data labelled {}", self.from.join(" or "))
             };
-            let to = match &self.to {
+            let mut to = match &self.to {
                 FlowTo::External => "a host other than its origin".to_owned(),
                 FlowTo::Any => "any host".to_owned(),
                 FlowTo::Hosts(hosts) => hosts.join(", "),
             };
+            if !self.except.is_empty() {
+                let except: Vec<&str> = self.except().collect();
+                to.push_str(&format!(" (except {})", except.join(", ")));
+            }
             match self.action {
                 FlowAction::Block => format!("{what} never goes to {to}"),
                 FlowAction::Review => {
@@ -258,8 +276,9 @@ impl crate::Policy {
 
     /// The flows `edges` into an effect bound for `target` violate, one verdict per flow,
     /// blocks first. An edge matches a flow when each of its `from`, `rules` and `hosts`
-    /// keys that is given matches (any entry of a list), `to` matches the effect's host,
-    /// and a content or header edge carries at least `min_overlap_bytes`.
+    /// keys that is given matches (any entry of a list), `to` matches the effect's host
+    /// and `except` does not, and a content or header edge carries at least
+    /// `min_overlap_bytes`.
     pub fn evaluate_flows(
         &self,
         target: &FlowTarget<'_>,
@@ -283,6 +302,9 @@ impl crate::Policy {
         target_host: Option<&Host>,
         edges: &[FlowEdge<'_>],
     ) -> Option<FlowVerdict> {
+        if target_host.is_some_and(|h| flow.excepts_host(h)) {
+            return None;
+        }
         let to_matches = |source: Option<(&str, u16)>| match &flow.to {
             FlowTo::Any => true,
             FlowTo::External => match source {
@@ -388,192 +410,8 @@ impl crate::Policy {
     }
 }
 
-/// Checks a rule's `labels`: only pass rules label reads, each label is an id and not a
-/// built-in.
-pub(crate) fn compile_labels(
-    raw: Option<Vec<String>>,
-    action: Action,
-) -> Result<Vec<String>, FieldProblem> {
-    let Some(raw) = raw else {
-        return Ok(Vec::new());
-    };
-    if action != Action::Pass {
-        return Err(FieldProblem::new(
-            "labels",
-            "only a pass rule labels the reads it passes; flows name these labels in `from`",
-        ));
-    }
-    let mut out: Vec<String> = Vec::new();
-    for label in raw {
-        if label == CREDENTIAL || label == UNANALYSED || label.starts_with(PLACEHOLDER_OF) {
-            return Err(FieldProblem::new(
-                "labels",
-                format!("\"{label}\" is a built-in label that lineage sets itself"),
-            ));
-        }
-        if !valid_id(&label) {
-            return Err(FieldProblem::new(
-                "labels",
-                format!(
-                    "\"{label}\" is not a valid label: use lower-case letters, digits, '.', '_' and '-', starting with a letter or digit"
-                ),
-            ));
-        }
-        if !out.contains(&label) {
-            out.push(label);
-        }
-    }
-    Ok(out)
-}
-
-/// Compiles one `[[flow]]` against the compiled rules (labels, ids and hosts it names must
-/// exist) and the flows before it (ids are unique).
-pub(crate) fn compile_flow(
-    wire: WireFlow,
-    rules: &[Rule],
-    earlier: &[Flow],
-) -> Result<Flow, FieldProblem> {
-    let id = wire.id.ok_or_else(|| FieldProblem::new("id", "required"))?;
-    if !valid_id(&id) {
-        return Err(FieldProblem::new(
-            "id",
-            format!("\"{id}\" is not a valid id: use lower-case letters, digits, '.', '_' and '-', starting with a letter or digit"),
-        ));
-    }
-    if let Some(first) = earlier.iter().position(|f| f.id == id) {
-        return Err(FieldProblem::new(
-            "id",
-            format!("duplicate id; first used by flow #{}", first + 1),
-        ));
-    }
-    let action = match wire.action {
-        None => {
-            return Err(FieldProblem::new(
-                "action",
-                "required: \"block\" or \"review\"",
-            ))
-        }
-        Some(WireFlowAction::Block) => FlowAction::Block,
-        Some(WireFlowAction::Review) => FlowAction::Review,
-    };
-    let declared: BTreeSet<&str> = rules
-        .iter()
-        .flat_map(|r| r.labels().iter().map(String::as_str))
-        .collect();
-    let from = wire.from.unwrap_or_default();
-    for label in &from {
-        if label == CREDENTIAL || label == UNANALYSED {
-            continue;
-        }
-        if let Some(rule) = label.strip_prefix(PLACEHOLDER_OF) {
-            match rules.iter().find(|r| r.id() == rule) {
-                Some(r) if r.action() == Action::Stage => continue,
-                Some(_) => {
-                    return Err(FieldProblem::new(
-                        "from",
-                        format!("\"{label}\": rule \"{rule}\" is not a stage rule, so it hands out no placeholders"),
-                    ))
-                }
-                None => {
-                    return Err(FieldProblem::new(
-                        "from",
-                        format!("\"{label}\": no rule has id \"{rule}\""),
-                    ))
-                }
-            }
-        }
-        if !declared.contains(label.as_str()) {
-            let known: Vec<&str> = [CREDENTIAL, UNANALYSED]
-                .into_iter()
-                .chain(declared.iter().copied())
-                .collect();
-            return Err(FieldProblem::new(
-                "from",
-                format!(
-                    "unknown label \"{label}\": no pass rule has it in `labels`; known labels: {}, or placeholder-of:RULE",
-                    known.join(", ")
-                ),
-            ));
-        }
-    }
-    let rule_ids = wire.rules.unwrap_or_default();
-    for rule in &rule_ids {
-        if !rules.iter().any(|r| r.id() == rule) {
-            return Err(FieldProblem::new(
-                "rules",
-                format!("no rule has id \"{rule}\""),
-            ));
-        }
-    }
-    let mut hosts = Vec::new();
-    for raw in wire.hosts.unwrap_or_default() {
-        let pattern = HostPattern::parse(&raw).map_err(|p| FieldProblem::new("hosts", p))?;
-        hosts.push((raw, pattern));
-    }
-    if from.is_empty() && rule_ids.is_empty() && hosts.is_empty() {
-        return Err(FieldProblem::new(
-            "from",
-            "a flow must name what it guards: `from` labels, `rules` or `hosts`",
-        ));
-    }
-    if from.iter().any(|l| l == UNANALYSED)
-        && (from.len() > 1 || !rule_ids.is_empty() || !hosts.is_empty())
-    {
-        return Err(FieldProblem::new(
-            "from",
-            "\"unanalysed\" describes an effect, not a read: give it a flow of its own, without other labels, `rules` or `hosts`",
-        ));
-    }
-    let (to, to_hosts) = match wire.to {
-        None => (FlowTo::External, Vec::new()),
-        Some(WireFlowTo::Keyword(word)) => match word.as_str() {
-            "external" => (FlowTo::External, Vec::new()),
-            "any" => (FlowTo::Any, Vec::new()),
-            other => {
-                return Err(FieldProblem::new(
-                    "to",
-                    format!(
-                        "\"{other}\" is neither \"external\" nor \"any\"; host globs go in a list: to = [\"{other}\"]"
-                    ),
-                ))
-            }
-        },
-        Some(WireFlowTo::Hosts(list)) => {
-            if list.is_empty() {
-                return Err(FieldProblem::new(
-                    "to",
-                    "empty list matches no host; use \"external\" or \"any\"",
-                ));
-            }
-            let mut patterns = Vec::new();
-            for raw in &list {
-                patterns.push(HostPattern::parse(raw).map_err(|p| FieldProblem::new("to", p))?);
-            }
-            (FlowTo::Hosts(list), patterns)
-        }
-    };
-    let min_overlap_bytes = match wire.min_overlap_bytes {
-        None => 0,
-        Some(n) if n >= 0 => n as u64,
-        Some(n) => {
-            return Err(FieldProblem::new(
-                "min_overlap_bytes",
-                format!("{n} is negative; give a number of bytes, 0 or more"),
-            ))
-        }
-    };
-    Ok(Flow {
-        id,
-        from,
-        rules: rule_ids,
-        hosts,
-        to,
-        to_hosts,
-        min_overlap_bytes,
-        action,
-        reason: wire.reason,
-    })
-}
+mod compile;
+pub(crate) use compile::{compile_flow, compile_labels};
 
 #[cfg(test)]
 mod tests;

@@ -111,6 +111,17 @@ fn flow_changes(old: &Flow, new: &Flow) -> Vec<(ChangeKind, String)> {
         }
         _ => {}
     }
+    // An `except` entry is a destination the flow stops judging: gaining one widens.
+    let (before, after): (BTreeSet<&str>, BTreeSet<&str>) =
+        (old.except().collect(), new.except().collect());
+    let gained: Vec<&str> = after.difference(&before).copied().collect();
+    let lost: Vec<&str> = before.difference(&after).copied().collect();
+    if !gained.is_empty() {
+        out.push((ChangeKind::Widens, format!("`except` gained {gained:?}")));
+    }
+    if !lost.is_empty() {
+        out.push((ChangeKind::Narrows, format!("`except` lost {lost:?}")));
+    }
     let (before, after) = (old.min_overlap_bytes(), new.min_overlap_bytes());
     if after != before {
         let kind = if after > before {

@@ -502,6 +502,23 @@ fn narrowing_to_widens_and_reaching_further_narrows() {
 }
 
 #[test]
+fn gaining_an_except_host_widens_and_losing_it_narrows() {
+    let with = "min_overlap_bytes = 32\nexcept = [\"api.anthropic.com\"]";
+    let (kind, _, what) = one("min_overlap_bytes = 32", with);
+    assert_eq!(
+        (kind, what.as_str()),
+        (
+            ChangeKind::Widens,
+            "`except` gained [\"api.anthropic.com\"]"
+        )
+    );
+    let excepted = FLOWS.replacen("min_overlap_bytes = 32", with, 1);
+    let diff = policy(&excepted).diff(&policy(FLOWS));
+    assert_eq!(diff.flows.len(), 1, "{:?}", diff.flows);
+    assert_eq!(diff.flows[0].kind, ChangeKind::Narrows);
+}
+
+#[test]
 fn raising_min_overlap_bytes_widens_and_lowering_it_narrows() {
     let (kind, _, what) = one("min_overlap_bytes = 32", "min_overlap_bytes = 64");
     assert_eq!(

@@ -241,3 +241,70 @@ fn labels_belong_on_pass_rules_and_are_not_built_ins() {
         .to_string()
         .contains("built-in label"));
 }
+
+#[test]
+fn an_except_host_is_never_judged_and_the_model_api_without_one_is_warned_about() {
+    let flows = |except: &str| {
+        format!(
+            r#"[[rule]]
+id = "model"
+host = "api.anthropic.com"
+method = ["POST"]
+action = "pass"
+
+[[flow]]
+id = "no-secrets-out"
+from = ["secret"]
+to = "external"
+{except}
+action = "block"
+"#
+        )
+    };
+    let edges = [FlowEdge {
+        source: read("vault.internal.example", "vault-read", &[]),
+        class: EdgeClass::Content,
+        overlap_bytes: 40,
+    }];
+    let model = FlowTarget {
+        host: "api.anthropic.com",
+        port: 443,
+        unanalysed: None,
+    };
+    let plain = policy(&flows("")).expect("valid");
+    assert_eq!(plain.evaluate_flows(&model, &edges).len(), 1);
+    let warned: Vec<String> = plain.warnings().into_iter().map(|l| l.message).collect();
+    assert!(
+        warned
+            .iter()
+            .any(|m| m.contains("api.anthropic.com") && m.contains("except")),
+        "{warned:?}"
+    );
+    let excepted = policy(&flows(
+        r#"except = ["api.anthropic.com", "*.models.example"]"#,
+    ))
+    .expect("valid");
+    assert!(excepted.evaluate_flows(&model, &edges).is_empty());
+    let sub = FlowTarget {
+        host: "eu.models.example",
+        ..model.clone()
+    };
+    assert!(excepted.evaluate_flows(&sub, &edges).is_empty());
+    // Every other exit is still judged; the reason names the exception.
+    let verdicts = excepted.evaluate_flows(&TARGET, &edges);
+    assert_eq!(verdicts.len(), 1);
+    assert!(
+        verdicts[0].reason.contains("except api.anthropic.com"),
+        "{}",
+        verdicts[0].reason
+    );
+    assert!(excepted.flows()[0].excepts("api.anthropic.com"));
+    let warned: Vec<String> = excepted.warnings().into_iter().map(|l| l.message).collect();
+    assert!(
+        !warned.iter().any(|m| m.contains("a model API")),
+        "{warned:?}"
+    );
+    // A bad glob is a load error naming the field.
+    let bad = policy(&flows(r#"except = ["*"]"#)).expect_err("invalid");
+    assert!(bad.to_string().contains("except"), "{bad}");
+}

@@ -537,3 +537,70 @@ async fn effects_are_held_while_a_labelled_read_still_streams() {
     );
     assert!(hooks.received().is_empty(), "the blocked effect never left");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_except_host_may_carry_the_secret_while_every_other_exit_is_still_judged() {
+    // The agent's "model" is the hooks origin reached as localhost; the flow excepts it.
+    let fx = Fixture::new();
+    let vault = origin(&fx, |_: &Received| secret_reply()).await;
+    let hooks = origin(&fx, |_: &Received| Reply::json(200, &json!({"ok": true}))).await;
+    let port = hooks.addr().port();
+    let extra = format!(
+        "except = [\"localhost\"]\n\n[[rule]]\nid = \"model\"\nhost = \"localhost\"\nport = {port}\nmethod = [\"POST\"]\naction = \"stage\"\nreview = \"auto\"\n"
+    );
+    let text = policy(vault.addr().port(), port, "block", &extra);
+    let (airlock, run, env) = fx.start_run(&text, &[]).await;
+    let s = Setup {
+        fx,
+        airlock,
+        run,
+        env,
+        vault,
+        hooks,
+    };
+    let read = curl(&s.env, &[&s.vault_url()]).await;
+    assert_eq!(read.status, 200);
+    let prompt =
+        json!({"messages": [{"role": "user", "content": String::from_utf8_lossy(&read.body)}]})
+            .to_string();
+    let post = |url: String| {
+        let prompt = prompt.clone();
+        let env = s.env.clone();
+        async move {
+            let args = [
+                "-X",
+                "POST",
+                "-H",
+                "content-type: application/json",
+                "--data",
+                prompt.as_str(),
+                url.as_str(),
+            ];
+            curl(&env, &args).await
+        }
+    };
+    let to_model = post(format!("https://localhost:{port}/v1/messages")).await;
+    let elsewhere = post(s.hook_url("/hooks/backup")).await;
+    assert!(
+        to_model.status < 300 && elsewhere.status < 300,
+        "{} {}",
+        String::from_utf8_lossy(&to_model.body),
+        String::from_utf8_lossy(&elsewhere.body)
+    );
+    assert_eq!(
+        to_model.header("airlock-flow"),
+        None,
+        "the except host is not judged"
+    );
+    assert_eq!(
+        elsewhere.header("airlock-flow").as_deref(),
+        Some(r#"block; flow="no-secrets-out""#)
+    );
+    let report = s.commit_pending().await.expect("commit");
+    assert_eq!(report["state"], "committed", "{report:#}");
+    assert_eq!(
+        paths(&s.hooks),
+        ["/v1/messages"],
+        "only the model got the prompt"
+    );
+}
