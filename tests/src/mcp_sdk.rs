@@ -1,7 +1,9 @@
-//! The official MCP Python SDK (`mcp` 1.x from PyPI) as a real server and a real client:
-//! `tests/mcp/server.py` (FastMCP over streamable HTTP and TLS on 127.0.0.1) and
-//! `tests/mcp/client.py`. `.ci/run` installs the SDK in a venv and names its interpreter
-//! in `AIRLOCK_TEST_MCP_PYTHON`.
+//! The official MCP SDKs as real servers and clients: the Python SDK (`mcp` 1.x from
+//! PyPI) as `tests/mcp/server.py` (FastMCP over streamable HTTP and TLS on 127.0.0.1) and
+//! `tests/mcp/client.py`, and the TypeScript SDK (`@modelcontextprotocol/sdk` 1.x from
+//! npm) as `tests/mcp/client.mjs`. `.ci/run` installs the Python SDK in a venv and names
+//! its interpreter in `AIRLOCK_TEST_MCP_PYTHON`, and the TypeScript SDK in a directory it
+//! names in `AIRLOCK_TEST_MCP_NODE_DIR`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -37,6 +39,27 @@ pub fn python(test: &str) -> Option<PathBuf> {
     );
     eprintln!(
         "SKIPPED {test}: no MCP Python SDK (pip install 'mcp>=1.30,<2', then set AIRLOCK_TEST_MCP_PYTHON)"
+    );
+    None
+}
+
+/// The directory whose `node_modules` holds the TypeScript SDK:
+/// `AIRLOCK_TEST_MCP_NODE_DIR`. `None` (the test prints that it skipped) when it is unset
+/// or lacks the SDK, except under CI, where it panics: `.ci/run` installs the SDK.
+pub fn node_sdk(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("AIRLOCK_TEST_MCP_NODE_DIR").map(PathBuf::from);
+    if let Some(dir) = dir.filter(|d| {
+        d.join("node_modules/@modelcontextprotocol/sdk/package.json")
+            .is_file()
+    }) {
+        return Some(dir);
+    }
+    assert!(
+        !in_ci(),
+        "{test}: AIRLOCK_TEST_MCP_NODE_DIR names no directory with @modelcontextprotocol/sdk; .ci/run installs it"
+    );
+    eprintln!(
+        "SKIPPED {test}: no MCP TypeScript SDK (npm install @modelcontextprotocol/sdk@1 in DIR, then set AIRLOCK_TEST_MCP_NODE_DIR=DIR)"
     );
     None
 }
