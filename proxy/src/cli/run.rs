@@ -214,8 +214,11 @@ async fn orchestrate(args: &RunArgs, client: &AdminClient) -> anyhow::Result<()>
         &args.snapshot,
         !args.keep_outside.is_empty(),
     )?;
-    if chosen.network == airlock_fence::Network::Env {
-        // The command inherits this PATH, so this is the node it runs.
+    if chosen.network == airlock_fence::Network::Env
+        && super::node_version::runs_node(&args.command)
+    {
+        // The command inherits this PATH, so this is the node it runs; a command that
+        // never starts Node is not told about it.
         if let Some(warning) = super::node_version::old_node_warning() {
             eprintln!("airlock: WARNING: {warning}");
         }

@@ -324,24 +324,42 @@ async fn item6_airlock_env_and_run_warn_when_node_is_older_than_24() {
     let workspace = dir.join("ws");
     std::fs::create_dir_all(&workspace).expect("mkdir ws");
     let ws = workspace.display().to_string();
+    let node_run = [
+        "run",
+        "--network",
+        "env",
+        "--workspace",
+        &ws,
+        "--",
+        "sh",
+        "-c",
+        "node --version",
+    ];
+    let ran = airlock_cli(&airlock, &node_run, &old, dir);
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert!(
+        stderr.contains("v20.11.1") && stderr.contains("NODE_USE_ENV_PROXY"),
+        "airlock run --network env warns a command that runs node: {}",
+        text(&ran)
+    );
+    assert_eq!(
+        stderr.matches("NODE_USE_ENV_PROXY").count(),
+        1,
+        "once: {stderr}"
+    );
+    // A command that never starts Node is not told about it (issue 40 item 4).
     let ran = airlock_cli(
         &airlock,
         &["run", "--network", "env", "--workspace", &ws, "--", "true"],
         &old,
         dir,
     );
-    let stderr = String::from_utf8_lossy(&ran.stderr);
     assert!(
-        stderr.contains("v20.11.1") && stderr.contains("NODE_USE_ENV_PROXY"),
-        "airlock run --network env warns: {}",
+        !String::from_utf8_lossy(&ran.stderr).contains("NODE_USE_ENV_PROXY"),
+        "no node, no warning: {}",
         text(&ran)
     );
-    let ran = airlock_cli(
-        &airlock,
-        &["run", "--network", "env", "--workspace", &ws, "--", "true"],
-        &new,
-        dir,
-    );
+    let ran = airlock_cli(&airlock, &node_run, &new, dir);
     assert!(
         !String::from_utf8_lossy(&ran.stderr).contains("NODE_USE_ENV_PROXY"),
         "{}",

@@ -6,6 +6,38 @@ use serde_json::Value;
 use super::describe_exit;
 use crate::render::effects_table;
 
+/// Most lines of one list (files, notes, residue, paths outside) the summary prints; the
+/// rest is counted in a last line, and the run record (`--json`, `airlock runs show
+/// --json`) keeps them all.
+pub const SHOWN: usize = 20;
+
+/// Appends `lines` (each already indented), at most [`SHOWN`] of them, then how many
+/// more there are.
+fn push_capped(out: &mut String, lines: Vec<String>) {
+    for line in lines.iter().take(SHOWN) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    if lines.len() > SHOWN {
+        out.push_str(&format!(
+            "  … and {} more (--json lists them)\n",
+            lines.len() - SHOWN
+        ));
+    }
+}
+
+/// `  MARK PATH` for each path of each `(mark, paths)` list, in order.
+fn marked(lists: &[(&str, &Vec<Value>)]) -> Vec<String> {
+    lists
+        .iter()
+        .flat_map(|(mark, paths)| {
+            paths
+                .iter()
+                .map(move |p| format!("  {mark} {}", p.as_str().unwrap_or("")))
+        })
+        .collect()
+}
+
 /// The human summary of a decision report.
 pub fn summary(report: &Value) -> String {
     let mut out = String::new();
@@ -64,26 +96,22 @@ pub fn summary(report: &Value) -> String {
             ""
         }
     ));
-    for (mark, paths) in [("+", &added), ("~", &modified), ("-", &deleted)] {
-        for path in paths {
-            out.push_str(&format!("  {mark} {}\n", path.as_str().unwrap_or("")));
-        }
-    }
+    push_capped(
+        &mut out,
+        marked(&[("+", &added), ("~", &modified), ("-", &deleted)]),
+    );
     let notes = decision["notes"].as_array().cloned().unwrap_or_default();
     if !notes.is_empty() {
         out.push_str(&format!(
             "NOTE      {} path(s) the snapshot or the diff could not capture whole (special or unreadable files):\n",
             notes.len()
         ));
-        for note in &notes {
-            out.push_str(&format!("  ? {}\n", note.as_str().unwrap_or("")));
-        }
+        push_capped(&mut out, marked(&[("?", &notes)]));
     }
     if report["rollback_unverified"] == true {
         out.push_str("WARNING   the rollback could NOT be verified: the workspace still differs from the snapshot\n");
-        for residue in decision["residue"].as_array().into_iter().flatten() {
-            out.push_str(&format!("  ! {}\n", residue.as_str().unwrap_or("")));
-        }
+        let residue = decision["residue"].as_array().cloned().unwrap_or_default();
+        push_capped(&mut out, marked(&[("!", &residue)]));
     }
     let kept_residue = decision["residue"].as_array().cloned().unwrap_or_default();
     if decision["kind"] == "keep" && !kept_residue.is_empty() {
@@ -91,9 +119,7 @@ pub fn summary(report: &Value) -> String {
             "RESIDUE   {} line(s): what the keep did not apply to the workspace (with --scope root, what the steps wrote outside it was dropped)\n",
             kept_residue.len()
         ));
-        for residue in &kept_residue {
-            out.push_str(&format!("  ! {}\n", residue.as_str().unwrap_or("")));
-        }
+        push_capped(&mut out, marked(&[("!", &kept_residue)]));
     }
     if let Some(outside) = report.get("outside").filter(|o| o.is_object()) {
         let list = |key: &str| outside[key].as_array().cloned().unwrap_or_default();
@@ -107,11 +133,10 @@ pub fn summary(report: &Value) -> String {
                 ""
             }
         ));
-        for (mark, paths) in [("+", &added), ("~", &modified), ("-", &deleted)] {
-            for path in paths {
-                out.push_str(&format!("  {mark} {}\n", path.as_str().unwrap_or("")));
-            }
-        }
+        push_capped(
+            &mut out,
+            marked(&[("+", &added), ("~", &modified), ("-", &deleted)]),
+        );
     }
     if let Some(written) = report.get("written_outside").filter(|w| w.is_object()) {
         for why in written["not_captured"].as_array().into_iter().flatten() {
@@ -141,20 +166,14 @@ pub fn summary(report: &Value) -> String {
                 format!("{} kept (--keep-outside), the rest discarded", kept.len())
             }
         ));
-        const SHOWN: usize = 20;
-        for path in paths.iter().take(SHOWN) {
-            let mark = if path["kind"] == "deleted" { "-" } else { "+" };
-            out.push_str(&format!(
-                "  {mark} {}\n",
-                path["path"].as_str().unwrap_or("")
-            ));
-        }
-        if paths.len() > SHOWN {
-            out.push_str(&format!(
-                "  … {} more (--json lists them)\n",
-                paths.len() - SHOWN
-            ));
-        }
+        let lines = paths
+            .iter()
+            .map(|path| {
+                let mark = if path["kind"] == "deleted" { "-" } else { "+" };
+                format!("  {mark} {}", path["path"].as_str().unwrap_or(""))
+            })
+            .collect();
+        push_capped(&mut out, lines);
         for error in written["keep_errors"].as_array().into_iter().flatten() {
             out.push_str(&format!(
                 "  ! --keep-outside {}\n",
@@ -308,4 +327,33 @@ fn containment_line(report: &Value) -> Option<String> {
         line.push_str(&format!("WARNING   {note}\n"));
     }
     Some(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_list_of_files_is_cut_at_twenty_with_a_count_of_the_rest() {
+        let added: Vec<String> = (0..234).map(|i| format!("profile/cache/{i}")).collect();
+        let report = serde_json::json!({
+            "run": "run_x", "state": "committed",
+            "decision": {"outcome": "kept", "kind": "keep", "changes": {"added": added, "modified": ["a"], "deleted": []}},
+        });
+        let text = summary(&report);
+        assert!(
+            text.contains("files     234 added, 1 modified, 0 deleted"),
+            "{text}"
+        );
+        let listed = text
+            .lines()
+            .filter(|l| l.starts_with("  + ") || l.starts_with("  ~ "))
+            .count();
+        assert_eq!(listed, SHOWN, "{text}");
+        assert!(
+            text.contains("  … and 215 more (--json lists them)"),
+            "{text}"
+        );
+        assert!(!text.contains("profile/cache/20\n"), "{text}");
+    }
 }
