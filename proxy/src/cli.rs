@@ -207,6 +207,9 @@ fn hint(error: &anyhow::Error, starts: &str) -> Option<String> {
         }
         if let Some(client) = cause.downcast_ref::<ClientError>() {
             return Some(match client {
+                ClientError::Connect { .. } if starts == "airlock run" => {
+                    "start `airlock serve`, or point --admin/AIRLOCK_ADMIN at its admin listener; or give `airlock run --policy FILE …` to start an embedded server for this run only".into()
+                }
                 ClientError::Connect { .. } => {
                     "start `airlock serve`, or point --admin/AIRLOCK_ADMIN at its admin listener"
                         .into()
@@ -235,15 +238,14 @@ fn hint(error: &anyhow::Error, starts: &str) -> Option<String> {
                 _ => return None,
             });
         }
-        if cause
-            .downcast_ref::<airlock_policy::PolicyError>()
-            .is_some()
-            || matches!(
-                cause.downcast_ref::<crate::StartError>(),
-                Some(crate::StartError::Policy(_))
-            )
-        {
-            return Some("fix the policy file; `docs/policy.md` lists every key".into());
+        let policy_error = cause.downcast_ref::<airlock_policy::PolicyError>().or(
+            match cause.downcast_ref::<crate::StartError>() {
+                Some(crate::StartError::Policy(error)) => Some(error),
+                _ => None,
+            },
+        );
+        if let Some(error) = policy_error {
+            return Some(policy_hint(error));
         }
         if let Some(crate::StartError::Store {
             source: airlock_ledger::PgOpenError::Tls { parameter, .. },
@@ -324,5 +326,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ca {
             command: CaCommand::Export { admin },
         } => admin_client::ca_export(&admin).await,
+    }
+}
+
+/// The hint for a policy that did not load: a file that cannot be read is a path to
+/// check (or a policy to write), anything else is the file's content to fix.
+fn policy_hint(error: &airlock_policy::PolicyError) -> String {
+    match error {
+        airlock_policy::PolicyError::Read { origin, source } => {
+            let cwd = std::env::current_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|_| "the current directory".to_owned());
+            let what = if source.kind() == std::io::ErrorKind::NotFound {
+                format!("there is no file {origin} (a relative path is read from {cwd})")
+            } else {
+                format!("{origin} cannot be read ({source})")
+            };
+            format!(
+                "{what}: give --policy the path of a policy file (TOML, docs/policy.md); examples/policies/ in the repository has policies to start from"
+            )
+        }
+        _ => "fix the policy file; `docs/policy.md` lists every key".into(),
     }
 }

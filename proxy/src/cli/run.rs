@@ -174,7 +174,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                  --workspace-step-timeout`"
             ));
         }
-        None => (connect(&args.admin)?, None),
+        None => (
+            connect(&args.admin).map_err(|error| {
+                anyhow!(
+                    "{error}; or start an embedded server for this run only: \
+                     airlock run --policy FILE … -- CMD"
+                )
+            })?,
+            None,
+        ),
     };
     let result = orchestrate(&args, &client).await;
     if let Some(server) = server {

@@ -21,6 +21,7 @@ mod leases;
 mod limits;
 mod lineage;
 mod matchers;
+mod messages;
 mod method_override;
 mod newuser;
 mod observe;

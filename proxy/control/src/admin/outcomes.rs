@@ -30,9 +30,41 @@ async fn retry_effect(
     Path(id): Path<String>,
 ) -> ApiResult<Json<crate::outcomes::RetryReport>> {
     let effect = parse_effect(&id)?;
-    let report =
-        crate::outcomes::retry_effect(&shared, &effect, &Actor::Person(reviewer.name)).await?;
+    let report = crate::outcomes::retry_effect(&shared, &effect, &Actor::Person(reviewer.name))
+        .await
+        .map_err(retry_refusal)?;
     Ok(Json(report))
+}
+
+/// A retry the effect's state refuses, said in terms of what retry is for (a release
+/// that failed before it reached the origin, or an unknown one an idempotency key
+/// covers) instead of the state machine's "cannot become approved". Other errors map as
+/// everywhere.
+fn retry_refusal(error: crate::release::CommitError) -> ApiError {
+    use airlock_ledger::{EffectState, LedgerError, Refused};
+    let crate::release::CommitError::Ledger(LedgerError::Refused(Refused::EffectTransition {
+        effect,
+        from,
+        ..
+    })) = &error
+    else {
+        return error.into();
+    };
+    let why = match from {
+        EffectState::Released => "it was released: its origin has it, so there is nothing to retry",
+        EffectState::Releasing => "it is being released right now; wait for the commit to finish",
+        EffectState::Approved => "it is approved and not sent yet (or a retry already put it back): commit the run to release it",
+        EffectState::Staged => "it has not been sent yet: approve it, then commit the run",
+        _ => "it is never sent; stage the request anew if it is still wanted",
+    };
+    ApiError {
+        hint: Some("retry re-sends a failed effect that provably never reached its origin, or an unknown one whose rule says retry_unknown = \"idempotent\"; GET /v1/effects/{id} shows its state and `next`"),
+        ..ApiError::new(
+            StatusCode::CONFLICT,
+            "invalid_effect_transition",
+            format!("effect {effect} is {from} and cannot be retried: {why}"),
+        )
+    }
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "runs", params(("id" = String, Path, description = "The run id (`run_…`)")), responses((status = 200, description = "The commit report after every retriable effect was released again", body = crate::outcomes::RetryReport)))]
