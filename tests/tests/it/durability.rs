@@ -9,6 +9,7 @@ use std::time::Duration;
 use airlock_tests::{curl, in_ci, loopback_policy, poll_until, strace, text_origin, Fixture};
 
 mod heal;
+mod repair;
 
 /// The `/healthz` status code and body, asked without any proxy.
 async fn healthz(admin_url: &str) -> (u16, String) {

@@ -94,9 +94,9 @@ impl Full {
     }
 }
 
-/// Reproduces issue #38 item 1; fails until the fix lands (the ledger stays degraded and
-/// the large staging itself hangs ~30 s inside sled), hence ignored for now.
-#[ignore = "issue #38 item 1: reproduces the wedge; unignore with the fix"]
+/// Issue #38 item 1, the disk filled by another file: the large staging is refused
+/// (507, room for its blob is checked before sled writes it) and answers at once, and
+/// staging answers 202 again within [`HEAL_WITHIN`] of the space returning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disk_filled_by_another_file_heals_after_a_large_staging_fails() {
     let Some(full) = Full::start("24m").await else {
