@@ -171,6 +171,7 @@ fn a_failed_blob_write_that_wedges_sled_is_answered_and_healed_without_a_restart
     std::fs::create_dir(&blobs).expect("blobs/ again");
     let returned = Instant::now();
     wait_writable(&ledger);
+    eprintln!("heal_ms {}", returned.elapsed().as_millis());
     assert!(
         returned.elapsed() < Duration::from_secs(10),
         "healed after {:?}",
