@@ -51,7 +51,7 @@ pub use model::{
 pub use model::{RunFlag, MAX_RUN_FLAGS};
 pub use outcome::{Delivery, Idempotency, IdempotencySpec, Settlement};
 pub use postgres::{PgOpenError, PgStore};
-pub use sled_store::{HealingLedger, Ledger, DEFAULT_MIN_FREE_BYTES};
+pub use sled_store::{HealingLedger, Ledger, SetAside, DEFAULT_MIN_FREE_BYTES};
 pub use store::{
     AuditStore, EffectStore, Health, JournalStore, LeaseStore, LineageStore, Pruned, RunPage,
     RunStore, Store, WorkspaceStore,

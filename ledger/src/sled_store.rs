@@ -34,6 +34,7 @@
 pub use healing::{HealingLedger, DEFAULT_MIN_FREE_BYTES};
 
 mod audit;
+mod bounded;
 mod effects;
 mod files;
 mod healing;
@@ -41,10 +42,18 @@ mod journal;
 mod leases;
 mod lineage;
 mod read_log;
+mod repair;
 mod retention;
 mod runs;
 mod store_impl;
 mod workspace;
+
+pub use repair::SetAside;
+
+/// Values this long or longer are checked for room before they are written
+/// ([`Ledger::room_for`]): sled 0.34 writes a log message above ≈128 KiB (its segment of
+/// 512 KiB over 4) as a blob file, and a message holds a value with its neighbours.
+const BLOB_RISK_BYTES: usize = 64 << 10;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -110,6 +119,10 @@ pub struct Ledger {
     notifier: std::sync::Arc<Notifier>,
     /// The data directory's files, synced after sled's flush.
     files: files::DataFiles,
+    /// Runs sled's flushes with a deadline ([`bounded`]).
+    flusher: bounded::Flusher,
+    /// The torn files set aside before this store opened ([`repair`]).
+    repaired: Vec<repair::SetAside>,
     /// Effects whose staging failed at the flush (their clients got an error), with
     /// their run and sequence number: never listed, and removed by the next store that
     /// opens this directory in this process ([`HealingLedger`]).
@@ -229,6 +242,7 @@ impl Ledger {
         cache_bytes: u64,
         notifier: std::sync::Arc<Notifier>,
     ) -> Result<Self> {
+        let repaired = repair::set_aside_torn_files(path).or_storage()?;
         let db = sled::Config::new()
             .path(path)
             .cache_capacity(cache_bytes)
@@ -236,6 +250,7 @@ impl Ledger {
             .open()
             .or_storage()?;
         let files = files::DataFiles::open(path).or_storage()?;
+        let flusher = bounded::Flusher::start(db.clone()).or_storage()?;
         let counters = db.open_tree("counters").or_storage()?;
         let ledger = Self {
             read_log: read_log::ReadLog::new(path, read_log::READS, counters.clone()),
@@ -264,10 +279,44 @@ impl Ledger {
             flushed: std::sync::Condvar::new(),
             notifier,
             files,
+            flusher,
+            repaired,
             unacknowledged: Mutex::default(),
         };
         ledger.build_indexes_once()?;
         Ok(ledger)
+    }
+
+    /// The torn files set aside before this store opened (`sled_store/repair.rs`): a
+    /// snapshot left unfinished or a blob cut short, moved to `quarantine/<unix ms>/`.
+    pub fn repaired(&self) -> &[SetAside] {
+        &self.repaired
+    }
+
+    /// Refuses a value of `len` bytes that sled may write as a blob of its own when the
+    /// file system has less than twice that (plus 1 MiB) available, before sled is
+    /// touched: a blob write that fails in sled 0.34 wedges its log (`bounded.rs`), so the
+    /// staging gets a clean [`LedgerError::LowSpace`] (507) instead. Values below
+    /// [`BLOB_RISK_BYTES`] are not checked; neither is anything when statvfs fails.
+    fn room_for(&self, len: usize) -> Result<()> {
+        if len < BLOB_RISK_BYTES {
+            return Ok(());
+        }
+        let Ok(stat) = rustix::fs::statvfs(self.files.dir()) else {
+            return Ok(());
+        };
+        let free_bytes = stat.f_bavail.saturating_mul(stat.f_frsize);
+        let needed = u64::try_from(len)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(2)
+            .saturating_add(1 << 20);
+        if free_bytes < needed {
+            return Err(LedgerError::LowSpace {
+                free_bytes,
+                floor_bytes: needed,
+            });
+        }
+        Ok(())
     }
 
     /// The page cache this ledger was opened with, in bytes.
@@ -322,10 +371,9 @@ impl Ledger {
                 let generation = state.started;
                 drop(state);
                 let result = self
-                    .db
-                    .flush()
-                    .or_storage()
-                    .and_then(|_| self.files.sync().or_storage())
+                    .flusher
+                    .flush(bounded::FLUSH_WITHIN)
+                    .and_then(|()| self.files.sync().or_storage())
                     .and_then(|()| self.read_log.sync().or_storage())
                     .and_then(|()| self.analysis_log.sync().or_storage());
                 state = self.flushes.lock().unwrap_or_else(|e| e.into_inner());

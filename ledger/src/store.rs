@@ -110,6 +110,9 @@ pub struct Health {
     pub storage_faults: u64,
     /// Times the backend was reopened and proved writable after a fault.
     pub recoveries: u64,
+    /// Torn files (a sled snapshot left unfinished, a blob cut short) set aside by this
+    /// process's opens of the backend, which then opened from what was whole.
+    pub repaired_files: u64,
 }
 
 impl Default for Health {
@@ -121,6 +124,7 @@ impl Default for Health {
             detail: None,
             storage_faults: 0,
             recoveries: 0,
+            repaired_files: 0,
         }
     }
 }

@@ -383,6 +383,7 @@ impl Pool {
             },
             storage_faults: state.faults.load(Ordering::Relaxed),
             recoveries: state.recoveries.load(Ordering::Relaxed),
+            repaired_files: 0,
         }
     }
 

@@ -117,6 +117,7 @@ impl Ledger {
     /// Stores `body` under its digest (once) and notes that `run` references it
     /// (`body_refs`), the reference first so that a body is never stored unreferenced.
     pub(super) fn put_body(&self, digest: &Digest, body: &[u8], run: &RunId) -> Result<()> {
+        self.room_for(body.len())?;
         self.body_refs
             .insert(super::retention::body_ref_key(digest, run), &[])
             .or_storage()?;

@@ -51,6 +51,11 @@ struct DirState {
 }
 
 impl DataFiles {
+    /// The data directory.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Opens the files of sled data directory `dir` (after sled opened it) and syncs
     /// `conf`, every blob and both directories once.
     ///

@@ -7,8 +7,33 @@
 //! restart even once space returns. The reopened store removes the records of effects
 //! whose staging failed ([`Ledger::unacknowledged`]): their clients were told so, and
 //! they are never listed.
+//!
+//! No thread that must make progress blocks on a faulted store (issue #38 item 1):
+//!
+//! - **Room before a blob.** A value that sled may write as a blob file of its own is
+//!   refused with [`LedgerError::LowSpace`] (507) when the disk has less than twice its
+//!   size free, before sled is touched (`Ledger::room_for`): a blob write that fails
+//!   inside sled wedges its log buffer (its writer count stays raised), after which
+//!   sled's flush and its `Drop` wait forever.
+//! - **Bounded flushes.** When a blob write fails anyway (the space went between the
+//!   check and the write, or `EIO`), every flush is waited for at most
+//!   `bounded::FLUSH_WITHIN` (5 s) on a thread of its own; a caller then gets a storage
+//!   error, which degrades the store, instead of hanging.
+//! - **The faulted store is never dropped where it matters.** The reopen thread hands it
+//!   to a detached graveyard thread ([`graveyard`]), which drops it once it is its last
+//!   owner; when that drop has not closed sled's files within [`BURIAL_WAIT`], the reopen
+//!   releases the buried store's `flock` on `db` (found in `/proc/self/fd`, duplicated
+//!   with `pidfd_getfd`), so the same process can open the directory again. A wedged
+//!   store's memory (up to its page cache) and descriptor stay with the graveyard thread
+//!   for the life of the process. The ledger takes no sled batch or transaction
+//!   (`retention.rs`, `remove_prefix`): they take a process-wide lock that waits for the
+//!   wedged store's flush, which holds a reader forever, and would stop the new store too.
+//! - **Torn files set aside at every open** (`sled_store/repair.rs`): an unfinished
+//!   `snap.*.generating` or a blob that fails its CRC is moved to `quarantine/`, so a
+//!   fault during a snapshot cannot make the reopen (or the next start) fail forever.
 
 mod forward;
+mod graveyard;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +52,10 @@ pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 /// How often a degraded ledger tries to reopen.
 const REOPEN_EVERY: Duration = Duration::from_millis(250);
 
+/// How long the reopen waits for the faulted store's drop to close its files before it
+/// releases the store's lock itself ([`graveyard`]).
+const BURIAL_WAIT: Duration = Duration::from_secs(1);
+
 /// A [`Ledger`] behind a swappable handle, reopened after storage faults. Implements
 /// [`crate::Store`] by forwarding every method to the current store. Build with
 /// [`HealingLedger::open`]; share the returned `Arc`.
@@ -42,6 +71,8 @@ pub struct HealingLedger {
     fault: Mutex<Option<String>>,
     faults: AtomicU64,
     recoveries: AtomicU64,
+    /// Torn files set aside by this process's opens (`sled_store/repair.rs`).
+    repaired: AtomicU64,
     me: Weak<HealingLedger>,
 }
 
@@ -63,6 +94,8 @@ impl HealingLedger {
     pub fn open(path: &Path, cache_bytes: u64, min_free_bytes: u64) -> Result<Arc<Self>> {
         let notifier = Arc::new(Notifier::new());
         let ledger = Ledger::open_with_notifier(path, cache_bytes, notifier.clone())?;
+        log_repairs(path, ledger.repaired());
+        let repaired = ledger.repaired().len() as u64;
         Ok(Arc::new_cyclic(|me| Self {
             path: path.to_path_buf(),
             cache_bytes,
@@ -72,6 +105,7 @@ impl HealingLedger {
             fault: Mutex::new(None),
             faults: AtomicU64::new(0),
             recoveries: AtomicU64::new(0),
+            repaired: AtomicU64::new(repaired),
             me: me.clone(),
         }))
     }
@@ -156,10 +190,13 @@ impl HealingLedger {
     }
 }
 
-/// The reopen loop: drops the faulted store, then every [`REOPEN_EVERY`] opens the
-/// directory again, removes the effects whose staging failed, and probes with a write
-/// and a flush; the first store that passes replaces the old one. Ends when it does or
-/// when the ledger is dropped.
+/// The reopen loop: buries the faulted store ([`graveyard::bury`]: dropped on a thread of
+/// its own, since a wedged sled store's drop never returns) and, when its drop has not
+/// closed its files within [`BURIAL_WAIT`], releases its lock on `db`; then every
+/// [`REOPEN_EVERY`] opens the directory again (setting aside torn files first), removes
+/// the effects whose staging failed, and probes with a write and a flush (bounded by
+/// `bounded::FLUSH_WITHIN`); the first store that passes replaces the old one. Ends when
+/// it does or when the ledger is dropped. Nothing here waits without a deadline.
 fn reopen(me: &Weak<HealingLedger>) {
     let mut gone = Vec::new();
     if let Some(healing) = me.upgrade() {
@@ -170,6 +207,21 @@ fn reopen(me: &Weak<HealingLedger>) {
             .take();
         if let Some(old) = old {
             gone = old.unacknowledged();
+            let closed = graveyard::bury(old);
+            if closed.recv_timeout(BURIAL_WAIT).is_err() {
+                match graveyard::release_lock(&healing.path) {
+                    Ok(n) => tracing::warn!(
+                        ledger = %healing.path.display(),
+                        descriptors = n,
+                        "ledger: the faulted store did not close within {BURIAL_WAIT:?}; released its lock on db and left it to a graveyard thread"
+                    ),
+                    Err(error) => tracing::warn!(
+                        ledger = %healing.path.display(),
+                        %error,
+                        "ledger: could not release the faulted store's lock on db; reopening waits for its drop"
+                    ),
+                }
+            }
         }
     }
     loop {
@@ -177,8 +229,6 @@ fn reopen(me: &Weak<HealingLedger>) {
         let Some(healing) = me.upgrade() else {
             return;
         };
-        // sled holds an exclusive lock on its files until the old store's last user
-        // (a request still running) drops it: opening fails until then.
         let opened = Ledger::open_with_notifier(
             &healing.path,
             healing.cache_bytes,
@@ -190,11 +240,35 @@ fn reopen(me: &Weak<HealingLedger>) {
             Ok(ledger)
         });
         if let Ok(ledger) = opened {
+            log_repairs(&healing.path, ledger.repaired());
+            healing
+                .repaired
+                .fetch_add(ledger.repaired().len() as u64, Ordering::Relaxed);
             *healing.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(ledger));
             *healing.fault_lock() = None;
             healing.recoveries.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(ledger = %healing.path.display(), "ledger: reopened after a storage fault");
             return;
         }
+    }
+}
+
+/// One line saying what an open repaired, when it repaired anything (each file was
+/// named as it was moved: `sled_store/repair.rs`).
+fn log_repairs(path: &Path, repaired: &[super::SetAside]) {
+    if let Some(first) = repaired.first() {
+        let into = first
+            .to
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        tracing::warn!(
+            ledger = %path.display(),
+            set_aside = repaired.len(),
+            quarantine = %into,
+            "ledger: opened after setting aside {} torn file(s)",
+            repaired.len()
+        );
     }
 }
 
@@ -248,6 +322,7 @@ impl HealingLedger {
             detail,
             storage_faults,
             recoveries,
+            repaired_files: self.repaired.load(Ordering::Relaxed),
         }
     }
 }

@@ -36,15 +36,20 @@ fn digest_prefix(digest: &Digest) -> Vec<u8> {
     key
 }
 
-/// Removes every key of `tree` under `prefix` in one batch; returns how many.
+/// Removes every key of `tree` under `prefix`, one by one; returns how many.
+///
+/// Not one `sled::Batch`: sled 0.34's batches and transactions take a process-wide lock
+/// (`concurrency_control::write`) that waits for every reader of every store in the
+/// process, and a store wedged by a failed blob write holds a reader forever
+/// (`sled_store/bounded.rs`), so one batch after such a fault would stop every sled call
+/// in the process. While nothing takes that lock, sled's readers only count themselves.
+/// The removals are idempotent: a prune cut short is finished by the next.
 fn remove_prefix(tree: &sled::Tree, prefix: &[u8]) -> Result<u64> {
-    let mut batch = sled::Batch::default();
     let mut count = 0;
     for key in tree.scan_prefix(prefix).keys() {
-        batch.remove(key.or_storage()?);
+        tree.remove(key.or_storage()?).or_storage()?;
         count += 1;
     }
-    tree.apply_batch(batch).or_storage()?;
     Ok(count)
 }
 

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use airlock_tests::{curl, in_ci, loopback_policy, poll_until, strace, text_origin, Fixture};
 
+mod heal;
+mod repair;
+
 /// The `/healthz` status code and body, asked without any proxy.
 async fn healthz(admin_url: &str) -> (u16, String) {
     let out = curl(&BTreeMap::new(), &[&format!("{admin_url}/healthz")]).await;

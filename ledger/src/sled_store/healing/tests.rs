@@ -137,3 +137,51 @@ fn effects_whose_staging_failed_are_removed_by_the_reopened_store() {
         .expect("in a temporary directory")
         .is_none());
 }
+
+/// A blob write that fails inside sled (here `blobs/` turned into a file: `ENOTDIR`, as
+/// `ENOSPC` or `EIO` would) wedges sled 0.34's log, whose flush and drop then never
+/// return. The staging still answers within the flush deadline, and once the fault is
+/// gone the ledger heals without a restart: the wedged store is left to the graveyard and
+/// its lock on `db` released (`healing/graveyard.rs`).
+#[test]
+fn a_failed_blob_write_that_wedges_sled_is_answered_and_healed_without_a_restart() {
+    let dir = tempfile::tempdir().expect("in a temporary directory");
+    let ledger = HealingLedger::open(dir.path(), 1 << 20, 0).expect("opens");
+    let run = ledger.create_run(None).expect("a run");
+    ledger
+        .stage(new_effect(&run.id, b"before"))
+        .expect("stages");
+    let blobs = dir.path().join("blobs");
+    std::fs::remove_dir_all(&blobs).expect("no blobs yet");
+    std::fs::write(&blobs, b"not a directory").expect("a file in its place");
+
+    let large = vec![b'z'; 300 << 10];
+    let started = Instant::now();
+    let failed = ledger
+        .stage(new_effect(&run.id, &large))
+        .expect_err("the blob cannot be written");
+    assert!(
+        started.elapsed() < super::super::bounded::FLUSH_WITHIN + Duration::from_secs(2),
+        "answered after {:?}: {failed:?}",
+        started.elapsed()
+    );
+    assert!(!ledger.health().writable, "{:?}", ledger.health());
+
+    std::fs::remove_file(&blobs).expect("the fault goes");
+    std::fs::create_dir(&blobs).expect("blobs/ again");
+    let returned = Instant::now();
+    wait_writable(&ledger);
+    eprintln!("heal_ms {}", returned.elapsed().as_millis());
+    assert!(
+        returned.elapsed() < Duration::from_secs(10),
+        "healed after {:?}",
+        returned.elapsed()
+    );
+    ledger
+        .stage(new_effect(&run.id, b"after"))
+        .expect("stages again");
+    ledger
+        .stage(new_effect(&run.id, &large))
+        .expect("and a blob again");
+    assert_eq!(ledger.effects(&run.id).expect("listed").len(), 3);
+}

@@ -46,7 +46,7 @@ pub(crate) async fn healthz(State(shared): State<Arc<Control>>) -> Response {
 }
 
 /// Prometheus text: `airlock_ledger_writable` (1 or 0), `airlock_ledger_storage_faults_total`
-/// and `airlock_ledger_recoveries_total`.
+/// `airlock_ledger_recoveries_total` and `airlock_ledger_repaired_files_total`.
 pub(crate) fn metrics(health: &Health) -> String {
     format!(
         "# HELP airlock_ledger_writable Whether the ledger can write now (0 while degraded or below --ledger-min-free-mib).\n\
@@ -57,9 +57,13 @@ pub(crate) fn metrics(health: &Health) -> String {
          airlock_ledger_storage_faults_total {}\n\
          # HELP airlock_ledger_recoveries_total Times the ledger was reopened and proved writable after a fault.\n\
          # TYPE airlock_ledger_recoveries_total counter\n\
-         airlock_ledger_recoveries_total {}\n",
+         airlock_ledger_recoveries_total {}\n\
+         # HELP airlock_ledger_repaired_files_total Torn ledger files set aside (to quarantine/) when the ledger opened.\n\
+         # TYPE airlock_ledger_repaired_files_total counter\n\
+         airlock_ledger_repaired_files_total {}\n",
         u8::from(health.writable),
         health.storage_faults,
-        health.recoveries
+        health.recoveries,
+        health.repaired_files
     )
 }
