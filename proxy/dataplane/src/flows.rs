@@ -7,6 +7,8 @@
 //! pass. The decision itself is [`airlock_policy::Policy::evaluate_flows`]; this module
 //! gathers its inputs from the ledger.
 
+pub mod pass;
+
 use std::collections::HashMap;
 use std::time::Duration;
 

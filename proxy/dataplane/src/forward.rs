@@ -47,15 +47,21 @@ pub async fn forward(
     let request_body = meter_request(body, &sent, request_capture.clone());
     let method = parts.method.to_string();
     let upstream = Request::from_parts(parts, request_body);
+    let policy = shared.policy.current();
     let labels = match rule.as_deref() {
-        Some(rule) => shared.policy.current().labels_of(rule).to_vec(),
+        Some(rule) => policy.labels_of(rule).to_vec(),
         None => Vec::new(),
     };
+    // A read passed while the policy has flows is indexed for the pass-path check once it
+    // ends (crate::flows::pass).
+    let pass_index = (!policy.flows().is_empty()).then(|| shared.pass_index.clone());
+    drop(policy);
     // A labelled read is counted while it streams: the commit's final pass holds the
     // run's effects until what it carries is analysed.
     let streaming = (!labels.is_empty()).then(|| shared.streaming.enter(run));
     let journal = ReadJournal {
         _streaming: streaming,
+        pass_index,
         labels,
         started: airlock_ledger::now_ms(),
         ledger: shared.ledger.clone(),
@@ -244,6 +250,8 @@ struct ReadJournal {
     labels: Vec<String>,
     /// Counts the read as streaming until it is journaled (dropped with the journal).
     _streaming: Option<crate::flows::StreamingGuard>,
+    /// Told when the read ends, when the policy had flows as it passed.
+    pass_index: Option<Arc<crate::flows::pass::PassIndex>>,
     audit: Vec<String>,
     started: u64,
     /// Where an MCP `initialize` exchange is remembered for the run.
@@ -285,12 +293,20 @@ impl ReadJournal {
         };
         match content {
             // Journaled and analysed by the lineage worker, off the request path.
-            Some((body, headers, digest_pending)) => self.lineage.submit(Job::Read {
-                read: Box::new(read),
-                body,
-                headers,
-                digest_pending,
-            }),
+            Some((body, headers, digest_pending)) => {
+                let run = read.run_id.clone();
+                self.lineage.submit(Job::Read {
+                    read: Box::new(read),
+                    body,
+                    headers,
+                    digest_pending,
+                });
+                // After the hand-over: a check that sees the count waits for a worker
+                // turn that includes this read.
+                if let Some(index) = &self.pass_index {
+                    index.read_ended(&run);
+                }
+            }
             None => {
                 if let Err(error) = self.ledger.journal_read(read) {
                     warn!(error = %error, "could not journal a read");

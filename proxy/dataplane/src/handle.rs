@@ -58,6 +58,7 @@ pub use line::millis;
 pub(crate) use line::{refused_inside, ConnectLine};
 mod near_miss;
 mod obligations;
+mod pass_flows;
 mod request_body;
 
 /// What the phases share about one admitted request (fixed once it is admitted).

@@ -13,6 +13,7 @@ use tracing::{debug, warn};
 mod effect;
 mod placeholders;
 
+pub(crate) use effect::compare;
 use effect::run_job;
 pub use placeholders::{
     encoded_forms, find_placeholders, substitute, substitute_whole, MIN_SHA_PREFIX,

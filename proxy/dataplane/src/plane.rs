@@ -118,6 +118,8 @@ pub struct DataPlane {
     pub(crate) streaming: crate::flows::Streaming,
     /// What passed traffic told adapters about sessions with origins (MCP `initialize`).
     pub(crate) sessions: Arc<crate::sessions::Sessions>,
+    /// The analysed reads flows guard, per run, for the pass-path check.
+    pub(crate) pass_index: Arc<crate::flows::pass::PassIndex>,
 }
 
 impl DataPlane {
@@ -145,6 +147,7 @@ impl DataPlane {
             auto_review: std::sync::OnceLock::new(),
             streaming: crate::flows::Streaming::default(),
             sessions: Arc::default(),
+            pass_index: Arc::default(),
         });
         follow_changes(Arc::downgrade(&plane), changes);
         plane
@@ -188,6 +191,7 @@ impl DataPlane {
             set.insert(run.clone());
         }
         self.sessions.forget(run);
+        self.pass_index.forget(run);
     }
 
     /// The durable ledger.

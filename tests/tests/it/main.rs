@@ -28,6 +28,7 @@ mod observe;
 mod openapi;
 mod outcomes;
 mod pass;
+mod pass_flows;
 mod postgres;
 mod protocols;
 mod readme;

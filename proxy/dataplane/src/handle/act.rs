@@ -29,7 +29,7 @@ pub(super) async fn act(
     match decision.action {
         Action::Deny | Action::Tunnel => Err(deny(policy, &ctx.target, &parts, decision)),
         Action::Stage => stage(ctx, policy, decision.rule.as_deref(), rule, parts, body).await,
-        Action::Pass => pass(ctx, decision.rule, parts, body).await,
+        Action::Pass => pass(ctx, policy, decision.rule, parts, body).await,
     }
 }
 
@@ -45,6 +45,15 @@ async fn upgrade(
     match decision.action {
         Action::Pass => {
             inspect_upgrade(ctx, policy, &parts, decision.rule.as_deref()).await?;
+            // The handshake's URL and headers are checked as any pass's are.
+            let _ = super::pass_flows::check_pass_flows(
+                ctx,
+                policy,
+                decision.rule.as_deref(),
+                &parts,
+                airlock_net::body::full_body(bytes::Bytes::new()),
+            )
+            .await?;
             crate::upgrade::relay(
                 ctx.plane,
                 &ctx.run,
@@ -116,12 +125,22 @@ async fn stage(
 /// Passes the request, unless its body inspection stages it or answers it.
 async fn pass(
     ctx: &RequestCtx<'_>,
+    policy: &Snapshot,
     rule_id: Option<String>,
     parts: Parts,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     match inspect_pass_body(ctx, &parts, body).await? {
         Inspected::Forward(body) => {
+            // Flows decide what passes too (docs/lineage.md, "Flows on the pass path").
+            let body = super::pass_flows::check_pass_flows(
+                ctx,
+                policy,
+                rule_id.as_deref(),
+                &parts,
+                body,
+            )
+            .await?;
             crate::staged_lists::forward(ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body).await
         }
         Inspected::Stage(body, depends_on) => {

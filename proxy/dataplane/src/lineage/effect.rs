@@ -63,33 +63,78 @@ pub(super) fn analyse_effect(
         .iter()
         .find(|h| h.name == "content-encoding")
         .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned());
-    // The URL after its authority and the non-routine header values are analysed
-    // as views too: data leaves in a query or a header as well as in a body.
-    let target = record
-        .url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.find('/').map(|at| rest[at..].to_owned()))
-        .unwrap_or_else(|| record.url.clone());
-    let header_values: Vec<String> = record
+    let headers: Vec<(&str, &[u8])> = record
         .headers
         .iter()
-        .filter(|h| !ROUTINE_REQUEST_HEADERS.contains(&h.name.as_str()))
-        .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned())
+        .map(|h| (h.name.as_str(), h.value.as_bytes()))
+        .collect();
+    let Compared {
+        edges,
+        incomplete_reads,
+        analysis,
+    } = compare(&effect, &record.url, &headers, &body, encoding.as_deref(), reads);
+    let lineage = EffectLineage {
+        analyzed_at_ms: now_ms(),
+        fingerprints: analysis.winnowed().len(),
+        truncated: analysis.truncated,
+        skipped: analysis.skipped.clone(),
+        edges,
+        incomplete_reads,
+    };
+    ledger.store_effect_lineage(&effect, &lineage)
+}
+
+/// What [`compare`] found: the read -> request edges, the reads whose analysis was cut
+/// short, and the request's own analysis (its views).
+pub(crate) struct Compared {
+    /// Edges from `reads` into the request, `to` the id given.
+    pub(crate) edges: Vec<Edge>,
+    /// Seqs of the reads compared whose analysis was skipped or truncated.
+    pub(crate) incomplete_reads: Vec<u64>,
+    /// The request's analysis.
+    pub(crate) analysis: airlock_ledger::fingerprint::Analysis,
+}
+
+/// Compares one request (absolute `url`, `headers` as sent, `body` in its
+/// `encoding`) with `reads` (analysed reads with their fingerprints): the same
+/// comparison for a staged effect (`to` its id) and for a request about to pass
+/// (`crate::flows::pass`). The URL after its authority and the non-routine header
+/// values are analysed as views beside the body; a read's notable values are searched
+/// whole in the URL, headers, body and views, and credential values in fragments of at
+/// least 12 characters.
+pub(crate) fn compare<'r>(
+    to: &EffectId,
+    url: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    encoding: Option<&str>,
+    reads: impl IntoIterator<Item = &'r (ReadContent, Vec<u64>)>,
+) -> Compared {
+    // The URL after its authority and the non-routine header values are analysed
+    // as views too: data leaves in a query or a header as well as in a body.
+    let target = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|at| rest[at..].to_owned()))
+        .unwrap_or_else(|| url.to_owned());
+    let header_values: Vec<String> = headers
+        .iter()
+        .filter(|(name, _)| !ROUTINE_REQUEST_HEADERS.contains(name))
+        .map(|(_, value)| String::from_utf8_lossy(value).into_owned())
         .collect();
     let mut extra: Vec<(&str, &str)> = vec![("url", target.as_str())];
     extra.extend(header_values.iter().map(|v| ("header", v.as_str())));
-    let analysis = analyze_request(&body, encoding.as_deref(), &extra);
-    let mut haystack = record.url.clone();
-    for header in &record.headers {
+    let analysis = analyze_request(body, encoding, &extra);
+    let mut haystack = url.to_owned();
+    for (_, value) in headers {
         haystack.push('\n');
-        haystack.push_str(&String::from_utf8_lossy(header.value.as_bytes()));
+        haystack.push_str(&String::from_utf8_lossy(value));
     }
     for view in &analysis.views {
         haystack.push('\n');
         haystack.push_str(&view.text);
     }
     haystack.push('\n');
-    haystack.push_str(&String::from_utf8_lossy(&body));
+    haystack.push_str(&String::from_utf8_lossy(body));
     let mut edges = Vec::new();
     let mut incomplete_reads = Vec::new();
     // Credential values not carried whole, searched for fragments in one pass.
@@ -112,7 +157,7 @@ pub(super) fn analyse_effect(
         {
             edges.push(Edge {
                 from: EdgeSource::Read { seq: content.seq },
-                to: effect.clone(),
+                to: to.clone(),
                 kind: EdgeKind::Content,
                 overlap_bytes: found.bytes,
                 overlap_permille: found.permille,
@@ -143,7 +188,7 @@ pub(super) fn analyse_effect(
                 };
                 edges.push(Edge {
                     from: EdgeSource::Read { seq: content.seq },
-                    to: effect.clone(),
+                    to: to.clone(),
                     kind: notable.kind,
                     overlap_bytes: notable.value.len() as u64,
                     overlap_permille: 0,
@@ -164,7 +209,7 @@ pub(super) fn analyse_effect(
         if let Some((bytes, detail)) = found {
             edges.push(Edge {
                 from: EdgeSource::Read { seq: *seq },
-                to: effect.clone(),
+                to: to.clone(),
                 kind: EdgeKind::Credential,
                 overlap_bytes: bytes,
                 overlap_permille: 0,
@@ -173,15 +218,11 @@ pub(super) fn analyse_effect(
             });
         }
     }
-    let lineage = EffectLineage {
-        analyzed_at_ms: now_ms(),
-        fingerprints: analysis.winnowed().len(),
-        truncated: analysis.truncated,
-        skipped: analysis.skipped.clone(),
+    Compared {
         edges,
         incomplete_reads,
-    };
-    ledger.store_effect_lineage(&effect, &lineage)
+        analysis,
+    }
 }
 
 /// Known fixed parts of credential-looking values, which fragments must not be made of.
