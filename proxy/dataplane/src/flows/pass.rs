@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use airlock_ledger::{EdgeKind, EdgeSource, EffectId, Notable, ReadContent, RunId};
-use airlock_policy::{EdgeClass, FlowAction, FlowEdge, FlowSource, FlowTarget, Policy};
 use airlock_net::respond::ProxyError;
+use airlock_policy::{EdgeClass, FlowAction, FlowEdge, FlowSource, FlowTarget, Policy};
 use tracing::warn;
 
 use super::host_port;
@@ -340,7 +340,10 @@ pub fn decide(policy: &Policy, index: &Index, request: &PassRequest<'_>) -> Vec<
         .iter()
         .filter(|(name, _)| !NOT_FORWARDED.contains(&name.as_str()))
         .map(|(name, value)| (name.as_str(), value.as_bytes()))
-        .chain((request.target != request.url).then_some(("request-target", request.target.as_bytes())))
+        .chain(
+            (request.target != request.url)
+                .then_some(("request-target", request.target.as_bytes())),
+        )
         .collect();
     let encoding = request
         .headers
@@ -382,14 +385,13 @@ pub fn decide(policy: &Policy, index: &Index, request: &PassRequest<'_>) -> Vec<
         kept.push((edge, source));
     }
     // Only a passed write's body can be unanalysable: a URL and headers are text.
-    let unanalysed = request
-        .body
-        .filter(|b| !b.is_empty())
-        .and_then(|_| match (&compared.analysis.skipped, compared.analysis.truncated) {
+    let unanalysed = request.body.filter(|b| !b.is_empty()).and_then(|_| {
+        match (&compared.analysis.skipped, compared.analysis.truncated) {
             (Some(why), _) => Some(why.clone()),
             (None, true) => Some("the body was longer than the analysis bounds".to_owned()),
             (None, false) => None,
-        });
+        }
+    });
     let target = FlowTarget {
         host: request.host,
         port: request.port,

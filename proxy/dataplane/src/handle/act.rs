@@ -133,14 +133,9 @@ async fn pass(
     match inspect_pass_body(ctx, &parts, body).await? {
         Inspected::Forward(body) => {
             // Flows decide what passes too (docs/lineage.md, "Flows on the pass path").
-            let body = super::pass_flows::check_pass_flows(
-                ctx,
-                policy,
-                rule_id.as_deref(),
-                &parts,
-                body,
-            )
-            .await?;
+            let body =
+                super::pass_flows::check_pass_flows(ctx, policy, rule_id.as_deref(), &parts, body)
+                    .await?;
             crate::staged_lists::forward(ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body).await
         }
         Inspected::Stage(body, depends_on) => {

@@ -72,7 +72,14 @@ pub(super) fn analyse_effect(
         edges,
         incomplete_reads,
         analysis,
-    } = compare(&effect, &record.url, &headers, &body, encoding.as_deref(), reads);
+    } = compare(
+        &effect,
+        &record.url,
+        &headers,
+        &body,
+        encoding.as_deref(),
+        reads,
+    );
     let lineage = EffectLineage {
         analyzed_at_ms: now_ms(),
         fingerprints: analysis.winnowed().len(),
