@@ -28,18 +28,19 @@ impl Policy {
     }
 
     /// Warnings (`check --strict` fails): a `[[flow]]` whose `to` list overlaps no stage
-    /// rule's host (and the default does not stage): flows decide staged effects only, so
-    /// such a flow never decides anything. `rule` is `flow "ID"`, `index` 0.
+    /// or pass rule's host (and the default does not stage): flows judge staged effects
+    /// and requests about to pass, so such a flow never decides anything. `rule` is `flow "ID"`, `index` 0.
     pub(crate) fn flow_warnings(&self) -> Vec<Lint> {
         let mut out = self.flow_pass_warnings();
         out.extend(self.flow_model_warnings());
         if self.default == Action::Stage {
             return out;
         }
+        // Flows judge staged effects and requests about to pass.
         let staged: Vec<&HostPattern> = self
             .rules
             .iter()
-            .filter(|r| r.action == Action::Stage)
+            .filter(|r| r.action != Action::Deny)
             .flat_map(|r| r.host.iter())
             .collect();
         for flow in &self.flows {
@@ -60,7 +61,7 @@ impl Policy {
                 rule: format!("flow \"{}\"", flow.id()),
                 index: 0,
                 message: format!(
-                    "to {globs:?} matches no stage rule's host: flows decide staged effects only, so this flow never applies; name the hosts your stage rules stage to, or use \"external\""
+                    "to {globs:?} matches no host a stage or pass rule names: flows judge staged effects and passed requests, so this flow never applies; name the hosts your rules stage or pass to, or use \"external\""
                 ),
             });
         }
@@ -69,7 +70,9 @@ impl Policy {
 
     /// Warnings (`check --strict` fails): a `[[flow]]` guarding reads of labelled (or
     /// named) rules while a pass rule lets writes (any method but a read) reach another
-    /// host its `to` covers. A passed request leaves at once and flows never see it. Read
+    /// host its `to` covers. A passed request is checked against the run's guarded reads
+    /// before it leaves (docs/lineage.md, "Flows on the pass path"), but only for what
+    /// lineage can read, and a review flow can only refuse it. Read
     /// rules are not named, though a GET's query can carry data too (docs/policy.md says
     /// so): every policy has them. The built-in `credential` label, which any read may
     /// carry, is left out: it would name every pass rule.
@@ -115,8 +118,12 @@ impl Policy {
                 rule: format!("flow \"{}\"", flow.id()),
                 index: 0,
                 message: format!(
-                    "guards labelled reads, but pass rule(s) {} let writes reach other hosts unstaged, where no flow sees them; stage writes to those hosts (action = \"stage\"), or give those rules method = \"read\"",
-                    leaks.join(", ")
+                    "guards labelled reads, and pass rule(s) {} let writes reach other hosts at once: the flow checks each before it passes and refuses one that carries guarded data in a form lineage reads{}, but what lineage cannot read (encrypted, compressed beyond its decoders) leaves unreviewed; stage writes to those hosts (action = \"stage\") to have a person decide, or give those rules method = \"read\"",
+                    leaks.join(", "),
+                    match flow.action() {
+                        crate::FlowAction::Review => " (403 flow_review_required: a pass cannot wait for a person, so this review flow refuses it)",
+                        crate::FlowAction::Block => " (403 flow_blocked)",
+                    }
                 ),
             });
         }
@@ -318,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn a_flow_whose_to_list_reaches_no_stage_rule_is_warned_about() {
+    fn a_flow_whose_to_list_reaches_no_stage_or_pass_rule_is_warned_about() {
         let base = "version = 1\n[[rule]]\nid = \"vault\"\nhost = \"vault.example\"\nmethod = \"read\"\naction = \"pass\"\nlabels = [\"secret\"]\n[[rule]]\nid = \"hooks\"\nhost = \"**.hooks.example\"\naction = \"stage\"\n[[flow]]\nid = \"f\"\nfrom = [\"secret\"]\naction = \"block\"\n";
         for (to, warned) in [
             ("[\"a.hooks.example\"]", false),
@@ -327,10 +334,12 @@ mod tests {
             ("[\"chat.example\"]", true),
             ("\"external\"", false),
             ("\"any\"", false),
+            // A pass rule's host counts: flows judge passes too.
+            ("[\"vault.example\"]", false),
         ] {
             let (_, warnings) = messages(&format!("{base}to = {to}\n"));
             let hit = warnings.iter().any(|w| {
-                w.starts_with("flow \"f\" #0: to [\"chat.example\"] matches no stage rule's host")
+                w.starts_with("flow \"f\" #0: to [\"chat.example\"] matches no host a stage or pass rule names")
             });
             assert_eq!(hit, warned, "{to}: {warnings:?}");
             assert_eq!(warnings.len(), usize::from(warned), "{to}: {warnings:?}");

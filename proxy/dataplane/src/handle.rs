@@ -106,6 +106,7 @@ pub async fn handle(
 ) -> Response<ProxyBody> {
     let in_flight = InFlight::new(&shared);
     let line = line::RequestLine::start(&shared, &run, &target, &req);
+    let head_request = req.method() == http::Method::HEAD;
     let response = match admit::admit(&shared, run, target, req, &line) {
         Ok((ctx, parts, body)) => {
             let outcome = phases(&ctx, parts, body).await;
@@ -115,7 +116,14 @@ pub async fn handle(
         Err(error) => error.into_response(),
     };
     line.answered(response.status());
-    let (head, body) = response.into_parts();
+    let (head, mut body) = response.into_parts();
+    if head_request {
+        // A response to HEAD has no content (RFC 9110 §9.3.2): airlock's own answers
+        // (refusals, synthetic responses) keep their headers, content-length included,
+        // and lose their body; sent over HTTP/2 a body would end the stream in
+        // PROTOCOL_ERROR (RFC 9113 §8.1.1) and the client would see no status at all.
+        body = airlock_net::body::full_body(bytes::Bytes::new());
+    }
     let body = airlock_net::body::Counted::new(body, line.bytes_out.clone());
     // The line is written when the body is dropped: after its last byte, or when the
     // client went away; the request stops counting as in flight just after.

@@ -131,3 +131,22 @@ async fn retrying_a_released_effect_says_it_reached_its_origin() {
     assert!(!text.contains("cannot become approved"), "{text}");
     assert_eq!(origin.received().len(), 1, "nothing sent again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_head_over_http2_gets_its_status_and_headers_without_a_body() {
+    // curl speaks HTTP/2 to airlock's intercepting leaf by default; a refusal's JSON
+    // body on a HEAD ended that stream in PROTOCOL_ERROR (curl error 92).
+    let fx = Fixture::new();
+    let origin = ok_origin(&fx.origin_ca).await;
+    let port = origin.addr().port();
+    let (_airlock, _run, env) = fx.start_run(&loopback_policy(port), &[]).await;
+    let head = curl(
+        &env,
+        &["-I", &format!("https://127.0.0.1:{port}/forbidden/x")],
+    )
+    .await;
+    assert_eq!(head.status, 403, "{} {}", head.headers, head.stderr);
+    assert!(head.headers.contains("HTTP/2 403"), "{}", head.headers);
+    assert!(head.header("airlock-error").is_some(), "{}", head.headers);
+    assert!(origin.received().is_empty());
+}

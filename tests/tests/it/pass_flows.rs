@@ -235,9 +235,8 @@ async fn a_run_without_labelled_reads_passes_as_before() {
     assert!(s.api_got_key());
 }
 
-// Fails today: the 403 to a HEAD over HTTP/2 (intercepted HTTPS) ends in curl error 92,
-// "HTTP/2 stream 1 was not closed cleanly: PROTOCOL_ERROR", so the client sees no status.
-#[ignore = "HEAD refusal over HTTP/2 ends in PROTOCOL_ERROR (issue 37 item 1, open)"]
+// Over HTTP/2 (intercepted HTTPS, curl's default) a refusal's body on a HEAD used to end
+// the stream in PROTOCOL_ERROR (curl error 92), so the client saw no status at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_flow_refuses_the_secret_in_a_head_path() {
     let s = setup("block").await;
