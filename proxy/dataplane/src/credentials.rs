@@ -284,6 +284,9 @@ pub fn apply_release(
         uri.path(),
         has_body,
     );
+    // A release is the control plane's: it plans the credential under the policy in
+    // force when the effect is sent, not the one it was staged under.
+    #[allow(clippy::disallowed_methods)]
     let policy = shared.policy.current();
     let plan = plan(&policy, &effect.run_id, &facts, effect.inject.as_deref()).map_err(
         |error| match error {

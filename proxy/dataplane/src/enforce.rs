@@ -22,6 +22,7 @@ use http::request::Parts;
 use http::{header, Response};
 use tracing::{info, warn};
 
+use crate::policy_store::Snapshot;
 use crate::DataPlane;
 use airlock_net::authority::Target;
 use airlock_net::body::full_body;
@@ -121,6 +122,7 @@ async fn read_up_to(
 /// forwarded any more: 413.
 pub async fn decide(
     shared: &Arc<DataPlane>,
+    policy: &Snapshot,
     run: &RunId,
     target: &Target,
     parts: &Parts,
@@ -144,8 +146,8 @@ pub async fn decide(
         profile: profile.as_deref(),
         ..crate::request::request_facts(target, parts)
     };
-    let Some(limit) = shared.policy.current().body_limit(&facts) else {
-        return Ok((shared.policy.current().decide(&facts), body));
+    let Some(limit) = policy.body_limit(&facts) else {
+        return Ok((policy.decide(&facts), body));
     };
     match read_up_to(
         body,
@@ -157,12 +159,12 @@ pub async fn decide(
     {
         Buffered::Whole(bytes) => {
             facts.body = RequestBody::Read(&bytes);
-            let decision = shared.policy.current().decide(&facts);
+            let decision = policy.decide(&facts);
             Ok((decision, full_body(bytes.clone())))
         }
         Buffered::TooLarge => {
             facts.body = RequestBody::TooLarge;
-            let decision = shared.policy.current().decide(&facts);
+            let decision = policy.decide(&facts);
             if decision.action == airlock_policy::Action::Deny {
                 return Ok((decision, full_body(Bytes::new())));
             }
@@ -173,7 +175,7 @@ pub async fn decide(
                 reason: format!(
                     "the body is over the {limit} bytes a body matcher reads, so it cannot be forwarded"
                 ),
-                policy_revision: shared.policy.current().revision().to_owned(),
+                policy_revision: policy.revision().to_owned(),
             })
         }
     }
@@ -235,13 +237,13 @@ pub fn take_audit(parts: &mut Parts) -> Vec<String> {
 /// on with (buffered when a body limit needed it).
 pub async fn apply(
     shared: &Arc<DataPlane>,
+    policy: &Snapshot,
     run: &RunId,
     target: &Target,
     rule: &Rule,
     parts: &mut Parts,
     body: ProxyBody,
 ) -> Result<ProxyBody, ProxyError> {
-    let policy = shared.policy.current();
     let revision = policy.revision();
     let limits = rule.limits();
     if let Some(max) = limits.query_bytes {
@@ -469,8 +471,12 @@ pub async fn auto_approve(shared: &Arc<DataPlane>, rule: &Rule, response: &Respo
 /// When the policy has flows: waits for the lineage of the effect just staged
 /// ([`crate::flows::at_staging`]) and, when it violates a flow, says so to the agent in the
 /// `airlock-flow` header. Returns whether a flow holds the effect (then `review = "auto"`
-/// does not apply).
-pub async fn flow_hold(shared: &Arc<DataPlane>, response: &mut Response<ProxyBody>) -> bool {
+/// does not apply). `policy` is the staging request's snapshot.
+pub async fn flow_hold(
+    shared: &Arc<DataPlane>,
+    policy: &Arc<Snapshot>,
+    response: &mut Response<ProxyBody>,
+) -> bool {
     let Some(id) = response
         .headers()
         .get(EFFECT_HEADER)
@@ -479,7 +485,7 @@ pub async fn flow_hold(shared: &Arc<DataPlane>, response: &mut Response<ProxyBod
     else {
         return false;
     };
-    let Some(check) = crate::flows::at_staging(shared, &id).await else {
+    let Some(check) = crate::flows::at_staging(shared, policy, &id).await else {
         return false;
     };
     let Some(value) = check.header_value() else {

@@ -340,13 +340,14 @@ pub fn host_port(url: &str) -> Option<(String, u16)> {
 }
 
 /// Waits (at most [`STAGING_WAIT`]) for the lineage worker to analyse the effect just
-/// staged, then decides its flows. `None` when the policy has no flows or the wait ran
-/// out.
+/// staged, then decides its flows under the staging request's `policy` snapshot. `None`
+/// when the policy has no flows or the wait ran out.
 pub async fn at_staging(
     plane: &std::sync::Arc<crate::DataPlane>,
+    policy: &std::sync::Arc<crate::policy_store::Snapshot>,
     effect: &EffectId,
 ) -> Option<FlowCheck> {
-    if plane.policy.current().flows().is_empty() {
+    if policy.flows().is_empty() {
         return None;
     }
     let analysed = plane.lineage.analysed(effect);
@@ -360,7 +361,7 @@ pub async fn at_staging(
         return None;
     }
     let ledger = plane.ledger.clone();
-    let policy = plane.policy.current();
+    let policy = policy.clone();
     let id = effect.clone();
     tokio::task::spawn_blocking(move || {
         let effect = ledger.effect(&id).ok().flatten()?;

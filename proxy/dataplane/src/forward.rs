@@ -13,6 +13,7 @@ use tracing::warn;
 use crate::credentials::decode::Coding;
 use crate::credentials::scrub::Scrubber;
 use crate::lineage::{Job, LineageWorker, READ_CAPTURE_BYTES};
+use crate::policy_store::Snapshot;
 use crate::DataPlane;
 use airlock_net::body::{BoxError, MeteredBody, ProxyBody};
 use airlock_net::failure::Failure;
@@ -29,8 +30,11 @@ type Captured = Arc<std::sync::Mutex<Vec<Bytes>>>;
 
 /// Forwards a passed request upstream, streaming both bodies, and journals it as a read
 /// when the response body ends (then hands the captured body to the lineage worker).
+/// `policy` is the request's snapshot (the rule's labels, whether reads are indexed for
+/// the pass-path flow check).
 pub async fn forward(
     shared: &Arc<DataPlane>,
+    policy: &Snapshot,
     run: &RunId,
     url: &str,
     rule: Option<String>,
@@ -47,7 +51,6 @@ pub async fn forward(
     let request_body = meter_request(body, &sent, request_capture.clone());
     let method = parts.method.to_string();
     let upstream = Request::from_parts(parts, request_body);
-    let policy = shared.policy.current();
     let labels = match rule.as_deref() {
         Some(rule) => policy.labels_of(rule).to_vec(),
         None => Vec::new(),
@@ -55,7 +58,6 @@ pub async fn forward(
     // A read passed while the policy has flows is indexed for the pass-path check once it
     // ends (crate::flows::pass).
     let pass_index = (!policy.flows().is_empty()).then(|| shared.pass_index.clone());
-    drop(policy);
     // A labelled read is counted while it streams: the commit's final pass holds the
     // run's effects until what it carries is analysed.
     let streaming = (!labels.is_empty()).then(|| shared.streaming.enter(run));

@@ -40,6 +40,7 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+use crate::policy_store::Snapshot;
 use crate::DataPlane;
 use airlock_net::body::ProxyBody;
 use airlock_net::respond::ProxyError;
@@ -74,6 +75,11 @@ struct RequestCtx<'a> {
     had_body: bool,
     /// The request's canonical log line.
     line: Arc<line::RequestLine>,
+    /// The one policy snapshot the request is decided, limited, acted on and journaled
+    /// under, taken at admission: a reload while its body is read cannot split it between
+    /// two policies. No phase calls `PolicyStore::current` (clippy's `disallowed-methods`,
+    /// proxy/dataplane/clippy.toml).
+    policy: Arc<Snapshot>,
 }
 
 /// Counts a request as in flight until dropped, which is when its response body has been
@@ -141,13 +147,13 @@ async fn phases(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     if ctx.target.host == crate::manifest::MANIFEST_HOST {
         let path = parts.uri.path();
-        return Ok(crate::manifest::answer(ctx.plane, ctx.run.as_str(), path));
+        return Ok(crate::manifest::answer(&ctx.policy, ctx.run.as_str(), path));
     }
     authority::check_authority(&parts, &ctx.target)?;
-    // One policy snapshot for the whole request: a reload cannot split it.
-    let policy = ctx.plane.policy.current();
-    let (decision, body) = decide::decide(ctx, &policy, &mut parts, body).await?;
+    // The snapshot taken at admission, for the whole request.
+    let policy = &ctx.policy;
+    let (decision, body) = decide::decide(ctx, policy, &mut parts, body).await?;
     let (rule, body) =
-        obligations::apply_obligations(ctx, &policy, &decision, &mut parts, body).await?;
-    act::act(ctx, &policy, decision, rule, parts, body).await
+        obligations::apply_obligations(ctx, policy, &decision, &mut parts, body).await?;
+    act::act(ctx, policy, decision, rule, parts, body).await
 }

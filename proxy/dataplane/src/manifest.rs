@@ -6,7 +6,7 @@
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use crate::DataPlane;
+use crate::policy_store::Snapshot;
 use airlock_net::body::ProxyBody;
 use airlock_net::respond::json_response;
 
@@ -21,9 +21,8 @@ pub const MANIFEST_PATH: &str = "/.well-known/airlock/policy";
 /// placed_in, placeholder_env}` (where airlock adds it, and the variable holding the run's
 /// placeholder, if any) — never a value.
 /// Policy files hold no secret values (credentials are named, never inlined), so the rules
-/// are shown as written.
-pub fn manifest(shared: &DataPlane, run: &str) -> Value {
-    let policy = shared.policy.current();
+/// are shown as written. `policy` is the snapshot of the request that asked.
+pub fn manifest(policy: &Snapshot, run: &str) -> Value {
     let written: Value = toml::from_str::<toml::Value>(&policy.text)
         .ok()
         .and_then(|v| serde_json::to_value(v).ok())
@@ -35,7 +34,7 @@ pub fn manifest(shared: &DataPlane, run: &str) -> Value {
         "default": written.get("default").cloned().unwrap_or(json!("deny")),
         "rules": written.get("rule").cloned().unwrap_or(json!([])),
         "mode": written.get("mode").cloned().unwrap_or(json!("enforce")),
-        "baseline": shared.policy.current().baseline().iter().map(|rule| json!({
+        "baseline": policy.baseline().iter().map(|rule| json!({
             "id": rule.id(),
             "action": "deny",
             "reason": rule.reason(),
@@ -59,10 +58,11 @@ pub fn manifest(shared: &DataPlane, run: &str) -> Value {
     })
 }
 
-/// Answers a request for the reserved host: the manifest, or 404.
-pub fn answer(shared: &DataPlane, run: &str, path: &str) -> http::Response<ProxyBody> {
+/// Answers a request for the reserved host under the request's `policy` snapshot: the
+/// manifest, or 404.
+pub fn answer(policy: &Snapshot, run: &str, path: &str) -> http::Response<ProxyBody> {
     if path == MANIFEST_PATH {
-        json_response(StatusCode::OK, &manifest(shared, run))
+        json_response(StatusCode::OK, &manifest(policy, run))
     } else {
         json_response(
             StatusCode::NOT_FOUND,

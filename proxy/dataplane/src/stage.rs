@@ -11,6 +11,7 @@ use http::{header, HeaderValue, Response};
 use tracing::info;
 
 use crate::lineage::Job;
+use crate::policy_store::Snapshot;
 use crate::DataPlane;
 use airlock_adapters::{self as adapters, Call};
 use airlock_net::body::ProxyBody;
@@ -20,9 +21,12 @@ use airlock_net::respond::{ProxyError, EFFECT_HEADER};
 /// Records the effect (flushed to disk), then answers with the synthetic response of the
 /// rule's adapter (`respond = "NAME"`; by default `webhook`: the rule's `[rule.respond]`
 /// template with placeholders filled in, or `202 Accepted` with a JSON body naming the
-/// effect). The `airlock-effect` header always names the effect.
+/// effect). The `airlock-effect` header always names the effect. `policy` is the staging
+/// request's snapshot (the rule's template, adapter and idempotency come from it).
+#[allow(clippy::too_many_arguments)]
 pub async fn stage(
     shared: &Arc<DataPlane>,
+    policy: &Snapshot,
     run: &RunId,
     url: &str,
     rule: Option<&str>,
@@ -34,7 +38,6 @@ pub async fn stage(
     strip_hop_by_hop(&mut headers);
     headers.remove(header::CONTENT_LENGTH);
     let records = to_records(&headers);
-    let policy = shared.policy.current();
     let template = rule
         .and_then(|id| policy.rule(id))
         .and_then(|rule| rule.respond())
@@ -50,7 +53,7 @@ pub async fn stage(
         template: template.as_ref(),
         context: context.as_ref(),
     };
-    let mut adapter = adapters::for_rule(&shared.policy.current(), rule);
+    let mut adapter = adapters::for_rule(policy, rule);
     if let Some(answer) = adapter.answer_without_effect(&call) {
         info!(run.id = %run, url = %url, adapter = adapter.name(), "a probe that changes nothing was answered without staging");
         return Ok(answer.into_response(None));

@@ -17,6 +17,7 @@ use http::{HeaderValue, Response, StatusCode};
 use http_body_util::BodyExt;
 use tracing::info;
 
+use crate::policy_store::Snapshot;
 use crate::DataPlane;
 
 /// The largest list answer airlock buffers to merge staged objects into: 8 MiB (a
@@ -33,10 +34,13 @@ pub const STAGED_LIST_HEADER: &str = "airlock-staged-list";
 /// [`STAGED_LIST_HEADER`]. The request then goes out without `Accept-Encoding` and
 /// conditional headers, so the origin answers a whole, uncompressed page.
 ///
+/// `policy` is the request's snapshot.
+///
 /// Errors: those of `forward`, and 502 when the list answer is over the limit or breaks
 /// off while it is read.
 pub(crate) async fn forward(
     plane: &Arc<DataPlane>,
+    policy: &Snapshot,
     run: &RunId,
     url: &str,
     rule: Option<String>,
@@ -45,16 +49,16 @@ pub(crate) async fn forward(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let Some(name) = airlock_adapters::list_merger(parts.method.as_str(), url).map(|a| a.name())
     else {
-        return crate::forward::forward(plane, run, url, rule, parts, body).await;
+        return crate::forward::forward(plane, policy, run, url, rule, parts, body).await;
     };
     let staged = unreleased(plane.ledger.clone(), run.clone(), name).await;
     if staged.is_empty() {
-        return crate::forward::forward(plane, run, url, rule, parts, body).await;
+        return crate::forward::forward(plane, policy, run, url, rule, parts, body).await;
     }
     parts.headers.remove(ACCEPT_ENCODING);
     parts.headers.remove(http::header::IF_NONE_MATCH);
     parts.headers.remove(http::header::IF_MODIFIED_SINCE);
-    let response = crate::forward::forward(plane, run, url, rule, parts, body).await?;
+    let response = crate::forward::forward(plane, policy, run, url, rule, parts, body).await?;
     if !mergeable(&response) {
         return Ok(response);
     }

@@ -20,6 +20,7 @@ use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
 use crate::credentials::scrub::Scrubber;
+use crate::policy_store::Snapshot;
 use crate::DataPlane;
 use airlock_net::body::{BoxError, ProxyBody};
 use airlock_net::headers::{strip_hop_by_hop, strip_reserved};
@@ -48,8 +49,12 @@ pub fn requested(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Relays an upgrade handshake to the origin and, on 101, joins the two connections.
+/// `policy` is the handshake request's snapshot (the rule's labels for its read); each
+/// message after it is checked under the policy in force when it is sent.
+#[allow(clippy::too_many_arguments)]
 pub async fn relay(
     shared: &Arc<DataPlane>,
+    policy: &Snapshot,
     run: &RunId,
     host: &str,
     url: &str,
@@ -80,7 +85,7 @@ pub async fn relay(
         .map_err(|e| ProxyError::upstream(&e))?;
     let status = response.status();
     let labels = match rule.as_deref() {
-        Some(rule) => shared.policy.current().labels_of(rule).to_vec(),
+        Some(rule) => policy.labels_of(rule).to_vec(),
         None => Vec::new(),
     };
     let read = Read {

@@ -126,6 +126,8 @@ pub(super) fn answer(
                     has_body: false,
                     rule: None,
                     reason_code: DNS_REFUSED.to_owned(),
+                    // A DNS query is admitted here: it reads the policy of the moment.
+                    #[allow(clippy::disallowed_methods)]
                     policy_revision: shared.policy.current().revision().to_owned(),
                 },
             );
@@ -172,6 +174,8 @@ fn decide(
 ) -> Outcome {
     let qtype = u16::from(question.qtype);
     let name = dotted(&question.qname);
+    // One snapshot answers this DNS query (admission: a query is not a request).
+    #[allow(clippy::disallowed_methods)]
     let policy = shared.policy.current();
     let refuse = |reason_code: &str, rule: Option<String>, rcode: RCODE, why: &str| {
         info!(run.id = %run, dns.name = %name, dns.type = qtype, reason = why, "DNS query refused");

@@ -56,6 +56,7 @@ async fn upgrade(
             .await?;
             crate::upgrade::relay(
                 ctx.plane,
+                policy,
                 &ctx.run,
                 &ctx.target.host,
                 &ctx.url,
@@ -111,11 +112,11 @@ async fn stage(
     refuse_undialable(ctx.plane, &ctx.target).await?;
     let (body, depends_on) = inspect_stage_body(ctx, policy, &parts, body).await?;
     let staged = crate::stage::stage(
-        ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body, depends_on,
+        ctx.plane, policy, &ctx.run, &ctx.url, rule_id, parts, body, depends_on,
     )
     .await?;
     let mut staged = staged;
-    let held = crate::enforce::flow_hold(ctx.plane, &mut staged).await;
+    let held = crate::enforce::flow_hold(ctx.plane, &ctx.policy, &mut staged).await;
     if let (Some(rule), false) = (rule, held) {
         crate::enforce::auto_approve(ctx.plane, rule, &staged).await;
     }
@@ -136,12 +137,16 @@ async fn pass(
             let body =
                 super::pass_flows::check_pass_flows(ctx, policy, rule_id.as_deref(), &parts, body)
                     .await?;
-            crate::staged_lists::forward(ctx.plane, &ctx.run, &ctx.url, rule_id, parts, body).await
+            crate::staged_lists::forward(
+                ctx.plane, policy, &ctx.run, &ctx.url, rule_id, parts, body,
+            )
+            .await
         }
         Inspected::Stage(body, depends_on) => {
             ctx.line.staged_instead();
             crate::stage::stage(
                 ctx.plane,
+                policy,
                 &ctx.run,
                 &ctx.url,
                 rule_id.as_deref(),

@@ -52,6 +52,9 @@ pub(super) fn admit<'a>(
     }
     let method = parts.method.to_string();
     let had_body = has_body(&parts);
+    // Admission is where a request takes its one policy snapshot (RequestCtx::policy).
+    #[allow(clippy::disallowed_methods)]
+    let policy = shared.policy.current();
     let ctx = RequestCtx {
         plane: shared,
         run,
@@ -60,6 +63,7 @@ pub(super) fn admit<'a>(
         method,
         had_body,
         line: line.clone(),
+        policy,
     };
     Ok((ctx, parts, body))
 }

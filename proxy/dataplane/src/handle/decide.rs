@@ -36,7 +36,7 @@ pub(super) async fn decide(
             credential,
         ));
     }
-    let (decision, body) = crate::enforce::decide(plane, run, target, parts, body).await?;
+    let (decision, body) = crate::enforce::decide(plane, policy, run, target, parts, body).await?;
     crate::enforce::log_audit(run, &ctx.url, &decision);
     crate::enforce::note_audit(parts, &decision);
     plan_credentials(ctx, policy, &decision, parts)?;

@@ -43,7 +43,7 @@ pub(super) async fn inspect_pass_body(
     let RequestCtx {
         plane, run, url, ..
     } = ctx;
-    let body = search_pass_body(plane, run, &ctx.target, parts, body).await?;
+    let body = search_pass_body(plane, &ctx.policy, run, &ctx.target, parts, body).await?;
     // Only a shared store reads the answer: the sled pass path scans nothing for it. The
     // head's readings are taken once, when something searches them.
     let mut head = None;
@@ -220,6 +220,9 @@ pub(crate) async fn message_refusal(
     host: &str,
     message: &[u8],
 ) -> Result<Option<String>, ProxyError> {
+    // A message is not a request: it is checked under the policy in force when it is
+    // sent (a reload reaches connections already open), not the handshake's snapshot.
+    #[allow(clippy::disallowed_methods)]
     let policy = plane.policy.current();
     let off_host = crate::credentials::any_off_host(&policy, host);
     let shared = plane.ledger.placeholders_shared();

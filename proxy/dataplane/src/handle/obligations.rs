@@ -30,7 +30,8 @@ pub(super) async fn apply_obligations<'p>(
         });
     let body = match rule {
         Some(rule) => {
-            crate::enforce::apply(ctx.plane, &ctx.run, &ctx.target, rule, parts, body).await?
+            crate::enforce::apply(ctx.plane, policy, &ctx.run, &ctx.target, rule, parts, body)
+                .await?
         }
         None => body,
     };

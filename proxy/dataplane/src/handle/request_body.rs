@@ -10,6 +10,7 @@ use http::request::Parts;
 use tracing::debug;
 
 use super::Target;
+use crate::policy_store::Snapshot;
 use crate::request::{has_body, next_frame};
 use crate::DataPlane;
 use airlock_net::body::full_body;
@@ -22,13 +23,13 @@ use airlock_net::respond::ProxyError;
 /// (413 `body_unsearchable`, docs/policy.md "Credentials").
 pub(super) async fn search_pass_body(
     shared: &Arc<DataPlane>,
+    policy: &Snapshot,
     run: &RunId,
     target: &Target,
     parts: &Parts,
     body: ProxyBody,
 ) -> Result<ProxyBody, ProxyError> {
-    let policy = shared.policy.current();
-    if !has_body(parts) || !crate::credentials::any_off_host(&policy, &target.host) {
+    if !has_body(parts) || !crate::credentials::any_off_host(policy, &target.host) {
         return Ok(body);
     }
     let declared = parts
@@ -57,11 +58,11 @@ pub(super) async fn search_pass_body(
             other => other,
         })?;
     if let Some(credential) =
-        crate::credentials::find_off_host(&policy, run, &target.host, parts, Some(&bytes))
+        crate::credentials::find_off_host(policy, run, &target.host, parts, Some(&bytes))
     {
         return Err(crate::credentials::refuse_off_host(
             shared,
-            &policy,
+            policy,
             run,
             &target.host,
             credential,
