@@ -16,6 +16,7 @@ use serde_json::Value;
 
 mod clients;
 pub mod git_http;
+pub mod github;
 pub mod lineage_corpus;
 pub mod mcp_sdk;
 mod origins;

@@ -326,3 +326,109 @@ async fn the_commit_confirmation_is_tied_to_what_it_shows_in_chromium() {
         .collect();
     assert_eq!(received, ["POST /a", "POST /b", "POST /c"]);
 }
+
+/// Issue 40, item 3, in a real browser: a run stages a GitHub pull request (whose number
+/// the `github` adapter answers with a placeholder) and a comment on it; the reviewer
+/// commits both from the confirmation; the fake GitHub assigns PR 4242. The run page,
+/// the effect page and the commit page then show the real number and the origin's link,
+/// not the placeholder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_release_the_pages_show_the_real_pr_number_in_chromium() {
+    let Some(tools) = chromium::Tools::find(
+        "after_release_the_pages_show_the_real_pr_number_in_chromium",
+        false,
+    ) else {
+        return;
+    };
+    let fx = airlock_tests::Fixture::new();
+    let origin = airlock_tests::github::origin(&fx).await;
+    let port = origin.addr().port();
+    let (airlock, run, env) = fx
+        .start_run(&airlock_tests::github::policy(port), &[])
+        .await;
+    let pr =
+        airlock_tests::github::stage_pr_and_comment(&env, &format!("https://127.0.0.1:{port}"))
+            .await;
+    let placeholder = pr["number"].as_u64().expect("number").to_string();
+    let effects = airlock.effects(&run).await;
+    let pr_effect = effects[0]["id"].as_str().expect("id").to_owned();
+    let comment_effect = effects[1]["id"].as_str().expect("id").to_owned();
+    let token = std::fs::read_to_string(fx.data_dir().join("admin.token")).expect("token");
+    let (client, driver) = tools
+        .open(
+            &[
+                "--window-size=1280,1000".to_owned(),
+                "--no-proxy-server".to_owned(),
+            ],
+            None,
+        )
+        .await;
+    let dir = screenshot_dir();
+    client
+        .goto(&format!("{}/runs/{run}", airlock.admin_url))
+        .await
+        .expect("open");
+    find(&client, "input#token")
+        .await
+        .send_keys(token.trim())
+        .await
+        .expect("type the token");
+    click(&client, "section.login button[type=submit]").await;
+    let summary = text_of(&client, &format!("tr[id='{pr_effect}'] td a")).await;
+    assert!(summary.contains("open PR acme/widgets#?"), "{summary}");
+
+    // Commit from the confirmation, approving both.
+    click(&client, "a.button.primary").await;
+    assert_eq!(
+        text_of(&client, "form button.primary").await,
+        "Approve 2 undecided and commit"
+    );
+    click(&client, "form button.primary").await;
+    assert_eq!(origin.received().len(), 2, "both reached the origin once");
+
+    // The run page: the real number in each summary, the origin's link.
+    let pr_row = text_of(&client, &format!("tr[id='{pr_effect}']")).await;
+    assert!(pr_row.contains("open PR acme/widgets#4242"), "{pr_row}");
+    assert!(pr_row.contains(airlock_tests::github::PR_LINK), "{pr_row}");
+    let comment_row = text_of(&client, &format!("tr[id='{comment_effect}']")).await;
+    assert!(
+        comment_row.contains("comment on acme/widgets#4242"),
+        "{comment_row}"
+    );
+    for row in [&pr_row, &comment_row] {
+        assert!(!row.contains(&placeholder) && !row.contains("#?"), "{row}");
+    }
+    shot(&client, &dir, "run-released.png").await;
+
+    // The PR's page: the real number on top, the link the origin gave, its answer.
+    click(&client, &format!("tr[id='{pr_effect}'] td a")).await;
+    let heading = text_of(&client, "h1").await;
+    assert!(heading.contains("open PR acme/widgets#4242"), "{heading}");
+    let link = find(&client, "section#released a.origin-link").await;
+    assert_eq!(
+        link.attr("href").await.expect("href").as_deref(),
+        Some(airlock_tests::github::PR_LINK)
+    );
+    let released = text_of(&client, "section#released").await;
+    assert!(released.contains("HTTP 201"), "{released}");
+    assert!(released.contains("\"number\":4242"), "{released}");
+    shot(&client, &dir, "effect-released-values.png").await;
+
+    // The commit page reports what the commit released.
+    client
+        .goto(&format!("{}/runs/{run}/commit", airlock.admin_url))
+        .await
+        .expect("the commit page");
+    let list = text_of(&client, "table#released-list").await;
+    assert!(list.contains("open PR acme/widgets#4242"), "{list}");
+    assert!(list.contains("comment on acme/widgets#4242"), "{list}");
+    assert!(
+        list.contains("/repos/acme/widgets/issues/4242/comments"),
+        "{list}"
+    );
+    assert!(!list.contains(&placeholder), "{list}");
+    shot(&client, &dir, "commit-report.png").await;
+    client.close().await.expect("close the session");
+    drop(driver);
+    assert_eq!(origin.received().len(), 2, "the pages sent nothing");
+}

@@ -1,27 +1,61 @@
 //! How an effect reads once it was released: its summary and URL with the real values of
 //! the placeholders it carried (as the ledger records them, `Placeholder::real`), the
 //! real values of the placeholders it handed out, the link the origin gave the new object
-//! and a bounded excerpt of the origin's answer. The review UI shows the same
-//! (docs/admin-api.md, `released`).
+//! and a bounded excerpt of the origin's answer. The admin API returns it as `released`
+//! ([`released_json`]); the review UI renders the same [`Released`] on its effect, run and
+//! commit pages (docs/admin-api.md, `released`; docs/review-ui.md, "After release").
+
+use std::collections::BTreeMap;
 
 use airlock_dataplane::lineage::substitute;
 use airlock_ledger::{Effect, ValueKind};
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 /// Characters of the origin's answer shown in `released.answer.excerpt`.
 pub(crate) const ANSWER_EXCERPT_CHARS: usize = 400;
 
-/// `effect`'s `released` view, or `null` when nothing about it is known yet (no parent
+/// An effect as it reads with the real values known so far: the admin API's `released`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Released {
+    /// The staged summary with every known real value in place of its placeholder (and
+    /// `#?`, an adapter's "number the origin assigns", with the effect's own `/number`).
+    pub summary: String,
+    /// The staged URL with the real values of the parents' placeholders it carried: the
+    /// URL as it was (or will be) sent.
+    pub url: String,
+    /// The real values of the placeholders it handed out, by JSON pointer.
+    pub values: BTreeMap<String, String>,
+    /// The answer's `html_url` (or a top-level `url` or `permalink`, or the `Location`
+    /// header) when it has one.
+    pub link: Option<String>,
+    /// The origin's answer, once released.
+    pub answer: Option<Answer>,
+}
+
+/// The origin's answer to a release, in brief.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Answer {
+    /// The origin's status, when it answered.
+    pub status: Option<u16>,
+    /// The first [`ANSWER_EXCERPT_CHARS`] characters of the kept body (compact JSON when
+    /// it is JSON); empty when the body was not loaded.
+    pub excerpt: String,
+    /// Whether the excerpt or the kept body is shorter than what the origin sent.
+    pub truncated: bool,
+    /// Bytes of body the origin sent.
+    pub body_len: u64,
+}
+
+/// `effect`'s [`Released`] view, or `None` when nothing about it is known yet (no parent
 /// placeholder has a real value, none of its own has one and it was never released).
 /// `parents` are effects of the same run (others are ignored); `answer` is the origin's
 /// kept response body, when there is one.
-///
-/// Shape: `{summary, url, values: {POINTER: REAL}, link, answer: {status, excerpt,
-/// truncated}}`; `summary` and `url` are the staged ones with every known real value in
-/// place of its placeholder (and `#?`, an adapter's "number the origin assigns", with the
-/// effect's own `/number`); `link` is the answer's `html_url` (or a top-level `url`, or the
-/// `Location` header) when it has one.
-pub(crate) fn released_json(effect: &Effect, parents: &[Effect], answer: Option<&[u8]>) -> Value {
+pub(crate) fn released(
+    effect: &Effect,
+    parents: &[Effect],
+    answer: Option<&[u8]>,
+) -> Option<Released> {
     let mut substitutions: Vec<(&str, ValueKind, &str)> = Vec::new();
     for dependency in &effect.depends_on {
         let real = parents
@@ -35,13 +69,13 @@ pub(crate) fn released_json(effect: &Effect, parents: &[Effect], answer: Option<
             substitutions.push((&placeholder.value, placeholder.kind, real));
         }
     }
-    let values: Map<String, Value> = effect
+    let values: BTreeMap<String, String> = effect
         .placeholders
         .iter()
-        .filter_map(|p| Some((p.pointer.clone(), json!(p.real.as_deref()?))))
+        .filter_map(|p| Some((p.pointer.clone(), p.real.clone()?)))
         .collect();
     if substitutions.is_empty() && values.is_empty() && effect.release.is_none() {
-        return Value::Null;
+        return None;
     }
     let mut summary = airlock_adapters::summary_of(effect);
     let mut url = effect.url.clone();
@@ -54,7 +88,7 @@ pub(crate) fn released_json(effect: &Effect, parents: &[Effect], answer: Option<
             summary = substitute(&summary, &own.value, own.kind, real);
         }
     }
-    if let Some(number) = values.get("/number").and_then(Value::as_str) {
+    if let Some(number) = values.get("/number") {
         summary = summary.replacen("#?", &format!("#{number}"), 1);
     }
     let release = effect.release.as_ref();
@@ -75,7 +109,7 @@ pub(crate) fn released_json(effect: &Effect, parents: &[Effect], answer: Option<
                 .find(|h| h.name == "location")
                 .map(|h| String::from_utf8_lossy(h.value.as_bytes()).into_owned())
         });
-    let answer_json = release.map(|r| {
+    let answer = release.map(|r| {
         let text = match &parsed {
             Some(json) => json.to_string(),
             None => answer
@@ -83,15 +117,31 @@ pub(crate) fn released_json(effect: &Effect, parents: &[Effect], answer: Option<
                 .unwrap_or_default(),
         };
         let excerpt: String = text.chars().take(ANSWER_EXCERPT_CHARS).collect();
-        let truncated = excerpt.len() < text.len()
-            || answer.is_some_and(|a| (a.len() as u64) < r.body_len);
-        json!({ "status": r.status, "excerpt": excerpt, "truncated": truncated, "body_len": r.body_len })
+        let truncated =
+            excerpt.len() < text.len() || answer.is_some_and(|a| (a.len() as u64) < r.body_len);
+        Answer {
+            status: r.status,
+            excerpt,
+            truncated,
+            body_len: r.body_len,
+        }
     });
-    json!({
-        "summary": summary,
-        "url": url,
-        "values": values,
-        "link": link,
-        "answer": answer_json,
+    Some(Released {
+        summary,
+        url,
+        values,
+        link,
+        answer,
     })
+}
+
+/// `effect`'s `released` view as the admin API returns it: [`released`] as JSON, `null`
+/// when nothing about it is known yet.
+///
+/// Shape: `{summary, url, values: {POINTER: REAL}, link, answer: {status, excerpt,
+/// truncated, body_len}}`.
+pub(crate) fn released_json(effect: &Effect, parents: &[Effect], answer: Option<&[u8]>) -> Value {
+    released(effect, parents, answer)
+        .and_then(|view| serde_json::to_value(view).ok())
+        .unwrap_or(Value::Null)
 }

@@ -32,6 +32,7 @@ mod hidden;
 pub mod login;
 mod pages;
 mod push;
+mod released;
 pub mod session;
 
 use pages::time_utc;

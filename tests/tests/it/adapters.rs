@@ -14,26 +14,5 @@ mod slack_graphql;
 /// Passes reads and stages writes under `/repos/**` on 127.0.0.1:`port`, answered like
 /// GitHub (`respond = "github"`).
 pub(crate) fn github_policy(port: u16) -> String {
-    format!(
-        r#"version = 1
-default = "deny"
-allow_private = ["127.0.0.0/8"]
-
-[[rule]]
-id = "github-reads"
-host = "127.0.0.1"
-port = {port}
-method = "read"
-action = "pass"
-
-[[rule]]
-id = "github-writes"
-host = "127.0.0.1"
-port = {port}
-method = "write"
-path = "/repos/**"
-action = "stage"
-respond = "github"
-"#
-    )
+    airlock_tests::github::policy(port)
 }

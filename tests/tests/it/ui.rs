@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 mod flows;
 mod invisible;
 mod login;
+mod released;
 
 /// curl against the admin listener directly (no proxy environment).
 pub(crate) async fn get(url: &str, cookie: Option<&str>) -> CurlResult {

@@ -1,6 +1,7 @@
 //! The effect page: the request as staged (credentials redacted), the flow rules it
 //! violates, its body pretty-printed, its lineage with the shared passages highlighted,
-//! the synthetic response the client got, and after release the origin's real response.
+//! the synthetic response the client got, and after release the request as it was sent
+//! (real values, the origin's link and answer) and the origin's real response.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use maud::{html, Markup};
 use super::body::{excerpt_needles, render};
 use super::flows::{flow_section, verdict_buttons};
 use super::graph::kind_name;
-use super::pages::{badge, summary};
+use super::pages::badge;
+use super::released::{section as released_section, summary_among, summary_now};
 use super::{blocking, html_response, layout, parse_effect, time_utc, Session, UiError, UiResult};
 use crate::Control;
 use airlock_net::headers::is_credential;
@@ -126,7 +128,7 @@ fn edge_source(edge: &Edge, reads: &[airlock_ledger::Read], siblings: &[Effect])
         }
         EdgeSource::Effect { id } => {
             let parent = siblings.iter().find(|e| e.id == *id);
-            html! { a href=(format!("/effects/{id}")) { "effect #" (parent.map(|p| p.seq).unwrap_or(0)) } @if let Some(p) = parent { " " (summary(p)) " " (badge(p.state.as_str())) } }
+            html! { a href=(format!("/effects/{id}")) { "effect #" (parent.map(|p| p.seq).unwrap_or(0)) } @if let Some(p) = parent { " " (summary_among(p, siblings)) " " (badge(p.state.as_str())) } }
         }
     }
 }
@@ -154,11 +156,13 @@ pub(super) async fn effect_page(
         let siblings = ledger.effects(&effect.run_id)?;
         let run = ledger.run(&effect.run_id)?;
         let check = crate::flows::check_blocking(&control, &effect)?;
+        // The admin API's `released` view: the one resolver of placeholders.
+        let view = crate::released::released(&effect, &siblings, release_body.as_deref());
         // The adapter's account (git: the pack read), off the async workers.
         let details = airlock_adapters::of_effect(&effect)
             .details(&airlock_adapters::Call::of_effect(&effect, &body));
         Ok(Some((
-            (effect, details),
+            (effect, details, view),
             check,
             body,
             release_body,
@@ -169,8 +173,10 @@ pub(super) async fn effect_page(
         )))
     })
     .await?;
-    let ((effect, details), check, body, release_body, analysis, reads, siblings, run) = found
-        .ok_or_else(|| UiError::new(StatusCode::NOT_FOUND, format!("no effect with id {id}")))?;
+    let ((effect, details, view), check, body, release_body, analysis, reads, siblings, run) =
+        found.ok_or_else(|| {
+            UiError::new(StatusCode::NOT_FOUND, format!("no effect with id {id}"))
+        })?;
     let mut sources: Vec<Edge> = airlock_ledger::placeholder_edges(&effect);
     if let Some(analysis) = &analysis {
         sources.extend(analysis.edges.iter().cloned());
@@ -196,8 +202,8 @@ pub(super) async fn effect_page(
         Some(&session),
         html! {
             p.crumbs { a href="/" { "Runs" } " / " a href=(format!("/runs/{}", effect.run_id)) { code { (effect.run_id) } } " / effect #" (effect.seq) }
-            h1 { "#" (effect.seq) " " (summary(&effect)) " " (badge(effect.state.as_str())) }
-            p.requestline { code { (effect.method) " " (effect.url) } }
+            h1 { "#" (effect.seq) " " (summary_now(&effect, view.as_ref())) " " (badge(effect.state.as_str())) }
+            p.requestline { code { (effect.method) " " (view.as_ref().map_or(&effect.url, |v| &v.url)) } }
             @if let Some(reason) = &effect.state_reason { p.reason { (reason) } }
             @if let Some(next) = crate::outcomes::next_step(&effect) { p.next #next { "Next: " (next) } }
             @if let Some(key) = &effect.idempotency {
@@ -229,6 +235,7 @@ pub(super) async fn effect_page(
                     (verdict_buttons(&session, &effect, Some(&check), &[("back", back.as_str())]))
                 }
             }
+            (released_section(&effect, view.as_ref()))
             (flow_section(&effect, &check))
             (super::push::details_section(details.as_ref()))
             section {
@@ -273,7 +280,7 @@ pub(super) async fn effect_page(
                 @if dependents.is_empty() { p.muted { "No later effect carries this effect's placeholders." } } @else {
                     ul {
                         @for d in &dependents {
-                            li { a href=(format!("/effects/{}", d.id)) { "effect #" (d.seq) " " (summary(d)) } " " (badge(d.state.as_str())) }
+                            li { a href=(format!("/effects/{}", d.id)) { "effect #" (d.seq) " " (summary_among(d, &siblings)) } " " (badge(d.state.as_str())) }
                         }
                     }
                 }

@@ -62,7 +62,14 @@ pub fn host_path(url: &str) -> (String, String) {
 }
 
 /// The run's lineage as an SVG (empty markup when the run has no edges and no effects).
-pub fn svg(reads: &[Read], effects: &[Effect], edges: &[Edge]) -> Markup {
+/// Each effect is labelled with `sent_url(effect)`: the URL as it was sent, once the
+/// release made its placeholders real.
+pub fn svg(
+    reads: &[Read],
+    effects: &[Effect],
+    edges: &[Edge],
+    sent_url: &dyn Fn(&Effect) -> String,
+) -> Markup {
     let depth = depths(effects);
     // Only reads that feed some effect are drawn; the others are listed in the reads table.
     let feeding: Vec<&Read> = reads
@@ -153,10 +160,11 @@ pub fn svg(reads: &[Read], effects: &[Effect], edges: &[Edge]) -> Markup {
             }
             @for effect in effects {
                 @if let Some(&(x, y)) = position.get(effect.id.as_str()) {
-                    @let (host, path) = host_path(&effect.url);
+                    @let url = sent_url(effect);
+                    @let (host, path) = host_path(&url);
                     a href=(format!("/effects/{}", effect.id)) {
                         g class=(format!("node effect state-{}", effect.state.as_str())) {
-                            title { "effect #" (effect.seq) ": " (effect.method) " " (effect.url) " (" (effect.state.as_str()) ")" }
+                            title { "effect #" (effect.seq) ": " (effect.method) " " (url) " (" (effect.state.as_str()) ")" }
                             rect x=(x) y=(y) width=(NODE_W) height=(NODE_H) rx="5" {}
                             text x=(x + 8) y=(y + 14) { "#" (effect.seq) " " (effect.method) " " (short(&host, 16)) " · " (effect.state.as_str()) }
                             text.sub x=(x + 8) y=(y + 28) { (short(&path, 32)) }

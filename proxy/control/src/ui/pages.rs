@@ -16,16 +16,21 @@ use serde::Deserialize;
 
 use super::flows::{hold, hold_mark, holds, verdict_buttons};
 use super::graph::{host_path, svg};
+use super::released::{brief, summary_now};
 use super::{blocking, html_response, layout, parse_run, Session, UiError, UiResult};
+use crate::released::Released;
 use crate::Control;
 
 mod bound;
 mod commit;
+mod list;
+mod report;
 
 pub(super) use bound::rule_changed;
 #[cfg(test)]
 pub(super) use commit::plan;
 pub(super) use commit::{commit_confirm, confirm_page};
+pub(super) use list::runs_list;
 
 /// The one-line summary of an effect: the adapter's `summary` when the ledger record has
 /// one, else `METHOD host path`.
@@ -114,151 +119,6 @@ fn flags(
     out
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub(super) struct ListQuery {
-    state: Option<String>,
-    /// The cursor: list runs older than this one (the "Older runs" link).
-    after: Option<String>,
-}
-
-/// Rows of the runs list per page.
-pub(super) const RUNS_PER_PAGE: usize = 50;
-
-/// Most runs the list reads looking for one page of a state: a rare state in a long
-/// ledger then takes several pages, each bounded.
-const RUNS_SCANNED_PER_PAGE: usize = 2000;
-
-const RUN_STATES: [&str; 6] = [
-    "open",
-    "sealed",
-    "committing",
-    "committed",
-    "partially_committed",
-    "aborted",
-];
-
-/// `GET /`: runs, newest first, optionally of one state (`?state=`).
-pub(super) async fn runs_list(
-    State(shared): State<Arc<Control>>,
-    Extension(session): Extension<Session>,
-    Query(query): Query<ListQuery>,
-) -> UiResult<Response> {
-    let filter = query.state.filter(|s| !s.is_empty());
-    if let Some(state) = &filter {
-        if !RUN_STATES.contains(&state.as_str()) {
-            return Err(UiError::new(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "unknown run state {state:?}; one of {}",
-                    RUN_STATES.join(", ")
-                ),
-            ));
-        }
-    }
-    let after = match query.after.as_deref().filter(|s| !s.is_empty()) {
-        Some(raw) => Some(parse_run(raw)?),
-        None => None,
-    };
-    let ledger = shared.ledger().clone();
-    let wanted = filter.clone();
-    let (rows, next) = blocking(move || {
-        let mut rows = Vec::new();
-        let (mut cursor, mut scanned) = (after, 0);
-        // Newest first, a page at a time, until a page of rows or the scan bound.
-        let next = loop {
-            let step = RUNS_PER_PAGE;
-            let page = ledger.runs_page(&airlock_ledger::RunPage {
-                after: cursor.clone(),
-                limit: step,
-                newest_first: true,
-            })?;
-            let exhausted = page.len() < step;
-            for run in page {
-                scanned += 1;
-                cursor = Some(run.id.clone());
-                if wanted.as_deref().is_some_and(|s| s != run.state.as_str()) {
-                    continue;
-                }
-                let effects = ledger.effects(&run.id)?;
-                let edges = ledger.edges(&run.id)?;
-                let unverified = ledger
-                    .workspace(&run.id)?
-                    .is_some_and(|w| w.rollback_unverified);
-                rows.push((run, effects, edges, unverified));
-                if rows.len() == RUNS_PER_PAGE {
-                    break;
-                }
-            }
-            if rows.len() == RUNS_PER_PAGE || scanned >= RUNS_SCANNED_PER_PAGE {
-                // More may follow: whether any does is found on the next page.
-                let more = !ledger
-                    .runs_page(&airlock_ledger::RunPage {
-                        after: cursor.clone(),
-                        limit: 1,
-                        newest_first: true,
-                    })?
-                    .is_empty();
-                break more.then_some(cursor).flatten();
-            }
-            if exhausted {
-                break None;
-            }
-        };
-        Ok((rows, next))
-    })
-    .await?;
-    let older = next.map(|cursor| match &filter {
-        Some(state) => format!("/?state={state}&after={cursor}"),
-        None => format!("/?after={cursor}"),
-    });
-    let page = layout(
-        "Runs",
-        Some(&session),
-        html! {
-            h1 { "Runs" @if let Some(state) = &filter { " · " (state.replace('_', " ")) } }
-            nav.filters aria-label="filter by state" {
-                a href="/" class=[filter.is_none().then_some("current")] { "all" }
-                @for state in RUN_STATES {
-                    a href=(format!("/?state={state}")) class=[(filter.as_deref() == Some(state)).then_some("current")] { (state.replace('_', " ")) }
-                }
-            }
-            @if rows.is_empty() {
-                p.muted { "No runs" @if filter.is_some() { " in this state" } "." }
-            } @else {
-                table.list #runs {
-                    thead { tr { th { "run" } th { "state" } th { "profile" } th { "started (UTC)" } th { "ended (UTC)" } th { "effects" } th { "flags" } } }
-                    tbody {
-                        @for (run, effects, edges, unverified) in &rows {
-                            tr.row data-href=(format!("/runs/{}", run.id)) {
-                                td { a href=(format!("/runs/{}", run.id)) { code { (run.id) } } }
-                                td { (badge(run.state.as_str())) }
-                                td { (run.profile.as_deref().unwrap_or("—")) }
-                                td.time { (time_utc(run.created_at_ms)) }
-                                td.time { (ended_ms(run, effects).map(time_utc).unwrap_or_else(|| "—".to_owned())) }
-                                td.counts {
-                                    @if effects.is_empty() { span.muted { "none" } }
-                                    @for (state, count) in counts(effects) {
-                                        span class=(format!("count state-{state}")) title=(state) { (count) " " (state) }
-                                    }
-                                }
-                                td {
-                                    @for (level, text) in flags(edges, effects, *unverified) {
-                                        span class=(format!("flag {level}")) { (text) }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            @if let Some(older) = &older {
-                p.pages { a.button href=(older) rel="next" { "Older runs →" } }
-            }
-        },
-    );
-    Ok(html_response(StatusCode::OK, page))
-}
-
 struct RunData {
     run: Run,
     effects: Vec<Effect>,
@@ -268,6 +128,8 @@ struct RunData {
     denials: Vec<airlock_ledger::Denial>,
     /// The flow decision on each effect (empty when the policy has no flows).
     checks: HashMap<EffectId, FlowCheck>,
+    /// What the release made of each effect that has a `released` view.
+    released: HashMap<EffectId, Released>,
 }
 
 async fn load(shared: &Arc<Control>, id: &str) -> UiResult<RunData> {
@@ -278,9 +140,11 @@ async fn load(shared: &Arc<Control>, id: &str) -> UiResult<RunData> {
         let Some(run) = ledger.run(&run_id)? else {
             return Ok(None);
         };
+        let effects = ledger.effects(&run.id)?;
         Ok(Some(RunData {
             checks: crate::flows::check_run_blocking(&control, &run.id)?,
-            effects: ledger.effects(&run.id)?,
+            released: super::released::of_run(ledger.as_ref(), &effects)?,
+            effects,
             reads: ledger.reads(&run.id)?,
             edges: ledger.edges(&run.id)?,
             rollback_unverified: ledger
@@ -377,6 +241,7 @@ pub(super) async fn run_page(
         rollback_unverified,
         denials,
         checks,
+        released,
     } = &data;
     let open = reviewable(run);
     // The rules that staged effects still staged, each with its approve-all button.
@@ -442,6 +307,10 @@ pub(super) async fn run_page(
                         (bound::rule_button(&session, run, rule, effects, checks))
                     }
                 }
+            } @else if report::shown(run) {
+                div.actions {
+                    a.button href=(format!("/runs/{}/commit", run.id)) accesskey="c" { "What the commit released" }
+                }
             }
             h2 #effects { "Effects" }
             @if effects.is_empty() {
@@ -455,7 +324,11 @@ pub(super) async fn run_page(
                             @let link = format!("/effects/{}", effect.id);
                             tr.row id=(effect.id) data-href=(link) data-effect=(effect.id) data-state=(effect.state.as_str()) {
                                 td { (effect.seq) }
-                                td { a href=(link) { (summary(effect)) } }
+                                @let view = released.get(&effect.id);
+                                td {
+                                    a href=(link) { (summary_now(effect, view)) }
+                                    (brief(effect, view))
+                                }
                                 td { code { (effect.method) } }
                                 td { (host) }
                                 td { code { (effect.rule.as_deref().unwrap_or("(default)")) } }
@@ -498,7 +371,8 @@ pub(super) async fn run_page(
                 p.legend {
                     span.key.content { "content" } span.key.credential { "credential" } span.key.header { "header value" } span.key.placeholder { "placeholder (released after its parent)" }
                 }
-                div.graph { (svg(reads, effects, edges)) }
+                @let sent_url = |e: &Effect| released.get(&e.id).map_or_else(|| e.url.clone(), |v| v.url.clone());
+                div.graph { (svg(reads, effects, edges, &sent_url)) }
                 details {
                     summary { "edges as a table (" (edges.len()) ")" }
                     table.list {

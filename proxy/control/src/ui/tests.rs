@@ -145,7 +145,7 @@ fn lineage_graph_lays_out_many_nodes_without_overlap() {
         .iter()
         .flat_map(airlock_ledger::placeholder_edges)
         .collect();
-    let out = svg(&[], &effects, &edges).into_string();
+    let out = svg(&[], &effects, &edges, &|e| e.url.clone()).into_string();
     assert_eq!(out.matches("<rect").count(), 60, "one box per effect");
     assert_eq!(out.matches("class=\"edge placeholder\"").count(), 40);
     // Every box has its own place.
@@ -308,4 +308,77 @@ fn a_degraded_or_full_ledger_is_a_503_or_507_page_that_says_when_to_retry() {
     );
     let other = UiError::from(LedgerError::storage(std::io::Error::other("boom")));
     assert_eq!(other.status, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+/// The `released` view on the pages: real values in place of the placeholders, every
+/// value escaped, and the origin's link a link only when it is `http(s)`.
+#[test]
+fn released_views_show_real_values_escaped_and_only_http_links() {
+    use airlock_ledger::{Header, HeaderText, Placeholder, ReleaseRecord, ValueKind};
+    let mut pr = effect(1, EffectState::Released, &[]);
+    pr.summary = Some("open PR o/r#? 'Fix'".into());
+    pr.placeholders = vec![Placeholder {
+        value: "6850552904231873".into(),
+        kind: ValueKind::Number,
+        pointer: "/number".into(),
+        real: Some("42".into()),
+    }];
+    pr.release = Some(ReleaseRecord {
+        started_at_ms: 0,
+        finished_at_ms: Some(1),
+        status: Some(201),
+        headers: vec![Header {
+            name: "location".into(),
+            value: HeaderText::from_bytes(b"javascript:alert(1)"),
+        }],
+        body_digest: None,
+        body_len: 40,
+        error: None,
+    });
+    let mut comment = effect(2, EffectState::Approved, &[]);
+    comment.url = "https://api.example.com/repos/o/r/issues/6850552904231873/comments".into();
+    comment.summary = Some("comment on o/r#6850552904231873: 'ok'".into());
+    comment.depends_on = vec![Dependency {
+        effect: pr.id.clone(),
+        value: "6850552904231873".into(),
+        found_in: "url".into(),
+    }];
+    let run = vec![pr.clone(), comment.clone()];
+    let answer = b"<script>alert(1)</script> \"quoted\"";
+    let view = crate::released::released(&pr, &run, Some(answer)).expect("released");
+    let section = released::section(&pr, Some(&view)).into_string();
+    assert!(section.contains("open PR o/r#42"), "{section}");
+    assert!(section.contains("staged as"), "{section}");
+    assert!(
+        section.contains("&lt;script&gt;alert(1)&lt;/script&gt; &quot;quoted&quot;"),
+        "{section}"
+    );
+    assert!(!section.contains("<script>"), "{section}");
+    assert!(!section.contains("href=\"javascript:"), "{section}");
+    assert!(
+        section.contains("<code>javascript:alert(1)</code>"),
+        "{section}"
+    );
+    // A dependent not released yet reads with its parent's real value, in the summary
+    // and the URL as it will be sent.
+    let view = crate::released::released(&comment, &run, None).expect("known values");
+    assert_eq!(
+        released::summary_now(&comment, Some(&view)),
+        "comment on o/r#42: 'ok'"
+    );
+    let brief = released::brief(&comment, Some(&view)).into_string();
+    assert!(brief.contains("/repos/o/r/issues/42/comments"), "{brief}");
+    let section = released::section(&comment, Some(&view)).into_string();
+    assert!(
+        section.contains("With the real values known so far"),
+        "{section}"
+    );
+    // Nothing known: the staged summary, no block.
+    let staged = effect(3, EffectState::Staged, &[]);
+    assert_eq!(crate::released::released(&staged, &run, None), None);
+    assert_eq!(released::brief(&staged, None).into_string(), "");
+    assert_eq!(
+        released::summary_now(&staged, None),
+        "POST api.example.com /items/3"
+    );
 }

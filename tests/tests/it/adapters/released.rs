@@ -3,73 +3,9 @@
 //! placeholders (issue 21, item 9); the placeholders an agent sees are shaped like the
 //! values they stand for (item 11).
 
-use airlock_tests::{curl, Fixture, Origin, Reply};
-use serde_json::{json, Value};
-
-const REAL_HEAD: &str = "6dcb09b5b57875f334f61aebed695e2e4193db5e";
-
-/// A fake GitHub that assigns PR 4242 and answers a comment on it.
-async fn fake_github(fx: &Fixture) -> Origin {
-    Origin::start(
-        Some(&fx.origin_ca),
-        std::sync::Arc::new(|req| match (req.method.as_str(), req.path.as_str()) {
-            ("POST", "/repos/acme/widgets/pulls") => Reply::json(
-                201,
-                &json!({"number": 4242, "id": 77001, "node_id": "PR_kwDOreal",
-                        "html_url": "https://github.example/acme/widgets/pull/4242",
-                        "head": {"sha": REAL_HEAD}, "base": {"sha": "a".repeat(40)}}),
-            ),
-            ("POST", "/repos/acme/widgets/issues/4242/comments") => Reply::json(
-                201,
-                &json!({"id": 5001, "node_id": "IC_real", "html_url": "https://github.example/acme/widgets/pull/4242#issuecomment-5001"}),
-            ),
-            ("POST", path) if path.starts_with("/repos/acme/widgets/statuses/") => {
-                Reply::json(201, &json!({"id": 9, "state": "success"}))
-            }
-            _ => Reply::json(404, &json!({"message": "Not Found"})),
-        }),
-    )
-    .await
-    .expect("origin")
-}
-
-/// Stages a PR and a comment on it through `env`; returns the PR as the client saw it.
-async fn stage_pr_and_comment(
-    env: &std::collections::BTreeMap<String, String>,
-    api: &str,
-) -> Value {
-    let pr = curl(
-        env,
-        &[
-            "-X",
-            "POST",
-            "-H",
-            "content-type: application/json",
-            "--data",
-            r#"{"title":"Fix flaky test","head":"agent/fix","base":"main"}"#,
-            &format!("{api}/repos/acme/widgets/pulls"),
-        ],
-    )
-    .await;
-    assert_eq!(pr.status, 201, "{}", String::from_utf8_lossy(&pr.body));
-    let pr = pr.json();
-    let number = pr["number"].as_u64().expect("a number");
-    let comment = curl(
-        env,
-        &[
-            "-X",
-            "POST",
-            "-H",
-            "content-type: application/json",
-            "--data",
-            r#"{"body":"CI is green"}"#,
-            &format!("{api}/repos/acme/widgets/issues/{number}/comments"),
-        ],
-    )
-    .await;
-    assert_eq!(comment.status, 201);
-    pr
-}
+use airlock_tests::github::{origin as fake_github, stage_pr_and_comment, REAL_HEAD};
+use airlock_tests::{curl, Fixture};
+use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_release_effects_and_show_print_the_real_pr_number_url_and_answer() {

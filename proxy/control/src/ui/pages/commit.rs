@@ -81,7 +81,8 @@ pub(in crate::ui) fn plan(effects: &[Effect], approve_pending: bool) -> Plan<'_>
     out
 }
 
-/// `GET /runs/{id}/commit`: what a commit will release, in order, and what it skips.
+/// `GET /runs/{id}/commit`: what a commit will release, in order, and what it skips; once
+/// the commit is decided, what it released ([`super::report`]).
 pub(in crate::ui) async fn commit_confirm(
     State(shared): State<Arc<Control>>,
     Extension(session): Extension<Session>,
@@ -101,6 +102,10 @@ pub(in crate::ui) async fn confirm_page(
 ) -> UiResult<Response> {
     let data = load(shared, id).await?;
     let run = &data.run;
+    // Once the commit is decided, the page reports what it released.
+    if changed.is_none() && super::report::shown(run) {
+        return Ok(super::report::page(session, &data));
+    }
     if !reviewable(run) {
         return Err(UiError::new(
             StatusCode::CONFLICT,
