@@ -84,6 +84,7 @@ pub async fn relay(
         .await
         .map_err(|e| ProxyError::upstream(&e))?;
     let status = response.status();
+    let rule_for_messages = rule.clone();
     let labels = match rule.as_deref() {
         Some(rule) => policy.labels_of(rule).to_vec(),
         None => Vec::new(),
@@ -126,6 +127,9 @@ pub async fn relay(
         plane: shared.clone(),
         run: run.clone(),
         host: host.to_owned(),
+        port: crate::flows::host_port(url).map_or(443, |(_, port)| port),
+        url: url.to_owned(),
+        rule: rule_for_messages,
         limit: shared.limits.stage_body_bytes,
     };
     tokio::spawn(splice(
@@ -186,10 +190,31 @@ async fn splice(
         }
     };
     let run = inspector.run.clone();
+    let (plane, url, rule) = (
+        inspector.plane.clone(),
+        inspector.url.clone(),
+        inspector.rule.clone(),
+    );
     let relayed = frames::relay(TokioIo::new(client), TokioIo::new(origin), idle, inspector).await;
     if let Some((code, reason)) = &relayed.refused {
         warn!(run.id = %run, close.code = code, reason = %reason,
               "a WebSocket message from the client was refused unsent; closed both sides");
+        // Every refused message is a denial of the run (`WEBSOCKET`, the handshake's URL,
+        // the reason code before the first colon of the Close reason).
+        #[allow(clippy::disallowed_methods)]
+        let revision = plane.policy.current().revision().to_owned();
+        crate::denials::journal(
+            &plane,
+            &run,
+            crate::denials::Refusal {
+                method: "WEBSOCKET".into(),
+                url,
+                has_body: true,
+                rule,
+                reason_code: reason.split(':').next().unwrap_or(reason).trim().to_owned(),
+                policy_revision: revision,
+            },
+        );
     } else if relayed.idle {
         info!(
             bytes.up = relayed.up,

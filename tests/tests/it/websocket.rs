@@ -13,6 +13,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
+mod flows;
 mod placeholders;
 
 /// The handshake headers each connection to an echo origin brought.

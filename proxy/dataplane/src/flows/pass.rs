@@ -279,6 +279,41 @@ pub async fn check_pass(
     }
 }
 
+/// Checks a WebSocket message (text or binary, reassembled and inflated) or control
+/// payload a client sends after a passed handshake to `url` (`host`:`port`, passed by
+/// `rule`) against its run's guarded reads, as a passed write's body is
+/// ([`check_pass`]); the message is not a request, so it is judged under the policy in
+/// force when it is sent. `Ok` at the cost of one map lookup when no guarded read of the
+/// run ended or the policy has no flows.
+///
+/// Errors: those of [`check_pass`] (403-shaped `flow_blocked`, `flow_review_required`,
+/// `flow_unchecked`); the relay closes the connection with 1008 and journals the denial.
+pub async fn check_message(
+    plane: &Arc<DataPlane>,
+    run: &RunId,
+    url: &str,
+    host: &str,
+    port: u16,
+    rule: Option<&str>,
+    message: &[u8],
+) -> Result<(), ProxyError> {
+    #[allow(clippy::disallowed_methods)]
+    let policy = plane.policy.current();
+    if policy.flows().is_empty() || !plane.pass_index.watches(run) {
+        return Ok(());
+    }
+    let headers = http::HeaderMap::new();
+    let request = PassRequest {
+        url,
+        target: url,
+        host,
+        port,
+        headers: &headers,
+        body: Some(message),
+    };
+    check_pass(plane, &policy, policy.revision(), run, rule, &request).await
+}
+
 /// One flow a request about to pass violates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PassRefusal {

@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::DataPlane;
+use airlock_net::respond::ProxyError;
 
 /// What a client message was searched against, and the most one may hold.
 pub(super) struct Inspector {
@@ -26,6 +27,12 @@ pub(super) struct Inspector {
     pub run: RunId,
     /// The origin's host (credential placeholders are bound to hosts).
     pub host: String,
+    /// The origin's port (flows judge a destination by host and port).
+    pub port: u16,
+    /// The handshake's URL (for flows and the denial journal).
+    pub url: String,
+    /// The rule that passed the handshake.
+    pub rule: Option<String>,
     /// The most bytes one message may hold, compressed or inflated (`--stage-body-limit`):
     /// a larger one cannot be searched, and the connection is closed with 1009.
     pub limit: u64,
@@ -228,9 +235,30 @@ async fn refusal(inspector: &Inspector, payload: &[u8]) -> Result<Option<String>
     let found =
         crate::handle::message_refusal(&inspector.plane, &inspector.run, &inspector.host, payload)
             .await;
-    Ok(match found {
-        Ok(found) => found,
-        Err(error) => Some(format!("placeholder_check_failed: {}", error.code())),
+    match found {
+        Ok(Some(found)) => return Ok(Some(found)),
+        Ok(None) => {}
+        Err(error) => return Ok(Some(format!("placeholder_check_failed: {}", error.code()))),
+    }
+    // Flows judge what a message carries as they judge a passed write's body.
+    let flow = crate::flows::pass::check_message(
+        &inspector.plane,
+        &inspector.run,
+        &inspector.url,
+        &inspector.host,
+        inspector.port,
+        inspector.rule.as_deref(),
+        payload,
+    )
+    .await;
+    Ok(match flow {
+        Ok(()) => None,
+        Err(ProxyError::Denied {
+            reason_code,
+            reason,
+            ..
+        }) => Some(format!("{reason_code}: {reason}")),
+        Err(other) => Some(format!("{}: {other}", other.code())),
     })
 }
 
