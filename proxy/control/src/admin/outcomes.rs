@@ -36,18 +36,29 @@ async fn retry_effect(
     Ok(Json(report))
 }
 
+/// The effect and the state it was in when the ledger refused its transition, or `None`
+/// for any other error (which then maps as everywhere).
+fn refused_transition(
+    error: &crate::release::CommitError,
+) -> Option<(&airlock_ledger::EffectId, &airlock_ledger::EffectState)> {
+    use airlock_ledger::{LedgerError, Refused};
+    match error {
+        crate::release::CommitError::Ledger(LedgerError::Refused(Refused::EffectTransition {
+            effect,
+            from,
+            ..
+        })) => Some((effect, from)),
+        _ => None,
+    }
+}
+
 /// A retry the effect's state refuses, said in terms of what retry is for (a release
 /// that failed before it reached the origin, or an unknown one an idempotency key
 /// covers) instead of the state machine's "cannot become approved". Other errors map as
 /// everywhere.
 fn retry_refusal(error: crate::release::CommitError) -> ApiError {
-    use airlock_ledger::{EffectState, LedgerError, Refused};
-    let crate::release::CommitError::Ledger(LedgerError::Refused(Refused::EffectTransition {
-        effect,
-        from,
-        ..
-    })) = &error
-    else {
+    use airlock_ledger::EffectState;
+    let Some((effect, from)) = refused_transition(&error) else {
         return error.into();
     };
     let why = match from {
@@ -132,13 +143,8 @@ async fn settle_effect(
 /// whose release outcome is `unknown` (or a `released` one, to give real values). Other
 /// errors map as everywhere.
 fn settle_refusal(error: crate::release::CommitError) -> ApiError {
-    use airlock_ledger::{EffectState, LedgerError, Refused};
-    let crate::release::CommitError::Ledger(LedgerError::Refused(Refused::EffectTransition {
-        effect,
-        from,
-        ..
-    })) = &error
-    else {
+    use airlock_ledger::EffectState;
+    let Some((effect, from)) = refused_transition(&error) else {
         return error.into();
     };
     let next = match from {
