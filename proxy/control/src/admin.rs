@@ -23,6 +23,7 @@ mod compensate;
 mod effects;
 mod error;
 mod fence;
+mod flow_replay;
 pub(crate) mod health;
 pub mod openapi;
 mod ops;
@@ -77,6 +78,7 @@ pub fn router(shared: Arc<Control>) -> Router {
         .route("/metrics", get(crate::metrics::serve))
         .merge(commit::routes())
         .merge(effects::routes())
+        .merge(flow_replay::routes())
         .merge(workspace::routes())
         .merge(compensate::routes())
         .merge(fence::routes())

@@ -18,8 +18,11 @@ use std::sync::Arc;
 
 use airlock_dataplane::flows::{check_effect, FlowCheck, RunSources};
 use airlock_dataplane::lineage::reanalyse_effects;
-use airlock_ledger::{Effect, EffectId, EffectState, LedgerError, Refused, RunId, RunState, Store};
+use airlock_ledger::{
+    Effect, EffectId, EffectLineage, EffectState, LedgerError, Refused, RunId, RunState, Store,
+};
 use airlock_policy::Policy;
+use serde::Serialize;
 use tracing::info;
 
 use crate::release::{blocking, CommitError};
@@ -104,6 +107,117 @@ pub fn blocked(effect: &Effect, check: &FlowCheck) -> Option<Refused> {
     })
 }
 
+/// What the commit's final pass does with one undecided or approved effect, given its
+/// flow decision: the one rule [`final_pass`] applies and `policy replay`
+/// (`POST /v1/runs/{id}/flows/replay`) reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum AtCommit {
+    /// A `block` flow forbids it: the commit rejects it with `detail` (each flow and its
+    /// reason) and skips its dependents.
+    Rejected {
+        /// `flow "ID": reason`, `; `-separated.
+        detail: String,
+    },
+    /// The commit is refused (`flow_review_required`) while it is held: `why` names each
+    /// `review` flow no reviewer acknowledged by approving this effect by itself, or the
+    /// run's labelled reads still streaming (not analysed yet).
+    Held {
+        /// One line per cause.
+        why: Vec<String>,
+    },
+    /// Flows do not stop it: it is released if approved (or by `approve_pending`).
+    Clear,
+}
+
+/// The final pass's rule for `effect` under `check`, with `streaming` labelled reads of
+/// its run still streaming: a block rejects it; an unacknowledged review flow holds it;
+/// streaming reads hold any effect a reviewer did not approve by itself; else clear.
+pub fn at_commit(effect: &Effect, check: &FlowCheck, streaming: usize) -> AtCommit {
+    if let Some(Refused::FlowBlocked { detail, .. }) = blocked(effect, check) {
+        AtCommit::Rejected { detail }
+    } else if !check.approval_suffices(effect) {
+        AtCommit::Held {
+            why: check
+                .review_flows()
+                .iter()
+                .map(|f| format!("flow \"{f}\""))
+                .collect(),
+        }
+    } else if streaming > 0 && !effect.approval.as_ref().is_some_and(|a| a.explicit) {
+        AtCommit::Held {
+            why: vec![format!(
+                "{streaming} labelled read(s) of the run still streaming, not analysed yet"
+            )],
+        }
+    } else {
+        AtCommit::Clear
+    }
+}
+
+/// One effect's flow decision under one policy, as the live path makes it: the
+/// violations from its stored lineage ([`RunSources::check`]) and, while it is undecided
+/// or approved, what the commit's final pass would do ([`at_commit`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decided {
+    /// The flow decision.
+    #[serde(flatten)]
+    pub check: FlowCheck,
+    /// What the commit would do (`None` once the effect is decided for good).
+    pub at_commit: Option<AtCommit>,
+}
+
+/// One effect of a run decided under the policy in force (`was`) and a candidate (`now`).
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    /// The effect.
+    pub effect: Effect,
+    /// Under the policy in force.
+    pub was: Decided,
+    /// Under the candidate.
+    pub now: Decided,
+}
+
+/// Every effect of `run` decided under the policy in force and under `candidate`, with
+/// the same inputs the live decision builds ([`RunSources`]: stored lineage, placeholder
+/// edges, lineage carried through placeholders, the reads' recorded labels) and the same
+/// commit rule ([`at_commit`], with the run's labelled reads streaming now). Nothing is
+/// written: no reanalysis, no verdict. Effects in staging order.
+///
+/// Errors: storage faults.
+pub fn replay_blocking(
+    control: &Control,
+    run: &RunId,
+    candidate: &Policy,
+) -> Result<Vec<Replayed>, LedgerError> {
+    let in_force = control.policy().current();
+    let streaming = control.data().streaming_labelled_reads(run);
+    let ledger = control.ledger();
+    let sources = RunSources::load(&**ledger, run)?;
+    let decide = |policy: &Policy, effect: &Effect, lineage: Option<&EffectLineage>| {
+        let check = sources.check(policy, effect, lineage);
+        let at_commit = undecided(effect).then(|| {
+            // The final pass runs only under a policy with flows.
+            if policy.flows().is_empty() {
+                AtCommit::Clear
+            } else {
+                at_commit(effect, &check, streaming)
+            }
+        });
+        Decided { check, at_commit }
+    };
+    let mut effects = ledger.effects(run)?;
+    effects.sort_by_key(|e| e.seq);
+    let mut out = Vec::with_capacity(effects.len());
+    for effect in effects {
+        let lineage = ledger.effect_lineage(&effect.id)?;
+        let was = decide(&in_force, &effect, lineage.as_ref());
+        let now = decide(candidate, &effect, lineage.as_ref());
+        out.push(Replayed { effect, was, now });
+    }
+    Ok(out)
+}
+
 /// The commit's final pass over `run`, before the commit decision is written. It
 /// analyses each undecided or approved effect again against every analysed read of the
 /// run and decides flows on that final lineage, then refuses the commit when a `review`
@@ -175,24 +289,13 @@ fn decide(
     for effect in &effects {
         let lineage = ledger.effect_lineage(&effect.id)?;
         let check = sources.check(policy, effect, lineage.as_ref());
-        if let Some(Refused::FlowBlocked { detail, .. }) = blocked(effect, &check) {
-            rejects.push((effect.id.clone(), detail));
-        } else if !check.approval_suffices(effect) {
-            let flows = check
-                .review_flows()
-                .iter()
-                .map(|f| format!("flow \"{f}\""))
-                .collect();
-            held.push((effect.id.clone(), flows));
-        } else if streaming > 0 && !effect.approval.as_ref().is_some_and(|a| a.explicit) {
-            held.push((
-                effect.id.clone(),
-                vec![format!(
-                    "{streaming} labelled read(s) of the run still streaming, not analysed yet"
-                )],
-            ));
-        } else if effect.state == EffectState::Staged {
-            staged.push(effect.id.clone());
+        match at_commit(effect, &check, streaming) {
+            AtCommit::Rejected { detail } => rejects.push((effect.id.clone(), detail)),
+            AtCommit::Held { why } => held.push((effect.id.clone(), why)),
+            AtCommit::Clear if effect.state == EffectState::Staged => {
+                staged.push(effect.id.clone());
+            }
+            AtCommit::Clear => {}
         }
     }
     if !held.is_empty() {

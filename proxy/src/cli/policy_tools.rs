@@ -244,8 +244,9 @@ fn effect_content(full: &Value) -> Recorded {
 /// Effects are re-decided from their full record (headers and body, `GET
 /// /v1/effects/{id}`); reads and denials keep only the method, URL and whether there was
 /// a body, so `headers` and body matchers see none. Each effect's flows are decided again
-/// from its stored lineage under the policy in force and the candidate; those whose
-/// verdicts differ are printed.
+/// by the server (`POST /v1/runs/{id}/flows/replay`) from its stored lineage, under the
+/// policy in force and the candidate, with the live decision's inputs and commit rule;
+/// those whose verdicts or commit outcome differ are printed.
 pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow::Result<()> {
     let policy = Policy::load(file)?;
     let client = connect(admin)?;
@@ -274,7 +275,6 @@ pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow:
         replayed.push(redecide(&policy, "read", &read, was, &recorded, profile)?);
     }
     let effect_list = list(&effects, "effects");
-    let mut fulls = Vec::with_capacity(effect_list.len());
     for effect in &effect_list {
         let id = effect["id"].as_str().unwrap_or_default();
         let full = client.get(&format!("/v1/effects/{id}")).await?;
@@ -287,7 +287,6 @@ pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow:
             &recorded,
             profile,
         )?);
-        fulls.push(full);
     }
     for denial in list(&denials, "denials") {
         let recorded = Recorded {
@@ -313,25 +312,19 @@ pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow:
         .iter()
         .filter(|r| r.approximate.is_some())
         .collect();
-    // Flows: every effect's stored lineage decided again under the policy in force and
-    // under the candidate.
-    let in_force = client
-        .get("/v1/policy")
-        .await
-        .ok()
-        .and_then(|v| v["text"].as_str().map(str::to_owned))
-        .and_then(|text| Policy::from_toml_str(&text, "the policy in force").ok());
-    let read_records: Vec<airlock_ledger::Read> = list(&reads, "reads")
-        .into_iter()
-        .filter_map(|r| serde_json::from_value(r).ok())
-        .collect();
-    let flow_changes = replay_flows::changes(
-        &policy,
-        in_force.as_ref(),
-        &read_records,
-        &fulls,
-        &effect_list,
-    );
+    // Flows: every effect decided again by the server, under the policy in force and the
+    // candidate, with the live decision's own inputs.
+    let flow_replay = client
+        .post_text(
+            &format!("/v1/runs/{run}/flows/replay"),
+            "application/toml",
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?,
+        )
+        .await?;
+    let flow_changes = replay_flows::changes(&flow_replay);
+    let streaming = flow_replay["streaming_labelled_reads"]
+        .as_u64()
+        .unwrap_or(0);
     if admin.json {
         return print_json(&json!({
             "run": run,
@@ -341,6 +334,7 @@ pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow:
             "changed": changed,
             "approximate": approximate,
             "flows_changed": flow_changes,
+            "streaming_labelled_reads": streaming,
         }));
     }
     for r in &changed {
@@ -369,18 +363,20 @@ pub(super) async fn replay(file: &Path, run: &str, admin: &AdminArgs) -> anyhow:
             change.effect,
             change.method,
             change.url,
-            change.was.as_deref().map_or_else(
-                || "? (the policy in force did not load)".to_owned(),
-                show_verdicts
-            ),
-            show_verdicts(&change.now)
+            show_verdicts(&change.was, change.was_at_commit.as_deref()),
+            show_verdicts(&change.now, change.now_at_commit.as_deref())
         );
     }
-    if !fulls.is_empty() {
+    if !effect_list.is_empty() {
         outln!(
             "flows: {} effect(s) re-decided from their stored lineage: {} change(s)",
-            fulls.len(),
+            effect_list.len(),
             flow_changes.len()
+        );
+    }
+    if streaming > 0 {
+        outln!(
+            "flows: {streaming} labelled read(s) of the run still streaming: the commit holds every effect no reviewer approved by itself until they end"
         );
     }
     if !approximate.is_empty() {

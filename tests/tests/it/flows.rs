@@ -357,8 +357,22 @@ async fn policy_replay_re_decides_the_flows_of_a_past_run_under_a_changed_policy
 /// A secret posted to its own origin (not external) whose answer is handed back as a
 /// placeholder, and the placeholder posted outside: the value substituted at release is
 /// the parent's answer, so the child carries the parent's lineage and is held.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_secret_laundered_through_a_placeholder_is_still_held() {
+/// The laundering run of [`a_secret_laundered_through_a_placeholder_is_still_held`].
+struct Laundered {
+    fx: Fixture,
+    airlock: Airlock,
+    run: String,
+    /// The child effect that carries the placeholder outside.
+    child: String,
+    vport: u16,
+    hport: u16,
+    /// The vault and the hooks, served as long as the setup lives.
+    _origins: (Origin, Origin),
+}
+
+/// Reads the secret, posts it to its own origin (staged, answered with a placeholder) and
+/// posts the placeholder outside, under a `review` flow.
+async fn launder() -> Laundered {
     let fx = Fixture::new();
     let vault = origin(&fx, |r: &Received| {
         if r.method == "POST" {
@@ -385,7 +399,7 @@ body = '{{"echo": "{{{{placeholder:string:/echo}}}}"}}'
     );
     let text =
         policy(vport, hport, "review", "").replace("[[flow]]", &format!("{extra}\n[[flow]]"));
-    let (airlock, _run, env) = fx.start_run(&text, &[]).await;
+    let (airlock, run, env) = fx.start_run(&text, &[]).await;
     let read = curl(
         &env,
         &[&format!("https://127.0.0.1:{vport}/v1/secret/payments")],
@@ -436,7 +450,23 @@ body = '{{"echo": "{{{{placeholder:string:/echo}}}}"}}'
         Some(r#"review; flow="no-secrets-out""#),
         "the placeholder carries the parent's lineage"
     );
-    let id = child.header("airlock-effect").expect("effect");
+    let child = child.header("airlock-effect").expect("effect");
+    Laundered {
+        _origins: (vault, hooks),
+        fx,
+        airlock,
+        run,
+        child,
+        vport,
+        hport,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_laundered_through_a_placeholder_is_still_held() {
+    let Laundered {
+        airlock, child: id, ..
+    } = launder().await;
     let shown = airlock
         .admin
         .get(&format!("/v1/effects/{id}"))
@@ -453,6 +483,54 @@ body = '{{"echo": "{{{{placeholder:string:/echo}}}}"}}'
         detail.contains("carried through the placeholder"),
         "{shown:#}"
     );
+}
+
+/// `policy replay` decides with the live decision's inputs: the lineage carried through a
+/// placeholder counts, so a candidate that turns the flow into a block rejects the child
+/// at commit, where the policy in force holds it for review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_replay_follows_lineage_carried_through_a_placeholder() {
+    let l = launder().await;
+    let candidate = l.fx.dir.path().join("candidate.toml");
+    let text = l.airlock.admin.get("/v1/policy").await.expect("policy")["text"]
+        .as_str()
+        .expect("text")
+        .replacen("action = \"review\"", "action = \"block\"", 1);
+    assert!(text.contains("action = \"block\""), "{text}");
+    std::fs::write(&candidate, text).expect("candidate");
+    let candidate = candidate.to_str().expect("utf-8 path");
+    let (ok, out, err) = crate::cli::cli(
+        &l.fx,
+        &["policy", "replay", candidate, "--run", &l.run, "--json"],
+    );
+    assert!(ok, "{err}");
+    let replay: Value = serde_json::from_str(&out).expect("json");
+    let changed = replay["flows_changed"].as_array().expect("flows_changed");
+    let child = changed
+        .iter()
+        .find(|c| c["effect"] == l.child.as_str())
+        .unwrap_or_else(|| panic!("the child's verdict changes: {replay:#}"));
+    assert_eq!(child["was"][0]["action"], "review", "{replay:#}");
+    assert_eq!(child["was_at_commit"], "held", "{replay:#}");
+    assert_eq!(child["now"][0]["action"], "block", "{replay:#}");
+    assert_eq!(child["now_at_commit"], "rejected", "{replay:#}");
+    assert_eq!(
+        child["url"],
+        format!("https://127.0.0.1:{}/hooks/relay", l.hport)
+    );
+    // The parent, posted to the vault's own origin, is not external: unchanged.
+    assert!(
+        !out.contains(&format!("127.0.0.1:{}/v1/transit/echo", l.vport)),
+        "{replay:#}"
+    );
+    // Replay decides; the server changed nothing.
+    let shown = l
+        .airlock
+        .admin
+        .get(&format!("/v1/effects/{}", l.child))
+        .await
+        .expect("effect");
+    assert_eq!(shown["state"], "staged");
 }
 
 /// A labelled read still streaming when the commit is asked: what it carries reached the

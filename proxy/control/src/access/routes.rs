@@ -183,6 +183,12 @@ pub const ROUTES: &[Route] = &[
     token("POST", "/v1/policy", Action::PolicyReload, "policy_reload"),
     token(
         "POST",
+        "/v1/runs/{id}/flows/replay",
+        Action::Read,
+        "flow_replay",
+    ),
+    token(
+        "POST",
         "/v1/ui/sign-in-links",
         Action::OwnSignInLink,
         "sign_in_link",

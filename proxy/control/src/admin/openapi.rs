@@ -72,6 +72,7 @@ pub struct ApiErrorBody {
         super::workspace::rollback_to,
         super::policy::show,
         super::policy::replace,
+        super::flow_replay::replay,
         crate::ui::login::create_link,
         super::audit::list,
         crate::metrics::serve,
