@@ -210,6 +210,12 @@ impl Candidates {
         Self(set)
     }
 
+    /// The candidate hashes (no common one), for a lookup in an index of many bodies'
+    /// fingerprints: a body may overlap exactly when it holds one of them.
+    pub fn hashes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().copied()
+    }
+
     /// Whether a body with these fingerprints may overlap (then call [`overlap`]).
     pub fn may_overlap(&self, fingerprints: &[u64]) -> bool {
         fingerprints.iter().any(|h| self.0.contains(h))

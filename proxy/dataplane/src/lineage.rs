@@ -12,8 +12,9 @@ use tracing::{debug, warn};
 
 mod effect;
 mod placeholders;
+pub mod prepared;
 
-pub(crate) use effect::compare;
+pub(crate) use effect::request_side;
 use effect::run_job;
 pub use placeholders::{
     encoded_forms, find_placeholders, substitute, substitute_whole, MIN_SHA_PREFIX,

@@ -21,6 +21,7 @@ use airlock_policy::{EdgeClass, FlowAction, FlowEdge, FlowSource, FlowTarget, Po
 use tracing::warn;
 
 use super::host_port;
+use crate::lineage::prepared::PreparedReads;
 use crate::DataPlane;
 
 /// How long a request about to pass waits for the lineage worker to analyse the guarded
@@ -54,13 +55,16 @@ struct RunReads {
     built: Option<(u64, Arc<Index>)>,
 }
 
-/// One run's analysed reads, loaded from the ledger.
+/// One run's analysed reads, loaded from the ledger, with the guarded ones prepared for
+/// comparison ([`PreparedReads`]) under the last policy revision that asked.
 #[derive(Debug, Default)]
 pub struct Index {
     /// Each analysed read with its fingerprints.
     reads: Vec<(ReadContent, Vec<u64>)>,
     /// What flows need of each read, by seq.
     sources: HashMap<u64, Source>,
+    /// The guarded reads prepared, and the policy revision that decided which are.
+    prepared: Mutex<Option<(String, Arc<PreparedReads>)>>,
 }
 
 /// What a flow needs of a read: where it came from, its rule and labels.
@@ -96,6 +100,7 @@ impl Index {
         Self {
             reads: contents,
             sources,
+            prepared: Mutex::new(None),
         }
     }
 
@@ -109,36 +114,56 @@ impl Index {
         self.reads.is_empty()
     }
 
-    /// The reads some flow of `policy` may guard: a flow with no `from`, one naming a
-    /// label of the read or of its rule, or `credential` for a read that carried a
-    /// credential-looking value. (`rules`, `hosts` and `to` are decided exactly by
-    /// [`Policy::evaluate_flows`] on the edges found.)
-    fn guarded<'a>(
-        &'a self,
-        policy: &'a Policy,
-    ) -> impl Iterator<Item = &'a (ReadContent, Vec<u64>)> + 'a {
-        self.reads.iter().filter(move |(content, _)| {
-            let Some(source) = self.sources.get(&content.seq) else {
-                return false;
-            };
-            let credential = content
-                .notable
-                .iter()
-                .any(|n: &Notable| n.kind == EdgeKind::Credential);
-            let rule_labels = source
-                .rule
-                .as_deref()
-                .map(|r| policy.labels_of(r))
-                .unwrap_or(&[]);
-            policy.flows().iter().any(|flow| {
-                flow.from().is_empty()
-                    || flow.from().iter().any(|l| {
-                        (l == airlock_policy::CREDENTIAL && credential)
-                            || source.labels.contains(l)
-                            || rule_labels.contains(l)
-                    })
-            })
+    /// Whether some flow of `policy` may guard the read `content`: a flow with no `from`,
+    /// one naming a label of the read or of its rule, or `credential` for a read that
+    /// carried a credential-looking value. (`rules`, `hosts` and `to` are decided exactly
+    /// by [`Policy::evaluate_flows`] on the edges found.)
+    fn guards(&self, policy: &Policy, content: &ReadContent) -> bool {
+        let Some(source) = self.sources.get(&content.seq) else {
+            return false;
+        };
+        let credential = content
+            .notable
+            .iter()
+            .any(|n: &Notable| n.kind == EdgeKind::Credential);
+        let rule_labels = source
+            .rule
+            .as_deref()
+            .map(|r| policy.labels_of(r))
+            .unwrap_or(&[]);
+        policy.flows().iter().any(|flow| {
+            flow.from().is_empty()
+                || flow.from().iter().any(|l| {
+                    (l == airlock_policy::CREDENTIAL && credential)
+                        || source.labels.contains(l)
+                        || rule_labels.contains(l)
+                })
         })
+    }
+
+    /// The guarded reads under `policy` prepared for comparison, when they were prepared
+    /// under its revision.
+    fn prepared_for(&self, policy: &Policy) -> Option<Arc<PreparedReads>> {
+        let prepared = self.prepared.lock().ok()?;
+        prepared
+            .as_ref()
+            .filter(|(revision, _)| revision == policy.revision())
+            .map(|(_, prepared)| prepared.clone())
+    }
+
+    /// The guarded reads under `policy` prepared for comparison (built once per index and
+    /// policy revision: its cost grows with the reads, a comparison's with the request).
+    pub fn prepare(&self, policy: &Policy) -> Arc<PreparedReads> {
+        if let Some(prepared) = self.prepared_for(policy) {
+            return prepared;
+        }
+        let prepared = Arc::new(PreparedReads::new(&self.reads, |at| {
+            self.guards(policy, &self.reads[at].0)
+        }));
+        if let Ok(mut slot) = self.prepared.lock() {
+            *slot = Some((policy.revision().to_owned(), prepared.clone()));
+        }
+        prepared
     }
 }
 
@@ -268,6 +293,11 @@ pub async fn check_pass(
     else {
         return Ok(());
     };
+    if index.prepared_for(policy).is_none() {
+        // Preparing grows with the run's reads: off the async workers.
+        let (index, policy) = (index.clone(), policy.clone());
+        let _ = tokio::task::spawn_blocking(move || index.prepare(&policy)).await;
+    }
     match decide(policy, &index, request).into_iter().next() {
         None => Ok(()),
         Some(refusal) => {
@@ -366,8 +396,8 @@ impl PassRefusal {
 /// The flows `request` violates against `index` under `policy`, blocks first (pure: the
 /// benchmark and the corpus call it directly).
 pub fn decide(policy: &Policy, index: &Index, request: &PassRequest<'_>) -> Vec<PassRefusal> {
-    let mut guarded = index.guarded(policy).peekable();
-    if guarded.peek().is_none() {
+    let prepared = index.prepare(policy);
+    if prepared.is_empty() {
         return Vec::new();
     }
     let headers: Vec<(&str, &[u8])> = request
@@ -384,15 +414,13 @@ pub fn decide(policy: &Policy, index: &Index, request: &PassRequest<'_>) -> Vec<
         .headers
         .get(http::header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
-    let to = EffectId::generate();
-    let compared = crate::lineage::compare(
-        &to,
+    let side = crate::lineage::request_side(
         request.url,
         &headers,
         request.body.unwrap_or_default(),
         encoding,
-        guarded,
     );
+    let compared = prepared.compare(&EffectId::generate(), &index.reads, side);
     let mut inputs: Vec<FlowEdge<'_>> = Vec::with_capacity(compared.edges.len());
     let mut kept = Vec::with_capacity(compared.edges.len());
     for edge in &compared.edges {

@@ -11,7 +11,7 @@ use super::{run_reads, Job, Seen};
 /// DataPlane passages shorter than this (bytes of normalised text) make no edge.
 const MIN_OVERLAP_BYTES: u64 = 24;
 /// Shortest fragment of a credential-looking value that makes a credential edge.
-const MIN_FRAGMENT: usize = 12;
+pub(crate) const MIN_FRAGMENT: usize = 12;
 /// Request headers that carry no data of the client's choosing worth analysing.
 const ROUTINE_REQUEST_HEADERS: [&str; 10] = [
     "host",
@@ -117,6 +117,149 @@ pub(crate) fn compare<'r>(
     encoding: Option<&str>,
     reads: impl IntoIterator<Item = &'r (ReadContent, Vec<u64>)>,
 ) -> Compared {
+    let RequestSide { analysis, haystack } = request_side(url, headers, body, encoding);
+    let mut edges = Vec::new();
+    let mut incomplete_reads = Vec::new();
+    // Credential values not carried whole, searched for fragments in one pass.
+    let mut fragment_candidates: Vec<(u64, String)> = Vec::new();
+    let candidates = Candidates::of(&analysis);
+    for (content, fingerprints) in reads {
+        if is_incomplete(content) {
+            incomplete_reads.push(content.seq);
+        }
+        if let Some(edge) = candidates
+            .may_overlap(fingerprints)
+            .then(|| content_edge(to, content.seq, &analysis, fingerprints))
+            .flatten()
+        {
+            edges.push(edge);
+        }
+        for notable in &content.notable {
+            if haystack.contains(&notable.value) {
+                edges.push(notable_edge(to, content.seq, notable));
+            } else if notable.kind == EdgeKind::Credential
+                && fragment_candidates.len() < MAX_FRAGMENT_VALUES
+            {
+                fragment_candidates.push((content.seq, notable.value.clone()));
+            }
+        }
+    }
+    let values: Vec<&str> = fragment_candidates
+        .iter()
+        .map(|(_, v)| v.as_str())
+        .collect();
+    for ((seq, value), found) in fragment_candidates
+        .iter()
+        .zip(fragment_edges(&haystack, &values))
+    {
+        if let Some(found) = found {
+            edges.push(fragment_credential_edge(to, *seq, value, found));
+        }
+    }
+    Compared {
+        edges,
+        incomplete_reads,
+        analysis,
+    }
+}
+
+/// How many credential values not carried whole are searched for fragments in one
+/// comparison.
+pub(crate) const MAX_FRAGMENT_VALUES: usize = 4096;
+
+/// Whether a read's analysis was cut short (skipped for a reason other than a body that
+/// is not text, or truncated): an effect compared with it has incomplete lineage.
+pub(crate) fn is_incomplete(content: &ReadContent) -> bool {
+    content
+        .skipped
+        .as_deref()
+        .is_some_and(|why| !why.ends_with("is not text"))
+        || content.truncated
+}
+
+/// The content edge from read `seq` into `to` when `analysis` shares passages of at
+/// least [`MIN_OVERLAP_BYTES`] with the read's `fingerprints`.
+pub(crate) fn content_edge(
+    to: &EffectId,
+    seq: u64,
+    analysis: &airlock_ledger::fingerprint::Analysis,
+    fingerprints: &[u64],
+) -> Option<Edge> {
+    let found = overlap(analysis, fingerprints).filter(|o| o.bytes >= MIN_OVERLAP_BYTES)?;
+    Some(Edge {
+        from: EdgeSource::Read { seq },
+        to: to.clone(),
+        kind: EdgeKind::Content,
+        overlap_bytes: found.bytes,
+        overlap_permille: found.permille,
+        excerpt: Some(mask_secrets(&found.excerpt)),
+        detail: Some(format!("shared passages found in the {} view", found.view)),
+    })
+}
+
+/// The edge from read `seq` into `to` for a notable value of the read carried whole.
+pub(crate) fn notable_edge(to: &EffectId, seq: u64, notable: &airlock_ledger::Notable) -> Edge {
+    let (excerpt, detail) = match notable.kind {
+        EdgeKind::Credential => (
+            mask(&notable.value),
+            "carries a credential-looking value that arrived in this read".to_owned(),
+        ),
+        _ => (
+            mask_secrets(&notable.value.chars().take(80).collect::<String>()),
+            format!(
+                "carries the value of response header {}",
+                notable.name.as_deref().unwrap_or("?")
+            ),
+        ),
+    };
+    Edge {
+        from: EdgeSource::Read { seq },
+        to: to.clone(),
+        kind: notable.kind,
+        overlap_bytes: notable.value.len() as u64,
+        overlap_permille: 0,
+        excerpt: Some(excerpt),
+        detail: Some(detail),
+    }
+}
+
+/// The credential edge from read `seq` into `to` for a fragment of `value` (`found`:
+/// bytes and detail, from [`fragment_results`]).
+pub(crate) fn fragment_credential_edge(
+    to: &EffectId,
+    seq: u64,
+    value: &str,
+    (bytes, detail): (u64, String),
+) -> Edge {
+    Edge {
+        from: EdgeSource::Read { seq },
+        to: to.clone(),
+        kind: EdgeKind::Credential,
+        overlap_bytes: bytes,
+        overlap_permille: 0,
+        excerpt: Some(mask(value)),
+        detail: Some(detail),
+    }
+}
+
+/// A request as the comparison reads it: its analysis (the body's views, plus the URL
+/// after its authority and the non-routine header values as views) and the text a
+/// notable value is searched in (URL, header values, views and the body).
+pub(crate) struct RequestSide {
+    /// The request's analysis.
+    pub(crate) analysis: airlock_ledger::fingerprint::Analysis,
+    /// URL, header values, views and body, newline-separated.
+    pub(crate) haystack: String,
+}
+
+/// The [`RequestSide`] of one request (absolute `url`, `headers` as sent, `body` in its
+/// `encoding`).
+pub(crate) fn request_side(
+    url: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    encoding: Option<&str>,
+) -> RequestSide {
     // The URL after its authority and the non-routine header values are analysed
     // as views too: data leaves in a query or a header as well as in a body.
     let target = url
@@ -142,94 +285,7 @@ pub(crate) fn compare<'r>(
     }
     haystack.push('\n');
     haystack.push_str(&String::from_utf8_lossy(body));
-    let mut edges = Vec::new();
-    let mut incomplete_reads = Vec::new();
-    // Credential values not carried whole, searched for fragments in one pass.
-    let mut fragment_candidates: Vec<(u64, String)> = Vec::new();
-    let candidates = Candidates::of(&analysis);
-    for (content, fingerprints) in reads {
-        if content
-            .skipped
-            .as_deref()
-            .is_some_and(|why| !why.ends_with("is not text"))
-            || content.truncated
-        {
-            incomplete_reads.push(content.seq);
-        }
-        if let Some(found) = candidates
-            .may_overlap(fingerprints)
-            .then(|| overlap(&analysis, fingerprints))
-            .flatten()
-            .filter(|o| o.bytes >= MIN_OVERLAP_BYTES)
-        {
-            edges.push(Edge {
-                from: EdgeSource::Read { seq: content.seq },
-                to: to.clone(),
-                kind: EdgeKind::Content,
-                overlap_bytes: found.bytes,
-                overlap_permille: found.permille,
-                excerpt: Some(mask_secrets(&found.excerpt)),
-                detail: Some(format!("shared passages found in the {} view", found.view)),
-            });
-        }
-        for notable in content.notable.iter().cloned() {
-            if !haystack.contains(&notable.value) {
-                if notable.kind == EdgeKind::Credential && fragment_candidates.len() < 4096 {
-                    fragment_candidates.push((content.seq, notable.value));
-                }
-                continue;
-            }
-            {
-                let (excerpt, detail) = match notable.kind {
-                    EdgeKind::Credential => (
-                        mask(&notable.value),
-                        "carries a credential-looking value that arrived in this read".to_owned(),
-                    ),
-                    _ => (
-                        mask_secrets(&notable.value.chars().take(80).collect::<String>()),
-                        format!(
-                            "carries the value of response header {}",
-                            notable.name.as_deref().unwrap_or("?")
-                        ),
-                    ),
-                };
-                edges.push(Edge {
-                    from: EdgeSource::Read { seq: content.seq },
-                    to: to.clone(),
-                    kind: notable.kind,
-                    overlap_bytes: notable.value.len() as u64,
-                    overlap_permille: 0,
-                    excerpt: Some(excerpt),
-                    detail: Some(detail),
-                });
-            }
-        }
-    }
-    let values: Vec<&str> = fragment_candidates
-        .iter()
-        .map(|(_, v)| v.as_str())
-        .collect();
-    for ((seq, value), found) in fragment_candidates
-        .iter()
-        .zip(fragment_edges(&haystack, &values))
-    {
-        if let Some((bytes, detail)) = found {
-            edges.push(Edge {
-                from: EdgeSource::Read { seq: *seq },
-                to: to.clone(),
-                kind: EdgeKind::Credential,
-                overlap_bytes: bytes,
-                overlap_permille: 0,
-                excerpt: Some(mask(value)),
-                detail: Some(detail),
-            });
-        }
-    }
-    Compared {
-        edges,
-        incomplete_reads,
-        analysis,
-    }
+    RequestSide { analysis, haystack }
 }
 
 /// Known fixed parts of credential-looking values, which fragments must not be made of.
@@ -258,23 +314,22 @@ fn fragment_edge(haystack: &str, value: &str) -> Option<(u64, String)> {
     fragment_edges(haystack, &[value]).pop().flatten()
 }
 
+/// Where the variable part of a credential-looking `value` starts: past a known fixed
+/// prefix; of a JWT only the signature (header and claims are shared by tokens of one
+/// issuer).
+pub(crate) fn variable_start(value: &str) -> usize {
+    if value.starts_with("eyJ") {
+        return value.rfind('.').map_or(0, |dot| dot + 1);
+    }
+    FIXED_PREFIXES
+        .iter()
+        .find(|p| value.starts_with(*p))
+        .map_or(0, |p| p.len())
+}
+
 /// [`fragment_edge`] for each of `values`, in one pass over `haystack`.
 fn fragment_edges(haystack: &str, values: &[&str]) -> Vec<Option<(u64, String)>> {
-    // The variable part of each value: where it starts.
-    let skips: Vec<usize> = values
-        .iter()
-        .map(|value| {
-            if value.starts_with("eyJ") {
-                // A JWT's header and claims are shared by tokens of the same issuer; its
-                // signature is the secret part.
-                return value.rfind('.').map_or(0, |dot| dot + 1);
-            }
-            FIXED_PREFIXES
-                .iter()
-                .find(|p| value.starts_with(*p))
-                .map_or(0, |p| p.len())
-        })
-        .collect();
+    let skips: Vec<usize> = values.iter().map(|v| variable_start(v)).collect();
     let mut windows: std::collections::HashMap<&[u8], Vec<(usize, usize)>> = Default::default();
     for (n, (value, &skip)) in values.iter().zip(&skips).enumerate() {
         let variable = value.as_bytes().get(skip..).unwrap_or_default();
@@ -282,7 +337,6 @@ fn fragment_edges(haystack: &str, values: &[&str]) -> Vec<Option<(u64, String)>>
             windows.entry(window).or_default().push((n, at));
         }
     }
-    // (offset in the variable part, length) of each value's longest fragment.
     let mut best: Vec<Option<(usize, usize)>> = vec![None; values.len()];
     let hay = haystack.as_bytes();
     if !windows.is_empty() {
@@ -291,26 +345,45 @@ fn fragment_edges(haystack: &str, values: &[&str]) -> Vec<Option<(u64, String)>>
                 continue;
             };
             for &(n, o) in hits {
-                let variable = &values[n].as_bytes()[skips[n]..];
-                let mut len = MIN_FRAGMENT;
-                while o + len < variable.len()
-                    && p + len < hay.len()
-                    && variable[o + len] == hay[p + len]
-                {
-                    len += 1;
-                }
-                if best[n].is_none_or(|(_, b)| len > b) {
-                    best[n] = Some((o, len));
-                }
+                extend_fragment(hay, p, &values[n].as_bytes()[skips[n]..], o, &mut best[n]);
             }
         }
     }
+    fragment_results(values, &skips, best)
+}
+
+/// Extends a [`MIN_FRAGMENT`]-byte match of `variable[o..]` at `hay[p..]` as far as both
+/// agree, and keeps it in `best` (offset in the variable part, length) when longer.
+pub(crate) fn extend_fragment(
+    hay: &[u8],
+    p: usize,
+    variable: &[u8],
+    o: usize,
+    best: &mut Option<(usize, usize)>,
+) {
+    let mut len = MIN_FRAGMENT;
+    while o + len < variable.len() && p + len < hay.len() && variable[o + len] == hay[p + len] {
+        len += 1;
+    }
+    if best.is_none_or(|(_, b)| len > b) {
+        *best = Some((o, len));
+    }
+}
+
+/// The bytes and detail of each value's longest fragment found (`best`: offset in its
+/// variable part, past `skips`, and length), when it holds at least 6 distinct bytes.
+pub(crate) fn fragment_results<S: AsRef<str>>(
+    values: &[S],
+    skips: &[usize],
+    best: Vec<Option<(usize, usize)>>,
+) -> Vec<Option<(u64, String)>> {
     best.into_iter()
         .enumerate()
         .map(|(n, found)| {
             let (offset, len) = found?;
+            let value = values[n].as_ref();
             let start = skips[n] + offset;
-            let fragment = &values[n].as_bytes()[start..start + len];
+            let fragment = &value.as_bytes()[start..start + len];
             let mut distinct = fragment.to_vec();
             distinct.sort_unstable();
             distinct.dedup();
@@ -320,7 +393,7 @@ fn fragment_edges(haystack: &str, values: &[&str]) -> Vec<Option<(u64, String)>>
                     format!(
                         "carries a {len}-character fragment (characters {start}..{} of {}) of a credential-looking value that arrived in this read",
                         start + len,
-                        values[n].len()
+                        value.len()
                     ),
                 )
             })
