@@ -108,7 +108,7 @@ pub fn blocked(effect: &Effect, check: &FlowCheck) -> Option<Refused> {
 }
 
 /// What the commit's final pass does with one undecided or approved effect, given its
-/// flow decision: the one rule [`final_pass`] applies and `policy replay`
+/// flow decision: the one rule the commit's final pass applies and `policy replay`
 /// (`POST /v1/runs/{id}/flows/replay`) reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]

@@ -4,9 +4,9 @@
 //! hash of 12-byte windows, so one
 //! comparison costs about the request's own size, not the reads'.
 //!
-//! [`PreparedReads::compare`] finds the edges [`super::effect::compare`] finds over the
+//! `PreparedReads::compare` finds the edges the staging analysis (`effect::compare`) finds over the
 //! same reads, with one difference: the credential values searched for fragments are
-//! the first [`MAX_FRAGMENT_VALUES`] of the reads, where `compare` takes the first of
+//! the first `MAX_FRAGMENT_VALUES` of the reads, where `compare` takes the first of
 //! those the request does not carry whole.
 
 use std::collections::HashMap;
@@ -41,7 +41,7 @@ impl std::hash::Hasher for IdentityHasher {
 }
 
 /// The reads of one run, prepared: positions refer to the slice given to
-/// [`PreparedReads::new`], which [`PreparedReads::compare`] must be given again.
+/// [`PreparedReads::new`], which `PreparedReads::compare` must be given again.
 #[derive(Debug)]
 pub struct PreparedReads {
     /// Positions (in the slice) of the reads prepared.
@@ -54,13 +54,13 @@ pub struct PreparedReads {
     incomplete: Vec<u64>,
     /// (read position, notable index) of each notable value searched.
     notables: Vec<(u32, u32)>,
-    /// Notable values shorter than [`MIN_FRAGMENT`] (index into `notables`), searched
+    /// Notable values shorter than `MIN_FRAGMENT` (index into `notables`), searched
     /// with `contains`.
     short: Vec<usize>,
     /// The credential values searched for fragments: index into `notables`, and where
     /// the variable part starts.
     fragment_values: Vec<(usize, usize)>,
-    /// [`MIN_FRAGMENT`]-byte windows by their rolling hash ([`window_key`]): the first
+    /// `MIN_FRAGMENT`-byte windows by their rolling hash (`window_key`): the first
     /// of each value (a whole match starts there) and every window of each fragment
     /// value's variable part. The first entry of each chain.
     heads: HashMap<u64, u32, Identity>,
@@ -68,7 +68,7 @@ pub struct PreparedReads {
     windows: Vec<Window>,
 }
 
-/// One window of [`PreparedReads::heads`].
+/// One window of `PreparedReads::heads`.
 #[derive(Debug, Clone, Copy)]
 struct Window {
     /// The next entry with the same key (`u32::MAX`: none).
@@ -79,7 +79,7 @@ struct Window {
     offset: u32,
 }
 
-/// Marks a [`Window`] that starts a whole value.
+/// Marks a `Window` that starts a whole value.
 const WHOLE: u32 = u32::MAX;
 
 /// The base of the rolling window hash.
@@ -91,7 +91,7 @@ fn window_key(rolling: u64) -> u64 {
     mixed ^ (mixed >> 29)
 }
 
-/// The rolling hash of one [`MIN_FRAGMENT`]-byte window.
+/// The rolling hash of one `MIN_FRAGMENT`-byte window.
 fn rolling_of(window: &[u8]) -> u64 {
     window.iter().fold(0u64, |h, b| {
         h.wrapping_mul(BASE).wrapping_add(u64::from(*b))
@@ -195,7 +195,7 @@ impl PreparedReads {
     /// Compares `request` with the prepared reads of `all` (the slice given to
     /// [`Self::new`]): content edges from the reads sharing a candidate hash, edges for
     /// the notable values carried whole, and credential edges for fragments of at least
-    /// [`MIN_FRAGMENT`] characters of the others.
+    /// `MIN_FRAGMENT` characters of the others.
     pub(crate) fn compare(
         &self,
         to: &EffectId,
