@@ -7,6 +7,7 @@ use airlock_tests::{curl, effect_states, Fixture, Origin, Received, Reply};
 use serde_json::{json, Value};
 
 mod corpus;
+mod corpus_pass;
 mod edges;
 mod encoded;
 mod hidden;

@@ -79,20 +79,8 @@ async fn run_case(
     assert_eq!(read.status, 200, "{}: read {}", case.name, read.stderr);
     let mut ids = Vec::new();
     for (e, effect) in case.effects.iter().enumerate() {
-        let file = dir.join(format!("effect-{index}-{e}"));
-        std::fs::write(&file, &effect.body).expect("write body");
-        let data = format!("@{}", file.display());
         let url = format!("https://127.0.0.1:{sink_port}{}", effect.path);
-        let mut args: Vec<String> = vec!["-g".into(), "-X".into(), effect.method.clone()];
-        for (name, value) in &effect.headers {
-            args.push("-H".into());
-            args.push(format!("{name}: {value}"));
-        }
-        if !effect.body.is_empty() {
-            args.push("--data-binary".into());
-            args.push(data);
-        }
-        args.push(url);
+        let args = effect_args(dir, &format!("effect-{index}-{e}"), effect, &url);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let sent = curl(&env, &args).await;
         assert_eq!(
@@ -190,37 +178,10 @@ async fn run_case(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lineage_corpus_detects_exfiltration_and_spares_benign_effects() {
-    let with_git = std::process::Command::new("git")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !with_git {
-        assert!(
-            !airlock_tests::in_ci(),
-            "git is needed for the git push cases"
-        );
-        eprintln!("git is missing: the git push cases are left out");
-    }
+    let with_git = with_git();
     let cases = Arc::new(corpus(with_git));
     let fx = Fixture::new();
-    let served = cases.clone();
-    let reads = Origin::start(
-        Some(&fx.origin_ca),
-        Arc::new(move |req: &Received| {
-            let index: Option<usize> = req.path.strip_prefix("/case/").and_then(|i| i.parse().ok());
-            match index.and_then(|i| served.get(i)) {
-                Some(case) => Reply {
-                    status: 200,
-                    headers: vec![("content-type".into(), case.content_type.clone())],
-                    body: case.read_body.clone(),
-                    ..Reply::default()
-                },
-                None => Reply::text(404, "no such case"),
-            }
-        }),
-    )
-    .await
-    .expect("read origin");
+    let reads = case_origin(&fx, cases.clone()).await;
     let sink = airlock_tests::ok_origin(&fx.origin_ca).await;
     let (read_port, sink_port) = (reads.addr().port(), sink.addr().port());
     let airlock = fx.start(&policy(read_port, sink_port), &[]);
@@ -316,4 +277,63 @@ async fn lineage_corpus_detects_exfiltration_and_spares_benign_effects() {
     );
     assert!(detection >= 95.0, "detection {detection:.1}%: {misses:?}");
     assert!(fp_rate <= 5.0, "false positives {fp_rate:.1}%: {misses:?}");
+}
+
+/// Whether `git` runs here (the `git push` cases need it; CI must have it).
+pub(super) fn with_git() -> bool {
+    let with_git = std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !with_git {
+        assert!(
+            !airlock_tests::in_ci(),
+            "git is needed for the git push cases"
+        );
+        eprintln!("git is missing: the git push cases are left out");
+    }
+    with_git
+}
+
+/// The loopback origin that serves case `i`'s read body at `/case/i`.
+pub(super) async fn case_origin(fx: &Fixture, cases: Arc<Vec<Case>>) -> Origin {
+    Origin::start(
+        Some(&fx.origin_ca),
+        Arc::new(move |req: &Received| {
+            let index: Option<usize> = req.path.strip_prefix("/case/").and_then(|i| i.parse().ok());
+            match index.and_then(|i| cases.get(i)) {
+                Some(case) => Reply {
+                    status: 200,
+                    headers: vec![("content-type".into(), case.content_type.clone())],
+                    body: case.read_body.clone(),
+                    ..Reply::default()
+                },
+                None => Reply::text(404, "no such case"),
+            }
+        }),
+    )
+    .await
+    .expect("read origin")
+}
+
+/// curl's arguments for sending `effect` (its body from a file under `dir`) to `url`.
+pub(super) fn effect_args(
+    dir: &std::path::Path,
+    name: &str,
+    effect: &airlock_tests::lineage_corpus::EffectRequest,
+    url: &str,
+) -> Vec<String> {
+    let file = dir.join(name);
+    std::fs::write(&file, &effect.body).expect("write body");
+    let mut args: Vec<String> = vec!["-g".into(), "-X".into(), effect.method.clone()];
+    for (name, value) in &effect.headers {
+        args.push("-H".into());
+        args.push(format!("{name}: {value}"));
+    }
+    if !effect.body.is_empty() {
+        args.push("--data-binary".into());
+        args.push(format!("@{}", file.display()));
+    }
+    args.push(url.to_owned());
+    args
 }
