@@ -15,6 +15,7 @@ mod pgstage;
 mod procs;
 mod rounds;
 mod sections;
+mod squid;
 mod targets;
 mod tls;
 
@@ -171,6 +172,14 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
             Err(error) => mitm_note = format!("mitmdump did not start: {error}: skipped"),
         }
     }
+    let mut squid_note = String::new();
+    if options.squid && options.pass {
+        match squid::start_squid(dir, &ca_path).await {
+            Ok(Some(proxy)) => peers.push(proxy),
+            Ok(None) => squid_note = "squid (squid-openssl) is not installed: skipped".to_owned(),
+            Err(error) => squid_note = format!("squid did not start: {error}: skipped"),
+        }
+    }
     let mut roots = vec![origin_ca.cert_pem.clone(), airlock.proxy.ca_pem.clone()];
     roots.extend(peers.iter().map(|p| p.ca_pem.clone()));
     // A second build measured beside the first (pass rounds only; no restarts).
@@ -201,8 +210,10 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
             .unwrap_or(0),
         procs::cpu_model()
     );
-    if !mitm_note.is_empty() {
-        println!("{mitm_note}");
+    for note in [&mitm_note, &squid_note] {
+        if !note.is_empty() {
+            println!("{note}");
+        }
     }
 
     if options.pass {
@@ -235,14 +246,16 @@ async fn bench_in(options: &Options, airlock_binary: &Path, dir: &Path) -> Resul
             for peer in &peers {
                 // hudsucker mints a DNS SAN for an IP host, which rustls refuses
                 // (docs/performance.md): it is asked for `localhost` (the origin's leaf names it).
-                let peer_target = if peer.name.starts_with("hudsucker") {
-                    Target {
-                        host: "localhost".to_owned(),
-                        port: target.port,
-                    }
-                } else {
-                    target.clone()
-                };
+                // squid 5 checks no IP SANs either: it is asked for `localhost` too.
+                let peer_target =
+                    if peer.name.starts_with("hudsucker") || peer.name.starts_with("squid") {
+                        Target {
+                            host: "localhost".to_owned(),
+                            port: target.port,
+                        }
+                    } else {
+                        target.clone()
+                    };
                 contestants.push((
                     peer.name.clone(),
                     peer.route.clone(),

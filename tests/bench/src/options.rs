@@ -7,7 +7,7 @@ use crate::load::LoadShape;
 use crate::BoxError;
 
 const USAGE: &str = "usage: airlock-bench [--quick] [--rounds N] [--seconds S] [--connections N]
-       [--airlock PATH] [--baseline-airlock PATH] [--hyper-origin] [--no-mitmdump] [--no-hudsucker]
+       [--airlock PATH] [--baseline-airlock PATH] [--hyper-origin] [--no-mitmdump] [--no-hudsucker] [--no-squid]
        [--skip-pass] [--skip-staging] [--skip-pg-staging] [--skip-first-contact] [--skip-streaming]
        [--skip-release] [--skip-idle] [--skip-fence] [--fence-runs N] [--fence-requests N]";
 
@@ -24,6 +24,8 @@ pub(crate) struct Options {
     pub(crate) baseline: Option<PathBuf>,
     pub(crate) hyper_origin: bool,
     pub(crate) mitmdump: bool,
+    /// Whether squid (ssl_bump) is a peer in the pass rounds.
+    pub(crate) squid: bool,
     pub(crate) hudsucker: bool,
     pub(crate) pass: bool,
     pub(crate) staging: bool,
@@ -50,6 +52,7 @@ impl Options {
             baseline: None,
             hyper_origin: false,
             mitmdump: true,
+            squid: true,
             hudsucker: true,
             pass: true,
             staging: true,
@@ -76,6 +79,7 @@ impl Options {
                 "--baseline-airlock" => options.baseline = Some(PathBuf::from(value()?)),
                 "--hyper-origin" => options.hyper_origin = true,
                 "--no-mitmdump" => options.mitmdump = false,
+                "--no-squid" => options.squid = false,
                 "--no-hudsucker" => options.hudsucker = false,
                 "--skip-pass" => options.pass = false,
                 "--skip-staging" => options.staging = false,

@@ -252,7 +252,13 @@ pub(crate) fn print_table(workload: &str, summaries: &[Summary]) {
     let find = |prefix: &str| summaries.iter().find(|s| s.name.starts_with(prefix));
     if let Some(airlock) = find("airlock") {
         let mut ratios = Vec::new();
-        for other in ["direct", "airlock baseline", "hudsucker", "mitmdump"] {
+        for other in [
+            "direct",
+            "airlock baseline",
+            "hudsucker",
+            "squid",
+            "mitmdump",
+        ] {
             if let Some(o) = find(other) {
                 let cpu = match (airlock.cpu_us, o.cpu_us) {
                     (Some(a), Some(b)) => format!(
