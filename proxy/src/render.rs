@@ -10,12 +10,14 @@ use airlock_control::visible::{escape_line, pieces, Piece};
 
 mod push;
 mod released;
+mod tool_call;
 
 use push::render_push;
 use released::{released_values, render_released};
 use serde::Serialize as _;
 use serde_json::ser::{Formatter, PrettyFormatter};
 use serde_json::Value;
+use tool_call::render_tool_calls;
 
 /// A one-line string field of an admin API answer, shown escaped (`""` when absent).
 fn line(value: &Value) -> Cow<'_, str> {
@@ -179,6 +181,7 @@ pub fn render_effect(effect: &Value) -> String {
         ));
     }
     out.push_str(&render_push(&effect["details"]));
+    out.push_str(&render_tool_calls(&effect["details"]));
     if let Some(compensates) = effect["compensates"].as_str() {
         out.push_str(&format!(
             "compensates {compensates} (approximate: the original effect already happened)\n"

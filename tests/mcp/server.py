@@ -1,7 +1,9 @@
 """An MCP server on the official Python SDK (`mcp` 1.x, FastMCP), over streamable HTTP
-and TLS on 127.0.0.1, for tests/tests/it/adapters/mcp_sdk.rs.
+and TLS on 127.0.0.1, for tests/tests/it/adapters/mcp_sdk.rs; with `sse`, over the
+deprecated HTTP+SSE transport instead (`GET /sse`, messages to `/messages/`), for
+tests/tests/it/adapters/mcp_legacy.rs.
 
-usage: server.py PORT CERT.pem KEY.pem LOG.jsonl
+usage: server.py PORT CERT.pem KEY.pem LOG.jsonl [sse]
 
 Tools: `get_status` (a read), `create_issue(title)` (a write, answers
 `{"number": 7, "title": …}`) and `create_comment(issue, body)` (a write on that number);
@@ -70,5 +72,6 @@ def create_comment(issue: int, body: str, ctx: Context) -> Comment:
     return {"id": 70, "issue": issue}
 
 
-uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=port,
+legacy = len(sys.argv) > 5 and sys.argv[5] == "sse"
+uvicorn.run(server.sse_app() if legacy else server.streamable_http_app(), host="127.0.0.1", port=port,
             ssl_certfile=cert, ssl_keyfile=key, log_level="warning")

@@ -75,6 +75,8 @@ pub struct SdkServer {
     dir: PathBuf,
     /// The port it listens on (127.0.0.1), the same after [`SdkServer::restart`].
     pub port: u16,
+    /// Whether it speaks the deprecated HTTP+SSE transport.
+    legacy: bool,
     child: Option<Child>,
 }
 
@@ -82,6 +84,16 @@ impl SdkServer {
     /// Starts `server.py` with a leaf of `ca` on a free loopback port and waits (at most
     /// 30 s) until it accepts connections.
     pub fn start(python: &Path, ca: &OriginCa, dir: &Path) -> Self {
+        Self::start_with(python, ca, dir, false)
+    }
+
+    /// [`SdkServer::start`] over the deprecated HTTP+SSE transport (MCP 2024-11-05): the
+    /// event stream at `GET /sse`, messages posted to `/messages/?session_id=…`.
+    pub fn start_legacy(python: &Path, ca: &OriginCa, dir: &Path) -> Self {
+        Self::start_with(python, ca, dir, true)
+    }
+
+    fn start_with(python: &Path, ca: &OriginCa, dir: &Path, legacy: bool) -> Self {
         let (cert, key) = ca.leaf_pem().expect("leaf certificate");
         std::fs::write(dir.join("mcp-leaf.pem"), cert).expect("write leaf");
         std::fs::write(dir.join("mcp-leaf.key"), key).expect("write key");
@@ -93,6 +105,7 @@ impl SdkServer {
             python: python.to_owned(),
             dir: dir.to_owned(),
             port,
+            legacy,
             child: None,
         };
         server.spawn();
@@ -111,6 +124,7 @@ impl SdkServer {
             .arg(self.dir.join("mcp-leaf.pem"))
             .arg(self.dir.join("mcp-leaf.key"))
             .arg(self.calls_path())
+            .args(self.legacy.then_some("sse"))
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()

@@ -53,7 +53,8 @@ fn describe(message: &Value) -> String {
 
 /// Where a staged answer's server-assigned fields are: for one `tools/call` (not a batch)
 /// of a tool whose output schema the run learnt, each id-like field of its structured
-/// content ([`schema::id_fields`]) at `/result/structuredContent/FIELD`.
+/// content ([`schema::id_fields`], nested ones included) at
+/// `/result/structuredContent/FIELD[/FIELD…]`.
 fn placeholder_fields(call: &Call<'_>, messages: &[Value]) -> Vec<(String, ValueKind)> {
     let [message] = messages else {
         return Vec::new();
@@ -68,7 +69,10 @@ fn placeholder_fields(call: &Call<'_>, messages: &[Value]) -> Vec<(String, Value
     };
     schema::id_fields(schema)
         .into_iter()
-        .map(|(field, kind)| (format!("{STRUCTURED}/{}", pointer_escape(&field)), kind))
+        .map(|(path, kind)| {
+            let tokens: Vec<String> = path.iter().map(|name| pointer_escape(name)).collect();
+            (format!("{STRUCTURED}/{}", tokens.join("/")), kind)
+        })
         .collect()
 }
 

@@ -34,6 +34,7 @@ mod pages;
 mod push;
 mod released;
 pub mod session;
+mod tool_call;
 
 use pages::time_utc;
 

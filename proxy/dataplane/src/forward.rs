@@ -50,6 +50,7 @@ pub async fn forward(
         .then(|| Arc::new(std::sync::Mutex::new(Vec::new())));
     let request_body = meter_request(body, &sent, request_capture.clone());
     let method = parts.method.to_string();
+    let is_get = parts.method == http::Method::GET;
     let upstream = Request::from_parts(parts, request_body);
     let labels = match rule.as_deref() {
         Some(rule) => policy.labels_of(rule).to_vec(),
@@ -104,10 +105,26 @@ pub async fn forward(
     let headers = parts.headers.clone();
     let body: ProxyBody = body.map_err(|e| -> BoxError { Box::new(e) }).boxed();
     let body = decode_and_scrub(body, decode, scrubber)?;
-    Ok(Response::from_parts(
-        parts,
-        meter_response(body, status, headers, journal),
-    ))
+    let event_stream = is_get && status == 200 && is_event_stream(&headers);
+    let body = meter_response(body, status, headers, journal);
+    // An event stream may be MCP's deprecated HTTP+SSE transport: its `endpoint` event is
+    // watched for, so a call a rule stages on it can be refused in the stream
+    // (crate::sessions::legacy).
+    let body = if event_stream {
+        shared.sessions.legacy.watch(run, url, body)
+    } else {
+        body
+    };
+    Ok(Response::from_parts(parts, body))
+}
+
+/// Whether `headers` say the body is `text/event-stream`.
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
 }
 
 /// Readies a passed request's head for the origin: hop-by-hop headers stripped (`TE:

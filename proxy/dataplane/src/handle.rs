@@ -57,6 +57,7 @@ mod line;
 pub(crate) use inspect::message_refusal;
 pub use line::millis;
 pub(crate) use line::{refused_inside, ConnectLine};
+mod legacy_mcp;
 mod near_miss;
 mod obligations;
 mod pass_flows;

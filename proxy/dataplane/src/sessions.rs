@@ -1,14 +1,17 @@
 //! What the run's passed traffic told adapters about a session with an origin, kept for
 //! the effects staged later in the same run (docs/adapters.md#mcp): today the MCP
 //! `initialize` exchange (the client's parameters and the server's `serverInfo`), read
-//! from a passed `POST` whose JSON body is an `initialize` request.
+//! from a passed `POST` whose JSON body is an `initialize` request, and the open event
+//! streams of MCP's deprecated HTTP+SSE transport ([`legacy`]).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use airlock_ledger::RunId;
 use bytes::Bytes;
 use serde_json::Value;
+
+pub mod legacy;
 
 /// Most request-body bytes kept to recognise an `initialize` (its parameters are small).
 pub const REQUEST_CAPTURE_BYTES: usize = 64 * 1024;
@@ -22,6 +25,8 @@ pub const MAX_CONTEXTS: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct Sessions {
     contexts: Mutex<HashMap<(RunId, String), Value>>,
+    /// The run's open HTTP+SSE streams, by the message URL their `endpoint` event named.
+    pub legacy: Arc<legacy::Streams>,
 }
 
 /// `scheme://authority` of `url`.
@@ -91,6 +96,7 @@ impl Sessions {
 
     /// Forgets `run`'s contexts (it accepts no more requests).
     pub fn forget(&self, run: &RunId) {
+        self.legacy.forget(run);
         self.contexts
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -28,34 +28,94 @@ pub fn sample(schema: &Value) -> Value {
 }
 
 /// The fields of a tool's structured result that only the server can assign, as
-/// `(property, kind)`: the top-level properties that [`sample`] fills and that are named
-/// `id`, `number` or `…_id` (an integer: [`ValueKind::Number`]; a string:
-/// [`ValueKind::String`]), or `url`/`html_url`/`…_url` of format `uri` ([`ValueKind::Url`]).
-/// The adapter answers them as placeholders, so a later call that carries one depends on
-/// the staged call and gets the real value at release.
-pub fn id_fields(schema: &Value) -> Vec<(String, ValueKind)> {
-    let object = resolve(schema, schema);
-    let Some(properties) = object.get("properties").and_then(Value::as_object) else {
-        return Vec::new();
-    };
+/// `(path, kind)`, `path` the property names from the result's top down: the properties
+/// that [`sample`] fills that are named `id`, `number` or `…_id` (an integer:
+/// [`ValueKind::Number`]; a string: [`ValueKind::String`]), or `url`/`html_url`/`…_url`
+/// of format `uri` ([`ValueKind::Url`]), at the top level or in nested objects (`{"issue":
+/// {"number": …}}`, through `$ref` and the branch of an `anyOf`/`oneOf` that [`sample`]
+/// takes), at most [`MAX_ID_DEPTH`] objects deep. Arrays are not searched. The adapter
+/// answers them as placeholders, so a later call that carries one depends on the staged
+/// call and gets the real value at release.
+pub fn id_fields(schema: &Value) -> Vec<(Vec<String>, ValueKind)> {
     let sampled = sample(schema);
-    properties
-        .iter()
-        .filter(|(name, _)| sampled.get(name.as_str()).is_some())
-        .filter_map(|(name, property)| {
-            let property = resolve(schema, property);
-            let kind = property.get("type").and_then(Value::as_str)?;
-            let id_like = name == "id" || name == "number" || name.ends_with("_id");
-            let url_like = name == "url" || name.ends_with("_url");
-            let value_kind = match kind {
-                "integer" if id_like => ValueKind::Number,
-                "string" if url_like && property["format"] == "uri" => ValueKind::Url,
-                "string" if id_like && name != "number" => ValueKind::String,
-                _ => return None,
-            };
-            Some((name.clone(), value_kind))
-        })
-        .collect()
+    let mut found = Vec::new();
+    collect_ids(schema, schema, &sampled, &mut Vec::new(), &mut found);
+    found
+}
+
+/// Deepest object nesting searched for server-assigned fields.
+pub const MAX_ID_DEPTH: usize = 4;
+
+fn collect_ids(
+    root: &Value,
+    schema: &Value,
+    sampled: &Value,
+    path: &mut Vec<String>,
+    found: &mut Vec<(Vec<String>, ValueKind)>,
+) {
+    let object = chosen(root, schema);
+    let Some(properties) = object.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (name, property) in properties {
+        let Some(value) = sampled.get(name.as_str()) else {
+            continue;
+        };
+        let property = chosen(root, property);
+        path.push(name.clone());
+        if value.is_object() {
+            if path.len() < MAX_ID_DEPTH {
+                collect_ids(root, property, value, path, found);
+            }
+        } else if let Some(kind) = id_kind(name, property) {
+            found.push((path.clone(), kind));
+        }
+        path.pop();
+    }
+}
+
+/// The kind of placeholder a property named `name` of schema `property` is answered
+/// with, when it is server-assigned.
+fn id_kind(name: &str, property: &Value) -> Option<ValueKind> {
+    let kind = match property.get("type") {
+        Some(Value::String(kind)) => kind.as_str(),
+        Some(Value::Array(kinds)) => kinds
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|k| *k != "null")?,
+        _ => return None,
+    };
+    let id_like = name == "id" || name == "number" || name.ends_with("_id");
+    let url_like = name == "url" || name.ends_with("_url");
+    match kind {
+        "integer" if id_like => Some(ValueKind::Number),
+        "string" if url_like && property["format"] == "uri" => Some(ValueKind::Url),
+        "string" if id_like && name != "number" => Some(ValueKind::String),
+        _ => None,
+    }
+}
+
+/// `schema` with its `$ref` resolved and, for an `anyOf`/`oneOf`, the branch [`sample`]
+/// takes (the first that is not `null`), resolved in turn.
+fn chosen<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
+    let mut schema = resolve(root, schema);
+    for _ in 0..MAX_DEPTH {
+        let Some(branches) = ["anyOf", "oneOf"]
+            .iter()
+            .find_map(|key| schema.get(*key).and_then(Value::as_array))
+        else {
+            break;
+        };
+        let Some(branch) = branches
+            .iter()
+            .find(|b| resolve(root, b).get("type") != Some(&json!("null")))
+            .or(branches.first())
+        else {
+            break;
+        };
+        schema = resolve(root, branch);
+    }
+    schema
 }
 
 fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
@@ -243,6 +303,37 @@ mod tests {
         assert_eq!(value["score"], 1.5);
         assert_eq!(value["draft"], false);
         assert!(value.get("unused").is_none(), "{value}");
+    }
+
+    #[test]
+    fn server_assigned_fields_are_found_in_nested_objects_through_refs_and_optional_branches() {
+        let schema = json!({
+            "type": "object",
+            "$defs": {
+                "Issue": {"type": "object", "properties": {
+                    "number": {"type": "integer"},
+                    "html_url": {"type": "string", "format": "uri"},
+                    "title": {"type": "string"},
+                    "author": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/User"}]}
+                }},
+                "User": {"type": "object", "properties": {"id": {"type": ["string", "null"]}, "login": {"type": "string"}}}
+            },
+            "properties": {
+                "id": {"type": "integer"},
+                "issue": {"$ref": "#/$defs/Issue"},
+                "labels": {"type": "array", "items": {"$ref": "#/$defs/User"}}
+            }
+        });
+        let mut found = id_fields(&schema);
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        let paths: Vec<String> = found.iter().map(|(p, _)| p.join("/")).collect();
+        assert_eq!(
+            paths,
+            ["id", "issue/author/id", "issue/html_url", "issue/number"]
+        );
+        assert_eq!(found[0].1, ValueKind::Number);
+        assert_eq!(found[1].1, ValueKind::String);
+        assert_eq!(found[2].1, ValueKind::Url);
     }
 
     #[test]

@@ -238,6 +238,7 @@ pub(super) async fn effect_page(
             (released_section(&effect, view.as_ref()))
             (flow_section(&effect, &check))
             (super::push::details_section(details.as_ref()))
+            (super::tool_call::section(details.as_ref()))
             section {
                 h2 { "Request headers" }
                 (headers_table(&effect.headers))

@@ -111,6 +111,9 @@ async fn stage(
     // than staged for a reviewer to approve and a commit to fail.
     refuse_undialable(ctx.plane, &ctx.target).await?;
     let (body, depends_on) = inspect_stage_body(ctx, policy, &parts, body).await?;
+    if let Some(refused) = super::legacy_mcp::refuse(ctx, policy, rule_id, &parts, &body) {
+        return refused;
+    }
     let staged = crate::stage::stage(
         ctx.plane, policy, &ctx.run, &ctx.url, rule_id, parts, body, depends_on,
     )
