@@ -125,3 +125,26 @@ impl CurlResult {
         })
     }
 }
+
+/// A `node` of version 24 or later (whose fetch honours `NODE_USE_ENV_PROXY`, which
+/// `airlock env` sets): the one on PATH, or the one `.ci/run` unpacks under
+/// `$CARGO_TARGET_DIR/node24`.
+pub fn node24() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let candidates = [
+        PathBuf::from("node"),
+        target.join("node24/package/bin/node"),
+    ];
+    candidates.into_iter().find(|node| {
+        Command::new(node)
+            .args([
+                "-e",
+                "process.exit(+process.versions.node.split('.')[0] >= 24 ? 0 : 1)",
+            ])
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}

@@ -24,7 +24,7 @@ pub mod strace;
 pub mod tunnel;
 pub mod user;
 
-pub use clients::{curl, curl_blocking, run_client, run_client_async, CurlResult};
+pub use clients::{curl, curl_blocking, node24, run_client, run_client_async, CurlResult};
 pub use origins::{ok_origin, slow_text_origin, text_origin};
 pub use tunnel::{connect_tunnel, tls_trusting};
 

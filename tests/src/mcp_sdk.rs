@@ -71,7 +71,10 @@ pub fn scripts() -> PathBuf {
 
 /// The SDK's server, its TLS files and its call log, in `dir`; killed on drop.
 pub struct SdkServer {
-    python: PathBuf,
+    /// The program and its arguments before the port (the interpreter and the script).
+    command: Vec<std::ffi::OsString>,
+    /// Environment the server needs (`MCP_SDK_DIR` for the TypeScript one).
+    env: Vec<(String, PathBuf)>,
     dir: PathBuf,
     /// The port it listens on (127.0.0.1), the same after [`SdkServer::restart`].
     pub port: u16,
@@ -84,16 +87,33 @@ impl SdkServer {
     /// Starts `server.py` with a leaf of `ca` on a free loopback port and waits (at most
     /// 30 s) until it accepts connections.
     pub fn start(python: &Path, ca: &OriginCa, dir: &Path) -> Self {
-        Self::start_with(python, ca, dir, false)
+        let command = vec![python.into(), scripts().join("server.py").into()];
+        Self::start_with(command, Vec::new(), ca, dir, false)
+    }
+
+    /// The TypeScript SDK's server (`server.mjs`: `McpServer` over streamable HTTP, the
+    /// same tools and call log as `server.py`), run by `node` with the SDK in
+    /// `sdk/node_modules`.
+    pub fn start_typescript(node: &Path, sdk: &Path, ca: &OriginCa, dir: &Path) -> Self {
+        let command = vec![node.into(), scripts().join("server.mjs").into()];
+        let env = vec![("MCP_SDK_DIR".to_owned(), sdk.to_owned())];
+        Self::start_with(command, env, ca, dir, false)
     }
 
     /// [`SdkServer::start`] over the deprecated HTTP+SSE transport (MCP 2024-11-05): the
     /// event stream at `GET /sse`, messages posted to `/messages/?session_id=…`.
     pub fn start_legacy(python: &Path, ca: &OriginCa, dir: &Path) -> Self {
-        Self::start_with(python, ca, dir, true)
+        let command = vec![python.into(), scripts().join("server.py").into()];
+        Self::start_with(command, Vec::new(), ca, dir, true)
     }
 
-    fn start_with(python: &Path, ca: &OriginCa, dir: &Path, legacy: bool) -> Self {
+    fn start_with(
+        command: Vec<std::ffi::OsString>,
+        env: Vec<(String, PathBuf)>,
+        ca: &OriginCa,
+        dir: &Path,
+        legacy: bool,
+    ) -> Self {
         let (cert, key) = ca.leaf_pem().expect("leaf certificate");
         std::fs::write(dir.join("mcp-leaf.pem"), cert).expect("write leaf");
         std::fs::write(dir.join("mcp-leaf.key"), key).expect("write key");
@@ -102,7 +122,8 @@ impl SdkServer {
             .expect("free port")
             .port();
         let mut server = Self {
-            python: python.to_owned(),
+            command,
+            env,
             dir: dir.to_owned(),
             port,
             legacy,
@@ -118,8 +139,9 @@ impl SdkServer {
             .append(true)
             .open(self.dir.join("mcp-server.log"))
             .expect("server log");
-        let child = Command::new(&self.python)
-            .arg(scripts().join("server.py"))
+        let child = Command::new(&self.command[0])
+            .args(&self.command[1..])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .arg(self.port.to_string())
             .arg(self.dir.join("mcp-leaf.pem"))
             .arg(self.dir.join("mcp-leaf.key"))

@@ -4,7 +4,6 @@
 //! the environment names; a hint names the condition the nearest rule missed.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use airlock_tests::{curl, ok_origin, run_client_async, Fixture};
 
@@ -24,27 +23,6 @@ action = "deny"
 reason = "the test origin is off limits"
 "#
     )
-}
-
-/// A `node` of version 24 or later (whose fetch honours `NODE_USE_ENV_PROXY`): the one on
-/// PATH, or the one `.ci/run` unpacks under `$CARGO_TARGET_DIR/node24`.
-fn node24() -> Option<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let candidates = [
-        PathBuf::from("node"),
-        target.join("node24/package/bin/node"),
-    ];
-    candidates.into_iter().find(|node| {
-        std::process::Command::new(node)
-            .args([
-                "-e",
-                "process.exit(+process.versions.node.split('.')[0] >= 24 ? 0 : 1)",
-            ])
-            .status()
-            .is_ok_and(|s| s.success())
-    })
 }
 
 fn assert_denial_body(body: &serde_json::Value, client: &str) {
@@ -93,7 +71,7 @@ async fn item1_host_level_denial_reaches_curl_requests_and_node_fetch() {
     assert_denial_body(&seen["body"], "requests");
 
     // Node fetch (NODE_USE_ENV_PROXY, Node 24+).
-    match node24() {
+    match airlock_tests::node24() {
         Some(node) => {
             let script = format!(
                 "fetch('{url}').then(async r => console.log(JSON.stringify({{status: r.status, body: await r.json()}}))).catch(e => {{ console.error(e); process.exit(2) }})"

@@ -1,6 +1,6 @@
-//! Issue 42, the deprecated HTTP+SSE transport (MCP 2024-11-05), with the official Python
-//! SDK on both ends (FastMCP's `sse_app`, the SDK's `sse_client`) through `airlock serve`
-//! in env mode: results arrive on the client's event stream, not in the POST's answer,
+//! Issue 42, the deprecated HTTP+SSE transport (MCP 2024-11-05), with the official SDKs
+//! (FastMCP's `sse_app` as the server; the Python SDK's `sse_client` and the TypeScript
+//! SDK's `SSEClientTransport` as clients) through `airlock serve` in env mode: results arrive on the client's event stream, not in the POST's answer,
 //! and airlock could not release a call it staged there, so a rule that stages one
 //! refuses it. The client's call ends at once with a JSON-RPC error injected into its
 //! stream (code -32003, the denial as `data`), never hangs; the server never receives
@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use airlock_tests::mcp_sdk::{python, scripts, SdkServer};
+use airlock_tests::mcp_sdk::{node_sdk, python, scripts, SdkServer};
 use airlock_tests::Fixture;
 use serde_json::Value;
 
@@ -38,37 +38,36 @@ action = "pass"
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tool_call_staged_over_the_legacy_sse_transport_is_refused_in_the_stream_and_never_sent()
-{
-    let Some(python) = python("adapters::mcp_legacy") else {
-        return;
-    };
-    let fx = Fixture::new();
-    let server = SdkServer::start_legacy(&python, &fx.origin_ca, fx.dir.path());
-    let (airlock, run, env) = fx.start_run(&policy(server.port), &[]).await;
-    let url = format!("https://127.0.0.1:{}/sse", server.port);
-    let mut client = tokio::process::Command::new(&python);
+/// Runs the client `command` (the run's environment only, and `sdk` as `MCP_SDK_DIR`
+/// for the TypeScript client) and checks what it printed, what the server received, and
+/// what airlock kept.
+async fn refused(
+    mut client: tokio::process::Command,
+    sdk: Option<&std::path::Path>,
+    server: &SdkServer,
+    airlock: &airlock_tests::Airlock,
+    run: &str,
+    home: &std::path::Path,
+    env: &std::collections::BTreeMap<String, String>,
+) {
     client
-        .arg(scripts().join("client.py"))
-        .arg(&url)
-        .arg("sse")
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", fx.dir.path())
-        .envs(&env)
+        .env("HOME", home)
+        .envs(env)
+        .envs(sdk.map(|dir| ("MCP_SDK_DIR", dir)))
         .kill_on_drop(true);
     let out = tokio::time::timeout(Duration::from_secs(90), client.output())
         .await
         .expect("the SDK's client hung")
-        .expect("run client.py");
+        .expect("run the client");
     assert!(
         out.status.success(),
-        "client.py failed (a call waits at most 20 s): {}\n{}",
+        "the client failed (a call waits at most 20 s): {}\n{}",
         String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(fx.dir.path().join("mcp-server.log")).unwrap_or_default()
+        std::fs::read_to_string(home.join("mcp-server.log")).unwrap_or_default()
     );
-    let printed: Value = serde_json::from_slice(&out.stdout).expect("client.py prints JSON");
+    let printed: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
     // Reads over the stream work: initialize, tools/list, a read tool.
     assert_eq!(printed["server"], "issues", "{printed:#}");
     assert_eq!(
@@ -92,12 +91,14 @@ async fn a_tool_call_staged_over_the_legacy_sse_transport_is_refused_in_the_stre
     assert!(error["data"]["hint"].is_string(), "{printed:#}");
     // No number came back, so no second call was made.
     assert!(printed["calls"]["create_comment"].is_null(), "{printed:#}");
-    // The server carried out the read only.
+    // The server carried out the reads only.
     let calls = server.calls();
-    assert_eq!(calls.len(), 1, "{calls:?}");
-    assert_eq!(calls[0]["tool"], "get_status");
-    // Nothing was staged; the refusal is journaled.
-    assert!(airlock.effects(&run).await.is_empty());
+    assert!(
+        !calls.is_empty() && calls.iter().all(|c| c["tool"] == "get_status"),
+        "{calls:?}"
+    );
+    // Nothing was staged; each refusal is journaled.
+    assert!(airlock.effects(run).await.is_empty());
     let denials = airlock
         .admin
         .get(&format!("/v1/runs/{run}/denials"))
@@ -107,5 +108,62 @@ async fn a_tool_call_staged_over_the_legacy_sse_transport_is_refused_in_the_stre
         .as_array()
         .map(|d| d.iter().filter_map(|d| d["reason_code"].as_str()).collect())
         .unwrap_or_default();
-    assert_eq!(codes, ["mcp_legacy_transport"], "{denials:#}");
+    assert!(
+        !codes.is_empty() && codes.iter().all(|c| *c == "mcp_legacy_transport"),
+        "{denials:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_staged_over_the_legacy_sse_transport_is_refused_in_the_stream_and_never_sent()
+{
+    let Some(python) = python("adapters::mcp_legacy") else {
+        return;
+    };
+    let fx = Fixture::new();
+    let server = SdkServer::start_legacy(&python, &fx.origin_ca, fx.dir.path());
+    let (airlock, run, env) = fx.start_run(&policy(server.port), &[]).await;
+    let mut client = tokio::process::Command::new(&python);
+    client
+        .arg(scripts().join("client.py"))
+        .arg(format!("https://127.0.0.1:{}/sse", server.port))
+        .arg("sse");
+    refused(client, None, &server, &airlock, &run, fx.dir.path(), &env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_over_the_legacy_sse_transport_gets_the_refusal_in_its_stream() {
+    let test = "adapters::mcp_legacy (TypeScript)";
+    let Some(python) = python(test) else {
+        return;
+    };
+    let Some(sdk) = node_sdk(test) else {
+        return;
+    };
+    let Some(node) = airlock_tests::node24() else {
+        assert!(
+            !airlock_tests::in_ci(),
+            "{test}: no node 24+; .ci/run provides one"
+        );
+        eprintln!("SKIPPED {test}: no node 24+ (NODE_USE_ENV_PROXY)");
+        return;
+    };
+    let fx = Fixture::new();
+    let server = SdkServer::start_legacy(&python, &fx.origin_ca, fx.dir.path());
+    let (airlock, run, env) = fx.start_run(&policy(server.port), &[]).await;
+    let mut client = tokio::process::Command::new(&node);
+    client
+        .arg(scripts().join("client.mjs"))
+        .arg(format!("https://127.0.0.1:{}/sse", server.port))
+        .arg("sse");
+    refused(
+        client,
+        Some(&sdk),
+        &server,
+        &airlock,
+        &run,
+        fx.dir.path(),
+        &env,
+    )
+    .await;
 }
