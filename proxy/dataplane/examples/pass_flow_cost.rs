@@ -1,9 +1,10 @@
 //! Prints what the pass-path flow check costs per request (docs/performance.md, "Flows on
 //! the pass path"): `flows::pass::decide` for a GET with a 300-byte URL and ordinary
 //! headers, against a run holding 0, 100 and 1,000 analysed reads of a `secret`-labelled
-//! rule (about 2 KB each, on a sled ledger), median of many calls; then the same with a
-//! URL that carries a labelled value, which the check refuses, and what preparing the
-//! index costs once per new read (`Index::prepare`):
+//! rule (about 2 KB each, on a sled ledger), median of many calls, for two URLs (one
+//! padded with a long run of letters, the decoders' worst case, and one as API clients
+//! write them), each benign and carrying a labelled value, which the check refuses; and
+//! what preparing the index costs once per new read (`Index::prepare`):
 //! `cargo run --release -p airlock-dataplane --example pass_flow_cost [ITERATIONS]`.
 
 use std::sync::Arc;
@@ -52,7 +53,23 @@ fn read_body(read: usize) -> Vec<u8> {
     serde_json::to_vec(&rows).unwrap_or_default()
 }
 
-/// A URL of `len` bytes on the docs host: a search whose query carries `carried`, padded.
+/// A URL of about `len` bytes on the docs host as a client writes one: an API search
+/// whose query carries `carried`, with paging, filters, a timestamp and tracking fields.
+fn ordinary_url_of(len: usize, carried: &str) -> String {
+    let mut url = format!(
+        "https://docs.example.com/api/v2/articles/search?q={carried}&page=2&per_page=25&lang=en-GB&sort=relevance&order=desc&include=summary,author,tags&since=2026-11-01T00:00:00Z&utm_source=newsletter&utm_medium=email&utm_campaign=winter_digest"
+    );
+    let mut n = 0;
+    while url.len() + 8 <= len {
+        url.push_str(&format!("&f{n}=on"));
+        n += 1;
+    }
+    url
+}
+
+/// A URL of `len` bytes on the docs host: a search whose query carries `carried`, padded
+/// with one run of letters (`abc…z` repeated): a worst case for the decoders, which try
+/// the run as base32 and base64.
 fn url_of(len: usize, carried: &str) -> String {
     let mut url = format!("https://docs.example.com/search?q={carried}&page=2&lang=en&pad=");
     while url.len() < len {
@@ -116,13 +133,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "x-request-id",
         "3f6c1a2e-9b4d-4c1e-8f7a-2d5e6b7c8d9e".parse()?,
     );
-    let benign = url_of(300, "quarterly+renewal+report");
     // The token of read 3's first row (row 36): the check must find it.
     let token = format!("tok_{:016x}{:016x}", 36 * 2_654_435_761_usize, 36 * 40_503);
-    let leaking = url_of(300, &token);
+    let urls = [
+        (
+            "padded URL, benign",
+            url_of(300, "quarterly+renewal+report"),
+        ),
+        ("padded URL, carrying a labelled token", url_of(300, &token)),
+        (
+            "ordinary URL, benign",
+            ordinary_url_of(300, "quarterly+renewal+report"),
+        ),
+        (
+            "ordinary URL, carrying a labelled token",
+            ordinary_url_of(300, &token),
+        ),
+    ];
     println!(
         "pass_flow_cost: a GET with a {}-byte URL and 3 headers, median of {iterations} calls, sled, one [[flow]]",
-        benign.len()
+        urls[0].1.len()
     );
     for held in [0usize, 100, 1000] {
         let index = Index::new(reads.clone(), contents[..held].to_vec());
@@ -133,7 +163,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "  {held:>5} analysed labelled reads, preparing the index once: {:.2} ms",
             prepare.as_secs_f64() * 1e3
         );
-        for (what, url) in [("benign", &benign), ("carrying a labelled token", &leaking)] {
+        for (what, url) in &urls {
             let request = PassRequest {
                 url,
                 target: url,
@@ -147,7 +177,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 std::hint::black_box(decide(&policy, &index, &request));
             });
             println!(
-                "  {held:>5} analysed labelled reads, {what:<26}: {:>8.2} us per request ({})",
+                "  {held:>5} analysed labelled reads, {what:<40}: {:>8.2} us per request ({})",
                 median.as_secs_f64() * 1e6,
                 if refused { "refused" } else { "passes" }
             );

@@ -233,9 +233,14 @@ impl PreparedReads {
             (content.seq, &content.notable[n as usize])
         };
         let hay = haystack.as_bytes();
-        let mut whole = vec![false; self.notables.len()];
+        // The notable values found whole, and the best fragment of each value hit: kept
+        // by pattern in small maps (a request hits few), never as arrays the size of the
+        // index, which would cost every request a pass over all of it.
+        let mut whole: Vec<usize> = Vec::new();
         for &pattern in &self.short {
-            whole[pattern] = haystack.contains(&notable(pattern).1.value);
+            if haystack.contains(&notable(pattern).1.value) {
+                whole.push(pattern);
+            }
         }
         // Every window of the request, by rolling hash: whole values first, then the
         // fragments of those not carried whole.
@@ -259,8 +264,9 @@ impl PreparedReads {
                     let window = self.windows[at as usize];
                     if window.offset == WHOLE {
                         let value = notable(window.value as usize).1.value.as_bytes();
-                        if hay[p..].starts_with(value) {
-                            whole[window.value as usize] = true;
+                        if hay[p..].starts_with(value) && !whole.contains(&(window.value as usize))
+                        {
+                            whole.push(window.value as usize);
                         }
                     } else {
                         hits.push((p, window));
@@ -269,14 +275,17 @@ impl PreparedReads {
                 }
             }
         }
-        for (pattern, _) in whole.iter().enumerate().filter(|(_, found)| **found) {
+        whole.sort_unstable();
+        for &pattern in &whole {
             let (seq, value) = notable(pattern);
             edges.push(notable_edge(to, seq, value));
         }
-        let mut best: Vec<Option<(usize, usize)>> = Vec::new();
+        // The best fragment of each fragment value hit, by its index in `fragment_values`.
+        let mut best: std::collections::BTreeMap<u32, Option<(usize, usize)>> =
+            std::collections::BTreeMap::new();
         for (p, window) in hits {
             let (pattern, skip) = self.fragment_values[window.value as usize];
-            if whole[pattern] {
+            if whole.contains(&pattern) {
                 continue;
             }
             let variable = &notable(pattern).1.value.as_bytes()[skip..];
@@ -285,23 +294,26 @@ impl PreparedReads {
             if variable.get(offset..offset + MIN_FRAGMENT) != Some(&hay[p..p + MIN_FRAGMENT]) {
                 continue;
             }
-            if best.is_empty() {
-                best = vec![None; self.fragment_values.len()];
-            }
-            extend_fragment(hay, p, variable, offset, &mut best[window.value as usize]);
+            extend_fragment(
+                hay,
+                p,
+                variable,
+                offset,
+                best.entry(window.value).or_default(),
+            );
         }
         if !best.is_empty() {
-            let values: Vec<&str> = self
-                .fragment_values
+            let hit: Vec<(usize, usize)> = best
+                .keys()
+                .map(|&n| self.fragment_values[n as usize])
+                .collect();
+            let values: Vec<&str> = hit
                 .iter()
                 .map(|(pattern, _)| notable(*pattern).1.value.as_str())
                 .collect();
-            let skips: Vec<usize> = self.fragment_values.iter().map(|(_, s)| *s).collect();
-            for ((pattern, _), found) in self
-                .fragment_values
-                .iter()
-                .zip(fragment_results(&values, &skips, best))
-            {
+            let skips: Vec<usize> = hit.iter().map(|(_, s)| *s).collect();
+            let found = fragment_results(&values, &skips, best.into_values().collect());
+            for ((pattern, _), found) in hit.iter().zip(found) {
                 if let Some(found) = found {
                     let (seq, value) = notable(*pattern);
                     edges.push(fragment_credential_edge(to, seq, &value.value, found));
