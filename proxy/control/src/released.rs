@@ -88,6 +88,11 @@ pub(crate) fn released(
             summary = substitute(&summary, &own.value, own.kind, real);
         }
     }
+    // A summary shortened at staging may end inside a placeholder: that piece is the real
+    // value too (whole, before the ellipsis).
+    for (value, _, real) in &substitutions {
+        summary = complete_cut(&summary, value, real);
+    }
     if let Some(number) = values.get("/number") {
         summary = summary.replacen("#?", &format!("#{number}"), 1);
     }
@@ -138,10 +143,45 @@ pub(crate) fn released(
 /// `effect`'s `released` view as the admin API returns it: [`released`] as JSON, `null`
 /// when nothing about it is known yet.
 ///
+/// `summary` with a trailing, cut-short piece of placeholder `value` (at least 6 of its
+/// characters, just before the ellipsis an excerpt ends with) replaced by `real`.
+fn complete_cut(summary: &str, value: &str, real: &str) -> String {
+    let Some(body) = summary.strip_suffix('…') else {
+        return summary.to_owned();
+    };
+    let cut = (6..value.len())
+        .rev()
+        .filter(|&n| value.is_char_boundary(n))
+        .find(|&n| body.ends_with(&value[..n]));
+    match cut {
+        Some(n) => format!("{}{real}…", &body[..body.len() - n]),
+        None => summary.to_owned(),
+    }
+}
+
 /// Shape: `{summary, url, values: {POINTER: REAL}, link, answer: {status, excerpt,
 /// truncated, body_len}}`.
 pub(crate) fn released_json(effect: &Effect, parents: &[Effect], answer: Option<&[u8]>) -> Value {
     released(effect, parents, answer)
         .and_then(|view| serde_json::to_value(view).ok())
         .unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::complete_cut;
+
+    #[test]
+    fn a_placeholder_cut_by_the_summary_excerpt_is_shown_real() {
+        let cut = r#"mcp t.create {"l3":"ph_tbfv2tp53yeyhd…"#;
+        assert_eq!(
+            complete_cut(cut, "ph_tbfv2tp53yeyhdq7x", "L3-real"),
+            r#"mcp t.create {"l3":"L3-real…"#
+        );
+        assert_eq!(complete_cut("whole ph_x…", "ph_tbfv2", "R"), "whole ph_x…");
+        assert_eq!(
+            complete_cut("no ellipsis ph_tbfv", "ph_tbfv2", "R"),
+            "no ellipsis ph_tbfv"
+        );
+    }
 }

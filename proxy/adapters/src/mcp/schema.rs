@@ -21,10 +21,23 @@ pub const STAGED_STRING: &str = "staged by airlock";
 /// Deepest nesting followed (a recursive `$ref` ends there as `null`).
 const MAX_DEPTH: usize = 16;
 
+/// Most values one sample holds (objects, arrays and scalars counted alike): past it every
+/// further value is `null`, so a schema written to multiply (an array of `minItems` 8 of
+/// itself, sixteen deep) costs bounded time and memory. The server's schema is not
+/// trusted.
+pub const MAX_NODES: usize = 4_096;
+
+/// Longest string generated for a `minLength` (in characters); a longer minimum gets this
+/// many, or fewer when the sample's [`MAX_NODES`] budget is spent (the client may then
+/// refuse the answer, which is better than airlock spending the memory).
+pub const MAX_STRING_CHARS: usize = 64 * 1024;
+
 /// A value `schema` accepts (as far as the module says), with `$ref`s resolved against
-/// `schema`'s own `$defs` (a `$ref` that does not resolve gives `null`).
+/// `schema`'s own `$defs` (a `$ref` that does not resolve gives `null`); at most
+/// [`MAX_NODES`] values and strings of at most [`MAX_STRING_CHARS`].
 pub fn sample(schema: &Value) -> Value {
-    sample_at(schema, schema, 0)
+    let mut budget = MAX_NODES;
+    sample_at(schema, schema, 0, &mut budget)
 }
 
 /// The fields of a tool's structured result that only the server can assign, as
@@ -128,7 +141,12 @@ fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
-fn sample_at(root: &Value, schema: &Value, depth: usize) -> Value {
+fn sample_at(root: &Value, schema: &Value, depth: usize, budget: &mut usize) -> Value {
+    // Every value is charged, the `null` past the depth too.
+    if *budget == 0 {
+        return Value::Null;
+    }
+    *budget -= 1;
     if depth > MAX_DEPTH {
         return Value::Null;
     }
@@ -152,13 +170,13 @@ fn sample_at(root: &Value, schema: &Value, depth: usize) -> Value {
                 .iter()
                 .find(|b| resolve(root, b).get("type") != Some(&json!("null")))
                 .or(branches.first());
-            return branch.map_or(Value::Null, |b| sample_at(root, b, depth + 1));
+            return branch.map_or(Value::Null, |b| sample_at(root, b, depth + 1, budget));
         }
     }
     if let Some(parts) = schema.get("allOf").and_then(Value::as_array) {
         let mut merged = Map::new();
         for part in parts {
-            if let Value::Object(object) = sample_at(root, part, depth + 1) {
+            if let Value::Object(object) = sample_at(root, part, depth + 1, budget) {
                 merged.extend(object);
             }
         }
@@ -175,17 +193,18 @@ fn sample_at(root: &Value, schema: &Value, depth: usize) -> Value {
         _ => "null",
     };
     match kind {
-        "object" => object(root, schema, depth),
+        "object" => object(root, schema, depth, budget),
         "array" => {
             let count = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0);
             let items = schema.get("items").unwrap_or(&Value::Null);
             Value::Array(
                 (0..count.min(8))
-                    .map(|_| sample_at(root, items, depth + 1))
+                    // Past the budget no more items: each would be a `null` of its own.
+                    .map_while(|_| (*budget > 0).then(|| sample_at(root, items, depth + 1, budget)))
                     .collect(),
             )
         }
-        "string" => Value::String(string(schema)),
+        "string" => Value::String(string(schema, budget)),
         "integer" => json!(integer(schema)),
         "number" => number(schema),
         "boolean" => Value::Bool(false),
@@ -195,7 +214,7 @@ fn sample_at(root: &Value, schema: &Value, depth: usize) -> Value {
 
 /// Every property the schema requires (all of them when it names none as required, so
 /// a client reading the answer finds each field).
-fn object(root: &Value, schema: &Value, depth: usize) -> Value {
+fn object(root: &Value, schema: &Value, depth: usize, budget: &mut usize) -> Value {
     let properties = schema.get("properties").and_then(Value::as_object);
     let required: Option<Vec<&str>> = schema
         .get("required")
@@ -209,12 +228,14 @@ fn object(root: &Value, schema: &Value, depth: usize) -> Value {
         {
             continue;
         }
-        out.insert(name.clone(), sample_at(root, property, depth + 1));
+        out.insert(name.clone(), sample_at(root, property, depth + 1, budget));
     }
     Value::Object(out)
 }
 
-fn string(schema: &Value) -> String {
+/// A string for `schema`; its length is charged to `budget` (a value per 64 characters),
+/// so the strings of one sample total at most [`MAX_NODES`] × 64 characters.
+fn string(schema: &Value, budget: &mut usize) -> String {
     let text = match schema.get("format").and_then(Value::as_str) {
         Some("date-time") => "1970-01-01T00:00:00Z".to_owned(),
         Some("date") => "1970-01-01".to_owned(),
@@ -231,9 +252,12 @@ fn string(schema: &Value) -> String {
         .and_then(Value::as_u64)
         .map_or(usize::MAX, |m| m as usize);
     let mut text = text;
-    while text.chars().count() < min {
-        text.push('.');
+    let count = text.chars().count();
+    let wanted = min.min(MAX_STRING_CHARS).min(budget.saturating_mul(64));
+    if count < wanted {
+        text.extend(std::iter::repeat_n('.', wanted - count));
     }
+    *budget = budget.saturating_sub(wanted / 64);
     text.chars().take(max).collect()
 }
 
@@ -303,6 +327,22 @@ mod tests {
         assert_eq!(value["score"], 1.5);
         assert_eq!(value["draft"], false);
         assert!(value.get("unused").is_none(), "{value}");
+    }
+
+    #[test]
+    fn a_schema_written_to_multiply_or_to_ask_for_huge_strings_costs_bounded_work() {
+        let bomb = json!({"type": "object", "required": ["x"], "properties": {"x": {"$ref": "#/$defs/A"}},
+            "$defs": {"A": {"type": "array", "minItems": 8, "items": {"$ref": "#/$defs/A"}}}});
+        let started = std::time::Instant::now();
+        let value = sample(&bomb);
+        assert!(value.to_string().len() < 64 * 1024, "bounded output");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let self_ref = json!({"type": "object", "properties": {"a": {"$ref": "#"}, "b": {"$ref": "#"}, "c": {"$ref": "#"}}});
+        assert!(sample(&self_ref).to_string().len() < 256 * 1024);
+        let long = json!({"type": "string", "minLength": 10_000_000});
+        let text = sample(&long);
+        assert_eq!(text.as_str().map(str::len), Some(MAX_STRING_CHARS));
+        assert!(id_fields(&bomb).is_empty());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! airlock could not release it (crate::sessions::legacy). With the client's event
 //! stream open, the POST gets `202 Accepted` (the transport's answer to every message)
 //! carrying the denial's JSON, and each request in it gets a JSON-RPC error response in
-//! the stream, so the client's call ends at once; without it, a 403. Either way the
+//! the stream, so the client's call ends at once; without it (closed, or never seen), a
+//! 403. Either way the
 //! refusal is journaled as a denial (`mcp_legacy_transport`).
 
 use bytes::Bytes;
@@ -28,8 +29,12 @@ pub(super) fn refuse(
     parts: &Parts,
     body: &Bytes,
 ) -> Option<Result<Response<ProxyBody>, ProxyError>> {
-    let injector = ctx.plane.sessions.legacy.injector(&ctx.run, &ctx.url);
-    if injector.is_none() && !legacy::looks_legacy(&ctx.url, &parts.headers) {
+    let streams = &ctx.plane.sessions.legacy;
+    let injector = streams.injector(&ctx.run, &ctx.url);
+    if injector.is_none()
+        && !streams.was_named(&ctx.run, &ctx.url)
+        && !legacy::looks_legacy(&ctx.url, &parts.headers)
+    {
         return None;
     }
     if !legacy::is_jsonrpc(body) {

@@ -46,6 +46,10 @@ pub const MAX_STREAMS: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct Streams {
     open: Mutex<HashMap<(RunId, String), mpsc::Sender<Bytes>>>,
+    /// Every message URL an `endpoint` event named in the run, its stream open or closed
+    /// (at most [`MAX_STREAMS`]): a call staged there after its stream closed is refused
+    /// too, though no stream can carry the refusal.
+    known: Mutex<std::collections::HashSet<(RunId, String)>>,
 }
 
 /// A handle to inject events into one open stream.
@@ -72,7 +76,7 @@ impl Streams {
         Watched {
             inner: body,
             sniff: Some(BytesMut::new()),
-            tail: Vec::new(),
+            framing: Framing::default(),
             injected: None,
             streams: self.clone(),
             run: run.clone(),
@@ -92,15 +96,33 @@ impl Streams {
             .map(Injector)
     }
 
+    /// Whether an `endpoint` event of a stream in `run` named `url`, open or since closed.
+    pub fn was_named(&self, run: &RunId, url: &str) -> bool {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(run.clone(), url.to_owned()))
+    }
+
     /// Forgets `run`'s streams.
     pub fn forget(&self, run: &RunId) {
         self.open
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(r, _), _| r != run);
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(r, _)| r != run);
     }
 
     fn register(&self, key: (RunId, String)) -> Option<mpsc::Receiver<Bytes>> {
+        {
+            let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+            if known.len() < MAX_STREAMS {
+                known.insert(key.clone());
+            }
+        }
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         open.retain(|_, sender| !sender.is_closed());
         if open.len() >= MAX_STREAMS {
@@ -168,13 +190,21 @@ pub fn refusals(body: &[u8], reason: &str, denial: &Value) -> Vec<Value> {
 }
 
 /// The message URL an `endpoint` event's `data` names, made absolute against the stream's
-/// `url` (the transport sends a path such as `/messages/?session_id=…`; an absolute URL
-/// must be on the stream's origin, which clients check too).
+/// `url` and written as airlock writes request URLs (the stream's own origin, port
+/// included): the transport sends a path such as `/messages/?session_id=…`; an absolute
+/// URL must be on the stream's origin (scheme, host in any case, port written or
+/// implied), which clients check too.
 pub fn message_url(stream_url: &str, data: &str) -> Option<String> {
     let data = data.trim();
     let origin = super::origin_of(stream_url);
     if data.starts_with("https://") || data.starts_with("http://") {
-        return (super::origin_of(data) == origin).then(|| data.to_owned());
+        let named = super::origin_of(data);
+        if normalized_origin(named)? != normalized_origin(origin)? {
+            return None;
+        }
+        let rest = &data[named.len()..];
+        let rest = if rest.is_empty() { "/" } else { rest };
+        return Some(format!("{origin}{rest}"));
     }
     if data.starts_with('/') {
         return Some(format!("{origin}{data}"));
@@ -185,11 +215,33 @@ pub fn message_url(stream_url: &str, data: &str) -> Option<String> {
     Some(format!("{origin}{directory}{data}"))
 }
 
-/// The `data` of the first complete `endpoint` event in `buffer` (events end with a
-/// blank line; `data` lines are joined with newlines: the HTML Living Standard, "Server-
-/// sent events", "Interpreting an event stream").
+/// `(scheme, host, port)` of `scheme://host[:port]`: the host lower-cased, the port the
+/// scheme's default when none is written (RFC 3986 §6.2.3 scheme-based normalisation).
+fn normalized_origin(origin: &str) -> Option<(String, String, u16)> {
+    let (scheme, authority) = origin.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default = match scheme.as_str() {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse().ok()?),
+        _ => (authority, default),
+    };
+    Some((scheme, host.to_ascii_lowercase(), port))
+}
+
+/// The `data` of the first complete `endpoint` event in `buffer` (lines end with CRLF,
+/// LF or CR; an event ends with a blank line; `data` lines are joined with newlines: the
+/// HTML Living Standard, "Server-sent events", "Interpreting an event stream").
 fn endpoint_event(buffer: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(buffer).replace("\r\n", "\n");
+    let text = String::from_utf8_lossy(buffer)
+        .replace("\r\n", "\n")
+        .replace('\r', "\n");
     let complete = text.rfind("\n\n")?;
     for event in text[..complete].split("\n\n") {
         let mut name = "message";
@@ -210,20 +262,60 @@ fn endpoint_event(buffer: &[u8]) -> Option<String> {
     None
 }
 
-/// Whether the bytes relayed so far (their last few in `tail`) end an event: a blank line.
-fn at_boundary(tail: &[u8]) -> bool {
-    tail.is_empty()
-        || tail.ends_with(b"\n\n")
-        || tail.ends_with(b"\r\n\r\n")
-        || tail.ends_with(b"\r\r")
+/// Where the relayed bytes stand in the event stream's lines (CRLF, LF and CR each end a
+/// line; a blank line ends an event), so events are injected only between the origin's.
+#[derive(Debug, Clone, Copy)]
+struct Framing {
+    /// No byte of the current line yet.
+    line_empty: bool,
+    /// The last byte was a CR (a following LF belongs to it).
+    after_cr: bool,
+    /// At the start of the stream or just after a blank line.
+    at_boundary: bool,
+}
+
+impl Default for Framing {
+    fn default() -> Self {
+        Self {
+            line_empty: true,
+            after_cr: false,
+            at_boundary: true,
+        }
+    }
+}
+
+impl Framing {
+    fn relayed(&mut self, data: &[u8]) {
+        for &byte in data {
+            if byte == b'\n' && self.after_cr {
+                self.after_cr = false;
+                continue;
+            }
+            self.after_cr = byte == b'\r';
+            if byte == b'\n' || byte == b'\r' {
+                if self.line_empty {
+                    self.at_boundary = true;
+                }
+                self.line_empty = true;
+            } else {
+                self.line_empty = false;
+                self.at_boundary = false;
+            }
+        }
+    }
+
+    /// After an injected event (which ends with a blank line).
+    fn injected(&mut self) {
+        *self = Self::default();
+    }
 }
 
 struct Watched {
     inner: ProxyBody,
     /// The stream's first bytes while its `endpoint` event is looked for.
     sniff: Option<BytesMut>,
-    /// The last bytes relayed (at most 4), to tell an event boundary.
-    tail: Vec<u8>,
+    /// Where the relayed bytes stand, to tell an event boundary.
+    framing: Framing,
     injected: Option<mpsc::Receiver<Bytes>>,
     streams: Arc<Streams>,
     run: RunId,
@@ -233,10 +325,7 @@ struct Watched {
 
 impl Watched {
     fn relayed(&mut self, data: &Bytes) {
-        let mut tail = std::mem::take(&mut self.tail);
-        tail.extend_from_slice(&data[data.len().saturating_sub(4)..]);
-        let keep = tail.len().saturating_sub(4);
-        self.tail = tail.split_off(keep);
+        self.framing.relayed(data);
         let Some(sniff) = self.sniff.as_mut() else {
             return;
         };
@@ -266,9 +355,10 @@ impl Body for Watched {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        if at_boundary(&this.tail) {
+        if this.framing.at_boundary {
             if let Some(injected) = this.injected.as_mut() {
                 if let Poll::Ready(Some(event)) = injected.poll_recv(cx) {
+                    this.framing.injected();
                     return Poll::Ready(Some(Ok(Frame::data(event))));
                 }
             }
@@ -329,6 +419,51 @@ mod tests {
             message_url("https://mcp.test/sse", "https://other.test/m"),
             None
         );
+        // An absolute URL with the port implied, or the host in another case, is the
+        // stream's origin (written as airlock writes it).
+        assert_eq!(
+            message_url(
+                "https://localhost:443/sse",
+                "https://LocalHost/messages/?s=1"
+            )
+            .as_deref(),
+            Some("https://localhost:443/messages/?s=1")
+        );
+        assert_eq!(
+            message_url("https://localhost:443/sse", "https://localhost:8443/m"),
+            None
+        );
+        assert_eq!(
+            message_url("https://localhost:443/sse", "http://localhost/m"),
+            None
+        );
+        // Bare CR line endings.
+        assert_eq!(
+            endpoint_event(b"event: endpoint\rdata: /m?session_id=1\r\r").as_deref(),
+            Some("/m?session_id=1")
+        );
+    }
+
+    #[test]
+    fn an_event_boundary_is_a_blank_line_in_any_line_ending() {
+        let at = |chunks: &[&[u8]]| {
+            let mut framing = Framing::default();
+            for chunk in chunks {
+                framing.relayed(chunk);
+            }
+            framing.at_boundary
+        };
+        assert!(at(&[]));
+        assert!(at(&[b"data: x\n\n"]));
+        assert!(at(&[b"data: x\r\n\r\n"]));
+        assert!(at(&[b"data: x\r\r"]));
+        assert!(at(&[b"data: x\n\r\n"]));
+        assert!(at(&[b"data: x\r\n", b"\n"]));
+        assert!(at(&[b": ping\n\n"]));
+        assert!(!at(&[b"data: x\n"]));
+        assert!(!at(&[b"data: x\r\n"]));
+        assert!(!at(&[b"data: x\n\ndata: y"]));
+        assert!(!at(&[b"data: x\r", b"\n"]));
     }
 
     #[test]
