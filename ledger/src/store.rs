@@ -94,6 +94,17 @@ pub trait Store:
     fn health(&self) -> Health {
         Health::default()
     }
+
+    /// Whether a read's journal entry and its lineage can be written now, asked before a
+    /// read is passed (a read that cannot be journaled is refused, never passed
+    /// unjournaled: docs/durability.md). Cheap: a backend may answer from a check at most
+    /// 50 ms old. The default (a backend with no floor) is always `Ok`.
+    ///
+    /// Errors: [`crate::LedgerError::LowSpace`] below the free-space floor,
+    /// [`crate::LedgerError::Degraded`] while the store heals from a fault.
+    fn journal_room(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A backend's health ([`Store::health`]).

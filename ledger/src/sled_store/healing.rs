@@ -49,6 +49,9 @@ use crate::{LedgerError, Result};
 /// (`airlock serve --ledger-min-free-mib`).
 pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 
+/// Longest a free-space check of [`HealingLedger::journal_room`] is reused.
+pub const ROOM_CHECK_EVERY: Duration = Duration::from_millis(50);
+
 /// How often a degraded ledger tries to reopen.
 const REOPEN_EVERY: Duration = Duration::from_millis(250);
 
@@ -73,6 +76,10 @@ pub struct HealingLedger {
     recoveries: AtomicU64,
     /// Torn files set aside by this process's opens (`sled_store/repair.rs`).
     repaired: AtomicU64,
+    /// The last free-space figure of [`HealingLedger::journal_room`] and when it was read
+    /// (ms since the epoch).
+    room_free_bytes: AtomicU64,
+    room_checked_ms: AtomicU64,
     me: Weak<HealingLedger>,
 }
 
@@ -86,9 +93,9 @@ impl std::fmt::Debug for HealingLedger {
 
 impl HealingLedger {
     /// Opens (or creates) the ledger in directory `path` with a page cache of about
-    /// `cache_bytes` ([`Ledger::open_with_cache`]); staging is refused with
-    /// [`LedgerError::LowSpace`] while the file system has fewer than `min_free_bytes`
-    /// available (0 turns the floor off).
+    /// `cache_bytes` ([`Ledger::open_with_cache`]); staging, and the journal's reads,
+    /// denials and lineage records, are refused with [`LedgerError::LowSpace`] while the
+    /// file system has fewer than `min_free_bytes` available (0 turns the floor off).
     ///
     /// Errors: as [`Ledger::open`]; the first open does not retry.
     pub fn open(path: &Path, cache_bytes: u64, min_free_bytes: u64) -> Result<Arc<Self>> {
@@ -106,6 +113,8 @@ impl HealingLedger {
             faults: AtomicU64::new(0),
             recoveries: AtomicU64::new(0),
             repaired: AtomicU64::new(repaired),
+            room_free_bytes: AtomicU64::new(0),
+            room_checked_ms: AtomicU64::new(0),
             me: me.clone(),
         }))
     }
@@ -154,6 +163,38 @@ impl HealingLedger {
 
     fn fault_lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
         self.fault.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`crate::Store::journal_room`]: `Degraded` while a fault is unresolved, `LowSpace`
+    /// below the floor, from a statvfs at most [`ROOM_CHECK_EVERY`] old (the pass path
+    /// asks before every read).
+    pub fn journal_room(&self) -> Result<()> {
+        if let Some(reason) = self.fault_lock().clone() {
+            return Err(LedgerError::Degraded { reason });
+        }
+        if self.min_free_bytes == 0 {
+            return Ok(());
+        }
+        let now = crate::now_ms();
+        let checked = self.room_checked_ms.load(Ordering::Relaxed);
+        let free = if now.saturating_sub(checked) < ROOM_CHECK_EVERY.as_millis() as u64 {
+            self.room_free_bytes.load(Ordering::Relaxed)
+        } else {
+            let Ok(stat) = rustix::fs::statvfs(&self.path) else {
+                return Ok(());
+            };
+            let free = stat.f_bavail.saturating_mul(stat.f_frsize);
+            self.room_free_bytes.store(free, Ordering::Relaxed);
+            self.room_checked_ms.store(now, Ordering::Relaxed);
+            free
+        };
+        if free < self.min_free_bytes {
+            return Err(LedgerError::LowSpace {
+                free_bytes: free,
+                floor_bytes: self.min_free_bytes,
+            });
+        }
+        Ok(())
     }
 
     /// `(available, floor)` in bytes when the ledger's file system has less available

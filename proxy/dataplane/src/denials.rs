@@ -64,6 +64,7 @@ pub fn journal(shared: &DataPlane, run: &RunId, refusal: Refusal) {
         created_at_ms: airlock_ledger::now_ms(),
     };
     if let Err(error) = shared.ledger.journal_denial(denial) {
+        crate::gaps::denial_dropped();
         warn!(run.id = %run, error = %error, "could not journal a denial");
     }
 }

@@ -107,6 +107,9 @@ impl FlowCheck {
 
 /// The reads and effects of one run, loaded once for deciding many of its effects.
 pub struct RunSources {
+    /// Why the run's lineage has a hole, when it was flagged so
+    /// ([`crate::gaps::LINEAGE_INCOMPLETE`]): every effect is then unanalysed.
+    gap: Option<String>,
     reads: HashMap<u64, Read>,
     effects: HashMap<EffectId, Effect>,
     /// The stored lineage of each effect of the run, for lineage carried through
@@ -133,7 +136,14 @@ impl RunSources {
                 lineages.insert(id.clone(), lineage);
             }
         }
+        let gap = ledger.run(run)?.and_then(|r| {
+            r.flags
+                .into_iter()
+                .find(|f| f.code == crate::gaps::LINEAGE_INCOMPLETE)
+                .map(|f| f.detail)
+        });
         Ok(Self {
+            gap,
             reads: ledger.reads(run)?.into_iter().map(|r| (r.seq, r)).collect(),
             effects,
             lineages,
@@ -192,7 +202,7 @@ impl RunSources {
         effect: &Effect,
         lineage: Option<&EffectLineage>,
     ) -> FlowCheck {
-        let incomplete = incomplete(lineage);
+        let incomplete = incomplete(lineage).or_else(|| self.gap.clone());
         if policy.flows().is_empty() {
             return FlowCheck {
                 analysed: lineage.is_some(),
@@ -416,5 +426,76 @@ impl Drop for StreamingGuard {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use airlock_ledger::{EffectStore as _, MemoryStore, NewEffect, RunFlag, RunStore as _};
+    use airlock_policy::Policy;
+
+    use super::check_effect;
+
+    #[test]
+    fn a_run_whose_read_went_unjournaled_holds_its_effects_as_unanalysed() {
+        let policy = Policy::from_toml_str(
+            r#"version = 1
+[[rule]]
+id = "hooks"
+host = "hooks.example"
+action = "stage"
+
+[[flow]]
+id = "undecodable"
+from = ["unanalysed"]
+to = "external"
+action = "review"
+"#,
+            "<test>",
+        )
+        .expect("policy");
+        let ledger = MemoryStore::new();
+        let run = ledger.create_run(None).expect("run");
+        let effect = ledger
+            .stage(NewEffect {
+                run_id: &run.id,
+                method: "POST",
+                url: "https://hooks.example/h",
+                headers: Vec::new(),
+                body: b"plain text",
+                rule: Some("hooks"),
+                policy_revision: policy.revision(),
+                placeholders: Vec::new(),
+                depends_on: Vec::new(),
+                inject: None,
+            })
+            .expect("stage");
+        // Analysed, with nothing flagged.
+        crate::lineage::reanalyse_effects(&ledger, &run.id, std::slice::from_ref(&effect.id))
+            .expect("analyse");
+        let check = check_effect(&ledger, &policy, &effect).expect("check");
+        assert_eq!(check.incomplete, None, "{check:?}");
+        assert!(check.violations.is_empty(), "{check:?}");
+        // A read of the run was not journaled: the run is flagged, the effect unanalysed.
+        ledger
+            .flag_run(
+                &run.id,
+                RunFlag {
+                    code: crate::gaps::LINEAGE_INCOMPLETE.to_owned(),
+                    detail: "a read of https://vault.example/x was not journaled".to_owned(),
+                    at_ms: 0,
+                },
+            )
+            .expect("flag");
+        let check = check_effect(&ledger, &policy, &effect).expect("check");
+        assert!(
+            check
+                .incomplete
+                .as_deref()
+                .is_some_and(|why| why.contains("not journaled")),
+            "{check:?}"
+        );
+        assert_eq!(check.violations.len(), 1, "{check:?}");
+        assert_eq!(check.violations[0].flow, "undecodable");
     }
 }

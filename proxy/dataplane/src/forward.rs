@@ -8,7 +8,6 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Request, Response};
 use http_body_util::BodyExt;
-use tracing::warn;
 
 use crate::credentials::decode::Coding;
 use crate::credentials::scrub::Scrubber;
@@ -41,6 +40,12 @@ pub async fn forward(
     mut parts: Parts,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    // A read that could not be journaled is refused, never passed unjournaled (below the
+    // ledger's free-space floor: 507; while it heals: 503).
+    shared
+        .ledger
+        .journal_room()
+        .map_err(|error| crate::stage::ledger_fault("cannot journal the read", error))?;
     let audit = crate::enforce::take_audit(&mut parts);
     let scrubber = prepare_head(&mut parts, url)?;
     let sent = Arc::new(AtomicU64::new(0));
@@ -327,8 +332,9 @@ impl ReadJournal {
                 }
             }
             None => {
+                let (run, url) = (read.run_id.clone(), read.url.clone());
                 if let Err(error) = self.ledger.journal_read(read) {
-                    warn!(error = %error, "could not journal a read");
+                    crate::gaps::read_dropped(&*self.ledger, &run, &url, &error, false);
                 }
             }
         }

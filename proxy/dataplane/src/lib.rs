@@ -12,6 +12,7 @@ pub mod enforce;
 pub mod fence;
 pub mod flows;
 pub mod forward;
+pub mod gaps;
 pub mod handle;
 pub mod lineage;
 pub mod listener;

@@ -326,10 +326,11 @@ impl LineageWorker {
                             read.response_digest = Some(digest_of(&body));
                         }
                         // Journal it here; say it was not analysed.
+                        let (run, url) = (read.run_id.clone(), read.url.clone());
                         let read = match self.ledger.journal_read(*read) {
                             Ok(read) => read,
                             Err(error) => {
-                                warn!(error = %error, "could not journal a read");
+                                crate::gaps::read_dropped(&*self.ledger, &run, &url, &error, false);
                                 return;
                             }
                         };
@@ -340,7 +341,13 @@ impl LineageWorker {
                         if let Err(error) =
                             self.ledger.store_read_content(&read.run_id, &content, &[])
                         {
-                            warn!(error = %error, "cannot record a skipped read analysis");
+                            crate::gaps::read_dropped(
+                                &*self.ledger,
+                                &read.run_id,
+                                &read.url,
+                                &error,
+                                true,
+                            );
                         }
                     }
                     Err(_) => {
@@ -454,16 +461,24 @@ fn run_reads(ledger: &dyn Store, seen: &mut Seen, jobs: Vec<Job>) {
             captured.push((body, headers));
         }
     }
+    let identities: Vec<(RunId, String)> = reads
+        .iter()
+        .map(|r| (r.run_id.clone(), r.url.clone()))
+        .collect();
     let journaled = match ledger.journal_reads(reads) {
         Ok(journaled) => journaled,
         Err(error) => {
-            warn!(error = %error, "could not journal reads");
+            // A read with no journal entry is a lineage hole: its run is flagged.
+            for (run, url) in &identities {
+                crate::gaps::read_dropped(ledger, run, url, &error, false);
+            }
             return;
         }
     };
     for (read, (body, headers)) in journaled.into_iter().zip(captured) {
+        let (run, url) = (read.run_id.clone(), read.url.clone());
         if let Err(error) = analyse_read(ledger, seen, read, body, headers) {
-            warn!(error = %error, "lineage analysis failed; the request itself was not affected");
+            crate::gaps::read_dropped(ledger, &run, &url, &error, true);
         }
     }
 }

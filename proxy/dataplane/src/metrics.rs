@@ -174,6 +174,8 @@ impl Metrics {
                 "airlock_credential_placeholder_off_host_total{{credential=\"{credential}\"}} {count}\n"
             ));
         }
+        drop(map);
+        out.push_str(&crate::gaps::DROPPED.render());
         out
     }
 }

@@ -152,7 +152,13 @@ pub(crate) async fn splice<C>(
         labels: Vec::new(),
     };
     let ledger = shared.ledger.clone();
-    let _ = tokio::task::spawn_blocking(move || ledger.journal_read(read)).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        let (run, url) = (read.run_id.clone(), read.url.clone());
+        if let Err(error) = ledger.journal_read(read) {
+            crate::gaps::read_dropped(&*ledger, &run, &url, &error, false);
+        }
+    })
+    .await;
 }
 
 fn dial_error(error: DialError) -> ProxyError {

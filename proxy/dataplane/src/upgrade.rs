@@ -62,6 +62,11 @@ pub async fn relay(
     protocol: String,
     mut parts: Parts,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    // The handshake is journaled as a read: refused when it could not be.
+    shared
+        .ledger
+        .journal_room()
+        .map_err(|error| crate::stage::ledger_fault("cannot journal the upgrade", error))?;
     let audit = crate::enforce::take_audit(&mut parts);
     let guard = parts.extensions.remove::<Arc<ConnectionGuard>>();
     let Some(client_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
@@ -105,8 +110,9 @@ pub async fn relay(
         error: (status != StatusCode::SWITCHING_PROTOCOLS)
             .then(|| format!("the origin did not switch to {protocol}")),
     };
+    let (run_id, read_url) = (read.run_id.clone(), read.url.clone());
     if let Err(error) = shared.ledger.journal_read(read) {
-        warn!(error = %error, "could not journal an upgrade");
+        crate::gaps::read_dropped(&*shared.ledger, &run_id, &read_url, &error, false);
     }
     let (mut head, body) = response.into_parts();
     strip_reserved(&mut head.headers);

@@ -1,6 +1,7 @@
 //! [`Store`] for [`HealingLedger`]: every method of every concern forwards to the current
-//! [`super::Ledger`] through [`HealingLedger::with`] (staging through
-//! [`HealingLedger::with_space`], which checks the free-space floor first).
+//! [`super::Ledger`] through [`HealingLedger::with`] (staging, and the journal's reads,
+//! denials and lineage, through [`HealingLedger::with_space`], which checks the
+//! free-space floor first: issue 38 item 2).
 
 use std::sync::mpsc::Receiver;
 
@@ -40,6 +41,10 @@ impl Store for HealingLedger {
 
     fn health(&self) -> Health {
         HealingLedger::health(self)
+    }
+
+    fn journal_room(&self) -> Result<()> {
+        HealingLedger::journal_room(self)
     }
 }
 
@@ -141,11 +146,11 @@ impl EffectStore for HealingLedger {
 
 impl JournalStore for HealingLedger {
     fn journal_read(&self, read: Read) -> Result<Read> {
-        self.with(|l| l.journal_read(read))
+        self.with_space(|l| l.journal_read(read))
     }
 
     fn journal_reads(&self, reads: Vec<Read>) -> Result<Vec<Read>> {
-        self.with(|l| l.journal_reads(reads))
+        self.with_space(|l| l.journal_reads(reads))
     }
 
     fn reads(&self, run: &RunId) -> Result<Vec<Read>> {
@@ -153,7 +158,7 @@ impl JournalStore for HealingLedger {
     }
 
     fn journal_denial(&self, denial: Denial) -> Result<u64> {
-        self.with(|l| l.journal_denial(denial))
+        self.with_space(|l| l.journal_denial(denial))
     }
 
     fn denials(&self, run: &RunId) -> Result<Vec<Denial>> {
@@ -172,7 +177,7 @@ impl LineageStore for HealingLedger {
         content: &ReadContent,
         fingerprints: &[u64],
     ) -> Result<()> {
-        self.with(|l| l.store_read_content(run, content, fingerprints))
+        self.with_space(|l| l.store_read_content(run, content, fingerprints))
     }
 
     fn read_contents(&self, run: &RunId) -> Result<Vec<(ReadContent, Vec<u64>)>> {
@@ -180,7 +185,7 @@ impl LineageStore for HealingLedger {
     }
 
     fn store_effect_lineage(&self, effect: &EffectId, lineage: &EffectLineage) -> Result<()> {
-        self.with(|l| l.store_effect_lineage(effect, lineage))
+        self.with_space(|l| l.store_effect_lineage(effect, lineage))
     }
 
     fn effect_lineage(&self, effect: &EffectId) -> Result<Option<EffectLineage>> {

@@ -88,7 +88,12 @@ pub(super) fn analyse_effect(
         edges,
         incomplete_reads,
     };
-    ledger.store_effect_lineage(&effect, &lineage)
+    let stored = ledger.store_effect_lineage(&effect, &lineage);
+    if stored.is_err() {
+        // The effect stays "not analysed yet": flows hold it as unanalysed.
+        crate::gaps::lineage_dropped();
+    }
+    stored
 }
 
 /// What [`compare`] found: the read -> request edges, the reads whose analysis was cut
