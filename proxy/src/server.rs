@@ -212,7 +212,21 @@ impl Server {
         let dialer = Dialer::new(policy.clone(), own, config.connect_timeout)
             .with_static_answers(config.resolve.clone());
         let tunnel_dialer = dialer.clone();
+        // Runs a killed predecessor left with reads in flight: what those reads carried
+        // was never journaled, so flows hold the runs' effects as unanalysed.
+        let (reads_in_flight, cut_off) =
+            airlock_dataplane::inflight::InFlightReads::open(&data_dir)
+                .map_err(data_err(&data_dir))?;
+        for run in &cut_off {
+            tracing::warn!(run.id = %run, "a read of this run was cut off when airlock last stopped; flows hold its effects as unanalysed");
+            airlock_dataplane::gaps::flag_lineage_incomplete(
+                &*ledger,
+                run,
+                "airlock stopped (killed or crashed) while a read of this run was streaming: what it carried was never journaled or analysed; flows hold the run's effects as unanalysed".to_owned(),
+            );
+        }
         let data = DataPlane::new(DataPlaneInputs {
+            reads_in_flight: Some(reads_in_flight),
             ledger,
             run_tokens,
             policy,

@@ -67,8 +67,16 @@ pub async fn forward(
     // A labelled read is counted while it streams: the commit's final pass holds the
     // run's effects until what it carries is analysed.
     let streaming = (!labels.is_empty()).then(|| shared.streaming.enter(run));
+    // While flows judge the run, a read is marked in flight on disk until it is
+    // journaled: a crash before then is found at the next start (crate::inflight).
+    let in_flight = shared
+        .reads_in_flight
+        .as_ref()
+        .filter(|_| !policy.flows().is_empty())
+        .map(|marks| marks.enter(run));
     let journal = ReadJournal {
         _streaming: streaming,
+        _in_flight: in_flight,
         pass_index,
         labels,
         started: airlock_ledger::now_ms(),
@@ -274,6 +282,8 @@ struct ReadJournal {
     labels: Vec<String>,
     /// Counts the read as streaming until it is journaled (dropped with the journal).
     _streaming: Option<crate::flows::StreamingGuard>,
+    /// Marks the run's read in flight on disk until it is journaled.
+    _in_flight: Option<crate::inflight::InFlightGuard>,
     /// Told when the read ends, when the policy had flows as it passed.
     pass_index: Option<Arc<crate::flows::pass::PassIndex>>,
     audit: Vec<String>,

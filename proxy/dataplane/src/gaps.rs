@@ -69,6 +69,19 @@ pub fn read_dropped(
     };
     counter.fetch_add(1, Ordering::Relaxed);
     warn!(run.id = %run, url = %url, error = %error, "a read was not journaled in full: the run's lineage is incomplete and flows hold its effects as unanalysed");
+    flag_lineage_incomplete(
+        ledger,
+        run,
+        format!(
+            "a read of {url} was not {} ({error}); flows hold the run's effects as unanalysed",
+            if lineage { "analysed" } else { "journaled" }
+        ),
+    );
+}
+
+/// Flags `run` [`LINEAGE_INCOMPLETE`] with `detail`, unless it is flagged so already.
+/// A ledger error is logged.
+pub fn flag_lineage_incomplete(ledger: &dyn Store, run: &RunId, detail: String) {
     let flagged = ledger
         .run(run)
         .ok()
@@ -79,10 +92,7 @@ pub fn read_dropped(
     }
     let flag = RunFlag {
         code: LINEAGE_INCOMPLETE.to_owned(),
-        detail: format!(
-            "a read of {url} was not {} ({error}); flows hold the run's effects as unanalysed",
-            if lineage { "analysed" } else { "journaled" }
-        ),
+        detail,
         at_ms: airlock_ledger::now_ms(),
     };
     if let Err(error) = ledger.flag_run(run, flag) {

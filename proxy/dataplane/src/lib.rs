@@ -14,6 +14,7 @@ pub mod flows;
 pub mod forward;
 pub mod gaps;
 pub mod handle;
+pub mod inflight;
 pub mod lineage;
 pub mod listener;
 pub mod manifest;

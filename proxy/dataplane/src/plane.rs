@@ -82,6 +82,9 @@ pub struct DataPlaneInputs {
     /// The ledger's changes (`Store::subscribe`), subscribed before `closed_runs` was
     /// read, so that a run closed by another instance in between is not missed.
     pub changes: Receiver<Change>,
+    /// Where runs with reads in flight are marked on disk ([`crate::inflight`]); `None`
+    /// marks nothing (a crash then hides a cut-off read).
+    pub reads_in_flight: Option<Arc<crate::inflight::InFlightReads>>,
 }
 
 /// The data plane: the proxy listener's state and the request path's services.
@@ -120,6 +123,8 @@ pub struct DataPlane {
     pub(crate) sessions: Arc<crate::sessions::Sessions>,
     /// The analysed reads flows guard, per run, for the pass-path check.
     pub(crate) pass_index: Arc<crate::flows::pass::PassIndex>,
+    /// Runs with reads in flight, marked on disk.
+    pub(crate) reads_in_flight: Option<Arc<crate::inflight::InFlightReads>>,
 }
 
 impl DataPlane {
@@ -148,6 +153,7 @@ impl DataPlane {
             streaming: crate::flows::Streaming::default(),
             sessions: Arc::default(),
             pass_index: Arc::default(),
+            reads_in_flight: inputs.reads_in_flight,
         });
         follow_changes(Arc::downgrade(&plane), changes);
         plane

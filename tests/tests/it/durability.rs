@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use airlock_tests::{curl, in_ci, loopback_policy, poll_until, strace, text_origin, Fixture};
 
+mod cut_read;
 mod floor;
 mod heal;
 mod repair;

@@ -72,6 +72,7 @@ async fn start(origin_port: u16) -> Plane {
     http1.alpn_protocols = vec![b"http/1.1".to_vec()];
     let tokens = airlock_ledger::RunTokens::from_key([5; 32]);
     let data = DataPlane::new(DataPlaneInputs {
+        reads_in_flight: None,
         ledger: ledger.clone(),
         run_tokens: tokens.clone(),
         policy,
