@@ -221,9 +221,15 @@ pub(crate) fn base32(text: &str) -> Vec<Vec<u8>> {
     let mut candidates: Vec<String> = Vec::new();
     for alphabet in [&upper as &dyn Fn(char) -> bool, &lower] {
         let mut start = None;
-        for (i, c) in text.char_indices().chain([(text.len(), ' ')]) {
+        // Byte by byte: the alphabets are ASCII, so a byte of a multi-byte character is
+        // never in one, and the runs' boundaries are the same as by characters.
+        let bytes = text.as_bytes();
+        for i in 0..=bytes.len() {
+            let c = bytes
+                .get(i)
+                .map_or(' ', |&b| if b.is_ascii() { b as char } else { ' ' });
             // Padding ends a value, never starts one (`key=VALUE`).
-            if i < text.len() && alphabet(c) && (start.is_some() || c != '=') {
+            if i < bytes.len() && alphabet(c) && (start.is_some() || c != '=') {
                 start.get_or_insert(i);
             } else if let Some(s) = start.take() {
                 // A run inside a longer word of other letters is no base32 value.
@@ -284,21 +290,30 @@ pub(crate) fn separated_hex(text: &str) -> Vec<Vec<u8>> {
     let pair = |i: usize| Some((digit(i)? << 4 | digit(i + 1)?) as u8);
     let mut out = Vec::new();
     let mut at = 0;
+    // Whether `prefix` (empty, `\\x`, `0x` or `0X`) is at `i`, compared byte by byte
+    // (this runs for every position of every text view).
+    let prefixed = |i: usize, prefix: &[u8]| match prefix {
+        [] => true,
+        [a, b] => bytes.get(i) == Some(a) && bytes.get(i + 1) == Some(b),
+        _ => bytes[i.min(bytes.len())..].starts_with(prefix),
+    };
     while at + 2 < bytes.len() && out.len() < MAX_RUNS {
-        let glued = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
-        let prefix: &[u8] = if bytes[at..].starts_with(b"\\x") {
-            b"\\x"
-        } else if bytes[at..].starts_with(b"0x") || bytes[at..].starts_with(b"0X") {
-            &bytes[at..at + 2]
-        } else {
-            b""
+        // A run glued to a word before it is none (`sha256deadbeef`): skip before anything.
+        if at > 0 && bytes[at - 1].is_ascii_alphanumeric() {
+            at += 1;
+            continue;
+        }
+        let prefix: &[u8] = match (bytes[at], bytes.get(at + 1)) {
+            (b'\\', Some(b'x')) => b"\\x",
+            (b'0', Some(b'x' | b'X')) => &bytes[at..at + 2],
+            _ => b"",
         };
-        if glued || pair(at + prefix.len()).is_none() {
+        if pair(at + prefix.len()).is_none() {
             at += 1;
             continue;
         }
         let (mut run, mut i, mut separator) = (Vec::new(), at, None::<u8>);
-        while bytes[i..].starts_with(prefix) {
+        while prefixed(i, prefix) {
             let Some(byte) = pair(i + prefix.len()) else {
                 break;
             };
