@@ -38,6 +38,30 @@ fn cpu_seconds_of(path: &str) -> f64 {
     ticks / clock_ticks_per_second()
 }
 
+/// Context switches of `pid` so far, voluntary and involuntary, summed over its threads
+/// (`voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of each
+/// `/proc/PID/task/TID/status`; proc(5)), with the number of threads it has now. `None`
+/// when the process is gone. A thread that exits takes its count with it.
+pub fn context_switches(pid: u32) -> Option<(u64, usize)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let (mut switches, mut threads) = (0u64, 0usize);
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        threads += 1;
+        switches += status
+            .lines()
+            .filter(|l| {
+                l.starts_with("voluntary_ctxt_switches:")
+                    || l.starts_with("nonvoluntary_ctxt_switches:")
+            })
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Some((switches, threads))
+}
+
 /// CPU time (utime + stime) of `pid`'s threads named `name` (`/proc/PID/task/*/comm`), in
 /// seconds; `NaN` when none has that name.
 pub fn thread_cpu_seconds(pid: u32, name: &str) -> f64 {

@@ -28,6 +28,9 @@ pub(crate) struct Sample {
     /// [`LINEAGE_THREAD`] (airlock's read journal and lineage analysis, off the request
     /// path); `None` for a proxy without that thread.
     pub(crate) lineage_share: Option<f64>,
+    /// The proxy's context switches per request in the window (all its threads), and its
+    /// thread count at the window's end.
+    pub(crate) switches: Option<(f64, usize)>,
 }
 
 /// airlock's lineage worker thread (`proxy/dataplane/src/lineage.rs`): it journals every
@@ -44,13 +47,17 @@ pub(crate) async fn measure(
 ) -> Sample {
     // (proxy CPU, machine CPU) when the measured window starts.
     let start_cpu = Arc::new(std::sync::Mutex::new((f64::NAN, f64::NAN, f64::NAN)));
+    let start_switches = Arc::new(std::sync::Mutex::new(None::<u64>));
     let marker = {
         let start_cpu = start_cpu.clone();
+        let start_switches = start_switches.clone();
         move || {
             let proxy = pid.map_or(f64::NAN, cpu_seconds);
             let lineage = pid.map_or(f64::NAN, |p| procs::thread_cpu_seconds(p, LINEAGE_THREAD));
             *start_cpu.lock().unwrap_or_else(|e| e.into_inner()) =
                 (proxy, procs::machine_busy_seconds(), lineage);
+            *start_switches.lock().unwrap_or_else(|e| e.into_inner()) =
+                pid.and_then(procs::context_switches).map(|(n, _)| n);
         }
     };
     let result = load::run(
@@ -66,6 +73,16 @@ pub(crate) async fn measure(
     let (start_proxy, start_machine, start_lineage) =
         *start_cpu.lock().unwrap_or_else(|e| e.into_inner());
     let end_proxy = pid.map_or(f64::NAN, cpu_seconds);
+    let switches = match (
+        *start_switches.lock().unwrap_or_else(|e| e.into_inner()),
+        pid.and_then(procs::context_switches),
+    ) {
+        (Some(start), Some((end, threads))) if result.requests > 0 => Some((
+            end.saturating_sub(start) as f64 / result.requests as f64,
+            threads,
+        )),
+        _ => None,
+    };
     let lineage_share = pid
         .map(|pid| {
             (procs::thread_cpu_seconds(pid, LINEAGE_THREAD) - start_lineage)
@@ -92,6 +109,7 @@ pub(crate) async fn measure(
         machine_busy,
         deferred_us: None,
         lineage_share,
+        switches,
     }
 }
 
@@ -130,6 +148,8 @@ pub(crate) struct Summary {
     pub(crate) rss_file_mib: Option<f64>,
     /// Median share of the proxy's CPU spent by its lineage thread (0..=1), with its spread.
     pub(crate) lineage_share: Option<(f64, f64)>,
+    /// Median context switches per request, and the most threads seen.
+    pub(crate) switches: Option<(f64, usize)>,
     /// Median CPU of the whole machine per request, µs, with its spread.
     pub(crate) machine_us: (f64, f64),
     /// Median fraction of the machine's cores busy (0..=1).
@@ -162,6 +182,17 @@ pub(crate) fn summarise(name: &str, samples: &[Sample]) -> Summary {
         lineage_share: {
             let shares: Vec<f64> = samples.iter().filter_map(|s| s.lineage_share).collect();
             (!shares.is_empty()).then(|| median_spread(&shares))
+        },
+        switches: {
+            let per_request: Vec<f64> = samples
+                .iter()
+                .filter_map(|s| s.switches.map(|(n, _)| n))
+                .collect();
+            let threads = samples
+                .iter()
+                .filter_map(|s| s.switches.map(|(_, t)| t))
+                .max();
+            threads.map(|t| (median_spread(&per_request).0, t))
         },
         peak_rss_mib: samples
             .iter()
@@ -276,6 +307,22 @@ pub(crate) fn print_table(workload: &str, summaries: &[Summary]) {
             }
         }
         println!("\n{}", ratios.join("; "));
+        let structure: Vec<String> = summaries
+            .iter()
+            .filter_map(|s| {
+                let (switches, threads) = s.switches?;
+                Some(format!(
+                    "{} {switches:.1} context switches/req, {threads} threads",
+                    s.name
+                ))
+            })
+            .collect();
+        if !structure.is_empty() {
+            println!(
+                "\nstructure (the proxy process, all threads, /proc/PID/task/*/status): {}",
+                structure.join("; ")
+            );
+        }
         for s in summaries.iter().filter(|s| s.name.starts_with("airlock")) {
             if let Some((share, spread)) = s.lineage_share {
                 println!(
