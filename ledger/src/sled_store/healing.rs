@@ -166,7 +166,7 @@ impl HealingLedger {
     }
 
     /// [`crate::Store::journal_room`]: `Degraded` while a fault is unresolved, `LowSpace`
-    /// below the floor, from a statvfs at most [`ROOM_CHECK_EVERY`] old (the pass path
+    /// below the floor, from a statvfs at most `ROOM_CHECK_EVERY` (50 ms) old (the pass path
     /// asks before every read).
     pub fn journal_room(&self) -> Result<()> {
         if let Some(reason) = self.fault_lock().clone() {
