@@ -257,6 +257,21 @@ impl Server {
             closed_runs: closed,
             changes,
         });
+        // Effects whose analysis a stopped predecessor never wrote are analysed again now,
+        // in the background, so the review shows their flows before the commit does.
+        {
+            let data = data.clone();
+            tokio::task::spawn_blocking(move || match data.analyse_unanalysed() {
+                Ok(0) => {}
+                Ok(queued) => tracing::info!(
+                    effects = queued,
+                    "effects without a stored analysis queued for lineage analysis"
+                ),
+                Err(error) => {
+                    tracing::warn!(error = %error, "cannot look for effects without a stored analysis")
+                }
+            });
+        }
         let control = Control::new(ControlInputs {
             data: data.clone(),
             admin_token,

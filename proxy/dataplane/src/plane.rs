@@ -175,6 +175,34 @@ impl DataPlane {
         tokio::time::timeout(timeout, done).await.is_ok()
     }
 
+    /// Queues for analysis every undecided effect (staged or approved) of a run that is not
+    /// final and has no stored lineage: its analysis was lost when the process stopped
+    /// before the ledger wrote it (an effect's lineage is not synced by itself), and
+    /// without this the review would show it "not analysed yet" until the commit's final
+    /// pass. Run once at start, off the request path. Returns how many were queued.
+    ///
+    /// Errors: storage faults.
+    pub fn analyse_unanalysed(&self) -> Result<usize, airlock_ledger::LedgerError> {
+        let mut queued = 0;
+        for run in self.ledger.runs()? {
+            if run.state.is_final() {
+                continue;
+            }
+            for effect in self.ledger.effects(&run.id)? {
+                let undecided = matches!(
+                    effect.state,
+                    airlock_ledger::EffectState::Staged | airlock_ledger::EffectState::Approved
+                );
+                if undecided && self.ledger.effect_lineage(&effect.id)?.is_none() {
+                    self.lineage
+                        .submit(crate::lineage::Job::Effect { effect: effect.id });
+                    queued += 1;
+                }
+            }
+        }
+        Ok(queued)
+    }
+
     /// Forgets the cached placeholders of `run` (the next request reloads them).
     pub(crate) fn forget_placeholders(&self, run: &RunId) {
         self.placeholders
