@@ -196,3 +196,56 @@ impl Drop for SdkServer {
         self.stop();
     }
 }
+
+/// A `node` of version 24 or later for the TypeScript SDK's scripts ([`crate::node24`]:
+/// Node 24 reads the run's proxy because the run's environment sets `NODE_USE_ENV_PROXY`).
+/// `None` (the test prints that it skipped) when there is none, except under CI, where it
+/// panics: `.ci/run` provides one.
+pub fn node(test: &str) -> Option<PathBuf> {
+    let node = crate::node24();
+    if node.is_none() {
+        assert!(!in_ci(), "{test}: no node 24+; .ci/run provides one");
+        eprintln!("SKIPPED {test}: no node 24+ (NODE_USE_ENV_PROXY)");
+    }
+    node
+}
+
+/// Runs the SDK script `script` (in [`scripts`]) with `program` and `args`, configured
+/// only by the run's environment `env` (plus `PATH`, `HOME` = `home`, and `MCP_SDK_DIR` =
+/// `sdk` for the TypeScript scripts), for at most 90 s. Asserts it exited 0 (its stderr
+/// and the server log in `home` in the message) and returns the JSON it printed.
+pub async fn run_script(
+    program: &Path,
+    script: &str,
+    args: &[String],
+    home: &Path,
+    env: &std::collections::BTreeMap<String, String>,
+    sdk: Option<&Path>,
+) -> Value {
+    let mut client = tokio::process::Command::new(program);
+    client
+        .arg(scripts().join(script))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .envs(env)
+        .envs(sdk.map(|dir| ("MCP_SDK_DIR", dir)))
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(90), client.output())
+        .await
+        .unwrap_or_else(|_| panic!("the SDK's {script} hung"))
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed (a call waits at most 20 s): {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(home.join("mcp-server.log")).unwrap_or_default()
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{script} prints JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}

@@ -11,29 +11,9 @@ use std::sync::Arc;
 use airlock_tests::{curl, Fixture, Origin, Reply};
 use serde_json::{json, Value};
 
+/// The documented MCP rules on 127.0.0.1:`port` (`adapters::mcp_sdk::policy`).
 fn policy(port: u16) -> String {
-    format!(
-        r#"version = 1
-default = "deny"
-allow_private = ["127.0.0.0/8"]
-
-[[rule]]
-id = "mcp-writes"
-host = "127.0.0.1"
-port = {port}
-method = ["POST"]
-path = "/mcp"
-jsonrpc = {{ method = "tools/call", tool = "create_*" }}
-action = "stage"
-
-[[rule]]
-id = "mcp"
-host = "127.0.0.1"
-port = {port}
-path = "/mcp"
-action = "pass"
-"#
-    )
+    super::mcp_sdk::policy("127.0.0.1", port)
 }
 
 /// A streamable-HTTP MCP server's answers: `initialize` (with a new `Mcp-Session-Id`

@@ -6,9 +6,8 @@
 //! not judged and is released once. The client got a result at once both times.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use airlock_tests::mcp_sdk::{python, scripts, SdkServer};
+use airlock_tests::mcp_sdk::{python, run_script, SdkServer};
 use airlock_tests::{Fixture, Origin, Received, Reply};
 use serde_json::{json, Value};
 
@@ -82,26 +81,11 @@ async fn a_flow_blocks_a_tool_call_carrying_a_labelled_read_and_spares_the_excep
     let (airlock, run, env) = fx.start_run(&text, &[]).await;
     let vault_url = format!("https://127.0.0.1:{}/v1/secret", vault.addr().port());
     for host in ["127.0.0.1", "localhost"] {
-        let mut client = tokio::process::Command::new(&python);
-        client
-            .arg(scripts().join("client.py"))
-            .arg(format!("https://{host}:{}/mcp", server.port))
-            .arg(format!("--title-from={vault_url}"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", fx.dir.path())
-            .envs(&env)
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(Duration::from_secs(90), client.output())
-            .await
-            .expect("the SDK's client hung")
-            .expect("run client.py");
-        assert!(
-            out.status.success(),
-            "client.py via {host} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let printed: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let args = [
+            format!("https://{host}:{}/mcp", server.port),
+            format!("--title-from={vault_url}"),
+        ];
+        let printed = run_script(&python, "client.py", &args, fx.dir.path(), &env, None).await;
         let staged = &printed["calls"]["create_issue"];
         assert_eq!(staged["isError"], false, "{printed:#}");
         assert!(

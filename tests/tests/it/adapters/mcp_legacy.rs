@@ -6,9 +6,7 @@
 //! stream (code -32003, the denial as `data`), never hangs; the server never receives
 //! it; nothing is staged; the refusal is journaled; reads on the same stream still work.
 
-use std::time::Duration;
-
-use airlock_tests::mcp_sdk::{node_sdk, python, scripts, SdkServer};
+use airlock_tests::mcp_sdk::{node, node_sdk, python, run_script, SdkServer};
 use airlock_tests::Fixture;
 use serde_json::Value;
 
@@ -38,36 +36,9 @@ action = "pass"
     )
 }
 
-/// Runs the client `command` (the run's environment only, and `sdk` as `MCP_SDK_DIR`
-/// for the TypeScript client) and checks what it printed, what the server received, and
-/// what airlock kept.
-async fn refused(
-    mut client: tokio::process::Command,
-    sdk: Option<&std::path::Path>,
-    server: &SdkServer,
-    airlock: &airlock_tests::Airlock,
-    run: &str,
-    home: &std::path::Path,
-    env: &std::collections::BTreeMap<String, String>,
-) {
-    client
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .envs(env)
-        .envs(sdk.map(|dir| ("MCP_SDK_DIR", dir)))
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(90), client.output())
-        .await
-        .expect("the SDK's client hung")
-        .expect("run the client");
-    assert!(
-        out.status.success(),
-        "the client failed (a call waits at most 20 s): {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(home.join("mcp-server.log")).unwrap_or_default()
-    );
-    let printed: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+/// Checks what a client printed (`printed`), what the server received, and what airlock
+/// kept.
+async fn refused(printed: &Value, server: &SdkServer, airlock: &airlock_tests::Airlock, run: &str) {
     // Reads over the stream work: initialize, tools/list, a read tool.
     assert_eq!(printed["server"], "issues", "{printed:#}");
     assert_eq!(
@@ -123,12 +94,10 @@ async fn a_tool_call_staged_over_the_legacy_sse_transport_is_refused_in_the_stre
     let fx = Fixture::new();
     let server = SdkServer::start_legacy(&python, &fx.origin_ca, fx.dir.path());
     let (airlock, run, env) = fx.start_run(&policy(server.port), &[]).await;
-    let mut client = tokio::process::Command::new(&python);
-    client
-        .arg(scripts().join("client.py"))
-        .arg(format!("https://127.0.0.1:{}/sse", server.port))
-        .arg("sse");
-    refused(client, None, &server, &airlock, &run, fx.dir.path(), &env).await;
+    let url = format!("https://127.0.0.1:{}/sse", server.port);
+    let args = [url, "sse".to_owned()];
+    let printed = run_script(&python, "client.py", &args, fx.dir.path(), &env, None).await;
+    refused(&printed, &server, &airlock, &run).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,30 +109,14 @@ async fn the_typescript_sdk_over_the_legacy_sse_transport_gets_the_refusal_in_it
     let Some(sdk) = node_sdk(test) else {
         return;
     };
-    let Some(node) = airlock_tests::node24() else {
-        assert!(
-            !airlock_tests::in_ci(),
-            "{test}: no node 24+; .ci/run provides one"
-        );
-        eprintln!("SKIPPED {test}: no node 24+ (NODE_USE_ENV_PROXY)");
+    let Some(node) = node(test) else {
         return;
     };
     let fx = Fixture::new();
     let server = SdkServer::start_legacy(&python, &fx.origin_ca, fx.dir.path());
     let (airlock, run, env) = fx.start_run(&policy(server.port), &[]).await;
-    let mut client = tokio::process::Command::new(&node);
-    client
-        .arg(scripts().join("client.mjs"))
-        .arg(format!("https://127.0.0.1:{}/sse", server.port))
-        .arg("sse");
-    refused(
-        client,
-        Some(&sdk),
-        &server,
-        &airlock,
-        &run,
-        fx.dir.path(),
-        &env,
-    )
-    .await;
+    let url = format!("https://127.0.0.1:{}/sse", server.port);
+    let args = [url, "sse".to_owned()];
+    let printed = run_script(&node, "client.mjs", &args, fx.dir.path(), &env, Some(&sdk)).await;
+    refused(&printed, &server, &airlock, &run).await;
 }

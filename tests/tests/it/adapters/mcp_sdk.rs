@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use airlock_tests::mcp_sdk::{node_sdk, python, scripts, SdkServer};
+use airlock_tests::mcp_sdk::{node, node_sdk, python, run_script, SdkServer};
 use airlock_tests::{poll_until, Fixture};
 use serde_json::Value;
 
@@ -116,26 +116,7 @@ async fn the_python_sdk_gets_a_result_for_a_staged_call_and_the_restarted_server
     let mut server = SdkServer::start(&python, &fx.origin_ca, fx.dir.path());
     let (airlock, run, env) = fx.start_run(&policy("127.0.0.1", server.port), &[]).await;
     let url = format!("https://127.0.0.1:{}/mcp", server.port);
-    let mut client = tokio::process::Command::new(&python);
-    client
-        .arg(scripts().join("client.py"))
-        .arg(&url)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", fx.dir.path())
-        .envs(&env)
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(90), client.output())
-        .await
-        .expect("the SDK's client hung")
-        .expect("run client.py");
-    assert!(
-        out.status.success(),
-        "client.py failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(fx.dir.path().join("mcp-server.log")).unwrap_or_default()
-    );
-    let printed: Value = serde_json::from_slice(&out.stdout).expect("client.py prints JSON");
+    let printed = run_script(&python, "client.py", &[url], fx.dir.path(), &env, None).await;
     check_client(&printed);
     // The read reached the server in the client's session; the write did not.
     let calls = server.calls();
@@ -175,40 +156,14 @@ async fn the_typescript_sdk_in_env_mode_gets_a_result_for_a_staged_call_and_the_
     let Some(sdk) = node_sdk(test) else {
         return;
     };
-    // Node 24 reads the proxy from the environment (NODE_USE_ENV_PROXY, which the run's
-    // environment sets); `.ci/run` provides it.
-    let Some(node) = airlock_tests::node24() else {
-        assert!(
-            !airlock_tests::in_ci(),
-            "{test}: no node 24+; .ci/run provides one"
-        );
-        eprintln!("SKIPPED {test}: no node 24+ (NODE_USE_ENV_PROXY)");
+    let Some(node) = node(test) else {
         return;
     };
     let fx = Fixture::new();
     let mut server = SdkServer::start(&python, &fx.origin_ca, fx.dir.path());
     let (airlock, run, env) = fx.start_run(&policy("127.0.0.1", server.port), &[]).await;
     let url = format!("https://127.0.0.1:{}/mcp", server.port);
-    let mut client = tokio::process::Command::new(&node);
-    client
-        .arg(scripts().join("client.mjs"))
-        .arg(&url)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", fx.dir.path())
-        .env("MCP_SDK_DIR", &sdk)
-        .envs(&env)
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(90), client.output())
-        .await
-        .expect("the SDK's client hung")
-        .expect("run client.mjs");
-    assert!(
-        out.status.success(),
-        "client.mjs failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: Value = serde_json::from_slice(&out.stdout).expect("client.mjs prints JSON");
+    let printed = run_script(&node, "client.mjs", &[url], fx.dir.path(), &env, Some(&sdk)).await;
     check_client(&printed);
     let client_session = printed["session"].as_str().expect("session id").to_owned();
     let effects = airlock.effects(&run).await;
@@ -232,38 +187,14 @@ async fn the_typescript_sdk_server_gets_each_staged_call_once_in_a_session_airlo
     let Some(sdk) = node_sdk(test) else {
         return;
     };
-    let Some(node) = airlock_tests::node24() else {
-        assert!(
-            !airlock_tests::in_ci(),
-            "{test}: no node 24+; .ci/run provides one"
-        );
-        eprintln!("SKIPPED {test}: no node 24+");
+    let Some(node) = node(test) else {
         return;
     };
     let fx = Fixture::new();
     let mut server = SdkServer::start_typescript(&node, &sdk, &fx.origin_ca, fx.dir.path());
     let (airlock, run, env) = fx.start_run(&policy("127.0.0.1", server.port), &[]).await;
     let url = format!("https://127.0.0.1:{}/mcp", server.port);
-    let mut client = tokio::process::Command::new(&python);
-    client
-        .arg(scripts().join("client.py"))
-        .arg(&url)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", fx.dir.path())
-        .envs(&env)
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(90), client.output())
-        .await
-        .expect("the SDK's client hung")
-        .expect("run client.py");
-    assert!(
-        out.status.success(),
-        "client.py failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(fx.dir.path().join("mcp-server.log")).unwrap_or_default()
-    );
-    let printed: Value = serde_json::from_slice(&out.stdout).expect("client.py prints JSON");
+    let printed = run_script(&python, "client.py", &[url], fx.dir.path(), &env, None).await;
     check_client(&printed);
     let client_session = printed["session"].as_str().expect("session id").to_owned();
     let calls = server.calls();
